@@ -1,0 +1,77 @@
+"""The action contract: what a bound hook runs, what it sees, what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phasegraph.model import empty_field
+
+__all__ = ["Action", "ActionContext", "ActionResult", "CallNext", "EventSink"]
+
+EventSink = Callable[[str, Mapping[str, Any]], None]
+"""Records an event (kind, fields) raised while an action runs; kept with its step."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionResult:
+    """What an action returns: the trigger to fire and what to change.
+
+    Attributes:
+        trigger: The trigger to fire; must be legal in the node's current state.
+        data: Updates to the run's shared data, merged per top-level key.
+        payload: Facts the machine's guards may read (``payload:KEY`` predicates).
+        output: Diagnostics kept in the step record only (stdout tails, timings, ...).
+    """
+
+    trigger: str
+    data: Mapping[str, Any] = empty_field()
+    payload: Mapping[str, Any] = empty_field()
+    output: Mapping[str, Any] = empty_field()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionContext:
+    """Everything an action may read, frozen for the duration of the call.
+
+    Attributes:
+        run_id: The run.
+        node_id: The node whose state the action runs in.
+        state: The node's state path (``parent/child``).
+        hook: The hook the action is bound to.
+        input: The run's input.
+        data: The run's shared data as of the last committed step (read-only).
+        settings: The node's ``with`` settings.
+        counters: Budget units spent so far.
+        limits: Budget limits for this node.
+        steps: Transitions the node has taken so far.
+        payload: The payload of the trigger that entered this state.
+        messages: Corrective messages injected by middleware (e.g. loop detection).
+        emit: Records an event that is committed with this step.
+    """
+
+    run_id: str
+    node_id: str
+    state: str
+    hook: str
+    input: Mapping[str, Any]
+    data: Mapping[str, Any]
+    settings: Mapping[str, Any] = empty_field()
+    counters: Mapping[str, int] = empty_field()
+    limits: Mapping[str, int] = empty_field()
+    steps: int = 0
+    payload: Mapping[str, Any] = empty_field()
+    messages: tuple[str, ...] = ()
+    emit: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
+
+    def values(self) -> Mapping[str, Any]:
+        """Input and data merged (data wins), as templates see them."""
+        return {**self.input, **self.data}
+
+
+Action = Callable[[ActionContext], Awaitable[ActionResult]]
+"""A compiled action: an async callable from context to result."""
+
+CallNext = Action
+"""The rest of the middleware chain (and finally the action itself)."""

@@ -1,0 +1,261 @@
+"""The Python facade: one :class:`Engine`, bound to a store, that the CLI and server call.
+
+Example:
+    >>> import asyncio
+    >>> from phasegraph import Engine, open_store
+    >>> async def main() -> str:
+    ...     async with open_store("memory://") as store:
+    ...         state = await Engine(store).run("hello", {"who": "docs"})
+    ...         return state.status
+    >>> asyncio.run(main())
+    'completed'
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from phasegraph import codec
+from phasegraph.errors import InputError, RunStateError
+from phasegraph.events import EventBus
+from phasegraph.interpreter import Run
+from phasegraph.loader import load_graph
+from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, apply_record
+from phasegraph.runtime import (
+    Clock,
+    IdFactory,
+    PreparedGraph,
+    RunOptions,
+    SystemClock,
+    TimeOrderedIds,
+    initial_state,
+    prepare,
+)
+from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
+
+__all__ = ["Engine", "GraphSource"]
+
+GraphSource = PreparedGraph | GraphDef | str | Path
+"""A graph: prepared, a loaded definition, a built-in name, or a path to a YAML file."""
+
+
+def _rebuild(stored: StoredRun) -> RunState:
+    state = codec.decode_snapshot(stored.snapshot)
+    for blob in stored.records:
+        state = apply_record(state, codec.decode_record(blob))
+    return state
+
+
+def _meta(state: RunState) -> RunMeta:
+    return RunMeta(
+        run_id=state.run_id,
+        graph=state.graph,
+        status=str(state.status),
+        seq=state.seq,
+        created_at=state.created_at.timestamp(),
+        updated_at=state.updated_at.timestamp(),
+    )
+
+
+class Engine:
+    """Runs graphs against one store.
+
+    Args:
+        store: Where runs are kept.
+        options: Checkpoint interval, lease length and owner name.
+        clock: The time source (tests pass a fake one).
+        ids: The run-id source (tests pass a counting one).
+        bus: Receives every event of the runs this engine drives.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        options: RunOptions | None = None,
+        clock: Clock | None = None,
+        ids: IdFactory | None = None,
+        bus: EventBus | None = None,
+    ) -> None:
+        self.store = store
+        self.options = options or RunOptions()
+        self.clock = clock or SystemClock()
+        self.ids = ids or TimeOrderedIds()
+        self.bus = bus or EventBus()
+        self._prepared: dict[tuple[str, str], PreparedGraph] = {}
+
+    def prepare(self, graph: GraphSource) -> PreparedGraph:
+        """Load (if needed) and compile a graph; compiled once per engine and digest.
+
+        Raises:
+            SpecError: The graph or a machine it uses is invalid.
+        """
+        if isinstance(graph, PreparedGraph):
+            return graph
+        definition = graph if isinstance(graph, GraphDef) else load_graph(graph)
+        if isinstance(graph, GraphDef):
+            source = definition.location.path if definition.location else definition.name
+        else:
+            source = str(Path(graph).resolve()) if _is_path(graph) else str(graph)
+        key = (source, definition.digest)
+        if key not in self._prepared:
+            self._prepared[key] = prepare(definition, source)
+        return self._prepared[key]
+
+    @contextlib.asynccontextmanager
+    async def start(
+        self,
+        graph: GraphSource,
+        run_input: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> AsyncIterator[Run]:
+        """Create a run (committing seq 0) and hold it open for stepping.
+
+        Raises:
+            SpecError: The graph is invalid.
+            InputError: The input does not match the graph's input schema.
+        """
+        prepared = self.prepare(graph)
+        run_input = dict(run_input or {})
+        _validate_input(prepared.definition, run_input)
+        run_id = run_id or self.ids.new_run_id()
+        lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
+        state = initial_state(prepared, run_id, run_input, self.clock.now())
+        created = StepRecord(seq=0, time=state.created_at, kind="created")
+        commit = Commit(
+            seq=0,
+            record=codec.encode_record(created),
+            snapshot=codec.encode_snapshot(state),
+            meta=_meta(state),
+        )
+        try:
+            await self.store.commit(lease, commit)
+        except BaseException:
+            await self.store.release(lease)
+            raise
+        async with self._run(prepared, lease, state, 0) as run:
+            yield run
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, run_id: str, *, graph: GraphSource | None = None, allow_changed: bool = False
+    ) -> AsyncIterator[Run]:
+        """Load a run's head snapshot, take its lease and hold it open for stepping.
+
+        Args:
+            run_id: The run.
+            graph: Use this graph instead of the one the run recorded.
+            allow_changed: Continue even if the graph changed since the run started.
+
+        Raises:
+            RunNotFoundError: No such run.
+            LeaseHeldError: Another live process is driving the run.
+            RunStateError: The graph changed and ``allow_changed`` is false.
+        """
+        stored = await self.store.read(run_id)
+        state = _rebuild(stored)
+        prepared = self.prepare(graph if graph is not None else state.graph_source)
+        if prepared.definition.digest != state.graph_digest and not allow_changed:
+            raise RunStateError(
+                f"run {run_id!r}: graph {state.graph!r} changed since the run started "
+                f"(recorded digest {state.graph_digest[:12]}, now "
+                f"{prepared.definition.digest[:12]}); pass allow_changed to continue anyway",
+                run_id=run_id,
+            )
+        lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
+        try:
+            # Re-read under the lease: the head may have moved before we got it.
+            stored = await self.store.read(run_id)
+        except BaseException:
+            await self.store.release(lease)
+            raise
+        async with self._run(prepared, lease, _rebuild(stored), stored.snapshot_seq) as run:
+            yield run
+
+    def _run(self, prepared: PreparedGraph, lease: Any, state: RunState, snap: int) -> Run:
+        return Run(
+            prepared=prepared,
+            store=self.store,
+            lease=lease,
+            state=state,
+            snapshot_seq=snap,
+            options=self.options,
+            clock=self.clock,
+            bus=self.bus,
+        )
+
+    async def run(
+        self,
+        graph: GraphSource,
+        run_input: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> RunState:
+        """Start a run and drive it until it finishes or waits; return its state."""
+        async with self.start(graph, run_input, run_id=run_id) as run:
+            async for _ in run:
+                pass
+            return run.state
+
+    async def resume(
+        self, run_id: str, *, graph: GraphSource | None = None, allow_changed: bool = False
+    ) -> RunState:
+        """Continue a run from its head snapshot until it finishes or waits.
+
+        Raises:
+            RunStateError: The run already finished.
+        """
+        async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
+            if run.state.status.terminal:
+                raise RunStateError(
+                    f"run {run_id!r} already {run.state.status}; nothing to resume",
+                    run_id=run_id,
+                )
+            async for _ in run:
+                pass
+            return run.state
+
+    async def get(self, run_id: str, seq: int | None = None) -> RunState:
+        """The run state at ``seq`` (default: the head)."""
+        return _rebuild(await self.store.read(run_id, seq))
+
+    async def history(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> list[StepRecord]:
+        """The step records ``start <= seq < stop``, oldest first."""
+        return [
+            codec.decode_record(blob)
+            async for _, blob in self.store.history(run_id, start=start, stop=stop)
+        ]
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunMeta]:
+        """Runs, most recently updated first."""
+        return await self.store.list_runs(
+            status=str(status) if status else None, limit=limit, offset=offset
+        )
+
+
+def _is_path(source: str | Path) -> bool:
+    text = str(source)
+    return isinstance(source, Path) or "/" in text or text.endswith((".yaml", ".yml"))
+
+
+def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
+    if definition.input_schema is None:
+        return
+    validator = jsonschema.Draft202012Validator(dict(definition.input_schema))
+    problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))
+    if problems:
+        lines = [
+            f"input{''.join(f'.{p}' for p in error.path) or ''}: {error.message}"
+            for error in problems
+        ]
+        raise InputError(f"graph {definition.name!r} rejects the run input:\n" + "\n".join(lines))

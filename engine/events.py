@@ -1,0 +1,115 @@
+"""Typed events and an in-process fan-out (CLI progress now, server streams later).
+
+Events are derived from committed step records, never raised before the commit, so a
+crash can never show an event for a step that did not happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from phasegraph.model import EMPTY, NodeStatus, RunStatus, StepRecord, empty_field
+
+__all__ = ["Event", "EventBus", "Listener", "events_for"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Something that happened in a run.
+
+    Attributes:
+        id: ``"{seq}-{n}"``: unique and ordered within the run.
+        kind: ``node_started``, ``transition``, ``node_completed``, ``node_failed``,
+            ``node_skipped``, ``run_completed``, ``run_failed``, ``run_waiting``, or a kind an
+            action or middleware raised (``loop_detected``, ``phase_violation``, ...).
+        run_id: The run.
+        seq: The step that carried it.
+        time: When that step was committed.
+        node: The node concerned, if any.
+        fields: Kind-specific details.
+    """
+
+    id: str
+    kind: str
+    run_id: str
+    seq: int
+    time: datetime
+    node: str | None = None
+    fields: Mapping[str, Any] = empty_field()
+
+
+_NODE_EVENT = {
+    NodeStatus.COMPLETED: "node_completed",
+    NodeStatus.FAILED: "node_failed",
+    NodeStatus.SKIPPED: "node_skipped",
+    NodeStatus.CANCELLED: "node_cancelled",
+}
+_RUN_EVENT = {
+    RunStatus.COMPLETED: "run_completed",
+    RunStatus.FAILED: "run_failed",
+    RunStatus.WAITING: "run_waiting",
+    RunStatus.PARKED: "run_parked",
+    RunStatus.CANCELLED: "run_cancelled",
+}
+
+
+def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Event]:
+    """The events a committed record stands for, in order."""
+    raw: list[tuple[str, str | None, Mapping[str, Any]]] = []
+    if record.kind == "start":
+        raw.append(("node_started", record.node, {"state": "/".join(record.dest)}))
+    elif record.kind == "transition":
+        raw.append(
+            (
+                "transition",
+                record.node,
+                {
+                    "source": "/".join(record.source),
+                    "trigger": record.trigger,
+                    "dest": "/".join(record.dest),
+                },
+            )
+        )
+    raw.extend((str(e.get("kind", "event")), record.node, e) for e in record.events)
+    for node_id, node in record.nodes.items():
+        kind = _NODE_EVENT.get(node.status)
+        if kind is not None:
+            fields = {"outcome": node.outcome, "error": node.error}
+            raw.append((kind, node_id, {k: v for k, v in fields.items() if v is not None}))
+    if record.status is not previous and record.status in _RUN_EVENT:
+        raw.append((_RUN_EVENT[record.status], None, EMPTY))
+    return [
+        Event(
+            id=f"{record.seq}-{n}",
+            kind=kind,
+            run_id=run_id,
+            seq=record.seq,
+            time=record.time,
+            node=node,
+            fields=fields,
+        )
+        for n, (kind, node, fields) in enumerate(raw)
+    ]
+
+
+Listener = Callable[[Event], None]
+
+
+class EventBus:
+    """Synchronous fan-out to listeners; a listener must not block."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Add ``listener``; returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def publish(self, event: Event) -> None:
+        """Deliver ``event`` to every listener, in subscription order."""
+        for listener in tuple(self._listeners):
+            listener(event)

@@ -1,0 +1,264 @@
+"""The step loop: readiness, concurrency, run action → fire trigger → commit → emit.
+
+A :class:`Run` owns one run while it holds the run's lease. Each :meth:`Run.next` commits
+exactly one step — a node starting, or a node's action result firing a trigger — and
+returns its :class:`~phasegraph.model.StepRecord`; it returns ``None`` once the run is
+finished or waiting on a human. Actions run as tasks the run owns (up to ``concurrency``
+nodes at once); their results are applied one at a time, in a deterministic order when
+several finish together, so every transition is committed before the next is computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from phasegraph import codec
+from phasegraph.actions import Action, ActionContext, ActionResult
+from phasegraph.errors import CodecError, PhasegraphError, RunError
+from phasegraph.events import EventBus, events_for
+from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord, apply_record
+from phasegraph.runtime import Clock, PreparedGraph, RunOptions
+from phasegraph.steps import StepBuilder
+from phasegraph.store.base import Commit, Lease, RunMeta, Store
+
+__all__ = ["Run"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """What a finished action task hands back: a result or the error it raised."""
+
+    result: ActionResult | None
+    error: BaseException | None
+    events: tuple[Mapping[str, Any], ...]
+
+
+def _encode(record: StepRecord) -> tuple[StepRecord, bytes]:
+    return record, codec.encode_record(record)
+
+
+class Run:
+    """One run, driven step by step while this process holds its lease.
+
+    Use as ``async with Run(...) as run: async for step in run: ...``. Leaving the block
+    cancels in-flight actions (their steps were never committed, so a resume runs them
+    again) and releases the lease.
+    """
+
+    def __init__(
+        self,
+        *,
+        prepared: PreparedGraph,
+        store: Store,
+        lease: Lease,
+        state: RunState,
+        snapshot_seq: int,
+        options: RunOptions,
+        clock: Clock,
+        bus: EventBus,
+    ) -> None:
+        self._prepared = prepared
+        self._store = store
+        self._lease = lease
+        self._state = state
+        self._snapshot_seq = snapshot_seq
+        self._options = options
+        self._clock = clock
+        self._bus = bus
+        self._steps = StepBuilder(prepared, clock)
+        self._tasks: dict[str, asyncio.Task[_Done]] = {}
+        # Nodes in a non-final state whose action is not running yet (all of them on resume).
+        self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
+        self._renewer: asyncio.Task[None] | None = None
+
+    @property
+    def state(self) -> RunState:
+        """The run state as of the last committed step."""
+        return self._state
+
+    @property
+    def run_id(self) -> str:
+        """The run id."""
+        return self._state.run_id
+
+    async def __aenter__(self) -> Self:
+        self._renewer = asyncio.create_task(self._renew_lease())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel in-flight actions, stop renewing and release the lease (idempotent)."""
+        tasks = [*self._tasks.values(), *([self._renewer] if self._renewer else [])]
+        self._tasks.clear()
+        self._renewer = None
+        for task in tasks:
+            task.cancel()
+        # Shielded so that a cancelled caller still leaves nothing running behind it.
+        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        with contextlib.suppress(PhasegraphError):
+            await asyncio.shield(self._store.release(self._lease))
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StepRecord:
+        record = await self.next()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    async def next(self) -> StepRecord | None:
+        """Commit exactly one step and return it, or ``None`` if nothing more can happen.
+
+        Raises:
+            StoreError: The commit failed; nothing of this step was written.
+        """
+        if self._state.status is not RunStatus.RUNNING:
+            return None
+        # Starting a node needs no action result, so it goes first (and fills free slots).
+        step = self._encoded(self._steps.start_next(self._state))
+        if step is None and len(self._to_launch) == 1 and not self._tasks:
+            # The only thing that can happen next is this action: await it inline.
+            node_id = self._to_launch.pop()
+            step = self._apply(node_id, await self._invoke(*self._call(node_id)))
+        elif step is None:
+            self._launch_actions()
+            if self._tasks:
+                step = self._apply(*await self._wait_one())
+        if step is None:
+            step = self._encoded(self._steps.settle(self._state))
+        if step is None:
+            return None
+        record, blob = step
+        await self._commit(record, blob)
+        if record.node is not None and self._state.nodes[record.node].status is NodeStatus.RUNNING:
+            self._to_launch.append(record.node)
+        return record
+
+    # -- actions -----------------------------------------------------------------------
+
+    def _call(self, node_id: str) -> tuple[Action, ActionContext, list[Mapping[str, Any]]]:
+        node = self._state.nodes[node_id]
+        hook = self._prepared.machines.hook(self._node_machine(node_id), node.path) or ""
+        events: list[Mapping[str, Any]] = []
+        return self._prepared.actions[(node_id, hook)], self._context(node_id, hook, events), events
+
+    def _launch_actions(self) -> None:
+        while self._to_launch:
+            node_id = self._to_launch.pop(0)
+            self._tasks[node_id] = asyncio.create_task(
+                self._invoke(*self._call(node_id)), name=f"phasegraph:{self.run_id}:{node_id}"
+            )
+
+    def _node_machine(self, node_id: str) -> str:
+        return self._prepared.workflow.nodes[node_id].machine
+
+    def _context(self, node_id: str, hook: str, events: list[Mapping[str, Any]]) -> ActionContext:
+        node = self._state.nodes[node_id]
+        definition = self._prepared.workflow.nodes[node_id]
+        machine = self._prepared.machines[definition.machine]
+
+        def emit(kind: str, fields: Mapping[str, Any]) -> None:
+            events.append({**fields, "kind": kind})
+
+        return ActionContext(
+            run_id=self.run_id,
+            node_id=node_id,
+            state=node.state,
+            hook=hook,
+            input=self._state.input,
+            data=self._state.data,
+            settings=definition.settings,
+            counters=node.counters,
+            limits=machine.limits(definition.settings),
+            steps=node.steps,
+            emit=emit,
+        )
+
+    @staticmethod
+    async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Done:
+        try:
+            result = await action(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every action failure is data for the step, not a crash
+            return _Done(result=None, error=exc, events=tuple(events))
+        return _Done(result=result, error=None, events=tuple(events))
+
+    async def _wait_one(self) -> tuple[str, _Done]:
+        done, _ = await asyncio.wait(self._tasks.values(), return_when=asyncio.FIRST_COMPLETED)
+        finished = {task.get_name().rpartition(":")[2] for task in done}
+        # Several may finish together: take them in graph order so replays agree.
+        node_id = next(n for n in self._prepared.workflow.order if n in finished)
+        return node_id, self._tasks.pop(node_id).result()
+
+    def _apply(self, node_id: str, done: _Done) -> tuple[StepRecord, bytes]:
+        """Turn an action's outcome into an encoded record; any refusal fails the node."""
+        steps, state = self._steps, self._state
+        result = done.result
+        if done.error is not None or not isinstance(result, ActionResult):
+            error = done.error or RunError(
+                f"action returned {type(result).__name__}, not an ActionResult"
+            )
+            return _encode(steps.action_failed(state, node_id, error, done.events))
+        try:
+            record = steps.transition(state, node_id, result, done.events)
+            return record, codec.encode_record(record)
+        except CodecError:
+            # Name the offending key: nothing of this result is committed.
+            try:
+                for part in (result.data, result.payload, result.output):
+                    codec.check_encodable(part, node_id=node_id)
+                raise
+            except CodecError as exc:
+                failure = exc
+        except RunError as exc:
+            failure = exc
+        return _encode(steps.node_failed(state, node_id, failure, (), result))
+
+    @staticmethod
+    def _encoded(record: StepRecord | None) -> tuple[StepRecord, bytes] | None:
+        return None if record is None else _encode(record)
+
+    # -- persistence -------------------------------------------------------------------
+
+    async def _commit(self, record: StepRecord, blob: bytes) -> None:
+        state = apply_record(self._state, record)
+        snapshot = None
+        if record.seq - self._snapshot_seq >= self._options.checkpoint_every:
+            snapshot = codec.encode_snapshot(state)
+        meta = RunMeta(
+            run_id=state.run_id,
+            graph=state.graph,
+            status=str(state.status),
+            seq=state.seq,
+            created_at=state.created_at.timestamp(),
+            updated_at=state.updated_at.timestamp(),
+        )
+        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=meta)
+        await self._store.commit(self._lease, commit)
+        previous = self._state.status
+        self._state = state
+        if snapshot is not None:
+            self._snapshot_seq = record.seq
+        # Emitted only after the commit: an event never describes an uncommitted step.
+        for event in events_for(state.run_id, record, previous):
+            self._bus.publish(event)
+
+    async def _renew_lease(self) -> None:
+        interval = self._options.lease_ttl / 3
+        while True:
+            await asyncio.sleep(interval)
+            self._lease = await self._store.renew(self._lease, self._options.lease_ttl)

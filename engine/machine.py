@@ -1,0 +1,352 @@
+"""Compile machine definitions into shared ``transitions`` machines and step nodes on them.
+
+Only this module imports ``transitions``. Each :class:`MachineDef` is compiled once into
+a synchronous ``transitions.Machine`` with one private cursor model. Firing a trigger
+rehydrates the cursor from the node's state (``set_state``), points the guards at the
+node's counters, settings and payload, and asks the library which transition wins. State
+truth lives in :class:`~phasegraph.model.NodeState`, never in the cursor, so one compiled
+machine serves every node of a run. A compiled machine is not thread-safe: compile per
+event loop (the engine does).
+
+Nested machines are run as a small stack of flat machines (a node's ``path``), so the
+library's global nested-state separator is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from transitions import Machine, MachineError
+
+from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError, Problem, SpecError
+from phasegraph.model import (
+    EMPTY,
+    PATH_SEPARATOR,
+    MachineDef,
+    NodeOutcome,
+    StateDef,
+)
+
+__all__ = [
+    "CompiledMachine",
+    "MachineSet",
+    "Position",
+    "StepResult",
+    "compile_machine",
+    "compile_machines",
+]
+
+Predicate = Callable[[], bool]
+
+
+class _Cursor:
+    """The one model object the compiled machine moves; refilled before every fire.
+
+    No ``__slots__``: ``transitions`` binds convenience methods onto its models.
+    """
+
+    def __init__(self) -> None:
+        self.state = ""
+        self.counters: Mapping[str, int] = EMPTY
+        self.limits: Mapping[str, int] = EMPTY
+        self.payload: Mapping[str, Any] = EMPTY
+        self.settings: Mapping[str, Any] = EMPTY
+        self.prefix = ""
+
+
+def _setting(settings: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = settings
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+class CompiledMachine:
+    """A machine definition compiled once into a ``transitions.Machine``.
+
+    Attributes:
+        definition: The definition it was compiled from.
+    """
+
+    def __init__(self, definition: MachineDef) -> None:
+        self.definition = definition
+        self._cursor = _Cursor()
+        self._spent_on: dict[str, tuple[str, ...]] = {s: () for s in definition.states}
+        for budget in definition.budgets.values():
+            for state in budget.spend_on:
+                self._spent_on[state] = (*self._spent_on[state], budget.name)
+        self._machine = Machine(
+            model=None,
+            states=list(definition.states),
+            initial=definition.initial,
+            transitions=[self._transition_config(t) for t in definition.transitions],
+            auto_transitions=False,
+            ignore_invalid_triggers=False,
+            send_event=False,
+            queued=False,
+        )
+        self._machine.add_model(self._cursor, initial=definition.initial)
+        self._legal = {
+            state: tuple(sorted(self._machine.get_triggers(state))) for state in definition.states
+        }
+
+    # -- compilation -------------------------------------------------------------------
+
+    def _transition_config(self, transition: Any) -> dict[str, Any]:
+        conditions = [self._predicate(name) for name in transition.conditions]
+        # The engine's own guard: never enter a state whose budget is spent.
+        conditions += [self._budget_left(b) for b in self._spent_on.get(transition.dest, ())]
+        return {
+            "trigger": transition.trigger,
+            "source": list(transition.source),
+            "dest": transition.dest,
+            "conditions": conditions,
+            "unless": [self._predicate(name) for name in transition.unless],
+        }
+
+    def _predicate(self, name: str) -> Predicate:
+        family, _, argument = name.partition(":")
+        cursor = self._cursor
+        if family == "budget":
+            return self._budget_left(argument)
+        if family == "payload":
+            return lambda: bool(cursor.payload.get(argument))
+        if family == "setting":
+            return lambda: bool(_setting(cursor.settings, argument))
+        # The loader validates predicate names; reaching this means a hand-built definition.
+        raise SpecError([Problem(f"machine {self.definition.name!r}: unknown predicate {name!r}")])
+
+    def _budget_left(self, budget: str) -> Predicate:
+        cursor = self._cursor
+        return lambda: cursor.counters.get(cursor.prefix + budget, 0) < cursor.limits[budget]
+
+    # -- queries -----------------------------------------------------------------------
+
+    def state(self, name: str) -> StateDef:
+        """Return the definition of state ``name``."""
+        return self.definition.states[name]
+
+    def legal_triggers(self, state: str) -> tuple[str, ...]:
+        """Triggers declared from ``state`` (before guards are evaluated)."""
+        return self._legal[state]
+
+    def spends(self, state: str) -> tuple[str, ...]:
+        """Budgets spent by entering ``state``."""
+        return self._spent_on[state]
+
+    def limits(self, settings: Mapping[str, Any]) -> Mapping[str, int]:
+        """Budget limits for a node: the machine's, overridden by ``with.budgets``."""
+        overrides = settings.get("budgets", EMPTY)
+        return {
+            name: int(overrides.get(name, budget.limit))
+            for name, budget in self.definition.budgets.items()
+        }
+
+    # -- firing ------------------------------------------------------------------------
+
+    def fire(self, state: str, trigger: str, guard: _Guard) -> str:
+        """Fire ``trigger`` in ``state`` and return the destination state.
+
+        Raises:
+            IllegalTriggerError: The trigger is unknown, not declared from ``state``, or
+                every transition it has from ``state`` was refused by its guards.
+        """
+        cursor = self._cursor
+        cursor.counters = guard.counters
+        cursor.limits = guard.limits
+        cursor.payload = guard.payload
+        cursor.settings = guard.settings
+        cursor.prefix = guard.prefix
+        event = self._machine.events.get(trigger)
+        if event is None:
+            raise IllegalTriggerError(trigger, state, self._legal[state], node_id=guard.node_id)
+        self._machine.set_state(state, model=cursor)
+        try:
+            moved = event.trigger(cursor)
+        except MachineError:
+            raise IllegalTriggerError(
+                trigger, state, self._legal[state], node_id=guard.node_id
+            ) from None
+        if not moved:
+            raise IllegalTriggerError(
+                trigger,
+                state,
+                self._legal[state],
+                reason="was refused by every guard (a condition failed or a budget is spent)",
+                node_id=guard.node_id,
+            )
+        return str(cursor.state)
+
+
+@dataclass(frozen=True, slots=True)
+class _Guard:
+    """What guards may look at while one trigger fires."""
+
+    node_id: str
+    counters: Mapping[str, int]
+    limits: Mapping[str, int]
+    payload: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Position:
+    """Where a node stands: its state path and spent budgets.
+
+    Attributes:
+        path: State names, outermost machine first.
+        counters: Spent units per budget; nested levels are prefixed ``parent/``.
+    """
+
+    path: tuple[str, ...]
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepResult:
+    """The position after a step, and the outcome if the node finished."""
+
+    position: Position
+    outcome: NodeOutcome | None
+
+
+class MachineSet:
+    """Every compiled machine a graph uses, and the hierarchical stepping over them."""
+
+    def __init__(self, machines: Mapping[str, CompiledMachine]) -> None:
+        self._machines = MappingProxyType(dict(machines))
+
+    def __getitem__(self, name: str) -> CompiledMachine:
+        return self._machines[name]
+
+    def levels(self, root: str, path: tuple[str, ...]) -> list[CompiledMachine]:
+        """The compiled machine at each level of ``path``."""
+        machines = [self._machines[root]]
+        for state in path[:-1]:
+            nested = machines[-1].state(state).machine
+            if nested is None:
+                break
+            machines.append(self._machines[nested])
+        return machines
+
+    def hook(self, root: str, path: tuple[str, ...]) -> str | None:
+        """The hook of the innermost state of ``path``."""
+        return self.levels(root, path)[-1].state(path[-1]).hook
+
+    def legal_triggers(self, root: str, path: tuple[str, ...]) -> tuple[str, ...]:
+        """Triggers declared from the innermost state of ``path``."""
+        return self.levels(root, path)[-1].legal_triggers(path[-1])
+
+    def start(self, root: str, node_id: str, settings: Mapping[str, Any]) -> StepResult:
+        """Enter the root machine's initial state (descending into nested machines).
+
+        Raises:
+            BudgetExhaustedError: Entering the initial state would exceed a budget.
+        """
+        machine = self._machines[root]
+        ctx = _StepContext(node_id=node_id, settings=settings, counters={})
+        return self._enter([machine], (), machine.definition.initial, ctx)
+
+    def step(
+        self,
+        root: str,
+        position: Position,
+        trigger: str,
+        *,
+        node_id: str,
+        settings: Mapping[str, Any],
+        payload: Mapping[str, Any] = EMPTY,
+    ) -> StepResult:
+        """Fire ``trigger`` at the innermost level; unwind nested machines that finish.
+
+        Raises:
+            IllegalTriggerError: The trigger is not legal in the innermost state.
+            BudgetExhaustedError: The destination would exceed a budget.
+        """
+        machines = self.levels(root, position.path)
+        ctx = _StepContext(node_id=node_id, settings=settings, counters=dict(position.counters))
+        return self._fire_at(machines, position.path, trigger, payload, ctx)
+
+    def _fire_at(
+        self,
+        machines: list[CompiledMachine],
+        path: tuple[str, ...],
+        trigger: str,
+        payload: Mapping[str, Any],
+        ctx: _StepContext,
+    ) -> StepResult:
+        machine = machines[-1]
+        guard = _Guard(
+            node_id=ctx.node_id,
+            counters=ctx.counters,
+            limits=machine.limits(ctx.settings),
+            payload=payload,
+            settings=ctx.settings,
+            prefix=_prefix(path[:-1]),
+        )
+        dest = machine.fire(path[-1], trigger, guard)
+        return self._enter(machines, path[:-1], dest, ctx)
+
+    def _enter(
+        self,
+        machines: list[CompiledMachine],
+        parents: tuple[str, ...],
+        state: str,
+        ctx: _StepContext,
+    ) -> StepResult:
+        machine = machines[-1]
+        _spend(machine, _prefix(parents), state, ctx)
+        path = (*parents, state)
+        definition = machine.state(state)
+        if definition.machine is not None:
+            child = self._machines[definition.machine]
+            # A nested machine starts afresh (with fresh budgets) each time it is entered.
+            child_prefix = _prefix(path)
+            for key in [k for k in ctx.counters if k.startswith(child_prefix)]:
+                del ctx.counters[key]
+            return self._enter([*machines, child], path, child.definition.initial, ctx)
+        if definition.final is not None and parents:
+            # The child finished: its outcome is the trigger its parent state receives.
+            return self._fire_at(machines[:-1], parents, str(definition.final), EMPTY, ctx)
+        position = Position(path=path, counters=MappingProxyType(ctx.counters))
+        return StepResult(position=position, outcome=definition.final)
+
+
+@dataclass(slots=True, kw_only=True)
+class _StepContext:
+    node_id: str
+    settings: Mapping[str, Any]
+    counters: dict[str, int]
+
+
+def _spend(machine: CompiledMachine, prefix: str, state: str, ctx: _StepContext) -> None:
+    limits = machine.limits(ctx.settings)
+    for budget in machine.spends(state):
+        key = prefix + budget
+        if ctx.counters.get(key, 0) >= limits[budget]:
+            raise BudgetExhaustedError(
+                f"node {ctx.node_id!r}: entering {state!r} would exceed budget {budget!r} "
+                f"(limit {limits[budget]})",
+                node_id=ctx.node_id,
+            )
+        ctx.counters[key] = ctx.counters.get(key, 0) + 1
+
+
+def _prefix(parents: tuple[str, ...]) -> str:
+    return "".join(p + PATH_SEPARATOR for p in parents)
+
+
+def compile_machine(definition: MachineDef) -> CompiledMachine:
+    """Compile one machine definition."""
+    return CompiledMachine(definition)
+
+
+def compile_machines(definitions: Mapping[str, MachineDef]) -> MachineSet:
+    """Compile every machine of a graph once."""
+    return MachineSet({name: CompiledMachine(d) for name, d in definitions.items()})

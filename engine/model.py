@@ -1,0 +1,500 @@
+"""Frozen value types: definitions, run state, snapshots and step records.
+
+Everything here is plain data (stdlib only). Values that cross a step are frozen;
+changes are returned as new values, never applied in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from phasegraph.errors import RunStateError, SourceLocation
+
+__all__ = [
+    "EMPTY",
+    "ActionDef",
+    "BudgetDef",
+    "ErrorRecord",
+    "GraphDef",
+    "Interrupt",
+    "MachineDef",
+    "MiddlewareDef",
+    "NodeDef",
+    "NodeOutcome",
+    "NodeState",
+    "NodeStatus",
+    "RunState",
+    "RunStatus",
+    "StateDef",
+    "StepRecord",
+    "TransitionDef",
+    "apply_record",
+    "empty_field",
+    "frozen_map",
+]
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+"""A shared read-only empty mapping."""
+
+PATH_SEPARATOR = "/"
+"""Joins nested state names into one path string; state names may not contain it."""
+
+
+def _no_entries() -> Mapping[str, Any]:
+    return EMPTY
+
+
+def empty_field() -> Any:
+    """A dataclass default of the shared empty mapping (mappingproxy is not hashable)."""
+    return field(default_factory=_no_entries)
+
+
+def frozen_map(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """Return a read-only copy of ``values`` (the shared empty map when empty)."""
+    if not values:
+        return EMPTY
+    return MappingProxyType(dict(values))
+
+
+class RunStatus(StrEnum):
+    """A run's lifecycle.
+
+    running → waiting | parked | completed | failed | cancelled;
+    waiting | parked → running | cancelled. completed, failed and cancelled are terminal.
+    """
+
+    RUNNING = "running"
+    WAITING = "waiting"
+    PARKED = "parked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run can never change again."""
+        return self in _TERMINAL_RUN
+
+    def ensure_can_become(self, new: RunStatus, *, run_id: str | None = None) -> None:
+        """Raise :class:`RunStateError` unless ``self → new`` is a legal change."""
+        if new is not self and new not in _RUN_MOVES[self]:
+            raise RunStateError(f"run cannot go from {self} to {new}", run_id=run_id)
+
+
+_TERMINAL_RUN = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+_RUN_MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.RUNNING: frozenset(RunStatus) - {RunStatus.RUNNING},
+    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.PARKED, RunStatus.CANCELLED}),
+    RunStatus.PARKED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+
+class NodeStatus(StrEnum):
+    """A node's lifecycle.
+
+    pending → running → waiting → running; running → completed | failed | cancelled;
+    pending → skipped | cancelled; waiting → cancelled.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the node has finished for good."""
+        return self in _TERMINAL_NODE
+
+    def ensure_can_become(self, new: NodeStatus, *, node_id: str | None = None) -> None:
+        """Raise :class:`RunStateError` unless ``self → new`` is a legal change."""
+        if new is not self and new not in _NODE_MOVES[self]:
+            raise RunStateError(f"node cannot go from {self} to {new}", node_id=node_id)
+
+
+_TERMINAL_NODE = frozenset(
+    {NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.SKIPPED, NodeStatus.CANCELLED}
+)
+_NODE_MOVES: Mapping[NodeStatus, frozenset[NodeStatus]] = {
+    NodeStatus.PENDING: frozenset(
+        {NodeStatus.RUNNING, NodeStatus.SKIPPED, NodeStatus.CANCELLED, NodeStatus.FAILED}
+    ),
+    NodeStatus.RUNNING: frozenset(
+        {NodeStatus.WAITING, NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.CANCELLED}
+    ),
+    NodeStatus.WAITING: frozenset(
+        {NodeStatus.RUNNING, NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.CANCELLED}
+    ),
+    NodeStatus.COMPLETED: frozenset(),
+    NodeStatus.FAILED: frozenset(),
+    NodeStatus.SKIPPED: frozenset(),
+    NodeStatus.CANCELLED: frozenset(),
+}
+
+
+class NodeOutcome(StrEnum):
+    """What a node's final state means to the rest of the graph.
+
+    Only ``success`` lets dependents run; every other outcome counts as a failure.
+    """
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    PARKED = "parked"
+    GAVE_UP = "gave_up"
+    CANCELLED = "cancelled"
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateDef:
+    """One state of a machine.
+
+    Attributes:
+        name: The state name (unique within its machine).
+        final: The node outcome this state stands for, when it is final.
+        hook: The slot a graph binds to an action that runs in this state.
+        machine: Name of a machine nested in this state; its outcome is the trigger
+            this state then receives.
+        description: Free text for diagrams and docs.
+        location: Where the state is declared.
+    """
+
+    name: str
+    final: NodeOutcome | None = None
+    hook: str | None = None
+    machine: str | None = None
+    description: str = ""
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransitionDef:
+    """One declared transition.
+
+    Attributes:
+        trigger: The trigger name.
+        source: The states it leaves from.
+        dest: The state it enters.
+        conditions: Predicate names that must all hold.
+        unless: Predicate names that must all fail.
+        location: Where the transition is declared.
+    """
+
+    trigger: str
+    source: tuple[str, ...]
+    dest: str
+    conditions: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetDef:
+    """A named counter with a limit, spent by entering certain states.
+
+    Attributes:
+        name: The budget name.
+        limit: Default limit (a node's ``with.budgets`` may override it).
+        spend_on: States whose every entry spends one unit.
+    """
+
+    name: str
+    limit: int
+    spend_on: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineDef:
+    """A declared state machine, validated but not yet compiled.
+
+    Attributes:
+        name: The machine name graphs refer to.
+        initial: The initial state.
+        states: States by name, in declaration order.
+        transitions: Declared transitions, in declaration order.
+        budgets: Budgets by name.
+        description: Free text.
+        location: The file the machine came from.
+    """
+
+    name: str
+    initial: str
+    states: Mapping[str, StateDef]
+    transitions: tuple[TransitionDef, ...]
+    budgets: Mapping[str, BudgetDef] = empty_field()
+    description: str = ""
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionDef:
+    """What a bound hook runs, as declared (turned into a callable by ``actions``).
+
+    Attributes:
+        kind: ``python``, ``shell``, ``http`` or ``human``.
+        config: Kind-specific settings, already validated by the schema.
+        triggers: Triggers the action declares it may return.
+        location: Where the binding is declared.
+    """
+
+    kind: str
+    config: Mapping[str, Any]
+    triggers: tuple[str, ...] = ()
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MiddlewareDef:
+    """A middleware the graph enables, with its settings."""
+
+    name: str
+    config: Mapping[str, Any] = empty_field()
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDef:
+    """One node of a workflow graph.
+
+    Attributes:
+        id: The node id (unique in the graph).
+        machine: Name of the machine the node runs.
+        needs: Ids of nodes that must succeed first.
+        bind: Hook name → the action it runs.
+        settings: The node's ``with`` block (budgets, whitelists, timeouts, ...).
+        writes: Top-level data keys the node declares it writes, if declared.
+        location: Where the node is declared.
+    """
+
+    id: str
+    machine: str
+    needs: tuple[str, ...] = ()
+    bind: Mapping[str, ActionDef] = empty_field()
+    settings: Mapping[str, Any] = empty_field()
+    writes: tuple[str, ...] | None = None
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphDef:
+    """A workflow graph with every machine it uses resolved.
+
+    Attributes:
+        name: The graph name.
+        nodes: Nodes in declaration order.
+        machines: Every machine the graph uses (nested ones included), by name.
+        concurrency: How many nodes may run at once.
+        input_schema: JSON Schema the run input must satisfy, if any.
+        reducers: Data key → how concurrent writes combine (``append``, ``merge``).
+        middleware: Middleware to wrap every action call, outermost first.
+        description: Free text.
+        location: The file the graph came from.
+        digest: Content hash of the definition, recorded in every run.
+    """
+
+    name: str
+    nodes: tuple[NodeDef, ...]
+    machines: Mapping[str, MachineDef]
+    concurrency: int = 3
+    input_schema: Mapping[str, Any] | None = None
+    reducers: Mapping[str, str] = empty_field()
+    middleware: tuple[MiddlewareDef, ...] = ()
+    description: str = ""
+    location: SourceLocation | None = None
+    digest: str = ""
+
+
+# --------------------------------------------------------------------------- run state
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeState:
+    """Where one node is.
+
+    Attributes:
+        status: Lifecycle status.
+        path: Current state, outermost machine first (empty before the node starts).
+        outcome: Set once the node reached a final state.
+        counters: Budget name → units spent (nested levels prefixed ``state/``).
+        steps: Transitions taken so far.
+        error: Why the node failed, when it did.
+    """
+
+    status: NodeStatus = NodeStatus.PENDING
+    path: tuple[str, ...] = ()
+    outcome: NodeOutcome | None = None
+    counters: Mapping[str, int] = empty_field()
+    steps: int = 0
+    error: str | None = None
+
+    @property
+    def state(self) -> str:
+        """The current state path as one string (``parent/child``)."""
+        return PATH_SEPARATOR.join(self.path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interrupt:
+    """A question the run is waiting on (a human gate).
+
+    Attributes:
+        id: Stable id replies must quote.
+        node: The node that asked.
+        kind: What is asked (``review``, ``approval``, ...).
+        payload: What the answerer needs to see.
+        deadline: When the timeout trigger fires, if ever.
+        created_at: When it was asked.
+    """
+
+    id: str
+    node: str
+    kind: str
+    payload: Mapping[str, Any] = empty_field()
+    deadline: datetime | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorRecord:
+    """One failure, recovery or emergency, kept in the run's error log."""
+
+    time: datetime
+    node: str
+    state: str
+    message: str
+    severity: str = "error"
+    recovered: bool = False
+    details: Mapping[str, Any] = empty_field()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState:
+    """The whole state of a run after step ``seq``: what a snapshot holds.
+
+    Attributes:
+        run_id: The run id.
+        graph: The graph name.
+        graph_source: Where the graph came from: a built-in name or a file path.
+        graph_digest: Digest of the graph definition the run started with.
+        seq: The last committed step (0 is the run's creation).
+        status: Run lifecycle status.
+        input: The run's input (never changes).
+        data: Shared data, merged per top-level key.
+        nodes: Node id → node state.
+        interrupts: Pending interrupts by id.
+        errors: The error log, oldest first.
+        writers: Data key → the nodes that have written it (for conflict detection).
+        created_at: When the run was created.
+        updated_at: When ``seq`` was committed.
+    """
+
+    run_id: str
+    graph: str
+    graph_source: str
+    graph_digest: str
+    seq: int
+    status: RunStatus
+    input: Mapping[str, Any]
+    data: Mapping[str, Any]
+    nodes: Mapping[str, NodeState]
+    interrupts: Mapping[str, Interrupt] = empty_field()
+    errors: tuple[ErrorRecord, ...] = ()
+    writers: Mapping[str, tuple[str, ...]] = empty_field()
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """What one step changed: the journal entry kept beside each snapshot.
+
+    Applying a record to the run state at ``seq - 1`` gives the state at ``seq``
+    (see :func:`apply_record`), so a store can keep full snapshots only now and then.
+
+    Attributes:
+        seq: The step number.
+        time: When the step was committed.
+        kind: ``transition``, ``start`` (node entered its initial state), ``skip``,
+            ``fail``, ``status`` (run-level change) or ``created``.
+        node: The node that moved, if any.
+        source: State path before the step.
+        trigger: The trigger fired, if any.
+        dest: State path after the step.
+        result: The action result that chose the trigger (trigger, payload, output).
+        data: Top-level data keys set by this step (values after any reducer).
+        nodes: Full new state of every node this step changed.
+        status: Run status after the step.
+        errors: Error records appended by this step.
+        interrupts: The complete pending-interrupt map after the step, when it changed.
+        events: Events raised while the step ran (loop detected, phase violation, ...),
+            kept with the step so the history doubles as the run's event log.
+    """
+
+    seq: int
+    time: datetime
+    kind: str
+    node: str | None = None
+    source: tuple[str, ...] = ()
+    trigger: str | None = None
+    dest: tuple[str, ...] = ()
+    result: Mapping[str, Any] = empty_field()
+    data: Mapping[str, Any] = empty_field()
+    nodes: Mapping[str, NodeState] = empty_field()
+    status: RunStatus = RunStatus.RUNNING
+    errors: tuple[ErrorRecord, ...] = ()
+    interrupts: Mapping[str, Interrupt] | None = None
+    events: tuple[Mapping[str, Any], ...] = ()
+
+
+def apply_record(state: RunState, record: StepRecord) -> RunState:
+    """Return the run state after ``record``, given the state just before it.
+
+    Raises:
+        RunStateError: If ``record.seq`` does not follow ``state.seq``.
+    """
+    if record.seq != state.seq + 1:
+        raise RunStateError(
+            f"step {record.seq} cannot follow step {state.seq}", run_id=state.run_id
+        )
+    changes: dict[str, Any] = {
+        "seq": record.seq,
+        "status": record.status,
+        "updated_at": record.time,
+    }
+    if record.data:
+        changes["data"] = MappingProxyType({**state.data, **record.data})
+        if record.node is not None:
+            changes["writers"] = _add_writer(state.writers, record.node, record.data)
+    if record.nodes:
+        changes["nodes"] = MappingProxyType({**state.nodes, **record.nodes})
+    if record.errors:
+        changes["errors"] = state.errors + record.errors
+    if record.interrupts is not None:
+        changes["interrupts"] = record.interrupts
+    return dataclasses.replace(state, **changes)
+
+
+def _add_writer(
+    writers: Mapping[str, tuple[str, ...]], node: str, keys: Mapping[str, Any]
+) -> Mapping[str, tuple[str, ...]]:
+    updated = dict(writers)
+    for key in keys:
+        known = updated.get(key, ())
+        if node not in known:
+            updated[key] = (*known, node)
+    return MappingProxyType(updated)

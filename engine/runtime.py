@@ -1,0 +1,203 @@
+"""Prepare a graph for running: compile, resolve every name once, and build the first state.
+
+Everything a step needs that does not change during a run (the DAG, the compiled
+machines, each bound action wrapped in the middleware chain) is built here, before the
+first step, so bad names fail fast and the per-step path does no lookups by string.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from phasegraph.actions import Action, build_action
+from phasegraph.errors import Problem, SpecError
+from phasegraph.graph import WorkflowGraph, compile_graph
+from phasegraph.machine import MachineSet, compile_machines
+from phasegraph.middleware import build_middleware, chain
+from phasegraph.model import GraphDef, NodeState, RunState, RunStatus, frozen_map
+
+__all__ = [
+    "REDUCERS",
+    "Clock",
+    "IdFactory",
+    "PreparedGraph",
+    "RunOptions",
+    "SystemClock",
+    "TimeOrderedIds",
+    "initial_state",
+    "prepare",
+]
+
+REDUCERS = frozenset({"append", "merge"})
+"""How writes to a key from unordered nodes may be combined."""
+
+
+class Clock(Protocol):
+    """Where the engine gets the time (injected so tests control it)."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+class SystemClock:
+    """The real clock, in UTC."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        return datetime.now(UTC)
+
+
+class IdFactory(Protocol):
+    """Where the engine gets new run ids (injected so tests control them)."""
+
+    def new_run_id(self) -> str:
+        """A fresh, unique run id."""
+        ...
+
+
+class TimeOrderedIds:
+    """Run ids that sort by creation time: ``20261122T024501-1f3a9c``."""
+
+    def new_run_id(self) -> str:
+        """A fresh, unique run id."""
+        return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """How runs are written.
+
+    Attributes:
+        checkpoint_every: Write a full snapshot every this many steps (records in between
+            hold only what changed).
+        lease_ttl: Seconds a lease lasts without renewal.
+        owner: Who holds the lease, shown to a refused second writer.
+    """
+
+    checkpoint_every: int = 64
+    lease_ttl: float = 30.0
+    owner: str = ""
+
+    def owner_name(self) -> str:
+        """The lease owner, defaulting to ``host:pid``."""
+        return self.owner or f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedGraph:
+    """A graph ready to run: compiled once, shared by every step.
+
+    Attributes:
+        definition: The graph definition.
+        source: Built-in name or file path it was loaded from.
+        workflow: The compiled DAG.
+        machines: Every machine compiled once.
+        actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
+    """
+
+    definition: GraphDef
+    source: str
+    workflow: WorkflowGraph
+    machines: MachineSet
+    actions: Mapping[tuple[str, str], Action]
+
+
+def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
+    problems = []
+    declared = [(n, set(n.writes)) for n in definition.nodes if n.writes]
+    for index, (a, keys_a) in enumerate(declared):
+        for b, keys_b in declared[index + 1 :]:
+            if not workflow.unordered(a.id, b.id):
+                continue
+            for key in sorted((keys_a & keys_b) - set(definition.reducers)):
+                problems.append(
+                    Problem(
+                        f"nodes {a.id!r} and {b.id!r} may run concurrently and both write "
+                        f"{key!r}; order them with needs, or declare a reducer for {key!r}",
+                        b.location,
+                    )
+                )
+    return problems
+
+
+def prepare(
+    definition: GraphDef,
+    source: str,
+    actions: Mapping[tuple[str, str], Action] | None = None,
+) -> PreparedGraph:
+    """Compile ``definition`` and build every bound action once.
+
+    Args:
+        definition: The graph.
+        source: Built-in name or file path, recorded in runs so they can be resumed.
+        actions: Callables to bind in code, by ``(node id, hook)``; they take precedence
+            over the YAML bindings and are wrapped in the same middleware.
+
+    Raises:
+        SpecError: Anything that cannot be prepared, every problem at once.
+    """
+    workflow = compile_graph(definition)
+    problems = _check_writes(definition, workflow)
+    problems += [
+        Problem(
+            f"unknown reducer {name!r} for key {key!r} (known: append, merge)", definition.location
+        )
+        for key, name in definition.reducers.items()
+        if name not in REDUCERS
+    ]
+    base_dir = Path(definition.location.path).parent if definition.location else None
+    bound: dict[tuple[str, str], Action] = {}
+    try:
+        middleware = build_middleware(definition.middleware)
+    except SpecError as exc:
+        problems += exc.problems
+        middleware = ()
+    in_code = dict(actions or {})
+    for node in definition.nodes:
+        for hook, action_def in node.bind.items():
+            if (node.id, hook) in in_code:
+                continue
+            try:
+                bound[(node.id, hook)] = chain(middleware, build_action(action_def, base_dir))
+            except SpecError as exc:
+                problems += exc.problems
+    for key, action in in_code.items():
+        bound[key] = chain(middleware, action)
+    if problems:
+        raise SpecError(problems)
+    return PreparedGraph(
+        definition=definition,
+        source=source,
+        workflow=workflow,
+        machines=compile_machines(definition.machines),
+        actions=MappingProxyType(bound),
+    )
+
+
+def initial_state(
+    prepared: PreparedGraph, run_id: str, run_input: Mapping[str, Any], now: datetime
+) -> RunState:
+    """The state of a new run at seq 0: every node pending."""
+    definition = prepared.definition
+    return RunState(
+        run_id=run_id,
+        graph=definition.name,
+        graph_source=prepared.source,
+        graph_digest=definition.digest,
+        seq=0,
+        status=RunStatus.RUNNING,
+        input=frozen_map(run_input),
+        data=frozen_map({}),
+        nodes=MappingProxyType({node.id: NodeState() for node in definition.nodes}),
+        created_at=now,
+        updated_at=now,
+    )

@@ -1,0 +1,185 @@
+"""The store contract: one small async ABC, bytes in and bytes out.
+
+A store keeps, per run:
+
+* a **journal** of encoded step records, one per ``seq`` starting at 0;
+* **snapshots**: full encoded run states at some of those seqs (always at seq 0) —
+  the interpreter decides how often, so the bytes written per step grow with what the
+  step changed, not with the size of the run;
+* **metadata** (graph, status, head seq, times) indexed for listing;
+* a **lease** with a fencing token: the single writer allowed to commit.
+
+Guarantees every backend gives (the contract suite in ``phasegraph.testing`` checks them):
+
+* ``commit`` is atomic: the record, the snapshot (if any), the new head and the metadata
+  are all written or none is.
+* ``commit`` succeeds only for the current lease holder (else :class:`LeaseLostError`)
+  and only when ``seq`` is exactly the head plus one, or 0 for a new run
+  (else :class:`SequenceConflictError`). Nothing committed is ever overwritten.
+* ``read`` returns the nearest snapshot at or below the asked seq plus every record after
+  it up to that seq, in order, so the caller can rebuild the exact state at that seq.
+
+Backends never decode payloads: they see bytes and the metadata in :class:`Commit`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+__all__ = ["Commit", "Lease", "RunMeta", "Store", "StoredRun"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """The right to commit to one run, until ``expires_at``.
+
+    Attributes:
+        run_id: The run the lease is for.
+        owner: Who holds it (free text shown to a refused second writer).
+        token: Fencing token; strictly increases each time the lease changes hands.
+        expires_at: Expiry, in seconds since the epoch by the store's clock.
+    """
+
+    run_id: str
+    owner: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMeta:
+    """Indexed facts about a run, updated with every commit.
+
+    Attributes:
+        run_id: The run id.
+        graph: The graph name.
+        status: The run status after the commit (a ``RunStatus`` value).
+        seq: The head seq after the commit.
+        created_at: Creation time, seconds since the epoch.
+        updated_at: Time of the last commit, seconds since the epoch.
+    """
+
+    run_id: str
+    graph: str
+    status: str
+    seq: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """Everything one step writes.
+
+    Attributes:
+        seq: The step number; must be the head plus one (0 creates the run).
+        record: The encoded step record for ``seq``.
+        snapshot: The encoded full run state at ``seq``, or ``None`` for a delta-only
+            step. Required at seq 0.
+        meta: The run's metadata after this step.
+    """
+
+    seq: int
+    record: bytes
+    snapshot: bytes | None
+    meta: RunMeta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredRun:
+    """What a read returns: enough bytes to rebuild the run state at ``seq``.
+
+    Attributes:
+        meta: The run's metadata at its head.
+        seq: The seq that was read (the head unless another was asked for).
+        snapshot_seq: The seq of ``snapshot`` (at most ``seq``).
+        snapshot: The nearest full snapshot at or below ``seq``.
+        records: The records ``snapshot_seq + 1 .. seq``, in order.
+    """
+
+    meta: RunMeta
+    seq: int
+    snapshot_seq: int
+    snapshot: bytes
+    records: tuple[bytes, ...]
+
+
+class Store(abc.ABC):
+    """Async persistence for runs. Use as ``async with store:``; ``aclose`` is idempotent."""
+
+    @abc.abstractmethod
+    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
+        """Take the run's lease for ``ttl`` seconds (the run need not exist yet).
+
+        A lease whose holder let it expire is taken over, and the token increases so the
+        old holder can no longer commit.
+
+        Raises:
+            LeaseHeldError: Another holder's lease has not expired.
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a lease we hold.
+
+        Raises:
+            LeaseLostError: The lease expired and was taken, or was released.
+        """
+
+    @abc.abstractmethod
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up; does nothing if it is no longer ours."""
+
+    @abc.abstractmethod
+    async def commit(self, lease: Lease, commit: Commit) -> None:
+        """Write one step atomically.
+
+        Raises:
+            LeaseLostError: ``lease`` is not the run's current lease.
+            SequenceConflictError: ``commit.seq`` is not the head plus one.
+            StoreUnavailableError: The store cannot be reached (nothing was written).
+        """
+
+    @abc.abstractmethod
+    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
+        """Read what is needed to rebuild the run at ``seq`` (default: the head).
+
+        Raises:
+            RunNotFoundError: No such run, or no such seq in it.
+        """
+
+    @abc.abstractmethod
+    def history(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """Yield ``(seq, record)`` for ``start <= seq < stop`` in order.
+
+        Raises:
+            RunNotFoundError: No such run (raised on first iteration).
+        """
+
+    @abc.abstractmethod
+    async def list_runs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunMeta]:
+        """List runs, most recently updated first, optionally only those in ``status``."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections. Safe to call more than once."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

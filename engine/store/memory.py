@@ -1,0 +1,170 @@
+"""An in-process store: dicts in memory, for tests and throwaway runs.
+
+It obeys the whole store contract. Every method runs without awaiting anything, so on
+one event loop each call is atomic by construction; the store is not meant to be shared
+between threads or processes. Lease expiry uses ``time.time()``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import final
+
+from phasegraph.errors import StoreError
+from phasegraph.store import (
+    check_commit,
+    check_page,
+    check_ttl,
+    lease_held_error,
+    lease_lost_error,
+    run_not_found_error,
+    sequence_conflict_error,
+)
+from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Run:
+    """Everything kept for one run id (which may have a lease but no commit yet)."""
+
+    meta: RunMeta | None = None
+    records: list[bytes] = field(default_factory=list)
+    snapshots: dict[int, bytes] = field(default_factory=dict)
+    snapshot_seqs: list[int] = field(default_factory=list)  # ascending, for bisect
+    owner: str | None = None  # None: no live holder (released or never taken)
+    token: int = 0  # the last token issued
+    expires_at: float = 0.0
+
+    @property
+    def head(self) -> int:
+        return len(self.records) - 1
+
+
+@final
+class MemoryStore(Store):
+    """A store that keeps runs in process memory; nothing survives the process."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._closed = False
+
+    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
+        """Take the run's lease; see :meth:`Store.acquire`."""
+        check_ttl(ttl)
+        self._check_open()
+        run = self._runs.setdefault(run_id, _Run())
+        now = time.time()
+        if run.owner is not None and run.expires_at > now:
+            raise lease_held_error(run_id, run.owner, run.expires_at)
+        run.token += 1
+        run.owner = owner
+        run.expires_at = now + ttl
+        return Lease(run_id=run_id, owner=owner, token=run.token, expires_at=run.expires_at)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a lease we hold; see :meth:`Store.renew`."""
+        check_ttl(ttl)
+        self._check_open()
+        run = self._runs.get(lease.run_id)
+        # An expired lease nobody took over is still ours: the token is what fences.
+        if run is None or run.owner is None or run.token != lease.token:
+            raise lease_lost_error(lease, run.owner if run else None)
+        run.expires_at = time.time() + ttl
+        return Lease(
+            run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=run.expires_at
+        )
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up if it is still ours; see :meth:`Store.release`."""
+        self._check_open()
+        run = self._runs.get(lease.run_id)
+        if run is not None and run.token == lease.token:
+            run.owner = None
+
+    async def commit(self, lease: Lease, commit: Commit) -> None:
+        """Write one step atomically; see :meth:`Store.commit`."""
+        check_commit(lease, commit)
+        self._check_open()
+        run = self._runs.get(lease.run_id)
+        if (
+            run is None
+            or run.owner is None
+            or run.token != lease.token
+            or run.expires_at <= time.time()
+        ):
+            raise lease_lost_error(lease, _live_holder(run))
+        if commit.seq <= run.head and run.records[commit.seq] == commit.record:
+            return  # the same commit again (a retry): already done
+        if commit.seq != run.head + 1:
+            raise sequence_conflict_error(lease.run_id, commit.seq, run.head)
+        run.records.append(commit.record)
+        if commit.snapshot is not None:
+            run.snapshots[commit.seq] = commit.snapshot
+            run.snapshot_seqs.append(commit.seq)
+        run.meta = commit.meta
+
+    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
+        """Read a run at ``seq`` (default: head); see :meth:`Store.read`."""
+        self._check_open()
+        run = self._runs.get(run_id)
+        if run is None or run.meta is None:
+            raise run_not_found_error(run_id)
+        target = run.head if seq is None else seq
+        if not 0 <= target <= run.head:
+            raise run_not_found_error(run_id, seq=target, head=run.head)
+        index = bisect.bisect_right(run.snapshot_seqs, target) - 1
+        if index < 0:
+            raise StoreError(f"run {run_id!r} has no snapshot at or below seq {target}")
+        snapshot_seq = run.snapshot_seqs[index]
+        return StoredRun(
+            meta=run.meta,
+            seq=target,
+            snapshot_seq=snapshot_seq,
+            snapshot=run.snapshots[snapshot_seq],
+            records=tuple(run.records[snapshot_seq + 1 : target + 1]),
+        )
+
+    async def history(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """Yield ``(seq, record)`` for ``start <= seq < stop``; see :meth:`Store.history`."""
+        self._check_open()
+        run = self._runs.get(run_id)
+        if run is None or run.meta is None:
+            raise run_not_found_error(run_id)
+        end = run.head + 1 if stop is None else min(stop, run.head + 1)
+        for seq in range(max(start, 0), end):
+            yield seq, run.records[seq]
+
+    async def list_runs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunMeta]:
+        """List runs, most recently updated first; see :meth:`Store.list_runs`."""
+        check_page(limit, offset)
+        self._check_open()
+        metas = [
+            run.meta
+            for run in self._runs.values()
+            if run.meta is not None and (status is None or run.meta.status == status)
+        ]
+        metas.sort(key=lambda meta: (-meta.updated_at, meta.run_id))
+        return metas[offset : offset + limit]
+
+    async def aclose(self) -> None:
+        """Forget nothing (the data lives as long as the object); just refuse further use."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the memory store is closed")
+
+
+def _live_holder(run: _Run | None) -> str | None:
+    if run is None or run.owner is None or run.expires_at <= time.time():
+        return None
+    return run.owner

@@ -1,0 +1,396 @@
+"""The embedded store: one SQLite file in WAL mode, on the stdlib ``sqlite3`` driver.
+
+One dedicated worker thread owns the connection; every store call is one hop to it
+(``loop.run_in_executor``) doing one transaction, so a commit costs one hop and one
+``BEGIN IMMEDIATE … COMMIT``. Lease checks use ``time.time()`` of the calling machine,
+which every process sharing the file agrees on.
+
+Layout (schema version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; the file
+is marked as phasegraph's with ``PRAGMA application_id``):
+
+* ``runs``: one row per run id — metadata, head seq (-1 before the first commit) and
+  the lease (owner, last token issued, expiry);
+* ``records``: ``(run_id, seq, blob)``, one row per step;
+* ``snapshots``: ``(run_id, seq, blob)``, one row per snapshotted step.
+
+A call whose awaiting task is cancelled still finishes its transaction in the worker;
+commits are idempotent, so retrying such a commit is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final, TypeVar, final
+
+from phasegraph.errors import InputError, PhasegraphError, StoreError, StoreUnavailableError
+from phasegraph.store import (
+    check_commit,
+    check_page,
+    check_ttl,
+    lease_held_error,
+    lease_lost_error,
+    run_not_found_error,
+    sequence_conflict_error,
+)
+from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION: Final = 1
+"""The layout version this module writes and reads (``PRAGMA user_version``)."""
+
+_APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
+_BUSY_TIMEOUT: Final = 5.0  # seconds to wait for another process's write lock
+_HISTORY_BATCH: Final = 256
+
+_SCHEMA: Final = (
+    """CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        graph TEXT, status TEXT, seq INTEGER NOT NULL DEFAULT -1,
+        created_at REAL, updated_at REAL,
+        lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
+        lease_expires REAL NOT NULL DEFAULT 0)""",
+    "CREATE INDEX runs_by_time ON runs (updated_at DESC) WHERE seq >= 0",
+    "CREATE INDEX runs_by_status ON runs (status, updated_at DESC) WHERE seq >= 0",
+    """CREATE TABLE records (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
+        PRIMARY KEY (run_id, seq))""",
+    """CREATE TABLE snapshots (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
+        PRIMARY KEY (run_id, seq))""",
+    f"PRAGMA application_id = {_APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+_META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
+
+
+@final
+class SqliteStore(Store):
+    """A store in one SQLite database file.
+
+    Args:
+        path: The database file (relative to the current directory); missing parent
+            directories are created on first use.
+        synchronous: ``"normal"`` (default; durable across process crashes, the last
+            commits may be lost on power failure) or ``"full"`` (fsync every commit).
+    """
+
+    def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
+        if synchronous not in ("normal", "full"):
+            raise InputError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        self._path = path.absolute()  # fixed now, whatever the cwd is at first use
+        self._synchronous = synchronous
+        self._conn: sqlite3.Connection | None = None  # touched only by the worker thread
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="phasegraph-sqlite")
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        """The database file (absolute)."""
+        return self._path
+
+    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
+        """Take the run's lease; see :meth:`Store.acquire`."""
+        check_ttl(ttl)
+        return await self._call(self._acquire, run_id, owner, ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a lease we hold; see :meth:`Store.renew`."""
+        check_ttl(ttl)
+        return await self._call(self._renew, lease, ttl)
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up if it is still ours; see :meth:`Store.release`."""
+        await self._call(self._release, lease)
+
+    async def commit(self, lease: Lease, commit: Commit) -> None:
+        """Write one step in one transaction; see :meth:`Store.commit`."""
+        check_commit(lease, commit)
+        await self._call(self._commit, lease, commit)
+
+    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
+        """Read a run at ``seq`` (default: head); see :meth:`Store.read`."""
+        return await self._call(self._read, run_id, seq, write=False)
+
+    async def history(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """Yield ``(seq, record)`` for ``start <= seq < stop``; see :meth:`Store.history`."""
+        head = await self._call(self._head, run_id, write=False)
+        end = head + 1 if stop is None else min(stop, head + 1)
+        seq = max(start, 0)
+        while seq < end:
+            rows = await self._call(self._records, run_id, seq, end, write=False)
+            if not rows:
+                break  # records end early: never spin
+            for row_seq, blob in rows:
+                yield row_seq, blob
+            seq += len(rows)
+
+    async def list_runs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunMeta]:
+        """List runs, most recently updated first; see :meth:`Store.list_runs`."""
+        check_page(limit, offset)
+        return await self._call(self._list, status, limit, offset, write=False)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_conn)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------- event-loop side
+
+    async def _call(self, fn: Callable[..., T], *args: object, write: bool = True) -> T:
+        """Run ``fn(conn, *args)`` in one transaction on the worker thread.
+
+        Writers begin IMMEDIATE so another process's writer makes them wait at BEGIN
+        (up to the busy timeout) instead of failing halfway; readers begin DEFERRED.
+        """
+        if self._closed:
+            raise StoreUnavailableError(f"the SQLite store {str(self._path)!r} is closed")
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._in_transaction, begin, fn, args)
+
+    # ------------------------------------------------------------- worker-thread side
+
+    def _in_transaction(self, begin: str, fn: Callable[..., T], args: tuple[object, ...]) -> T:
+        try:
+            conn = self._conn if self._conn is not None else self._connect()
+            conn.execute(begin)
+            try:
+                result = fn(conn, *args)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        except PhasegraphError:
+            raise
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"SQLite store {str(self._path)!r} failed: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailableError(
+                f"cannot open SQLite store {str(self._path)!r}: {exc}"
+            ) from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._check_schema(conn)
+        except sqlite3.OperationalError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise self._foreign(f"it is not an SQLite database ({exc})") from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if app_id == 0 and version == 0:
+                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    raise self._foreign("it holds tables that are not phasegraph's")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+            elif app_id != _APPLICATION_ID:
+                raise self._foreign(f"its application id is {app_id:#x}")
+            elif version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"SQLite store {str(self._path)!r} has schema version {version}, newer "
+                    f"than this phasegraph reads ({SCHEMA_VERSION}); upgrade phasegraph"
+                )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _foreign(self, why: str) -> StoreError:
+        return StoreError(
+            f"{str(self._path)!r} is not a phasegraph run store: {why}; "
+            "point --store at another file"
+        )
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @staticmethod
+    def _acquire(conn: sqlite3.Connection, run_id: str, owner: str, ttl: float) -> Lease:
+        now = time.time()
+        row = conn.execute(
+            "SELECT lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is not None and row[0] is not None and row[2] > now:
+            raise lease_held_error(run_id, row[0], row[2])
+        token = (row[1] if row is not None else 0) + 1
+        conn.execute(
+            "INSERT INTO runs (run_id, lease_owner, lease_token, lease_expires) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+            "lease_owner = excluded.lease_owner, lease_token = excluded.lease_token, "
+            "lease_expires = excluded.lease_expires",
+            (run_id, owner, token, now + ttl),
+        )
+        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
+
+    @staticmethod
+    def _renew(conn: sqlite3.Connection, lease: Lease, ttl: float) -> Lease:
+        expires_at = time.time() + ttl
+        # An expired lease nobody took over is still ours: the token is what fences.
+        updated = conn.execute(
+            "UPDATE runs SET lease_expires = ? "
+            "WHERE run_id = ? AND lease_token = ? AND lease_owner IS NOT NULL",
+            (expires_at, lease.run_id, lease.token),
+        ).rowcount
+        if not updated:
+            row = conn.execute(
+                "SELECT lease_owner FROM runs WHERE run_id = ?", (lease.run_id,)
+            ).fetchone()
+            raise lease_lost_error(lease, row[0] if row else None)
+        return Lease(
+            run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires_at
+        )
+
+    @staticmethod
+    def _release(conn: sqlite3.Connection, lease: Lease) -> None:
+        conn.execute(
+            "UPDATE runs SET lease_owner = NULL WHERE run_id = ? AND lease_token = ?",
+            (lease.run_id, lease.token),
+        )
+
+    @staticmethod
+    def _commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:
+        run_id = lease.run_id
+        row = conn.execute(
+            "SELECT seq, lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        now = time.time()
+        if row is None or row[1] is None or row[2] != lease.token or row[3] <= now:
+            holder = row[1] if row is not None and row[3] > now else None
+            raise lease_lost_error(lease, holder)
+        head: int = row[0]
+        if commit.seq <= head:
+            stored = conn.execute(
+                "SELECT blob FROM records WHERE run_id = ? AND seq = ?", (run_id, commit.seq)
+            ).fetchone()
+            if stored is not None and stored[0] == commit.record:
+                return  # the same commit again (a retry): already done
+        if commit.seq != head + 1:
+            raise sequence_conflict_error(run_id, commit.seq, head)
+        conn.execute(
+            "INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
+            (run_id, commit.seq, commit.record),
+        )
+        if commit.snapshot is not None:
+            conn.execute(
+                "INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)",
+                (run_id, commit.seq, commit.snapshot),
+            )
+        meta = commit.meta
+        conn.execute(
+            "UPDATE runs SET graph = ?, status = ?, seq = ?, created_at = ?, updated_at = ? "
+            "WHERE run_id = ?",
+            (meta.graph, meta.status, commit.seq, meta.created_at, meta.updated_at, run_id),
+        )
+
+    @staticmethod
+    def _read(conn: sqlite3.Connection, run_id: str, seq: int | None) -> StoredRun:
+        meta = _meta(conn, run_id)
+        target = meta.seq if seq is None else seq
+        if not 0 <= target <= meta.seq:
+            raise run_not_found_error(run_id, seq=target, head=meta.seq)
+        snap = conn.execute(
+            "SELECT seq, blob FROM snapshots WHERE run_id = ? AND seq <= ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (run_id, target),
+        ).fetchone()
+        if snap is None:
+            raise StoreError(f"run {run_id!r} has no snapshot at or below seq {target}")
+        records = conn.execute(
+            "SELECT blob FROM records WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+            (run_id, snap[0], target),
+        ).fetchall()
+        return StoredRun(
+            meta=meta,
+            seq=target,
+            snapshot_seq=snap[0],
+            snapshot=snap[1],
+            records=tuple(blob for (blob,) in records),
+        )
+
+    @staticmethod
+    def _head(conn: sqlite3.Connection, run_id: str) -> int:
+        return _meta(conn, run_id).seq
+
+    @staticmethod
+    def _records(
+        conn: sqlite3.Connection, run_id: str, start: int, stop: int
+    ) -> list[tuple[int, bytes]]:
+        return conn.execute(
+            "SELECT seq, blob FROM records WHERE run_id = ? AND seq >= ? AND seq < ? "
+            "ORDER BY seq LIMIT ?",
+            (run_id, start, stop, _HISTORY_BATCH),
+        ).fetchall()
+
+    @staticmethod
+    def _list(
+        conn: sqlite3.Connection, status: str | None, limit: int, offset: int
+    ) -> list[RunMeta]:
+        if status is None:
+            sql = f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0"
+            params: tuple[object, ...] = (limit, offset)
+        else:
+            sql = f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ?"
+            params = (status, limit, offset)
+        rows = conn.execute(
+            sql + " ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?", params
+        ).fetchall()
+        return [_row_meta(row) for row in rows]
+
+
+def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
+    row = conn.execute(
+        f"SELECT {_META_COLUMNS} FROM runs WHERE run_id = ? AND seq >= 0", (run_id,)
+    ).fetchone()
+    if row is None:
+        raise run_not_found_error(run_id)
+    return _row_meta(row)
+
+
+def _row_meta(row: tuple[str, str, str, int, float, float]) -> RunMeta:
+    run_id, graph, status, seq, created_at, updated_at = row
+    return RunMeta(
+        run_id=run_id,
+        graph=graph,
+        status=status,
+        seq=seq,
+        created_at=created_at,
+        updated_at=updated_at,
+    )

@@ -1,0 +1,65 @@
+"""JSON views of run state, step records and run metadata (for ``--json`` and HTTP)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from phasegraph.model import NodeStatus, RunState, StepRecord
+
+__all__ = ["jsonable", "record_view", "run_summary", "state_view"]
+
+
+def jsonable(value: Any) -> Any:
+    """Convert model values (frozen dataclasses, mappings, tuples, datetimes) to JSON types."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def run_summary(state: RunState) -> str:
+    """One line: ``3/4 nodes succeeded, 1 failed, 0 skipped``."""
+    counts = {status: 0 for status in NodeStatus}
+    for node in state.nodes.values():
+        counts[node.status] += 1
+    total = len(state.nodes)
+    parts = [f"{counts[NodeStatus.COMPLETED]}/{total} nodes succeeded"]
+    parts += [
+        f"{counts[s]} {s.value}"
+        for s in (
+            NodeStatus.FAILED,
+            NodeStatus.SKIPPED,
+            NodeStatus.WAITING,
+            NodeStatus.RUNNING,
+            NodeStatus.PENDING,
+            NodeStatus.CANCELLED,
+        )
+        if counts[s]
+    ]
+    return ", ".join(parts)
+
+
+def state_view(state: RunState) -> dict[str, Any]:
+    """The run state as JSON, with a one-line summary."""
+    view: dict[str, Any] = jsonable(state)
+    view["summary"] = run_summary(state)
+    return view
+
+
+def record_view(record: StepRecord) -> dict[str, Any]:
+    """A step record as JSON."""
+    view: dict[str, Any] = jsonable(record)
+    return view

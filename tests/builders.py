@@ -1,0 +1,141 @@
+"""Small builders for machines, graphs and engines used across the interpreter tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.api import Engine
+from phasegraph.model import (
+    BudgetDef,
+    GraphDef,
+    MachineDef,
+    MiddlewareDef,
+    NodeDef,
+    NodeOutcome,
+    StateDef,
+    TransitionDef,
+)
+from phasegraph.runtime import PreparedGraph, RunOptions, prepare
+from phasegraph.store.base import Store
+
+ActionFn = Callable[[ActionContext], Awaitable[ActionResult]]
+
+
+class FakeClock:
+    """Advances one millisecond per reading, from a fixed epoch."""
+
+    def __init__(self) -> None:
+        self._now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        self._now += timedelta(milliseconds=1)
+        return self._now
+
+
+class CountingIds:
+    """Run ids run-1, run-2, ..."""
+
+    def __init__(self) -> None:
+        self._n = 0
+
+    def new_run_id(self) -> str:
+        self._n += 1
+        return f"run-{self._n}"
+
+
+def _states(*states: StateDef) -> Mapping[str, StateDef]:
+    return MappingProxyType({s.name: s for s in states})
+
+
+def task_machine() -> MachineDef:
+    """run --ok--> done (success); run --fail|error--> failed."""
+    return MachineDef(
+        name="task",
+        initial="run",
+        states=_states(
+            StateDef(name="run", hook="run"),
+            StateDef(name="done", final=NodeOutcome.SUCCESS),
+            StateDef(name="failed", final=NodeOutcome.FAILED),
+        ),
+        transitions=(
+            TransitionDef(trigger="ok", source=("run",), dest="done"),
+            TransitionDef(trigger="fail", source=("run",), dest="failed"),
+        ),
+    )
+
+
+def loop_machine(limit: int = 1000) -> MachineDef:
+    """work --again--> work (budget ``steps``) --stop--> done."""
+    return MachineDef(
+        name="loop",
+        initial="work",
+        states=_states(
+            StateDef(name="work", hook="work"),
+            StateDef(name="done", final=NodeOutcome.SUCCESS),
+            StateDef(name="exhausted", final=NodeOutcome.FAILED),
+        ),
+        transitions=(
+            TransitionDef(
+                trigger="again", source=("work",), dest="work", conditions=("budget:steps",)
+            ),
+            TransitionDef(
+                trigger="again", source=("work",), dest="exhausted", unless=("budget:steps",)
+            ),
+            TransitionDef(trigger="stop", source=("work",), dest="done"),
+        ),
+        budgets=MappingProxyType(
+            {"steps": BudgetDef(name="steps", limit=limit, spend_on=("work",))}
+        ),
+    )
+
+
+def graph(
+    nodes: Sequence[tuple[str, Sequence[str]]] | Sequence[NodeDef],
+    *,
+    machines: Sequence[MachineDef] = (),
+    machine: str = "task",
+    concurrency: int = 3,
+    reducers: Mapping[str, str] | None = None,
+    middleware: Sequence[str] = (),
+    name: str = "test",
+) -> GraphDef:
+    """A graph from ``(id, needs)`` pairs (all on ``machine``) or ready node definitions."""
+    node_defs = tuple(
+        n if isinstance(n, NodeDef) else NodeDef(id=n[0], machine=machine, needs=tuple(n[1]))
+        for n in nodes
+    )
+    all_machines = {m.name: m for m in (task_machine(), loop_machine(), *machines)}
+    return GraphDef(
+        name=name,
+        nodes=node_defs,
+        machines=MappingProxyType(all_machines),
+        concurrency=concurrency,
+        reducers=MappingProxyType(dict(reducers or {})),
+        middleware=tuple(MiddlewareDef(name=m) for m in middleware),
+        digest=f"digest-{name}",
+    )
+
+
+def prepared(definition: GraphDef, actions: Mapping[tuple[str, str], Any]) -> PreparedGraph:
+    """Prepare ``definition`` with in-code actions."""
+    return prepare(definition, definition.name, actions)
+
+
+def engine(store: Store, **options: Any) -> Engine:
+    """An engine with a fake clock and counting ids."""
+    return Engine(store, options=RunOptions(**options), clock=FakeClock(), ids=CountingIds())
+
+
+def returning(trigger: str, data: Mapping[str, Any] | None = None) -> ActionFn:
+    """An async action that always returns ``trigger`` (and ``data``)."""
+
+    async def action(ctx: ActionContext) -> ActionResult:
+        await asyncio.sleep(0)
+        return ActionResult(trigger=trigger, data=dict(data or {}))
+
+    return action

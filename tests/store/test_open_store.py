@@ -1,0 +1,166 @@
+"""Choosing a store by URL, and clear refusals of bad URLs and bad database files."""
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import phasegraph.store
+from phasegraph.errors import InputError, StoreError, StoreUnavailableError
+from phasegraph.store import DEFAULT_STORE_URL, open_store
+from phasegraph.store.memory import MemoryStore
+from phasegraph.store.redis import RedisStore
+from phasegraph.store.sqlite import SCHEMA_VERSION, SqliteStore
+from phasegraph.testing import make_commit
+
+
+def test_exports() -> None:
+    expected = {"Store", "Lease", "Commit", "RunMeta", "StoredRun", "open_store"}
+    assert expected | {"DEFAULT_STORE_URL"} <= set(phasegraph.store.__all__)
+    assert DEFAULT_STORE_URL == "sqlite:///.phasegraph/runs.db"
+
+
+def test_memory_url() -> None:
+    assert isinstance(open_store("memory://"), MemoryStore)
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///.phasegraph/runs.db", Path(".phasegraph/runs.db")),
+        ("sqlite:///runs.db?synchronous=full", Path("runs.db")),
+        ("sqlite:////var/lib/pg/runs.db", Path("/var/lib/pg/runs.db")),
+        ("sqlite:///my%20runs.db", Path("my runs.db")),
+    ],
+)
+def test_sqlite_urls(url: str, path: Path) -> None:
+    store = open_store(url)
+    assert isinstance(store, SqliteStore)
+    assert store.path == path.absolute()
+
+
+@pytest.mark.parametrize(
+    ("url", "prefix"),
+    [
+        ("redis://localhost:6379/0", "pg"),
+        ("redis://localhost", "pg"),
+        ("rediss://user:secret@example.test:6380/2?prefix=team&ttl=3600", "team"),
+        ("unix:///run/redis.sock?db=1&prefix=x1", "x1"),
+        ("redis://localhost/0?prefix=app:pg", "app:pg"),
+        ("redis://localhost/0?ttl=0.5&socket_timeout=3", "pg"),
+    ],
+)
+def test_redis_urls(url: str, prefix: str) -> None:
+    store = open_store(url)
+    assert isinstance(store, RedisStore)
+    assert store.prefix == prefix
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("runs.db", "no scheme"),
+        ("postgres://localhost/db", "unknown scheme 'postgres'"),
+        ("memory://name", "takes no path"),
+        ("sqlite://host/runs.db", "unexpected host"),
+        ("sqlite:///", "names no database file"),
+        ("sqlite:///dir/", "names no database file"),
+        ("sqlite:///runs.db?synchronous=off", "synchronous must be one of normal, full"),
+        ("sqlite:///runs.db?journal=wal", "unknown option 'journal'"),
+        ("redis://localhost:notaport/0", "port is not a number"),
+        ("redis:///0", "names no host"),
+        ("redis://localhost/zero", "database 'zero' is not a number"),
+        ("redis://localhost/0?ttl=-5", "ttl must be a positive"),
+        ("redis://localhost/0?ttl=soon", "'soon' is not a number"),
+        ("redis://localhost/0?prefix=", "prefix must be non-empty"),
+        ("redis://localhost/0?prefix=a{b}", "prefix must be non-empty"),
+        ("redis://localhost/0?prefix=a%20b", "prefix must be non-empty"),
+        ("redis://localhost/0?prefix=a&prefix=b", "given twice"),
+        ("redis://localhost/0?colour=red", "unknown option 'colour'"),
+        ("unix://", "needs a socket path"),
+    ],
+)
+def test_bad_urls_name_the_url_and_the_accepted_forms(url: str, why: str) -> None:
+    with pytest.raises(InputError) as caught:
+        open_store(url)
+    message = str(caught.value)
+    assert why in message
+    assert repr(url) in message
+    for form in ("memory://", "sqlite:///", "redis://", "rediss://", "unix://"):
+        assert form in message
+
+
+def test_bad_url_message_hides_the_password() -> None:
+    with pytest.raises(InputError) as caught:
+        open_store("redis://me:hunter2@localhost/0?ttl=never")
+    assert "hunter2" not in str(caught.value)
+    assert "me:***@localhost" in str(caught.value)
+    with pytest.raises(InputError) as caught:
+        open_store("redis://localhost/0?password=hunter2&bogus=1")
+    assert "hunter2" not in str(caught.value)
+
+
+async def test_sqlite_creates_parent_directories(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "runs.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0))
+    assert path.is_file()
+    async with open_store(f"sqlite:///{path}") as store:  # reopening keeps the data
+        assert (await store.read("r")).meta.seq == 0
+
+
+async def test_sqlite_relative_path_is_under_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with open_store(DEFAULT_STORE_URL) as store:
+        await store.list_runs()
+    assert (tmp_path / ".phasegraph" / "runs.db").is_file()
+
+
+async def test_sqlite_unopenable_path_is_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    async with open_store(f"sqlite:///{blocker}/runs.db") as store:
+        with pytest.raises(StoreUnavailableError, match=str(blocker)):
+            await store.list_runs()
+
+
+async def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(os.urandom(4096))
+    async with open_store(f"sqlite:///{path}") as store:
+        with pytest.raises(StoreError, match="not a phasegraph run store"):
+            await store.list_runs()
+    assert len(path.read_bytes()) == 4096
+
+
+async def test_sqlite_refuses_a_foreign_database(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER)")
+    conn.close()
+    async with open_store(f"sqlite:///{path}") as store:
+        with pytest.raises(StoreError, match=r"not a phasegraph run store.*tables"):
+            await store.read("r")
+
+
+async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        await store.list_runs()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    async with open_store(f"sqlite:///{path}") as store:
+        with pytest.raises(StoreError, match=rf"schema version {SCHEMA_VERSION + 1}, newer"):
+            await store.list_runs()
+
+
+async def test_sqlite_store_refuses_use_after_close(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/runs.db")
+    await store.aclose()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        await store.list_runs()

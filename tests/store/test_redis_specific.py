@@ -1,0 +1,191 @@
+"""What only the Redis store promises: one round trip, one slot per run, retention."""
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import cast
+
+import pytest
+import redis.asyncio
+from redis.crc import key_slot
+
+from phasegraph.errors import LeaseHeldError, StoreUnavailableError
+from phasegraph.store import Lease, open_store
+from phasegraph.store.redis import RedisStore
+from phasegraph.testing import isolated_redis_store, make_commit
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisStore]:
+    async with isolated_redis_store(redis_url) as opened:
+        assert isinstance(opened, RedisStore)
+        yield opened
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    yield direct
+    await direct.aclose()
+
+
+async def _commands_during(
+    client: redis.asyncio.Redis, action: Awaitable[object]
+) -> list[dict[str, str]]:
+    """Every command the server ran while ``action`` (a coroutine) ran, via MONITOR."""
+    marker = f"end-{uuid.uuid4().hex}"
+    seen: list[dict[str, str]] = []
+    async with client.monitor() as monitor:
+        await action
+        await client.echo(marker)
+        while True:
+            entry = await asyncio.wait_for(monitor.next_command(), timeout=5)
+            if marker in entry["command"]:
+                return seen
+            seen.append({k: str(v) for k, v in entry.items()})
+
+
+async def test_commit_is_one_evalsha_plus_index_zadd(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0))  # connects and loads the script
+    seen = await _commands_during(client, store.commit(lease, make_commit("r", 1)))
+    sent = [c for c in seen if c["client_type"] != "lua" and store.prefix in c["command"]]
+    assert [c["command"].split()[0] for c in sent] == ["EVALSHA", "ZADD"]
+    # Both came on one connection, back to back: one pipelined round trip.
+    assert sent[0]["client_port"] == sent[1]["client_port"]
+    ours = [c for c in seen if c["client_port"] == sent[0]["client_port"]]
+    assert ours == sent
+    # The run's writes happened inside the script.
+    in_script = [c["command"].split()[0] for c in seen if c["client_type"] == "lua"]
+    assert "RPUSH" in in_script
+    assert "HSET" in in_script
+
+
+async def test_commit_survives_a_flushed_script_cache(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0))
+    await client.script_flush()
+    await store.commit(lease, make_commit("r", 1))
+    assert (await store.read("r")).meta.seq == 1
+
+
+async def test_commit_retries_after_a_dropped_connection(
+    redis_url: str, client: redis.asyncio.Redis
+) -> None:
+    name = f"pgtest-{uuid.uuid4().hex[:8]}"
+    async with isolated_redis_store(redis_url, client_name=name) as store:
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0))
+        clients = await client.client_list()
+        killed = [c["id"] for c in clients if c.get("name") == name]
+        assert killed
+        for client_id in killed:
+            await client.client_kill_filter(_id=client_id)
+        await store.commit(lease, make_commit("r", 1))
+        assert (await store.read("r")).meta.seq == 1
+
+
+async def test_all_keys_of_a_run_share_one_slot(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    for run_id in ("plain", "with:colons", "braces}{x"):
+        lease = await store.acquire(run_id, "w", 30)
+        await store.commit(lease, make_commit(run_id, 0))
+        await store.commit(lease, make_commit(run_id, 1, snapshot=b"s1"))
+        keys = [k.decode() async for k in client.scan_iter(match=f"{store.prefix}:{{*")]
+        run_keys = [k for k in keys if k.startswith(f"{store.prefix}:{{{run_id}}}:")]
+        assert sorted(run_keys) == sorted(store.run_keys(run_id))
+        assert len({key_slot(k.encode()) for k in run_keys}) == 1
+    assert await client.zcard(f"{store.prefix}:runs") == 3
+
+
+async def test_retention_expires_finished_runs_only(
+    redis_url: str, client: redis.asyncio.Redis
+) -> None:
+    async with isolated_redis_store(redis_url, ttl="60") as store:
+        assert isinstance(store, RedisStore)
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0, status="running"))
+        await store.commit(lease, make_commit("r", 1, status="waiting"))
+        data_keys = store.run_keys("r")[:4] + store.run_keys("r")[5:]
+        assert [await client.pttl(k) for k in data_keys] == [-1] * 5
+        await store.commit(lease, make_commit("r", 2, status="parked"))
+        assert [await client.pttl(k) for k in data_keys] == [-1] * 5
+        await store.commit(lease, make_commit("r", 3, status="completed"))
+        ttls = [await client.pttl(k) for k in data_keys]
+        assert all(55_000 < ttl <= 60_000 for ttl in ttls), ttls
+        assert 0 < await client.pttl(store.run_keys("r")[4]) <= 30_000  # lease keeps its own
+
+
+async def test_without_ttl_finished_runs_are_kept(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0, status="failed"))
+    assert await client.pttl(store.run_keys("r")[0]) == -1
+
+
+async def test_list_runs_trusts_meta_over_the_index(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    for run_id in ("kept", "expired"):
+        lease = await store.acquire(run_id, "w", 30)
+        await store.commit(lease, make_commit(run_id, 0, updated_at=time.time()))
+    await client.delete(*store.run_keys("expired")[:4])  # as retention would
+    await client.zadd(f"{store.prefix}:runs", {"never-committed": time.time() + 5})
+    await client.zadd(f"{store.prefix}:runs", {"long-gone": 1.0})
+    assert [m.run_id for m in await store.list_runs()] == ["kept"]
+    # Old entries without meta are pruned; fresh ones are left (a commit may be landing).
+    members = cast(list[bytes], await client.zrange(f"{store.prefix}:runs", 0, -1))
+    left = {member.decode() for member in members}
+    assert left == {"kept", "expired", "never-committed"}
+
+
+async def test_concurrent_acquire_from_two_clients_has_one_winner(redis_url: str) -> None:
+    async with (
+        isolated_redis_store(redis_url) as first,
+        open_store(f"{redis_url}?prefix={first.prefix}") as second,  # type: ignore[attr-defined]
+    ):
+        for i in range(20):
+            run_id = f"race-{i}"
+            results = await asyncio.gather(
+                first.acquire(run_id, "one", 30),
+                second.acquire(run_id, "two", 30),
+                return_exceptions=True,
+            )
+            assert sorted(type(r).__name__ for r in results) == ["Lease", "LeaseHeldError"]
+            winner = next(r for r in results if isinstance(r, Lease))
+            loser = next(r for r in results if isinstance(r, LeaseHeldError))
+            assert repr(winner.owner) in str(loser)
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_unreachable_server_fails_fast_without_leaking_the_password() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{_closed_port()}/0"
+    async with open_store(url) as store:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.acquire("r", "w", 30)
+        assert time.monotonic() - started < 1.0
+        assert "127.0.0.1" in str(caught.value)
+        assert "hunter2" not in str(caught.value)
+        with pytest.raises(StoreUnavailableError):
+            await store.read("r")
+        started = time.monotonic()
+        lease = Lease(run_id="r", owner="w", token=1, expires_at=time.time() + 30)
+        with pytest.raises(StoreUnavailableError, match=r":\*\*\*@127\.0\.0\.1"):
+            await store.commit(lease, make_commit("r", 0))
+        assert 1.0 < time.monotonic() - started < 4.0  # retried, boundedly
