@@ -186,7 +186,8 @@ def test_machine_with_several_problems_reports_all_at_once() -> None:
 def test_unknown_machine_lists_known_and_suggests() -> None:
     path = GRAPHS / "unknown_machine.yaml"
     message = located(problems(load_graph, path), path, 3, "unknown machine 'taks'")
-    assert "(machines: " in message and "task" in message
+    assert "(machines: " in message
+    assert "task" in message
     assert message.endswith("did you mean 'task'?")
 
 
@@ -259,7 +260,8 @@ def test_unordered_nodes_writing_the_same_key() -> None:
     [problem] = problems(load_graph, path)
     # `log` has a reducer, `after` runs after both: only `result` of left/right clashes.
     assert problem.startswith(f"{path}:9:5: nodes 'left' and 'right' may run at the same time")
-    assert "'result'" in problem and "'log'" not in problem
+    assert "'result'" in problem
+    assert "'log'" not in problem
 
 
 def test_graph_with_several_problems_reports_all_at_once() -> None:
@@ -283,17 +285,22 @@ def test_nested_graph_loads_with_every_machine() -> None:
     assert graph.machines["parent"].states["build"].machine == "child"
     assert [node.id for node in graph.nodes] == ["make", "report"]
     assert graph.nodes[1].needs == ("make",)
-    assert graph.location is not None and graph.location.path == str(GRAPHS / "nested.yaml")
-    assert len(graph.digest) == 64 and int(graph.digest, 16) >= 0
+    assert graph.location is not None
+    assert graph.location.path == str(GRAPHS / "nested.yaml")
+    assert len(graph.digest) == 64
+    assert int(graph.digest, 16) >= 0
 
 
 def test_graph_definition_is_frozen_and_complete() -> None:
     graph = load_graph(str(GRAPHS / "nested.yaml"))
     make = graph.nodes[0]
-    assert make.location is not None and make.location.line == 9
-    assert isinstance(make.settings, MappingProxyType) and make.settings["paths"] == ("a", "b")
+    assert make.location is not None
+    assert make.location.line == 9
+    assert isinstance(make.settings, MappingProxyType)
+    assert make.settings["paths"] == ("a", "b")
     review = make.bind["review"]
-    assert review.kind == "shell" and review.triggers == ("pass", "fail")
+    assert review.kind == "shell"
+    assert review.triggers == ("pass", "fail")
     assert review.config["shell"] == ("true",)
     assert dict(review.config["on_exit"]) == {"0": "pass", "default": "fail"}
     assert make.bind["publish"].triggers == ("ok",)
@@ -303,7 +310,8 @@ def test_graph_definition_is_frozen_and_complete() -> None:
         ("timing", {}),
         ("loop_detection", {"window": 5, "threshold": 2}),
     ]
-    assert dict(graph.reducers) == {"log": "append"} and graph.concurrency == 3
+    assert dict(graph.reducers) == {"log": "append"}
+    assert graph.concurrency == 3
     with pytest.raises(TypeError):
         make.settings["retries"] = 3  # type: ignore[index]
 
@@ -330,7 +338,8 @@ def test_digest_changes_with_any_definition_change(tmp_path: Path) -> None:
 
 def test_machine_file_nests_its_siblings() -> None:
     parent = load_machine(MACHINES / "parent.yaml")
-    assert parent.name == "parent" and parent.states["build"].machine == "child"
+    assert parent.name == "parent"
+    assert parent.states["build"].machine == "child"
 
 
 def test_anchors_and_aliases(tmp_path: Path) -> None:
@@ -344,7 +353,8 @@ transitions:
   - {trigger: go, source: b, dest: done}
 """
     machine = load_machine(write(tmp_path, "anchored.yaml", text))
-    assert machine.name == "anchored" and machine.states["b"].hook == "b"
+    assert machine.name == "anchored"
+    assert machine.states["b"].hook == "b"
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -353,8 +363,10 @@ transitions:
 def test_builtin_machines_by_name() -> None:
     assert {"task", "loop"} <= set(builtin_machines())
     task = load_machine("task")
-    assert task.location is not None and task.location.path == str(machine_source("task"))
-    assert task.initial == "run" and task.states["run"].hook == "run"
+    assert task.location is not None
+    assert task.location.path == str(machine_source("task"))
+    assert task.initial == "run"
+    assert task.states["run"].hook == "run"
     assert task.states["done"].final is NodeOutcome.SUCCESS
     assert task.states["failed"].final is NodeOutcome.FAILED
     assert {(t.trigger, t.dest) for t in task.transitions} == {("ok", "done"), ("fail", "failed")}
@@ -363,7 +375,8 @@ def test_builtin_machines_by_name() -> None:
 
 def test_loop_machine_is_budgeted() -> None:
     loop = load_machine("loop")
-    assert loop.budgets["steps"].limit == 1000 and loop.budgets["steps"].spend_on == ("work",)
+    assert loop.budgets["steps"].limit == 1000
+    assert loop.budgets["steps"].spend_on == ("work",)
     again = [t for t in loop.transitions if t.trigger == "again"]
     assert [(t.dest, t.conditions, t.unless) for t in again] == [
         ("work", ("budget:steps",), ()),
@@ -377,7 +390,8 @@ def test_loop_machine_is_budgeted() -> None:
 def test_builtin_graphs_by_name() -> None:
     for name in builtin_graphs():
         graph = load_graph(name)
-        assert graph.location is not None and graph.location.path == str(graph_source(name))
+        assert graph.location is not None
+        assert graph.location.path == str(graph_source(name))
 
 
 def test_unknown_builtin_name_lists_the_known_ones() -> None:
