@@ -21,11 +21,12 @@ from typing import Any
 import jsonschema
 
 from phasegraph import codec
+from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.interpreter import Run
 from phasegraph.loader import load_graph
-from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, apply_record
+from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, apply_record, frozen_map
 from phasegraph.runtime import (
     Clock,
     IdFactory,
@@ -219,6 +220,62 @@ class Engine:
                 )
             async for _ in run:
                 pass
+            return run.state
+
+    async def reply(
+        self,
+        run_id: str,
+        interrupt_id: str,
+        trigger: str,
+        *,
+        payload: Mapping[str, Any] | None = None,
+        data: Mapping[str, Any] | None = None,
+        drive: bool = True,
+        graph: GraphSource | None = None,
+    ) -> RunState:
+        """Answer a pending interrupt, then (by default) drive the run on.
+
+        Args:
+            run_id: The run.
+            interrupt_id: The interrupt's id (``{run_id}:{node_id}:{hook}``).
+            trigger: The trigger to fire on the waiting node (``confirm``, ``reject``, ...).
+            payload: What the next action sees as ``ctx.payload`` (e.g. ``feedback``).
+            data: Updates to the run's data, merged per top-level key.
+            drive: Continue the run until it finishes or waits again.
+            graph: Use this graph instead of the one the run recorded.
+
+        Raises:
+            RunStateError: The run is not waiting, or has no such interrupt.
+            IllegalTriggerError: The trigger is not legal in the waiting node's state.
+        """
+        result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
+        async with self.open(run_id, graph=graph) as run:
+            if run.state.status.terminal:
+                raise RunStateError(
+                    f"run {run_id!r} already {run.state.status}; it waits for no reply",
+                    run_id=run_id,
+                )
+            await run.reply(interrupt_id, result)
+            if drive:
+                async for _ in run:
+                    pass
+            return run.state
+
+    async def cancel(
+        self,
+        run_id: str,
+        reason: str = "cancelled by request",
+        *,
+        graph: GraphSource | None = None,
+    ) -> RunState:
+        """Cancel a run that no live process is driving (waiting, parked or crashed).
+
+        Raises:
+            LeaseHeldError: A live process is driving the run.
+            RunStateError: The run already finished.
+        """
+        async with self.open(run_id, graph=graph, allow_changed=True) as run:
+            await run.cancel(reason)
             return run.state
 
     async def get(self, run_id: str, seq: int | None = None) -> RunState:

@@ -13,14 +13,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phasegraph import __version__, cli_runs
+from phasegraph import __version__, cli_human, cli_runs
 from phasegraph.cli_support import BAD_INPUT_CODES, EXIT_BAD_INPUT, EXIT_FAILED, Handler
 from phasegraph.errors import PhasegraphError
 from phasegraph.store import DEFAULT_STORE_URL
 
 __all__ = ["build_parser", "main"]
 
-_COMMAND_MODULES = (cli_runs,)
+_COMMAND_MODULES = (
+    cli_runs,
+    cli_human,
+)
 
 
 def _common() -> argparse.ArgumentParser:

@@ -11,11 +11,13 @@ from phasegraph.cli_support import (
     AddCommand,
     emit,
     finished,
+    interrupt_lines,
     parse_inputs,
     with_engine,
 )
+from phasegraph.errors import IllegalTriggerError
 from phasegraph.loader import builtin_graphs, builtin_machines, load_graph, load_machine
-from phasegraph.model import RunStatus
+from phasegraph.model import RunState, RunStatus
 from phasegraph.progress import progress_for
 from phasegraph.views import record_view, run_summary, state_view
 
@@ -28,6 +30,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         with progress_for(engine.bus, quiet=args.quiet or args.json):
             state = await engine.run(args.graph, run_input, run_id=args.run_id)
+            if args.approve:
+                state = await _approve_all(engine, state)
         return finished(args, state)
 
     return await with_engine(args, body)
@@ -53,6 +57,7 @@ async def _cmd_status(args: argparse.Namespace) -> int:
                 + (f"  ({node.error})" if node.error else "")
                 for node_id, node in state.nodes.items()
             )
+            nodes += interrupt_lines(state)
             emit(
                 args,
                 state_view(state),
@@ -118,6 +123,22 @@ async def _cmd_graphs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _approve_all(engine: Engine, state: RunState) -> RunState:
+    """Answer every interrupt that accepts ``confirm`` with ``confirm`` (demos and CI)."""
+    for _ in range(_MAX_APPROVALS):
+        pending = sorted(state.interrupts)
+        if not pending:
+            return state
+        try:
+            state = await engine.reply(state.run_id, pending[0], "confirm")
+        except IllegalTriggerError:
+            return state  # this gate needs a real answer
+    return state
+
+
+_MAX_APPROVALS = 100
+
+
 def register(add: AddCommand) -> None:
     """Add this module's commands to the parser."""
     run = add("run", _cmd_run, "start a run of a graph and drive it to the end (or a wait)")
@@ -131,6 +152,11 @@ def register(add: AddCommand) -> None:
     )
     run.add_argument("--input-file", metavar="FILE", help="a JSON object of input values")
     run.add_argument("--run-id", help="use this run id instead of a generated one")
+    run.add_argument(
+        "--approve",
+        action="store_true",
+        help="answer every review gate with 'confirm' (for demos and CI)",
+    )
     resume = add("resume", _cmd_resume, "continue a run from its last committed step")
     resume.add_argument("run", help="the run id")
     resume.add_argument("--graph", help="use this graph file instead of the recorded one")

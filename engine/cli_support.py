@@ -29,6 +29,7 @@ __all__ = [
     "emit",
     "exit_for",
     "finished",
+    "interrupt_lines",
     "parse_inputs",
     "with_engine",
 ]
@@ -104,8 +105,24 @@ def finished(args: argparse.Namespace, state: RunState) -> int:
     text = f"run {state.run_id} {state.status}: {run_summary(state)}"
     if state.errors and not args.json:
         text += "".join(f"\n  {e.node} ({e.state}): {e.message}" for e in state.errors)
+    text += interrupt_lines(state)
     emit(args, state_view(state), text)
     return exit_for(state.status)
+
+
+def interrupt_lines(state: RunState) -> str:
+    """Pending interrupts and how to answer them, one per line (empty if none)."""
+    lines = []
+    for interrupt in state.interrupts.values():
+        due = (
+            f", timeout at {interrupt.deadline:%Y-%m-%d %H:%M:%S %Z}" if interrupt.deadline else ""
+        )
+        lines.append(
+            f"\n  waiting on {interrupt.kind} from node {interrupt.node}{due}"
+            f"\n    phasegraph reply {state.run_id} --id {interrupt.id} --confirm"
+            f"  (or --reject FEEDBACK, --trigger NAME)"
+        )
+    return "".join(lines)
 
 
 async def with_engine(args: argparse.Namespace, body: Callable[[Engine], Awaitable[int]]) -> int:

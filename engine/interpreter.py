@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from phasegraph import codec
 from phasegraph.actions import Action, ActionContext, ActionResult
-from phasegraph.errors import CodecError, PhasegraphError, RunError
+from phasegraph.errors import CodecError, PhasegraphError, RunError, RunStateError
 from phasegraph.events import EventBus, events_for
 from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord, apply_record
 from phasegraph.runtime import Clock, PreparedGraph, RunOptions
@@ -125,10 +125,17 @@ class Run:
         Raises:
             StoreError: The commit failed; nothing of this step was written.
         """
-        if self._state.status is not RunStatus.RUNNING:
+        step = None
+        if self._state.interrupts and not self._state.status.terminal:
+            # A passed deadline fires `timeout`, also on a run that is only waiting.
+            step = self._encoded(self._steps.expire(self._state))
+        if step is None and self._state.status is not RunStatus.RUNNING:
             return None
-        # Starting a node needs no action result, so it goes first (and fills free slots).
-        step = self._encoded(self._steps.start_next(self._state))
+        if step is None:
+            # Starting a node needs no action result, so it goes first (and fills free slots).
+            step = self._encoded(self._steps.start_next(self._state))
+        if step is None:
+            step = self._open_gate()
         if step is None and len(self._to_launch) == 1 and not self._tasks:
             # The only thing that can happen next is this action: await it inline.
             node_id = self._to_launch.pop()
@@ -141,11 +148,61 @@ class Run:
             step = self._encoded(self._steps.settle(self._state))
         if step is None:
             return None
-        record, blob = step
+        return await self._commit_step(*step)
+
+    async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
+        """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
+
+        Nothing is committed if the reply is refused.
+
+        Raises:
+            RunStateError: The run has no such pending interrupt (or is not waiting).
+            IllegalTriggerError: The trigger is not legal in the waiting node's state.
+            CodecError: The reply's data cannot be stored.
+        """
+        if not self._state.interrupts:
+            raise RunStateError(
+                f"run {self.run_id!r} is not waiting for a reply (status {self._state.status})",
+                run_id=self.run_id,
+            )
+        record = self._steps.answer(self._state, interrupt_id, result)
+        return await self._commit_step(*_encode(record))
+
+    async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
+        """Stop in-flight actions and commit the run as cancelled.
+
+        Raises:
+            RunStateError: The run already finished.
+        """
+        if self._state.status.terminal:
+            raise RunStateError(
+                f"run {self.run_id!r} already {self._state.status}; nothing to cancel",
+                run_id=self.run_id,
+            )
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        self._to_launch.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+
+    async def _commit_step(self, record: StepRecord, blob: bytes) -> StepRecord:
         await self._commit(record, blob)
         if record.node is not None and self._state.nodes[record.node].status is NodeStatus.RUNNING:
             self._to_launch.append(record.node)
         return record
+
+    def _open_gate(self) -> tuple[StepRecord, bytes] | None:
+        """Put the first node that reached a human gate into waiting, if any."""
+        for node_id in self._to_launch:
+            node = self._state.nodes[node_id]
+            hook = self._prepared.machines.hook(self._node_machine(node_id), node.path) or ""
+            gate = self._prepared.gates.get((node_id, hook))
+            if gate is not None:
+                self._to_launch.remove(node_id)
+                return _encode(self._steps.open_gate(self._state, node_id, hook, gate))
+        return None
 
     # -- actions -----------------------------------------------------------------------
 
@@ -184,7 +241,9 @@ class Run:
             counters=node.counters,
             limits=machine.limits(definition.settings),
             steps=node.steps,
+            payload=node.payload,
             emit=emit,
+            tool=self._prepared.tools.bind(definition, node.state, emit),
         )
 
     @staticmethod

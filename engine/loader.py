@@ -13,6 +13,7 @@ package-data packages ``phasegraph.states`` (machines) or ``phasegraph.graphs`` 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -162,15 +163,9 @@ def _ordered(problems: Sequence[Problem]) -> list[Problem]:
     return sorted(unique, key=key)
 
 
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(_freeze(item) for item in value)
-    return frozenset(value) if isinstance(value, set) else value
-
-
-# --------------------------------------------------------------------------- built-ins
+def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    # Read-only at the top like every model mapping; nested values stay plain JSON types.
+    return model.frozen_map(copy.deepcopy(dict(value)))
 
 
 def _builtin_dir(kind: str) -> Path:
@@ -407,7 +402,7 @@ def _node_def(node: schema.NodeSpec, index: int, doc: _Document) -> model.NodeDe
     bind = {
         hook: model.ActionDef(
             kind=action.kind,
-            config=_freeze(action.model_dump(by_alias=True, exclude_none=True)),
+            config=_frozen(action.model_dump(by_alias=True, exclude_none=True)),
             triggers=action.declared_triggers(),
             location=doc.at((*here, "bind", hook)),
         )
@@ -418,7 +413,7 @@ def _node_def(node: schema.NodeSpec, index: int, doc: _Document) -> model.NodeDe
         machine=node.machine,
         needs=tuple(node.needs),
         bind=MappingProxyType(bind),
-        settings=_freeze(node.settings),
+        settings=_frozen(node.settings),
         writes=None if node.writes is None else tuple(node.writes),
         location=doc.at(here),
     )
@@ -523,7 +518,7 @@ def _middleware(spec: schema.GraphSpec, doc: _Document) -> tuple[model.Middlewar
     entries = [(e, {}) if isinstance(e, str) else next(iter(e.items())) for e in spec.middleware]
     return tuple(
         model.MiddlewareDef(
-            name=name, config=_freeze(config), location=doc.at(("middleware", index))
+            name=name, config=_frozen(config), location=doc.at(("middleware", index))
         )
         for index, (name, config) in enumerate(entries)
     )
@@ -581,7 +576,7 @@ def load_graph(source: str | Path) -> model.GraphDef:
         nodes=tuple(nodes),
         machines=MappingProxyType(dict(sorted(machines.items()))),
         concurrency=spec.concurrency,
-        input_schema=None if spec.input is None else _freeze(spec.input),
+        input_schema=None if spec.input is None else _frozen(spec.input),
         reducers=MappingProxyType(dict(spec.reducers)),
         middleware=_middleware(spec, doc),
         description=spec.description,

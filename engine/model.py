@@ -333,6 +333,8 @@ class NodeState:
         counters: Budget name → units spent (nested levels prefixed ``state/``).
         steps: Transitions taken so far.
         error: Why the node failed, when it did.
+        payload: The payload of the trigger that entered the current state (what the
+            next action sees as ``ctx.payload``, e.g. a reviewer's feedback).
     """
 
     status: NodeStatus = NodeStatus.PENDING
@@ -341,6 +343,7 @@ class NodeState:
     counters: Mapping[str, int] = empty_field()
     steps: int = 0
     error: str | None = None
+    payload: Mapping[str, Any] = empty_field()
 
     @property
     def state(self) -> str:
@@ -359,6 +362,7 @@ class Interrupt:
         payload: What the answerer needs to see.
         deadline: When the timeout trigger fires, if ever.
         created_at: When it was asked.
+        parked: Whether the run counts as parked (not just waiting) while this is open.
     """
 
     id: str
@@ -367,6 +371,7 @@ class Interrupt:
     payload: Mapping[str, Any] = empty_field()
     deadline: datetime | None = None
     created_at: datetime | None = None
+    parked: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,11 +18,13 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from phasegraph.actions import Action, build_action
+from phasegraph.actions.human import HumanGate, build_gate
 from phasegraph.errors import Problem, SpecError
 from phasegraph.graph import WorkflowGraph, compile_graph
 from phasegraph.machine import MachineSet, compile_machines
 from phasegraph.middleware import build_middleware, chain
 from phasegraph.model import GraphDef, NodeState, RunState, RunStatus, frozen_map
+from phasegraph.tools import ToolFactory, build_tools
 
 __all__ = [
     "REDUCERS",
@@ -102,6 +104,8 @@ class PreparedGraph:
         workflow: The compiled DAG.
         machines: Every machine compiled once.
         actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
+        tools: Binds ``ctx.tool`` for each action call.
+        gates: ``(node id, hook)`` → the human gate bound there.
     """
 
     definition: GraphDef
@@ -109,6 +113,8 @@ class PreparedGraph:
     workflow: WorkflowGraph
     machines: MachineSet
     actions: Mapping[tuple[str, str], Action]
+    tools: ToolFactory
+    gates: Mapping[tuple[str, str], HumanGate]
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
@@ -162,9 +168,13 @@ def prepare(
         problems += exc.problems
         middleware = ()
     in_code = dict(actions or {})
+    gates: dict[tuple[str, str], HumanGate] = {}
     for node in definition.nodes:
         for hook, action_def in node.bind.items():
             if (node.id, hook) in in_code:
+                continue
+            if action_def.kind == "human":
+                gates[(node.id, hook)] = build_gate(action_def)
                 continue
             try:
                 bound[(node.id, hook)] = chain(middleware, build_action(action_def, base_dir))
@@ -180,6 +190,8 @@ def prepare(
         workflow=workflow,
         machines=compile_machines(definition.machines),
         actions=MappingProxyType(bound),
+        tools=build_tools(definition),
+        gates=MappingProxyType(gates),
     )
 
 

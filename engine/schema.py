@@ -69,11 +69,11 @@ _PATTERN_HINTS: Mapping[str, str] = {
     _TARGET_PATTERN: 'write "package.module:function"',
 }
 
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
-Ident = Annotated[str, Field(pattern=ID_PATTERN)]
-Predicate = Annotated[str, Field(pattern=PREDICATE_PATTERN)]
-Outcome = Literal["success", "failed", "parked", "gave_up", "cancelled"]
-NonEmpty = Annotated[str, Field(min_length=1)]
+_Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+_Ident = Annotated[str, Field(pattern=ID_PATTERN)]
+_Predicate = Annotated[str, Field(pattern=PREDICATE_PATTERN)]
+_Outcome = Literal["success", "failed", "parked", "gave_up", "cancelled"]
+_NonEmpty = Annotated[str, Field(min_length=1)]
 Loc = tuple[str | int, ...]
 """A key path into a document: mapping keys and list indexes."""
 
@@ -98,8 +98,8 @@ def _string_keys(value: object) -> object:
 
 
 _StringKeys = BeforeValidator(_string_keys)
-_ExitMap = Annotated[dict[Annotated[str, Field(pattern=_EXIT_PATTERN)], Name], _StringKeys]
-_StatusMap = Annotated[dict[Annotated[str, Field(pattern=_STATUS_PATTERN)], Name], _StringKeys]
+_ExitMap = Annotated[dict[Annotated[str, Field(pattern=_EXIT_PATTERN)], _Name], _StringKeys]
+_StatusMap = Annotated[dict[Annotated[str, Field(pattern=_STATUS_PATTERN)], _Name], _StringKeys]
 
 
 class _Spec(BaseModel):
@@ -110,7 +110,7 @@ class BudgetSpec(_Spec):
     """A named counter with a limit; every entry into a `spend_on` state spends one unit."""
 
     limit: int = Field(ge=0, description="Units available (a node's with.budgets may override).")
-    spend_on: list[Name] = Field(min_length=1, description="States whose every entry spends one.")
+    spend_on: list[_Name] = Field(min_length=1, description="States whose every entry spends one.")
 
 
 _ROLES = {"final": "final", "hook": "hooked", "machine": "nesting a machine"}
@@ -122,9 +122,9 @@ class StateSpec(_Spec):
 
     model_config = ConfigDict(json_schema_extra=_ONE_ROLE)  # type: ignore[typeddict-item]
 
-    final: Outcome | None = Field(None, description="Node outcome when the machine ends here.")
-    hook: Name | None = Field(None, description="Slot a graph binds; default: the state name.")
-    machine: Ident | None = Field(None, description="Nested machine; its outcome is the trigger.")
+    final: _Outcome | None = Field(None, description="Node outcome when the machine ends here.")
+    hook: _Name | None = Field(None, description="Slot a graph binds; default: the state name.")
+    machine: _Ident | None = Field(None, description="Nested machine; its outcome is the trigger.")
     description: str = Field("", description="Free text for diagrams and docs.")
 
     @pydantic.model_validator(mode="after")
@@ -141,7 +141,7 @@ class StateSpec(_Spec):
 
 
 _Source = Annotated[str, Field(pattern=_SOURCE_PATTERN)]
-Sources = Annotated[
+_Sources = Annotated[
     Annotated[_Source, Tag("<one>")] | Annotated[list[_Source], Field(min_length=1), Tag("<many>")],
     Discriminator(_shape),
 ]
@@ -150,11 +150,11 @@ Sources = Annotated[
 class TransitionSpec(_Spec):
     """A transition; of those matching a trigger, the first whose predicates hold wins."""
 
-    trigger: Name = Field(description="The trigger (an action's result) that fires it.")
-    source: Sources = Field(description="State(s) it leaves from; '*' = every non-final state.")
-    dest: Name = Field(description="The state it enters.")
-    conditions: list[Predicate] = Field([], description="Predicates that must all hold.")
-    unless: list[Predicate] = Field([], description="Predicates that must all fail.")
+    trigger: _Name = Field(description="The trigger (an action's result) that fires it.")
+    source: _Sources = Field(description="State(s) it leaves from; '*' = every non-final state.")
+    dest: _Name = Field(description="The state it enters.")
+    conditions: list[_Predicate] = Field([], description="Predicates that must all hold.")
+    unless: list[_Predicate] = Field([], description="Predicates that must all fail.")
 
     def sources(self) -> list[str]:
         """The source names as written (``*`` not expanded)."""
@@ -166,11 +166,11 @@ class MachineSpec(_Spec):
 
     model_config = ConfigDict(title="phasegraph machine")
 
-    machine: Ident | None = Field(None, description="Machine name; default: the file stem.")
+    machine: _Ident | None = Field(None, description="Machine name; default: the file stem.")
     description: str = Field("", description="What the machine is for.")
-    initial: Name = Field(description="The state a node starts in.")
-    budgets: dict[Name, BudgetSpec] = Field({}, description="Budgets by name.")
-    states: dict[Name, StateSpec] = Field(min_length=1, description="States, in order.")
+    initial: _Name = Field(description="The state a node starts in.")
+    budgets: dict[_Name, BudgetSpec] = Field({}, description="Budgets by name.")
+    states: dict[_Name, StateSpec] = Field(min_length=1, description="States, in order.")
     transitions: list[TransitionSpec] = Field([], description="Transitions, in priority order.")
 
 
@@ -202,10 +202,10 @@ class PythonAction(_ActionBase):
 
     python: str = Field(pattern=_TARGET_PATTERN, description='The callable, "module:function".')
     thread: bool = Field(True, description="Run a sync function in a worker thread.")
-    triggers: list[Name] | None = Field(None, description="Triggers the function may return.")
+    triggers: list[_Name] | None = Field(None, description="Triggers the function may return.")
 
 
-Command = Annotated[
+_Command = Annotated[
     Annotated[str, Field(min_length=1), Tag("<one>")]
     | Annotated[list[str], Field(min_length=1), Tag("<many>")],
     Discriminator(_shape),
@@ -215,12 +215,14 @@ Command = Annotated[
 class ShellAction(_ActionBase):
     """Run a command without a shell: an argv list, or one string split like a shell does."""
 
-    shell: Command = Field(description="argv list or command line; {name} templates.")
+    shell: _Command = Field(description="argv list or command line; {name} templates.")
     cwd: str | None = Field(None, description="Working directory (a template).")
     env: dict[str, str] = Field({}, description="Extra environment variables (templates).")
     on_exit: _ExitMap = Field({"0": "ok", "default": "fail"}, description="Exit status -> trigger.")
-    timeout_trigger: Name | None = Field(None, description="Trigger on timeout (default: default).")
-    capture: NonEmpty | None = Field(None, description="Data key that receives the stdout.")
+    timeout_trigger: _Name | None = Field(
+        None, description="Trigger on timeout (default: default)."
+    )
+    capture: _NonEmpty | None = Field(None, description="Data key that receives the stdout.")
 
     def _implied(self) -> list[tuple[Loc, str]]:
         found: list[tuple[Loc, str]] = [(("on_exit", k), v) for k, v in self.on_exit.items()]
@@ -247,7 +249,7 @@ class HttpAction(_ActionBase):
     on_status: _StatusMap = Field(
         {"200": "ok", "default": "fail"}, description="Status -> trigger."
     )
-    triggers: list[Name] | None = Field(None, description="Triggers (default: on_status values).")
+    triggers: list[_Name] | None = Field(None, description="Triggers (default: on_status values).")
 
     def _implied(self) -> list[tuple[Loc, str]]:
         return [(("on_status", key), trigger) for key, trigger in self.on_status.items()]
@@ -256,9 +258,9 @@ class HttpAction(_ActionBase):
 class HumanAction(_ActionBase):
     """Pause the run on an interrupt until someone replies (or the timeout fires)."""
 
-    human: Ident = Field(description="The interrupt kind, e.g. review.")
+    human: _Ident = Field(description="The interrupt kind, e.g. review.")
     payload: dict[str, Any] = Field({}, description="What the answerer sees.")
-    triggers: list[Name] | None = Field(None, description="Replies accepted (and timeout).")
+    triggers: list[_Name] | None = Field(None, description="Replies accepted (and timeout).")
 
 
 ActionSpec = Annotated[
@@ -270,9 +272,9 @@ ActionSpec = Annotated[
 ]
 """One action: exactly one of the kind keys python, shell, http, human."""
 
-_Settings = Annotated[dict[Ident, dict[str, Any]], Field(min_length=1, max_length=1)]
-Middleware = Annotated[
-    Annotated[Ident, Tag("<one>")] | Annotated[_Settings, Tag("<map>")],
+_Settings = Annotated[dict[_Ident, dict[str, Any]], Field(min_length=1, max_length=1)]
+_Middleware = Annotated[
+    Annotated[_Ident, Tag("<one>")] | Annotated[_Settings, Tag("<map>")],
     Discriminator(_shape),
 ]
 
@@ -280,12 +282,12 @@ Middleware = Annotated[
 class NodeSpec(_Spec):
     """One node of a graph: a machine, its prerequisites and its hook bindings."""
 
-    id: Ident = Field(description="Unique node id.")
-    machine: Ident = Field(description="Built-in machine name, or one from `machines:`.")
-    needs: list[Ident] = Field([], description="Ids of nodes that must succeed first.")
-    writes: list[NonEmpty] | None = Field(None, description="Top-level data keys it writes.")
+    id: _Ident = Field(description="Unique node id.")
+    machine: _Ident = Field(description="Built-in machine name, or one from `machines:`.")
+    needs: list[_Ident] = Field([], description="Ids of nodes that must succeed first.")
+    writes: list[_NonEmpty] | None = Field(None, description="Top-level data keys it writes.")
     settings: dict[str, Any] = Field({}, alias="with", description="Free-form node settings.")
-    bind: dict[Name, ActionSpec] = Field({}, description="Hook -> action; bind every hook.")
+    bind: dict[_Name, ActionSpec] = Field({}, description="Hook -> action; bind every hook.")
 
 
 class GraphSpec(_Spec):
@@ -293,19 +295,19 @@ class GraphSpec(_Spec):
 
     model_config = ConfigDict(title="phasegraph graph")
 
-    graph: Ident | None = Field(None, description="Graph name; default: the file stem.")
+    graph: _Ident | None = Field(None, description="Graph name; default: the file stem.")
     description: str = Field("", description="What the workflow does.")
     concurrency: int = Field(3, ge=1, description="How many nodes may run at once.")
     input: dict[str, Any] | None = Field(None, description="JSON Schema of the run input.")
-    reducers: dict[NonEmpty, Literal["append", "merge"]] = Field(
+    reducers: dict[_NonEmpty, Literal["append", "merge"]] = Field(
         {}, description="Data key -> combiner."
     )
-    middleware: list[Middleware] = Field([], description="Name or {name: settings}; outer first.")
-    machines: list[NonEmpty] = Field([], description="Machine files, relative to this file.")
+    middleware: list[_Middleware] = Field([], description="Name or {name: settings}; outer first.")
+    machines: list[_NonEmpty] = Field([], description="Machine files, relative to this file.")
     nodes: list[NodeSpec] = Field(min_length=1, description="The nodes, in declaration order.")
 
 
-SpecT = TypeVar("SpecT", MachineSpec, GraphSpec)
+_SpecT = TypeVar("_SpecT", MachineSpec, GraphSpec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +319,7 @@ class SpecIssue:
 
 
 @dataclass(frozen=True, slots=True)
-class Checked(Generic[SpecT]):
+class Checked(Generic[_SpecT]):
     """The outcome of checking one document.
 
     Attributes:
@@ -327,7 +329,7 @@ class Checked(Generic[SpecT]):
         kept: Document indexes of the items left in each list shortened by salvaging.
     """
 
-    spec: SpecT | None
+    spec: _SpecT | None
     issues: tuple[SpecIssue, ...]
     kept: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -388,7 +390,7 @@ def check_graph(data: object) -> Checked[GraphSpec]:
     return _with(checked, _graph_issues(checked.spec, _declared(data, "nodes", "id")))
 
 
-def _with(checked: Checked[SpecT], issues: list[SpecIssue]) -> Checked[SpecT]:
+def _with(checked: Checked[_SpecT], issues: list[SpecIssue]) -> Checked[_SpecT]:
     moved = tuple(SpecIssue(checked.locate(issue.loc), issue.message) for issue in issues)
     return Checked(checked.spec, checked.issues + moved, checked.kept)
 
@@ -447,7 +449,7 @@ def _graph_issues(spec: GraphSpec, ids: set[str]) -> _Issues:
     return issues
 
 
-def _validate(model: type[SpecT], data: object) -> Checked[SpecT]:
+def _validate(model: type[_SpecT], data: object) -> Checked[_SpecT]:
     try:
         return Checked(model.model_validate(data), ())
     except pydantic.ValidationError as exc:

@@ -6,22 +6,27 @@ Keeping step construction pure is what makes snapshots, resume and replay exact.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
 from phasegraph.actions import ActionResult
+from phasegraph.actions.human import TIMEOUT_TRIGGER, HumanGate, render_payload
 from phasegraph.errors import (
     ActionError,
     BudgetExhaustedError,
     DataConflictError,
     PhasegraphError,
     RunError,
+    RunStateError,
 )
 from phasegraph.machine import Position, StepResult
 from phasegraph.model import (
     EMPTY,
     ErrorRecord,
+    Interrupt,
     NodeOutcome,
     NodeState,
     NodeStatus,
@@ -31,10 +36,14 @@ from phasegraph.model import (
 )
 from phasegraph.runtime import Clock, PreparedGraph
 
-__all__ = ["ERROR_TRIGGER", "StepBuilder", "classify_error", "run_status"]
+__all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "StepBuilder", "classify_error", "run_status"]
 
 ERROR_TRIGGER = "error"
 """Fired with a classified payload when an action raises in a state that accepts it."""
+
+ERROR_LOG_EVENT = "error_log"
+"""An event an action emits to add a record to the run's error log: fields ``message``,
+optional ``severity`` (``error``, ``warning``, ``critical``), ``recovered`` and ``details``."""
 
 _STATUS_FOR_OUTCOME = {
     None: NodeStatus.RUNNING,
@@ -70,9 +79,14 @@ def classify_error(error: BaseException) -> dict[str, Any]:
     }
 
 
-def run_status(prepared: PreparedGraph, nodes: Mapping[str, NodeState]) -> RunStatus:
-    """The run status implied by its nodes."""
-    pending = waiting = parked = False
+def run_status(
+    prepared: PreparedGraph,
+    nodes: Mapping[str, NodeState],
+    interrupts: Mapping[str, Interrupt] = EMPTY,
+) -> RunStatus:
+    """The run status implied by its nodes and pending interrupts."""
+    pending = waiting = False
+    parked = any(interrupt.parked for interrupt in interrupts.values())
     all_succeeded = True
     for node in nodes.values():
         if node.status is NodeStatus.RUNNING:
@@ -119,6 +133,9 @@ class StepBuilder:
         node_id: str,
         result: ActionResult,
         events: tuple[Mapping[str, Any], ...],
+        *,
+        kind: str = "transition",
+        interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
         """Fire the trigger ``result`` names and merge its data.
 
@@ -138,20 +155,59 @@ class StepBuilder:
             payload=result.payload,
         )
         data = self._merge(state, node_id, result.data)
-        node = self._moved(current, step, steps=current.steps + 1)
+        node = self._moved(current, step, steps=current.steps + 1, payload=result.payload)
         summary = {"trigger": result.trigger, "payload": result.payload, "output": result.output}
         return self._record(
             state,
             node_id,
             node,
-            kind="transition",
+            kind=kind,
+            interrupts=interrupts,
             source=current.path,
             trigger=result.trigger,
             dest=step.position.path,
             result={k: v for k, v in summary.items() if v},
             data=data,
             events=events,
+            logged=self._logged(node_id, current, result, events),
         )
+
+    def _logged(
+        self,
+        node_id: str,
+        current: NodeState,
+        result: ActionResult,
+        events: tuple[Mapping[str, Any], ...],
+    ) -> tuple[ErrorRecord, ...]:
+        """Error-log entries this step adds: a handled action error, and any the action logged."""
+        time = self._clock.now()
+        entries = []
+        if result.trigger == ERROR_TRIGGER:
+            entries.append(
+                ErrorRecord(
+                    time=time,
+                    node=node_id,
+                    state=current.state,
+                    message=str(result.payload.get("message", "action failed")),
+                    severity="error",
+                    details=result.payload,
+                )
+            )
+        for event in events:
+            if event.get("kind") != ERROR_LOG_EVENT:
+                continue
+            entries.append(
+                ErrorRecord(
+                    time=time,
+                    node=node_id,
+                    state=current.state,
+                    message=str(event.get("message", "")),
+                    severity=str(event.get("severity", "error")),
+                    recovered=bool(event.get("recovered", False)),
+                    details=MappingProxyType(dict(event.get("details") or {})),
+                )
+            )
+        return tuple(entries)
 
     def action_failed(
         self,
@@ -205,21 +261,126 @@ class StepBuilder:
 
     def settle(self, state: RunState) -> StepRecord | None:
         """Close a run in which nothing runs and nothing can start; None if not stuck."""
-        status = run_status(self._prepared, state.nodes)
+        status = run_status(self._prepared, state.nodes, state.interrupts)
         if status is RunStatus.RUNNING or status is state.status:
             return None
         return StepRecord(seq=state.seq + 1, time=self._clock.now(), kind="status", status=status)
 
+    # -- human gates and cancellation --------------------------------------------------
+
+    def open_gate(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
+        """Put the node in ``waiting`` behind a new interrupt (fails the node on a bad payload)."""
+        now = self._clock.now()
+        interrupt_id = f"{state.run_id}:{node_id}:{hook}"
+        try:
+            payload = render_payload(gate.payload, {**state.input, **state.data})
+        except RunError as exc:
+            return self.node_failed(state, node_id, exc, ())
+        deadline = now + timedelta(seconds=gate.timeout) if gate.timeout is not None else None
+        interrupt = Interrupt(
+            id=interrupt_id,
+            node=node_id,
+            kind=gate.kind,
+            payload=MappingProxyType(payload),
+            deadline=deadline,
+            created_at=now,
+            parked=gate.park,
+        )
+        request = {"kind": f"{gate.kind}_request", "id": interrupt_id, "payload": payload}
+        node = dataclasses.replace(state.nodes[node_id], status=NodeStatus.WAITING)
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="wait",
+            source=node.path,
+            dest=node.path,
+            events=(request,),
+            interrupts=MappingProxyType({**state.interrupts, interrupt_id: interrupt}),
+        )
+
+    def answer(self, state: RunState, interrupt_id: str, result: ActionResult) -> StepRecord:
+        """Fire a reply's trigger on the waiting node and close its interrupt.
+
+        Raises:
+            RunStateError: No such pending interrupt.
+            IllegalTriggerError: The reply's trigger is not legal in the node's state.
+        """
+        interrupt = state.interrupts.get(interrupt_id)
+        if interrupt is None:
+            pending = ", ".join(state.interrupts) or "none"
+            raise RunStateError(
+                f"run {state.run_id!r} has no pending interrupt {interrupt_id!r} "
+                f"(pending: {pending})",
+                run_id=state.run_id,
+            )
+        remaining = MappingProxyType(
+            {k: v for k, v in state.interrupts.items() if k != interrupt_id}
+        )
+        reply = {
+            "kind": f"{interrupt.kind}_reply",
+            "id": interrupt_id,
+            "trigger": result.trigger,
+            "payload": dict(result.payload),
+        }
+        return self.transition(
+            state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining
+        )
+
+    def expire(self, state: RunState) -> StepRecord | None:
+        """Fire ``timeout`` on the first interrupt whose deadline has passed, if any."""
+        now = self._clock.now()
+        due = sorted(
+            (i for i in state.interrupts.values() if i.deadline is not None and i.deadline <= now),
+            key=lambda i: (i.deadline, i.id),
+        )
+        if not due:
+            return None
+        interrupt = due[0]
+        timeout = ActionResult(
+            trigger=TIMEOUT_TRIGGER, payload=MappingProxyType({"interrupt": interrupt.id})
+        )
+        try:
+            return self.answer(state, interrupt.id, timeout)
+        except RunError as exc:
+            remaining = {k: v for k, v in state.interrupts.items() if k != interrupt.id}
+            failed = self.node_failed(state, interrupt.node, exc, ())
+            return dataclasses.replace(
+                failed,
+                interrupts=MappingProxyType(remaining),
+                status=run_status(self._prepared, {**state.nodes, **failed.nodes}, remaining),
+            )
+
+    def cancel(self, state: RunState, reason: str) -> StepRecord:
+        """Cancel every unfinished node and close every interrupt."""
+        nodes = {
+            node_id: dataclasses.replace(node, status=NodeStatus.CANCELLED, error=reason)
+            for node_id, node in state.nodes.items()
+            if not node.status.terminal
+        }
+        return StepRecord(
+            seq=state.seq + 1,
+            time=self._clock.now(),
+            kind="cancel",
+            nodes=MappingProxyType(nodes),
+            status=RunStatus.CANCELLED,
+            interrupts=MappingProxyType({}),
+            events=({"kind": "cancelled", "message": reason},),
+        )
+
     # -- helpers -----------------------------------------------------------------------
 
     @staticmethod
-    def _moved(current: NodeState, step: StepResult, *, steps: int) -> NodeState:
+    def _moved(
+        current: NodeState, step: StepResult, *, steps: int, payload: Mapping[str, Any] = EMPTY
+    ) -> NodeState:
         return NodeState(
             status=_STATUS_FOR_OUTCOME[step.outcome],
             path=step.position.path,
             outcome=step.outcome,
             counters=step.position.counters,
             steps=steps,
+            payload=payload,
         )
 
     def _record(
@@ -235,10 +396,12 @@ class StepBuilder:
         result: Mapping[str, Any] = EMPTY,
         data: Mapping[str, Any] = EMPTY,
         events: tuple[Mapping[str, Any], ...] = (),
+        logged: tuple[ErrorRecord, ...] = (),
+        interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
         time = self._clock.now()
         nodes = {node_id: node}
-        errors: tuple[ErrorRecord, ...] = ()
+        errors = logged
         if node.status is NodeStatus.FAILED:
             nodes.update(self._skipped(state, node_id))
             message = node.error or f"finished with outcome {node.outcome}"
@@ -251,7 +414,8 @@ class StepBuilder:
                     details=MappingProxyType({"outcome": str(node.outcome)}),
                 ),
             )
-        status = run_status(self._prepared, {**state.nodes, **nodes})
+        pending = state.interrupts if interrupts is None else interrupts
+        status = run_status(self._prepared, {**state.nodes, **nodes}, pending)
         return StepRecord(
             seq=state.seq + 1,
             time=time,
@@ -266,6 +430,7 @@ class StepBuilder:
             status=status,
             errors=errors,
             events=events,
+            interrupts=interrupts,
         )
 
     def _skipped(self, state: RunState, failed: str) -> dict[str, NodeState]:

@@ -297,11 +297,11 @@ def test_graph_definition_is_frozen_and_complete() -> None:
     assert make.location is not None
     assert make.location.line == 9
     assert isinstance(make.settings, MappingProxyType)
-    assert make.settings["paths"] == ("a", "b")
+    assert make.settings["paths"] == ["a", "b"]
     review = make.bind["review"]
     assert review.kind == "shell"
     assert review.triggers == ("pass", "fail")
-    assert review.config["shell"] == ("true",)
+    assert review.config["shell"] == ["true"]
     assert dict(review.config["on_exit"]) == {"0": "pass", "default": "fail"}
     assert make.bind["publish"].triggers == ("ok",)
     assert make.bind["write"].config["python"] == "tests.helpers:write"

@@ -260,3 +260,32 @@ def test_yaml_booleans_get_a_hint() -> None:
 def test_did_you_mean() -> None:
     assert schema.did_you_mean("tsak", ["task", "loop"]) == "; did you mean 'task'?"
     assert schema.did_you_mean("zzz", ["task", "loop"]) == ""
+
+
+FIXTURES = [
+    *(("machine", p) for p in sorted((REPO / "tests/fixtures/machines").glob("*.yaml"))),
+    *(("graph", p) for p in sorted((REPO / "tests/fixtures/graphs").glob("*.yaml"))),
+]
+
+
+@pytest.mark.parametrize(("kind", "path"), FIXTURES, ids=[p.name for _, p in FIXTURES])
+def test_json_schema_agrees_with_the_models(kind: str, path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")  # only when already installed
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return  # not YAML at all: neither validator gets a document
+    wanted = schema.machine_json_schema() if kind == "machine" else schema.graph_json_schema()
+    json_ok = not list(
+        jsonschema.Draft202012Validator(wanted).iter_errors(json.loads(json.dumps(document)))
+    )
+    model = schema.MachineSpec if kind == "machine" else schema.GraphSpec
+    assert json_ok == (isinstance(document, dict) and _structurally_valid(model, document))
+
+
+def _structurally_valid(model: Any, document: dict[str, Any]) -> bool:
+    try:
+        model.model_validate(document)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return False
+    return True

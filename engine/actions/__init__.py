@@ -6,7 +6,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from phasegraph.actions.base import Action, ActionContext, ActionResult, CallNext, EventSink
+from phasegraph.actions.base import (
+    Action,
+    ActionContext,
+    ActionResult,
+    CallNext,
+    EventSink,
+    ToolCall,
+)
 from phasegraph.actions.python import build_python_action
 from phasegraph.actions.shell import build_shell_action
 from phasegraph.errors import Problem, SpecError
@@ -19,6 +26,7 @@ __all__ = [
     "ActionResult",
     "CallNext",
     "EventSink",
+    "ToolCall",
     "build_action",
 ]
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from phasegraph.errors import ActionError
 from phasegraph.model import empty_field
 
-__all__ = ["Action", "ActionContext", "ActionResult", "CallNext", "EventSink"]
+__all__ = ["Action", "ActionContext", "ActionResult", "CallNext", "EventSink", "ToolCall"]
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 """Records an event (kind, fields) raised while an action runs; kept with its step."""
@@ -31,6 +32,18 @@ class ActionResult:
     output: Mapping[str, Any] = empty_field()
 
 
+class ToolCall(Protocol):
+    """Calls one tool with keyword arguments and returns its structured result."""
+
+    def __call__(self, name: str, /, **arguments: Any) -> Awaitable[Mapping[str, Any]]:
+        """Call tool ``name``."""
+        ...
+
+
+async def _no_tools(name: str, /, **arguments: Any) -> Mapping[str, Any]:
+    raise ActionError(f"tool {name!r} called, but this node has no tools configured")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionContext:
     """Everything an action may read, frozen for the duration of the call.
@@ -49,6 +62,8 @@ class ActionContext:
         payload: The payload of the trigger that entered this state.
         messages: Corrective messages injected by middleware (e.g. loop detection).
         emit: Records an event that is committed with this step.
+        tool: Calls a tool by name (``await ctx.tool("write_file", path=..., text=...)``)
+            through the node's tool rules (e.g. the current phase's whitelist).
     """
 
     run_id: str
@@ -64,6 +79,7 @@ class ActionContext:
     payload: Mapping[str, Any] = empty_field()
     messages: tuple[str, ...] = ()
     emit: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
+    tool: ToolCall = field(default=_no_tools, repr=False, compare=False)
 
     def values(self) -> Mapping[str, Any]:
         """Input and data merged (data wins), as templates see them."""
