@@ -45,9 +45,11 @@ async def main() -> None:
             urls["redis"] = args.redis
         for name, url in urls.items():
             samples = [await _one(url, args.steps) for _ in range(args.repeat)]
-            print(f"{name:<8} {statistics.median(samples):8.1f} µs/step "
-                  f"(min {min(samples):.1f}, max {max(samples):.1f}, {args.repeat} runs "
-                  f"of {args.steps} steps)")
+            print(
+                f"{name:<8} {statistics.median(samples):8.1f} µs/step "
+                f"(min {min(samples):.1f}, max {max(samples):.1f}, {args.repeat} runs "
+                f"of {args.steps} steps)"
+            )
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
+from phasegraph.fork import create_run, fork_state, load_state
 from phasegraph.interpreter import Run
 from phasegraph.loader import load_graph
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, apply_record, frozen_map
+from phasegraph.replay import ReplayReport, replay_history
 from phasegraph.runtime import (
     Clock,
     IdFactory,
@@ -298,6 +300,48 @@ class Engine:
         return await self.store.list_runs(
             status=str(status) if status else None, limit=limit, offset=offset
         )
+
+    async def fork(
+        self, run_id: str, at_seq: int | None = None, patch: Mapping[str, Any] | None = None
+    ) -> str:
+        """Create a new run from the state of ``run_id`` at ``at_seq``; return its id.
+
+        The new run's seq 0 is the source state at ``at_seq`` (default: the head) with
+        ``patch`` merged into its data per top-level key, under the same graph and status.
+        The source run is only read. ``resume`` continues the fork if it was not finished
+        at that seq (see :mod:`phasegraph.fork`).
+
+        Raises:
+            RunNotFoundError: No such run, or no such seq in it.
+            InputError: A patch key is not a non-empty string.
+            CodecError: A patch value cannot be stored, or the source's payloads are bad.
+        """
+        source = await load_state(self.store, run_id, at_seq)
+        state, record = fork_state(
+            source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now()
+        )
+        await create_run(self.store, self.options, state, record)
+        return state.run_id
+
+    async def replay(self, run_id: str, graph: GraphSource | None = None) -> ReplayReport:
+        """Re-drive a run's recorded history through the machines; no action runs.
+
+        Args:
+            run_id: The run.
+            graph: Replay against this graph instead of the one the run recorded (to find
+                where a changed definition diverges).
+
+        Returns:
+            ``identical``, or the first step the replay does not reproduce.
+
+        Raises:
+            RunNotFoundError: No such run.
+            SpecError: The graph is invalid.
+            CodecError: A stored payload is corrupt or of a newer format.
+        """
+        first = await load_state(self.store, run_id, 0)
+        prepared = self.prepare(graph if graph is not None else first.graph_source)
+        return await replay_history(self.store, prepared, first)
 
 
 def _is_path(source: str | Path) -> bool:

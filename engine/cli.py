@@ -13,7 +13,15 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phasegraph import __version__, cli_human, cli_runs
+from phasegraph import (
+    __version__,
+    cli_definitions,
+    cli_durable,
+    cli_errors,
+    cli_human,
+    cli_runs,
+    cli_serve,
+)
 from phasegraph.cli_support import BAD_INPUT_CODES, EXIT_BAD_INPUT, EXIT_FAILED, Handler
 from phasegraph.errors import PhasegraphError
 from phasegraph.store import DEFAULT_STORE_URL
@@ -23,6 +31,10 @@ __all__ = ["build_parser", "main"]
 _COMMAND_MODULES = (
     cli_runs,
     cli_human,
+    cli_definitions,
+    cli_durable,
+    cli_errors,
+    cli_serve,
 )
 
 

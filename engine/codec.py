@@ -5,20 +5,14 @@ Every payload is one msgpack map, the envelope ``{"body": ..., "kind": ..., "v":
 ``"snapshot"`` (a :class:`~phasegraph.model.RunState`) or ``"record"`` (a
 :class:`~phasegraph.model.StepRecord`). ``specs/snapshot-format.md`` documents every field.
 
-* **Canonical**: map keys are sorted at every level, user data included, so equal values
-  of the same types give identical bytes.
-* **Closed type table**: user data may hold None, bool, int (64-bit), float, str, bytes,
-  list/tuple, dict with str keys and timezone-aware datetimes, nested at most
-  :data:`MAX_DEPTH` levels. Anything else raises :class:`CodecError`: there is no
-  ``str()`` fallback, nothing is pickled, and decoding never imports anything.
-* **Versioned**: a payload from a newer format raises :class:`UnsupportedFormatError`; an
-  older one is upgraded by the migration table before it is read.
-
-Decoded user data is plain: tuples come back as lists, nested dicts as dicts, datetimes
-in UTC. The model's own mapping fields (``data``, ``nodes``, ...) come back read-only.
-Fields whose model type is precise (ids, seqs, enums, state paths, counters) are trusted
-to match it on encode (``mypy --strict`` checks the callers) and checked on decode;
-values typed ``Any`` and all datetimes are checked on encode too.
+Map keys are sorted at every level, so equal values give identical bytes. User data may
+hold only None, bool, int (64-bit), float, str, bytes, list/tuple, dict with str keys and
+aware datetimes (read back as lists, dicts and UTC datetimes); anything else is a
+:class:`CodecError`, with no ``str()`` fallback, no pickle, no import on decode. A newer
+``v`` raises :class:`UnsupportedFormatError`; an older one goes through the migrations.
+Fields the model types precisely (ids, seqs, enums, paths, counters) are trusted on encode
+(``mypy --strict`` checks callers) and checked on decode; ``Any`` values and datetimes are
+checked both ways.
 """
 
 from __future__ import annotations
@@ -26,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
+from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import msgpack
 
@@ -37,7 +32,6 @@ from phasegraph.errors import CodecError, UnsupportedFormatError
 __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
-    "Migration",
     "check_encodable",
     "decode_record",
     "decode_snapshot",
@@ -53,25 +47,32 @@ FORMAT_VERSION: Final = 1
 MAX_DEPTH: Final = 100
 """How deeply lists and dicts may nest inside one user-data value."""
 
-Migration = Callable[[str, Any], Any]
-"""Turns a format-``n`` body of a kind (``snapshot``/``record``) into a format-``n + 1`` body."""
+_Migration = Callable[[str, Any], Any]
+"""Turns a format-``n`` body of a kind (``snapshot``/``record``) into a format-``n + 1`` body;
+raises :class:`CodecError` for a body it cannot upgrade."""
 
-_MIGRATIONS: Final[Mapping[int, Migration]] = MappingProxyType({})
+_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({})
 """Version ``n`` → the migration from ``n`` to ``n + 1``. Empty until format 2 exists."""
 
 _SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
 _STR: Final = frozenset({str})
 _CONTAINERS: Final = frozenset({dict, list})
 _ENVELOPE: Final = frozenset({"body", "kind", "v"})
-_SUPPORTED: Final = (
-    "None, bool, int, float, str, bytes, list, tuple, dict with str keys, aware datetime"
-)
+_SUPPORTED: Final = "None, bool, int, float, str, bytes, list, tuple, dict, aware datetime"
 # What msgpack raises for a value it cannot pack or bytes it cannot unpack.
 _PACK_ERRORS: Final = (TypeError, ValueError, OverflowError)
 _UNPACK_ERRORS: Final = (msgpack.UnpackException, ValueError, TypeError, OverflowError)
 
-_Decoder = Callable[[Any, str], Any]
-"""Takes a wire value and a label naming it in messages (``interrupt.payload``)."""
+_T = TypeVar("_T")
+_Convert = Callable[[Any, str], Any]
+"""Converts one field's value; the label names the field in messages (``interrupt.payload``)."""
+_Field = tuple[str, _Convert | None, _Convert]
+"""A wire field: model attribute, encoder (``None``: written as is) and decoder."""
+
+
+def _optional(convert: _Convert) -> _Convert:
+    """Let ``None`` through; convert anything else (used by encoders and decoders alike)."""
+    return lambda value, label: None if value is None else convert(value, label)
 
 
 def _type_name(value: object) -> str:
@@ -83,15 +84,7 @@ def _packb(value: Any) -> bytes:
     return packed
 
 
-def _packs(value: Any) -> bool:
-    try:
-        _packb(value)
-    except _PACK_ERRORS:
-        return False
-    return True
-
-
-# --------------------------------------------------------------------------- user data
+# --------------------------------------------------------------------------- encoding
 
 
 class _Unencodable(CodecError):
@@ -104,7 +97,7 @@ class _Unencodable(CodecError):
         self.key: str | None = None  # the outermost map key on the path, once known
 
     def where(self) -> str:
-        return "".join(reversed(self.path)) or "top level"
+        return "".join(reversed(self.path)).lstrip(".") or "top level"
 
 
 def _failure(exc: Exception, what: str, **context: Any) -> CodecError:
@@ -178,9 +171,6 @@ def _canon_list(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
     return out
 
 
-# --------------------------------------------------------------------------- engine fields
-
-
 def _aware(value: Any, label: str) -> Any:
     if isinstance(value, datetime) and value.utcoffset() is not None:
         if 1 < value.year < 9999:  # only the edge years can leave datetime's range in UTC
@@ -197,10 +187,6 @@ def _aware(value: Any, label: str) -> Any:
     raise exc
 
 
-def _when(value: datetime | None, label: str) -> Any:
-    return None if value is None else _aware(value, label)
-
-
 def _user(value: Mapping[str, Any], label: str) -> dict[str, Any]:
     if not value:
         return {}
@@ -211,114 +197,37 @@ def _user(value: Mapping[str, Any], label: str) -> dict[str, Any]:
         raise
 
 
-def _each(
-    items: Iterable[tuple[Any, Any]], encode: Callable[[Any], Any], label: str
-) -> dict[Any, Any]:
-    """Encode ``(key, item)`` pairs into a dict, naming the failing item in errors."""
+def _each(items: Any, encode: Callable[[Any], Any], label: str) -> Any:
+    """Encode a tuple of model values (as an array) or a mapping of them (key-sorted map)."""
+    listed = isinstance(items, tuple)
+    if not items:
+        return [] if listed else {}
     out = {}
-    for key, item in items:
+    for key in range(len(items)) if listed else sorted(items):
         try:
-            out[key] = encode(item)
+            out[key] = encode(items[key])
         except _Unencodable as exc:
-            exc.path.append(f"{label}[{key!r}].")
+            exc.path.append(f"{label}[{key!r}]")
             raise
-    return out
+    return list(out.values()) if listed else out
 
 
-# Body builders. Each dict literal lists its keys in sorted order, which keeps the bytes
-# canonical without sorting the engine's own fields at run time; specs/snapshot-format.md
-# names every key. Written out rather than table-driven: this is the per-step hot path.
-def _node_body(node: model.NodeState) -> dict[str, Any]:
-    counters = node.counters
-    return {
-        "c": {key: counters[key] for key in sorted(counters)} if counters else {},
-        "e": node.error,
-        "n": node.steps,
-        "o": node.outcome,
-        "p": node.path,
-        "s": node.status,
-    }
+def _each_user(items: tuple[Mapping[str, Any], ...], label: str) -> Any:
+    return _each(items, lambda item: _user(item, ""), label)
 
 
-def _nodes(nodes: Mapping[str, model.NodeState]) -> dict[str, Any]:
-    return {key: _node_body(nodes[key]) for key in sorted(nodes)} if nodes else {}
+def _sorted(value: Mapping[str, Any], label: str) -> dict[str, Any]:
+    return {key: value[key] for key in sorted(value)} if value else {}
 
 
-def _interrupt_body(item: model.Interrupt) -> dict[str, Any]:
-    return {
-        "ca": _when(item.created_at, "created_at"),
-        "dl": _when(item.deadline, "deadline"),
-        "id": item.id,
-        "k": item.kind,
-        "n": item.node,
-        "p": _user(item.payload, "payload"),
-    }
+def _many(shape: _Shape[Any]) -> _Convert:
+    return lambda items, label: _each(items, shape.encode, label)
 
 
-def _interrupts(items: Mapping[str, model.Interrupt]) -> dict[str, Any]:
-    return _each(((key, items[key]) for key in sorted(items)), _interrupt_body, "interrupts")
+# --------------------------------------------------------------------------- decoding
 
 
-def _error_body(item: model.ErrorRecord) -> dict[str, Any]:
-    return {
-        "m": item.message,
-        "n": item.node,
-        "r": item.recovered,
-        "s": item.state,
-        "sv": item.severity,
-        "t": _aware(item.time, "time"),
-        "x": _user(item.details, "details"),
-    }
-
-
-def _errors(items: tuple[model.ErrorRecord, ...]) -> list[Any]:
-    return list(_each(enumerate(items), _error_body, "errors").values()) if items else []
-
-
-def _snapshot_body(state: model.RunState) -> dict[str, Any]:
-    writers = state.writers
-    return {
-        "ca": _aware(state.created_at, "created_at"),
-        "d": _user(state.data, "data"),
-        "e": _errors(state.errors),
-        "g": state.graph,
-        "gd": state.graph_digest,
-        "gs": state.graph_source,
-        "i": _interrupts(state.interrupts),
-        "id": state.run_id,
-        "in": _user(state.input, "input"),
-        "ns": _nodes(state.nodes),
-        "q": state.seq,
-        "s": state.status,
-        "ua": _aware(state.updated_at, "updated_at"),
-        "w": {key: writers[key] for key in sorted(writers)},
-    }
-
-
-def _record_body(record: model.StepRecord) -> dict[str, Any]:
-    interrupts, events = record.interrupts, record.events
-    return {
-        "d": _user(record.data, "data"),
-        "dst": record.dest,
-        "e": _errors(record.errors),
-        "ev": [_user(event, f"events[{i}]") for i, event in enumerate(events)] if events else [],
-        "i": None if interrupts is None else _interrupts(interrupts),
-        "k": record.kind,
-        "n": record.node,
-        "ns": _nodes(record.nodes),
-        "q": record.seq,
-        "r": _user(record.result, "result"),
-        "s": record.status,
-        "src": record.source,
-        "t": _aware(record.time, "time"),
-        "tr": record.trigger,
-    }
-
-
-# --------------------------------------------------------------------------- field decoders
-
-
-def _exact(kind: type) -> _Decoder:
+def _exact(kind: type) -> _Convert:
     def decode(value: Any, label: str) -> Any:
         if type(value) is not kind:
             raise CodecError(f"{label} must be of type {kind.__name__}, not {_type_name(value)}")
@@ -327,12 +236,7 @@ def _exact(kind: type) -> _Decoder:
     return decode
 
 
-def _optional(convert: _Decoder) -> _Decoder:
-    """Let ``None`` through either way; convert anything else (encoders and decoders alike)."""
-    return lambda value, label: None if value is None else convert(value, label)
-
-
-def _member(enum: type[StrEnum]) -> _Decoder:
+def _member(enum: type[StrEnum]) -> _Convert:
     members = {member.value: member for member in enum}
 
     def decode(value: Any, label: str) -> Any:
@@ -377,7 +281,7 @@ def _plain(value: Any, label: str) -> Mapping[str, Any]:
     return _frozen(value)
 
 
-def _map_of(item: _Decoder | type) -> _Decoder:
+def _map_of(item: _Convert | type) -> _Convert:
     """Decode a map with str keys whose values are ``item`` (a decoder, or an exact type)."""
 
     def decode_map(value: Any, label: str) -> Mapping[str, Any]:
@@ -392,7 +296,7 @@ def _map_of(item: _Decoder | type) -> _Decoder:
     return decode_map
 
 
-def _list_of(decode: _Decoder) -> _Decoder:
+def _list_of(decode: _Convert) -> _Convert:
     def decode_list(value: Any, label: str) -> tuple[Any, ...]:
         if type(value) is not list:
             raise CodecError(f"{label} must be a list, found {_type_name(value)}")
@@ -401,98 +305,114 @@ def _list_of(decode: _Decoder) -> _Decoder:
     return decode_list
 
 
-# --------------------------------------------------------------------------- shapes
+# --------------------------------------------------------------------------- wire layout
 
 
-class _Shape:
-    """How one model type is read back: wire key → (attribute, decoder).
+class _Shape(Generic[_T]):
+    """One model type on the wire: wire key → (attribute, encoder or None, decoder).
 
-    The encoders above write the same keys; the round-trip tests keep the two in step.
+    Encoding writes the attributes under their wire keys in sorted key order, which keeps
+    the bytes canonical without sorting at run time, passing each value through its
+    encoder when it has one. Decoding checks the exact key set, decodes every field and
+    builds the dataclass.
     """
 
-    __slots__ = ("_cls", "_fields", "_keys", "_what")
+    __slots__ = ("_cls", "_decoders", "_encoders", "_get", "_keys", "_what", "_wires")
 
-    def __init__(self, cls: Callable[..., Any], what: str, **fields: tuple[str, _Decoder]):
+    def __init__(self, cls: Callable[..., _T], what: str, **fields: _Field) -> None:
         self._cls, self._what, self._keys = cls, what, frozenset(fields)
-        self._fields = tuple(
-            (wire, attr, decode, f"{what}.{attr}") for wire, (attr, decode) in fields.items()
-        )
+        self._wires = tuple(sorted(fields))
+        self._get = attrgetter(*(fields[wire][0] for wire in self._wires))
+        rows = [(wire, *fields[wire]) for wire in self._wires]
+        self._encoders = tuple((wire, enc, f".{attr}") for wire, attr, enc, _ in rows if enc)
+        self._decoders = tuple((wire, attr, dec, f"{what}.{attr}") for wire, attr, _, dec in rows)
 
-    def __call__(self, body: Any, label: str) -> Any:
+    def encode(self, value: _T) -> dict[str, Any]:
+        body = dict(zip(self._wires, self._get(value), strict=False))  # same length by design
+        for wire, encode, label in self._encoders:
+            body[wire] = encode(body[wire], label)
+        return body
+
+    def decode(self, body: Any, label: str) -> _T:
         if type(body) is not dict or body.keys() != self._keys:
             found = ", ".join(sorted(map(repr, body))) if type(body) is dict else _type_name(body)
             expected = ", ".join(sorted(self._keys))
             raise CodecError(f"{label} must be a {self._what} map of {expected}; found {found}")
-        return self._cls(**{attr: dec(body[wire], name) for wire, attr, dec, name in self._fields})
+        return self._cls(
+            **{attr: dec(body[wire], name) for wire, attr, dec, name in self._decoders}
+        )
 
 
+# The wire layout, one row per field: specs/snapshot-format.md documents the same tables.
 _TEXT, _INT, _BOOL, _TIME = _exact(str), _exact(int), _exact(bool), _exact(datetime)
 _NODE = _Shape(
     model.NodeState,
     "node",
-    c=("counters", _map_of(int)),
-    e=("error", _optional(_TEXT)),
-    n=("steps", _INT),
-    o=("outcome", _optional(_member(model.NodeOutcome))),
-    p=("path", _path),
-    s=("status", _member(model.NodeStatus)),
+    c=("counters", _sorted, _map_of(int)),
+    e=("error", None, _optional(_TEXT)),
+    n=("steps", None, _INT),
+    o=("outcome", None, _optional(_member(model.NodeOutcome))),
+    p=("path", None, _path),
+    pl=("payload", _user, _plain),
+    s=("status", None, _member(model.NodeStatus)),
 )
 _INTERRUPT = _Shape(
     model.Interrupt,
     "interrupt",
-    ca=("created_at", _optional(_TIME)),
-    dl=("deadline", _optional(_TIME)),
-    id=("id", _TEXT),
-    k=("kind", _TEXT),
-    n=("node", _TEXT),
-    p=("payload", _plain),
+    ca=("created_at", _optional(_aware), _optional(_TIME)),
+    dl=("deadline", _optional(_aware), _optional(_TIME)),
+    id=("id", None, _TEXT),
+    k=("kind", None, _TEXT),
+    n=("node", None, _TEXT),
+    p=("payload", _user, _plain),
+    pk=("parked", None, _BOOL),
 )
 _ERROR = _Shape(
     model.ErrorRecord,
     "error",
-    m=("message", _TEXT),
-    n=("node", _TEXT),
-    r=("recovered", _BOOL),
-    s=("state", _TEXT),
-    sv=("severity", _TEXT),
-    t=("time", _TIME),
-    x=("details", _plain),
+    m=("message", None, _TEXT),
+    n=("node", None, _TEXT),
+    r=("recovered", None, _BOOL),
+    s=("state", None, _TEXT),
+    sv=("severity", None, _TEXT),
+    t=("time", _aware, _TIME),
+    x=("details", _user, _plain),
 )
 _SNAPSHOT = _Shape(
     model.RunState,
     "snapshot",
-    ca=("created_at", _TIME),
-    d=("data", _plain),
-    e=("errors", _list_of(_ERROR)),
-    g=("graph", _TEXT),
-    gd=("graph_digest", _TEXT),
-    gs=("graph_source", _TEXT),
-    i=("interrupts", _map_of(_INTERRUPT)),
-    id=("run_id", _TEXT),
-    ns=("nodes", _map_of(_NODE)),
-    q=("seq", _INT),
-    s=("status", _member(model.RunStatus)),
-    ua=("updated_at", _TIME),
-    w=("writers", _map_of(_path)),
-    **{"in": ("input", _plain)},  # ``in`` is a Python keyword
+    ca=("created_at", _aware, _TIME),
+    d=("data", _user, _plain),
+    e=("errors", _many(_ERROR), _list_of(_ERROR.decode)),
+    g=("graph", None, _TEXT),
+    gd=("graph_digest", None, _TEXT),
+    gs=("graph_source", None, _TEXT),
+    i=("interrupts", _many(_INTERRUPT), _map_of(_INTERRUPT.decode)),
+    id=("run_id", None, _TEXT),
+    ns=("nodes", _many(_NODE), _map_of(_NODE.decode)),
+    q=("seq", None, _INT),
+    s=("status", None, _member(model.RunStatus)),
+    ua=("updated_at", _aware, _TIME),
+    w=("writers", _sorted, _map_of(_path)),
+    **{"in": ("input", _user, _plain)},  # ``in`` is a Python keyword
 )
 _RECORD = _Shape(
     model.StepRecord,
     "record",
-    d=("data", _plain),
-    dst=("dest", _path),
-    e=("errors", _list_of(_ERROR)),
-    ev=("events", _list_of(_plain)),
-    i=("interrupts", _optional(_map_of(_INTERRUPT))),
-    k=("kind", _TEXT),
-    n=("node", _optional(_TEXT)),
-    ns=("nodes", _map_of(_NODE)),
-    q=("seq", _INT),
-    r=("result", _plain),
-    s=("status", _member(model.RunStatus)),
-    src=("source", _path),
-    t=("time", _TIME),
-    tr=("trigger", _optional(_TEXT)),
+    d=("data", _user, _plain),
+    dst=("dest", None, _path),
+    e=("errors", _many(_ERROR), _list_of(_ERROR.decode)),
+    ev=("events", _each_user, _list_of(_plain)),
+    i=("interrupts", _optional(_many(_INTERRUPT)), _optional(_map_of(_INTERRUPT.decode))),
+    k=("kind", None, _TEXT),
+    n=("node", None, _optional(_TEXT)),
+    ns=("nodes", _many(_NODE), _map_of(_NODE.decode)),
+    q=("seq", None, _INT),
+    r=("result", _user, _plain),
+    s=("status", None, _member(model.RunStatus)),
+    src=("source", None, _path),
+    t=("time", _aware, _TIME),
+    tr=("trigger", None, _optional(_TEXT)),
 )
 
 
@@ -507,7 +427,7 @@ def encode_snapshot(state: model.RunState) -> bytes:
             message names the field and the key path.
     """
     try:
-        return _packb({"body": _snapshot_body(state), "kind": "snapshot", "v": FORMAT_VERSION})
+        return _packb({"body": _SNAPSHOT.encode(state), "kind": "snapshot", "v": FORMAT_VERSION})
     except _PACK_ERRORS as exc:  # _Unencodable too: it is a ValueError
         what = f"the snapshot of run {state.run_id!r} at step {state.seq}"
         raise _failure(exc, what, run_id=state.run_id, seq=state.seq) from None
@@ -521,17 +441,14 @@ def encode_record(record: model.StepRecord) -> bytes:
             message names the step, the node, the field and the key path.
     """
     try:
-        return _packb({"body": _record_body(record), "kind": "record", "v": FORMAT_VERSION})
+        return _packb({"body": _RECORD.encode(record), "kind": "record", "v": FORMAT_VERSION})
     except _PACK_ERRORS as exc:
         what = f"step {record.seq}" + (f" of node {record.node!r}" if record.node else "")
         raise _failure(exc, what, node_id=record.node, seq=record.seq) from None
 
 
 def encode_value(value: Any) -> bytes:
-    """Encode one plain value as canonical msgpack, with no envelope and no version.
-
-    For values that are hashed or sent rather than stored (event payloads, fingerprints);
-    :func:`decode_value` reads them back.
+    """Encode a plain value as canonical msgpack with no envelope, for hashing or sending.
 
     Raises:
         CodecError: The value is outside the type table.
@@ -553,16 +470,24 @@ def check_encodable(values: Mapping[str, Any], *, node_id: str | None = None) ->
         CodecError: A value cannot be encoded; the message names the node, the top-level
             key, the path inside its value and the offending Python type.
     """
-    who = f"node {node_id!r}: " if node_id else ""
     try:
         _packb(_canon_map(values, 0))
-    except _Unencodable as exc:
-        what = f"{who}the value of key {exc.key!r}" if exc.key is not None else f"{who}a key"
-        raise _failure(exc, what, node_id=node_id) from None
-    except _PACK_ERRORS as exc:  # msgpack's own limits: find the key it refuses
-        culprit = next((key for key in values if not _packs(_canon(values[key], 1))), None)
-        what = f"{who}the value of key {culprit!r}" if culprit is not None else f"{who}a value"
-        raise _failure(exc, what, node_id=node_id) from None
+    except _PACK_ERRORS as exc:
+        if isinstance(exc, _Unencodable):
+            key = exc.key
+        else:  # msgpack's own limits (int range, UTF-8): find the key it refuses
+            key = next((key for key in values if not _packs(values[key])), None)
+        what = "a key" if key is None else f"the value of key {key!r}"
+        who = f"node {node_id!r}: " if node_id else ""
+        raise _failure(exc, who + what, node_id=node_id) from None
+
+
+def _packs(value: Any) -> bool:
+    try:
+        _packb(_canon(value, 1))
+    except _PACK_ERRORS:
+        return False
+    return True
 
 
 def _reject_ext(code: int, data: bytes) -> Any:
@@ -582,20 +507,20 @@ def _unpack(data: bytes) -> Any:
         raise CodecError(f"not valid msgpack: {exc}") from None
 
 
-def _upgrade(
-    kind: str,
-    body: Any,
-    version: int,
-    *,
-    migrations: Mapping[int, Migration] = _MIGRATIONS,
-    target: int = FORMAT_VERSION,
-) -> Any:
-    """Apply the migrations ``version → version + 1 → … → target`` to ``body``, in order."""
-    for step in range(version, target):
-        migrate = migrations.get(step)
+def _upgrade(kind: str, body: Any, old: int, table: Mapping[int, _Migration], new: int) -> Any:
+    """Apply the migrations ``old → old + 1 → … → new`` from ``table`` to ``body``, in order."""
+    for step in range(old, new):
+        migrate = table.get(step)
         if migrate is None:
             raise CodecError(f"no migration from format version {step} to {step + 1}")
-        body = migrate(kind, body)
+        try:
+            body = migrate(kind, body)
+        except CodecError:
+            raise
+        except (LookupError, TypeError, ValueError) as exc:  # a body too broken to upgrade
+            raise CodecError(
+                f"cannot migrate a {kind} from format version {step}: {exc!r}"
+            ) from None
     return body
 
 
@@ -620,7 +545,7 @@ def _open(data: bytes, kind: str) -> Any:
         raise CodecError(f"{bad}: the envelope has fields {found}, not body, kind, v")
     if envelope["kind"] != kind:
         raise CodecError(f"{bad}: the envelope holds a {envelope['kind']!r}")
-    return _upgrade(kind, envelope["body"], version)
+    return _upgrade(kind, envelope["body"], version, _MIGRATIONS, FORMAT_VERSION)
 
 
 def decode_snapshot(data: bytes) -> model.RunState:
@@ -630,8 +555,7 @@ def decode_snapshot(data: bytes) -> model.RunState:
         UnsupportedFormatError: The snapshot was written by a newer format version.
         CodecError: The bytes are not a snapshot of a format this phasegraph reads.
     """
-    state: model.RunState = _SNAPSHOT(_open(data, "snapshot"), "the snapshot body")
-    return state
+    return _SNAPSHOT.decode(_open(data, "snapshot"), "the snapshot body")
 
 
 def decode_record(data: bytes) -> model.StepRecord:
@@ -641,8 +565,7 @@ def decode_record(data: bytes) -> model.StepRecord:
         UnsupportedFormatError: The record was written by a newer format version.
         CodecError: The bytes are not a step record of a format this phasegraph reads.
     """
-    record: model.StepRecord = _RECORD(_open(data, "record"), "the record body")
-    return record
+    return _RECORD.decode(_open(data, "record"), "the record body")
 
 
 def decode_value(data: bytes) -> Any:

@@ -11,6 +11,7 @@ status) and structured context (location, run, node, seq)::
     │   ├── IllegalTriggerError          trigger not legal in the current state
     │   ├── BudgetExhaustedError         a budget would be exceeded
     │   ├── ActionError                  an action could not run or returned garbage
+    │   ├── LoopDetectedError            an action kept repeating the same call
     │   ├── DataConflictError            two unordered nodes wrote the same data key
     │   ├── RunStateError                operation not allowed in the run's status
     │   └── RunNotFoundError(LookupError)
@@ -38,6 +39,7 @@ __all__ = [
     "InputError",
     "LeaseHeldError",
     "LeaseLostError",
+    "LoopDetectedError",
     "PhasegraphError",
     "Problem",
     "RunError",
@@ -70,6 +72,7 @@ class ErrorCode(StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"
     CODEC = "codec_error"
     UNSUPPORTED_FORMAT = "unsupported_format"
+    LOOP_DETECTED = "loop_detected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +196,16 @@ class ActionError(RunError):
     """An action could not be run, or returned something that is not a result."""
 
     code = ErrorCode.ACTION_FAILED
+
+
+class LoopDetectedError(RunError):
+    """An action or tool call kept repeating with the same arguments after a warning.
+
+    Raised by the ``loop_detection`` middleware on the second consecutive detection; the
+    ``error`` trigger classifies it as ``loop_detected`` (retryable).
+    """
+
+    code = ErrorCode.LOOP_DETECTED
 
 
 class DataConflictError(RunError):

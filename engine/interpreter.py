@@ -272,6 +272,7 @@ class Run:
                 f"action returned {type(result).__name__}, not an ActionResult"
             )
             return _encode(steps.action_failed(state, node_id, error, done.events))
+        failure: PhasegraphError
         try:
             record = steps.transition(state, node_id, result, done.events)
             return record, codec.encode_record(record)

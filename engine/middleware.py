@@ -7,16 +7,36 @@ outside-in and ``after`` code inside-out.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from phasegraph.actions import Action, ActionContext, ActionResult, CallNext
-from phasegraph.errors import Problem, SpecError
+from phasegraph.errors import LoopDetectedError, Problem, SpecError
 from phasegraph.model import MiddlewareDef
 
-__all__ = ["MIDDLEWARE", "Audit", "Middleware", "Timing", "build_middleware", "chain"]
+__all__ = [
+    "MIDDLEWARE",
+    "Audit",
+    "LoopDetection",
+    "Middleware",
+    "Timing",
+    "build_middleware",
+    "call_hash",
+    "chain",
+]
+
+
+_RESET_ON = ("reflect", "recover")
+"""Hooks that start a new attempt (quality-loop reflection, fallback-chain recovery)."""
+
+_MAX_TRACKED = 4096
+"""Windows kept at most (one per running node); the least recently used goes first."""
 
 
 class Middleware(Protocol):
@@ -70,6 +90,92 @@ class Audit:
         return result
 
 
+class LoopDetection:
+    """Warns about, then stops, a node that keeps repeating the same call.
+
+    A window per run and node holds the :func:`call_hash` of its last ``window`` (5) action
+    calls (hook, entering payload) and tool calls. A hash reaching ``threshold`` copies (2;
+    ``with.loop_detection.threshold`` per node, e.g. 3 in keep-working loops) injects a
+    corrective message (``ctx.messages``, or a tool result's ``loop_warning``) and emits
+    ``loop_detected``; a detection right after one raises :class:`LoopDetectedError`. A
+    ``reset_on`` hook (a new attempt) empties the window. Windows are per process only.
+    """
+
+    def __init__(
+        self, *, window: int = 5, threshold: int = 2, reset_on: Sequence[str] = _RESET_ON
+    ) -> None:
+        if window < 1 or threshold < 2:
+            raise SpecError([Problem("loop_detection needs window >= 1 and threshold >= 2")])
+        self._size, self._threshold, self._reset_on = window, threshold, frozenset(reset_on)
+        self._windows: dict[tuple[str, str], deque[str]] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    async def __call__(self, ctx: ActionContext, call_next: CallNext) -> ActionResult:
+        """Check the action call, and watch the tool calls it makes."""
+        key = (ctx.run_id, ctx.node_id)
+        if ctx.hook in self._reset_on:
+            self._forget(key)
+        elif warning := self._check(key, ctx, ctx.hook, ctx.payload):
+            ctx = dataclasses.replace(ctx, messages=(*ctx.messages, warning))
+        inner = ctx.tool
+
+        async def tool(name: str, /, **arguments: Any) -> Mapping[str, Any]:
+            warning = self._check(key, ctx, name, arguments)
+            result = await inner(name, **arguments)
+            return {**result, "loop_warning": warning} if warning else result
+
+        return await call_next(dataclasses.replace(ctx, tool=tool))
+
+    def _check(self, key: tuple[str, str], ctx: ActionContext, name: str, args: Any) -> str:
+        window = self._windows.pop(key) if key in self._windows else deque(maxlen=self._size)
+        self._windows[key] = window  # re-inserted: the least recently used goes first
+        if len(self._windows) > _MAX_TRACKED:
+            self._forget(next(iter(self._windows)))
+        window.append(call_hash(name, args))
+        count = window.count(window[-1])
+        if count < _threshold(ctx, self._threshold):
+            self._warned.discard(key)
+            return ""
+        if key in self._warned:
+            self._forget(key)
+            text = f"still {_repeated(name, count, len(window))} after a warning"
+            raise LoopDetectedError(text, run_id=ctx.run_id, node_id=ctx.node_id)
+        self._warned.add(key)
+        message = f"You are {_repeated(name, count, len(window))}; change your approach."
+        ctx.emit("loop_detected", {"call": name, "count": count, "message": message})
+        return message
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._windows.pop(key, None)
+        self._warned.discard(key)
+
+
+def _threshold(ctx: ActionContext, default: int) -> int:
+    configured = ctx.settings.get("loop_detection")
+    return int(configured.get("threshold", default)) if isinstance(configured, Mapping) else default
+
+
+def _repeated(name: str, count: int, size: int) -> str:
+    return f"repeating {name} with the same arguments ({count} times in the last {size} calls)"
+
+
+def call_hash(name: str, arguments: Any) -> str:
+    """A stable digest of a call: its name and the canonical JSON of its arguments."""
+    try:
+        text = json.dumps([name, arguments], sort_keys=True, separators=(",", ":"), default=_plain)
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted: fall back to repr
+        text = repr((name, arguments))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(repr(item) for item in value)
+    return repr(value)
+
+
 def _with_output(result: ActionResult, **extra: Any) -> ActionResult:
     return ActionResult(
         trigger=result.trigger,
@@ -80,7 +186,7 @@ def _with_output(result: ActionResult, **extra: Any) -> ActionResult:
 
 
 MIDDLEWARE: Mapping[str, Callable[..., Middleware]] = MappingProxyType(
-    {"timing": Timing, "audit": Audit}
+    {"timing": Timing, "audit": Audit, "loop_detection": LoopDetection}
 )
 """Built-in middleware by the name graphs use."""
 

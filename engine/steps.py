@@ -405,7 +405,9 @@ class StepBuilder:
         if node.status is NodeStatus.FAILED:
             nodes.update(self._skipped(state, node_id))
             message = node.error or f"finished with outcome {node.outcome}"
+            # Keep what the step's action logged (e.g. an emergency) before the failure.
             errors = (
+                *logged,
                 ErrorRecord(
                     time=time,
                     node=node_id,

@@ -396,3 +396,12 @@ async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]
                 await client.delete(*keys)
         finally:
             await client.aclose()
+
+
+# --------------------------------------------------------------------------- definition properties
+# Hypothesis strategies and property-test factories for machines and graphs: see
+# phasegraph.testing_machines.
+from phasegraph.testing_machines import *  # noqa: E402, F403
+from phasegraph.testing_machines import __all__ as _definition_kit  # noqa: E402
+
+__all__ += _definition_kit

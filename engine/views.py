@@ -8,9 +8,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from phasegraph.model import NodeStatus, RunState, StepRecord
+from phasegraph.model import NodeOutcome, NodeStatus, RunState, StepRecord
 
-__all__ = ["jsonable", "record_view", "run_summary", "state_view"]
+__all__ = ["jsonable", "record_view", "recovered_nodes", "run_summary", "state_view"]
 
 
 def jsonable(value: Any) -> Any:
@@ -31,12 +31,19 @@ def jsonable(value: Any) -> Any:
 
 
 def run_summary(state: RunState) -> str:
-    """One line: ``3/4 nodes succeeded, 1 failed, 0 skipped``."""
+    """One line: ``9/9 nodes succeeded, 1 recovered`` or ``3/4 nodes succeeded, 1 failed``.
+
+    A node counts as recovered when it completed successfully although the error log
+    holds records for it (a failure it overcame: a retry, a reflection, a handled error).
+    """
     counts = {status: 0 for status in NodeStatus}
     for node in state.nodes.values():
         counts[node.status] += 1
     total = len(state.nodes)
     parts = [f"{counts[NodeStatus.COMPLETED]}/{total} nodes succeeded"]
+    recovered = len(recovered_nodes(state))
+    if recovered:
+        parts.append(f"{recovered} recovered")
     parts += [
         f"{counts[s]} {s.value}"
         for s in (
@@ -50,6 +57,18 @@ def run_summary(state: RunState) -> str:
         if counts[s]
     ]
     return ", ".join(parts)
+
+
+def recovered_nodes(state: RunState) -> frozenset[str]:
+    """Nodes that completed successfully and have records in the error log."""
+    logged = {record.node for record in state.errors}
+    return frozenset(
+        node_id
+        for node_id in logged
+        if (node := state.nodes.get(node_id)) is not None
+        and node.status is NodeStatus.COMPLETED
+        and node.outcome is NodeOutcome.SUCCESS
+    )
 
 
 def state_view(state: RunState) -> dict[str, Any]:

@@ -12,6 +12,7 @@ as before, keep the old files, and add a migration.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 from collections.abc import Callable, Mapping
@@ -104,6 +105,7 @@ def node_states() -> st.SearchStrategy[NodeState]:
         ),
         steps=st.integers(0, 2**63 - 1),
         error=st.none() | texts(),
+        payload=user_maps(2),
     )
 
 
@@ -116,6 +118,7 @@ def interrupts() -> st.SearchStrategy[Mapping[str, Interrupt]]:
         payload=user_maps(2),
         deadline=st.none() | aware_datetimes(),
         created_at=st.none() | aware_datetimes(),
+        parked=st.booleans(),
     )
     return st.dictionaries(texts(6), one, max_size=2).map(MappingProxyType)
 
@@ -299,6 +302,7 @@ def golden_state() -> RunState:
                     counters=MappingProxyType({"verify": 1, "reflect": 0}),
                     steps=2,
                     error="timeout once",
+                    payload=MappingProxyType({"feedback": "add tests"}),
                 ),
             }
         ),
@@ -311,6 +315,7 @@ def golden_state() -> RunState:
                     payload=MappingProxyType({"spec": "v2", "files": ["a.py"]}),
                     deadline=T1 + timedelta(minutes=30),
                     created_at=T1,
+                    parked=True,
                 )
             }
         ),
@@ -388,11 +393,43 @@ def test_golden_bytes(
         assert encode(decode(data)) == data
 
 
+def default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 def test_golden_objects_set_every_field() -> None:
     """Guard the golden objects: a field left at its default would go untested."""
     for value, cls in ((golden_state(), RunState), (golden_record(), StepRecord)):
-        for name, field in cls.__dataclass_fields__.items():
-            assert getattr(value, name) != field.default, name
+        for field in dataclasses.fields(cls):
+            assert getattr(value, field.name) != default_of(field), field.name
+
+
+SHAPES = [
+    (codec._SNAPSHOT, RunState, "## Snapshot body"),
+    (codec._RECORD, StepRecord, "## Step record body"),
+    (codec._NODE, NodeState, "### Node state"),
+    (codec._INTERRUPT, Interrupt, "### Interrupt"),
+    (codec._ERROR, ErrorRecord, "### Error record"),
+]
+
+
+def spec_table(heading: str) -> dict[str, str]:
+    """Wire key → field name, from the table under ``heading`` in the format spec."""
+    text = (Path(__file__).parent.parent / "specs" / "snapshot-format.md").read_text()
+    section = text.split(f"\n{heading}", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    return {key.strip().strip("`"): name.strip().strip("`") for key, name in rows}
+
+
+@pytest.mark.parametrize(("shape", "cls", "heading"), SHAPES)
+def test_wire_layout_covers_the_model_and_matches_the_spec(
+    shape: Any, cls: type, heading: str
+) -> None:
+    layout = {wire: attr for wire, attr, _, _ in shape._decoders}
+    assert sorted(layout.values()) == sorted(field.name for field in dataclasses.fields(cls))
+    assert spec_table(heading) == layout
 
 
 # --------------------------------------------------------------------------- decoded types
@@ -521,11 +558,17 @@ def test_migrations_run_in_order_and_gaps_are_errors() -> None:
         return [*body, f"2->3 {kind}"]
 
     table = {1: one_to_two, 2: two_to_three}
-    upgraded = codec._upgrade("record", [], 1, migrations=table, target=3)
-    assert upgraded == ["1->2 record", "2->3 record"]
-    assert codec._upgrade("record", [], 2, migrations=table, target=3) == ["2->3 record"]
+    assert codec._upgrade("record", [], 1, table, 3) == ["1->2 record", "2->3 record"]
+    assert codec._upgrade("record", [], 2, table, 3) == ["2->3 record"]
+    assert codec._upgrade("record", [], 3, table, 3) == []
     with pytest.raises(CodecError, match="no migration from format version 2 to 3"):
-        codec._upgrade("record", [], 1, migrations={1: one_to_two}, target=3)
+        codec._upgrade("record", [], 1, {1: one_to_two}, 3)
+
+    def picky(kind: str, body: Any) -> Any:
+        return body["needed"]
+
+    with pytest.raises(CodecError, match="cannot migrate a record from format version 1"):
+        codec._upgrade("record", {}, 1, {1: picky}, 2)
 
 
 # --------------------------------------------------------------------------- corrupt bytes

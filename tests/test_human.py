@@ -48,18 +48,21 @@ def review_machine() -> MachineDef:
 
 
 def human(kind: str, **config) -> ActionDef:
-    return ActionDef(kind="human", config={"human": kind, **config},
-                     triggers=("confirm", "reject", "timeout"))
+    return ActionDef(
+        kind="human", config={"human": kind, **config}, triggers=("confirm", "reject", "timeout")
+    )
 
 
 def review_graph(timeout: float | None = 60):
     node = NodeDef(
         id="feature",
         machine="review",
-        bind=MappingProxyType({
-            "review": human("spec_review", payload={"spec": "{spec}"}, timeout=timeout),
-            "parked": human("spec_review", park=True),
-        }),
+        bind=MappingProxyType(
+            {
+                "review": human("spec_review", payload={"spec": "{spec}"}, timeout=timeout),
+                "parked": human("spec_review", park=True),
+            }
+        ),
     )
     return graph([node, ("after", ["feature"])], machines=[review_machine()])
 
@@ -111,8 +114,13 @@ async def test_reject_replans_with_feedback_visible_to_planner():
         eng = engine(store)
         waiting = await eng.run(definition)
         interrupt_id = f"{waiting.run_id}:feature:review"
-        again = await eng.reply(waiting.run_id, interrupt_id, "reject",
-                                payload={"feedback": "add tests"}, graph=definition)
+        again = await eng.reply(
+            waiting.run_id,
+            interrupt_id,
+            "reject",
+            payload={"feedback": "add tests"},
+            graph=definition,
+        )
         assert again.status is RunStatus.WAITING
         assert await eng.get(waiting.run_id) == again
         assert seen == [{}, {"feedback": "add tests"}]
@@ -128,14 +136,17 @@ async def test_reply_refusals_commit_nothing():
         with pytest.raises(RunStateError, match="no pending interrupt 'bogus'"):
             await eng.reply(waiting.run_id, "bogus", "confirm", graph=definition)
         with pytest.raises(IllegalTriggerError, match="legal triggers"):
-            await eng.reply(waiting.run_id, f"{waiting.run_id}:feature:review", "ok",
-                            graph=definition)
+            await eng.reply(
+                waiting.run_id, f"{waiting.run_id}:feature:review", "ok", graph=definition
+            )
         assert (await eng.get(waiting.run_id)).seq == waiting.seq
-        done = await eng.reply(waiting.run_id, f"{waiting.run_id}:feature:review", "confirm",
-                               graph=definition)
+        done = await eng.reply(
+            waiting.run_id, f"{waiting.run_id}:feature:review", "confirm", graph=definition
+        )
         with pytest.raises(RunStateError, match="already completed"):
-            await eng.reply(done.run_id, f"{done.run_id}:feature:review", "confirm",
-                            graph=definition)
+            await eng.reply(
+                done.run_id, f"{done.run_id}:feature:review", "confirm", graph=definition
+            )
 
 
 async def test_deadline_passed_while_no_process_ran_parks_on_resume_and_reply_resumes():
