@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from phasegraph.failures import ERROR_TRIGGER
 from phasegraph.model import EMPTY, PATH_SEPARATOR, MachineDef, StateDef
-from phasegraph.steps import ERROR_TRIGGER
 
 __all__ = ["Explored", "Explorer", "HookSite", "cycle_through", "loops"]
 

@@ -14,14 +14,13 @@ from typing import Any
 
 from phasegraph.actions import ActionResult
 from phasegraph.actions.human import TIMEOUT_TRIGGER, HumanGate, render_payload
+from phasegraph.datamerge import merge_update
 from phasegraph.errors import (
-    ActionError,
     BudgetExhaustedError,
-    DataConflictError,
-    PhasegraphError,
     RunError,
     RunStateError,
 )
+from phasegraph.failures import ERROR_LOG_EVENT, ERROR_TRIGGER, classify_error
 from phasegraph.machine import Position, StepResult
 from phasegraph.model import (
     EMPTY,
@@ -36,14 +35,7 @@ from phasegraph.model import (
 )
 from phasegraph.runtime import Clock, PreparedGraph
 
-__all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "StepBuilder", "classify_error", "run_status"]
-
-ERROR_TRIGGER = "error"
-"""Fired with a classified payload when an action raises in a state that accepts it."""
-
-ERROR_LOG_EVENT = "error_log"
-"""An event an action emits to add a record to the run's error log: fields ``message``,
-optional ``severity`` (``error``, ``warning``, ``critical``), ``recovered`` and ``details``."""
+__all__ = ["StepBuilder", "run_status"]
 
 _STATUS_FOR_OUTCOME = {
     None: NodeStatus.RUNNING,
@@ -53,30 +45,6 @@ _STATUS_FOR_OUTCOME = {
     NodeOutcome.FAILED: NodeStatus.FAILED,
     NodeOutcome.GAVE_UP: NodeStatus.FAILED,
 }
-
-
-def classify_error(error: BaseException) -> dict[str, Any]:
-    """Describe an action failure as the payload of the ``error`` trigger.
-
-    Timeouts are ``timeout``, action/provider failures ``llm_failure`` (both retryable);
-    anything else is ``internal_error`` and not retryable. Callers never pass
-    cancellation: it propagates instead of being classified.
-    """
-    if isinstance(error, TimeoutError):
-        code, retryable = "timeout", True
-    elif isinstance(error, PhasegraphError) and error.code.value == "loop_detected":
-        code, retryable = "loop_detected", True
-    elif isinstance(error, ActionError | OSError):
-        code, retryable = "llm_failure", True
-    else:
-        code, retryable = "internal_error", False
-    message = str(error) or type(error).__name__
-    return {
-        "error_code": code,
-        "error_type": type(error).__name__,
-        "message": message,
-        "retryable": retryable,
-    }
 
 
 def run_status(
@@ -154,7 +122,7 @@ class StepBuilder:
             settings=definition.settings,
             payload=result.payload,
         )
-        data = self._merge(state, node_id, result.data)
+        data = merge_update(self._prepared, state, node_id, result.data)
         node = self._moved(current, step, steps=current.steps + 1, payload=result.payload)
         summary = {"trigger": result.trigger, "payload": result.payload, "output": result.output}
         return self._record(
@@ -441,46 +409,3 @@ class StepBuilder:
             for node_id in self._prepared.workflow.descendants[failed]
             if state.nodes[node_id].status is NodeStatus.PENDING
         }
-
-    def _merge(self, state: RunState, node_id: str, update: Mapping[str, Any]) -> Mapping[str, Any]:
-        if not update:
-            return EMPTY
-        definition = self._prepared.definition
-        declared = self._prepared.workflow.nodes[node_id].writes
-        merged: dict[str, Any] = {}
-        for key, value in update.items():
-            if declared is not None and key not in declared:
-                raise DataConflictError(
-                    f"node {node_id!r} wrote {key!r}, which is not in its writes "
-                    f"({', '.join(declared) or 'none'})",
-                    node_id=node_id,
-                )
-            reducer = definition.reducers.get(key)
-            if reducer is None:
-                self._check_conflict(state, node_id, key)
-                merged[key] = value
-            else:
-                merged[key] = _reduce(reducer, state.data.get(key), value, key, node_id)
-        return MappingProxyType(merged)
-
-    def _check_conflict(self, state: RunState, node_id: str, key: str) -> None:
-        workflow = self._prepared.workflow
-        for other in state.writers.get(key, ()):
-            if workflow.unordered(other, node_id):
-                raise DataConflictError(
-                    f"nodes {other!r} and {node_id!r} may run concurrently and both wrote "
-                    f"{key!r}; order them with needs or declare a reducer for {key!r}",
-                    node_id=node_id,
-                )
-
-
-def _reduce(reducer: str, old: Any, new: Any, key: str, node_id: str) -> Any:
-    if reducer == "append":
-        items = new if isinstance(new, list | tuple) else [new]
-        return [*(old or []), *items]
-    if not isinstance(new, Mapping) or not isinstance(old or {}, Mapping):
-        raise DataConflictError(
-            f"node {node_id!r}: key {key!r} has reducer 'merge' but the value is not a mapping",
-            node_id=node_id,
-        )
-    return {**(old or {}), **new}

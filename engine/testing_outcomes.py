@@ -18,9 +18,9 @@ from hypothesis import strategies as st  # noqa: TID251 (the test kit)
 
 from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.errors import ActionError
+from phasegraph.failures import ERROR_TRIGGER
 from phasegraph.machine import MachineSet, compile_machines
 from phasegraph.model import PATH_SEPARATOR, GraphDef, MachineDef, NodeDef
-from phasegraph.steps import ERROR_TRIGGER
 
 __all__ = [
     "Outcome",

@@ -1,0 +1,1 @@
+"""The built-in workflow graphs (YAML) and the actions they bind."""

@@ -1,0 +1,1 @@
+"""The generated specs (JSON Schema, OpenAPI, snapshot format), shipped as package data."""

@@ -1,0 +1,1 @@
+"""The built-in machine definitions (YAML), shipped as package data."""

@@ -16,8 +16,8 @@ from phasegraph.cli_errors import error_rows, render_errors
 from phasegraph.concerns import fallback
 from phasegraph.concerns.errorlog import ERROR_LOG, log_error
 from phasegraph.errors import ActionError
+from phasegraph.failures import ERROR_LOG_EVENT
 from phasegraph.model import NodeStatus, RunStatus
-from phasegraph.steps import ERROR_LOG_EVENT
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.sqlite import SqliteStore
 from phasegraph.views import recovered_nodes, run_summary
