@@ -24,10 +24,10 @@ from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
-from phasegraph.fork import create_run, fork_state, load_state
+from phasegraph.fork import create_run, fork_state, load_state, rebuild
 from phasegraph.interpreter import Run
 from phasegraph.loader import load_graph
-from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, apply_record, frozen_map
+from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
 from phasegraph.replay import ReplayReport, replay_history
 from phasegraph.runtime import (
     Clock,
@@ -39,19 +39,12 @@ from phasegraph.runtime import (
     initial_state,
     prepare,
 )
-from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, RunMeta, Store
 
 __all__ = ["Engine", "GraphSource"]
 
 GraphSource = PreparedGraph | GraphDef | str | Path
 """A graph: prepared, a loaded definition, a built-in name, or a path to a YAML file."""
-
-
-def _rebuild(stored: StoredRun) -> RunState:
-    state = codec.decode_snapshot(stored.snapshot)
-    for blob in stored.records:
-        state = apply_record(state, codec.decode_record(blob))
-    return state
 
 
 def _meta(state: RunState) -> RunMeta:
@@ -142,7 +135,7 @@ class Engine:
         except BaseException:
             await self.store.release(lease)
             raise
-        async with self._run(prepared, lease, state, 0) as run:
+        async with self._run(prepared, lease, state, 0, len(commit.snapshot or b"")) as run:
             yield run
 
     @contextlib.asynccontextmanager
@@ -162,7 +155,7 @@ class Engine:
             RunStateError: The graph changed and ``allow_changed`` is false.
         """
         stored = await self.store.read(run_id)
-        state = _rebuild(stored)
+        state = rebuild(stored)
         prepared = self.prepare(graph if graph is not None else state.graph_source)
         if prepared.definition.digest != state.graph_digest and not allow_changed:
             raise RunStateError(
@@ -178,16 +171,22 @@ class Engine:
         except BaseException:
             await self.store.release(lease)
             raise
-        async with self._run(prepared, lease, _rebuild(stored), stored.snapshot_seq) as run:
+        state = rebuild(stored)
+        async with self._run(
+            prepared, lease, state, stored.snapshot_seq, len(stored.snapshot)
+        ) as run:
             yield run
 
-    def _run(self, prepared: PreparedGraph, lease: Any, state: RunState, snap: int) -> Run:
+    def _run(
+        self, prepared: PreparedGraph, lease: Any, state: RunState, snap: int, size: int
+    ) -> Run:
         return Run(
             prepared=prepared,
             store=self.store,
             lease=lease,
             state=state,
             snapshot_seq=snap,
+            snapshot_bytes=size,
             options=self.options,
             clock=self.clock,
             bus=self.bus,
@@ -282,7 +281,7 @@ class Engine:
 
     async def get(self, run_id: str, seq: int | None = None) -> RunState:
         """The run state at ``seq`` (default: the head)."""
-        return _rebuild(await self.store.read(run_id, seq))
+        return rebuild(await self.store.read(run_id, seq))
 
     async def history(
         self, run_id: str, *, start: int = 0, stop: int | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from phasegraph.api import Engine
 from phasegraph.errors import ErrorCode, InputError
 from phasegraph.model import RunState, RunStatus
+from phasegraph.runtime import RunOptions
 from phasegraph.store import open_store
 from phasegraph.views import jsonable, run_summary, state_view
 
@@ -30,6 +32,7 @@ __all__ = [
     "exit_for",
     "finished",
     "interrupt_lines",
+    "lease_ttl",
     "parse_inputs",
     "with_engine",
 ]
@@ -128,4 +131,20 @@ def interrupt_lines(state: RunState) -> str:
 async def with_engine(args: argparse.Namespace, body: Callable[[Engine], Awaitable[int]]) -> int:
     """Open the store named by ``--store`` and call ``body`` with an engine on it."""
     async with open_store(args.store) as store:
-        return await body(Engine(store))
+        return await body(Engine(store, options=RunOptions(lease_ttl=lease_ttl())))
+
+
+def lease_ttl() -> float:
+    """Seconds a run's lease outlives a killed process (env ``PHASEGRAPH_LEASE_TTL``, 30).
+
+    Raises:
+        InputError: The variable is not a positive number.
+    """
+    raw = os.environ.get("PHASEGRAPH_LEASE_TTL", "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InputError(f"PHASEGRAPH_LEASE_TTL={raw!r}: expected a positive number of seconds")
+    return value

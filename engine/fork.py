@@ -24,9 +24,9 @@ from phasegraph import codec
 from phasegraph.errors import CodecError, InputError, StoreError
 from phasegraph.model import RunState, StepRecord, apply_record, frozen_map
 from phasegraph.runtime import RunOptions
-from phasegraph.store.base import Commit, RunMeta, Store
+from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
 
-__all__ = ["create_run", "decode_stored", "fork_state", "load_state"]
+__all__ = ["create_run", "decode_stored", "fork_state", "load_state", "rebuild"]
 
 T = TypeVar("T")
 
@@ -38,7 +38,16 @@ async def load_state(store: Store, run_id: str, seq: int | None = None) -> RunSt
         RunNotFoundError: No such run, or no such seq in it.
         CodecError: A stored payload is corrupt (``UnsupportedFormatError``: newer format).
     """
-    stored = await store.read(run_id, seq)
+    return rebuild(await store.read(run_id, seq))
+
+
+def rebuild(stored: StoredRun) -> RunState:
+    """The run state a read stands for: its snapshot with the following records applied.
+
+    Raises:
+        CodecError: A stored payload is corrupt; the message names the run and the seq.
+    """
+    run_id = stored.meta.run_id
     state = decode_stored(run_id, stored.snapshot_seq, stored.snapshot, codec.decode_snapshot)
     for offset, blob in enumerate(stored.records, stored.snapshot_seq + 1):
         state = apply_record(state, decode_stored(run_id, offset, blob, codec.decode_record))

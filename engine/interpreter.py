@@ -58,6 +58,7 @@ class Run:
         lease: Lease,
         state: RunState,
         snapshot_seq: int,
+        snapshot_bytes: int = 0,
         options: RunOptions,
         clock: Clock,
         bus: EventBus,
@@ -67,6 +68,9 @@ class Run:
         self._lease = lease
         self._state = state
         self._snapshot_seq = snapshot_seq
+        # Sizes behind the checkpoint policy (see _checkpoint_due).
+        self._snapshot_bytes = snapshot_bytes
+        self._record_bytes = 0
         self._options = options
         self._clock = clock
         self._bus = bus
@@ -297,7 +301,8 @@ class Run:
     async def _commit(self, record: StepRecord, blob: bytes) -> None:
         state = apply_record(self._state, record)
         snapshot = None
-        if record.seq - self._snapshot_seq >= self._options.checkpoint_every:
+        self._record_bytes += len(blob)
+        if self._checkpoint_due(record.seq):
             snapshot = codec.encode_snapshot(state)
         meta = RunMeta(
             run_id=state.run_id,
@@ -312,10 +317,28 @@ class Run:
         previous = self._state.status
         self._state = state
         if snapshot is not None:
-            self._snapshot_seq = record.seq
+            self._snapshot_seq, self._snapshot_bytes, self._record_bytes = (
+                record.seq,
+                len(snapshot),
+                0,
+            )
         # Emitted only after the commit: an event never describes an uncommitted step.
         for event in events_for(state.run_id, record, previous):
             self._bus.publish(event)
+
+    def _checkpoint_due(self, seq: int) -> bool:
+        """Whether this step also writes a full snapshot.
+
+        Every ``checkpoint_every`` steps at the earliest, and only once the records written
+        since the last snapshot add up to half its size (so a large, unchanging state is not
+        rewritten every few steps), but never more than eight intervals apart (which bounds
+        how many records a read must apply).
+        """
+        since = seq - self._snapshot_seq
+        every = self._options.checkpoint_every
+        if since < every:
+            return False
+        return self._record_bytes * 2 >= self._snapshot_bytes or since >= 8 * every
 
     async def _renew_lease(self) -> None:
         interval = self._options.lease_ttl / 3

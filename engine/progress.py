@@ -18,8 +18,8 @@ __all__ = ["Progress", "progress_for"]
 _NODE_LINES = {
     "node_started": "started in {state}",
     "node_completed": "completed ({outcome})",
-    "node_failed": "FAILED: {error}",
-    "node_skipped": "skipped: {error}",
+    "node_failed": "FAILED: {reason}",
+    "node_skipped": "{error}",
     "node_cancelled": "cancelled",
 }
 
@@ -28,6 +28,7 @@ def _line(event: Event) -> str | None:
     template = _NODE_LINES.get(event.kind)
     if template is not None:
         fields: dict[str, Any] = {"state": "", "outcome": "", "error": "", **event.fields}
+        fields["reason"] = fields["error"] or f"ended with outcome {fields['outcome']}"
         return f"[{event.seq:>4}] {event.node}: {template.format(**fields)}"
     if event.kind in {"transition", "run_completed", "run_failed", "run_waiting", "run_parked"}:
         return None

@@ -79,8 +79,9 @@ class RunOptions:
     """How runs are written.
 
     Attributes:
-        checkpoint_every: Write a full snapshot every this many steps (records in between
-            hold only what changed).
+        checkpoint_every: Write a full snapshot at most this often, in steps (records in
+            between hold only what changed); a large state waits until the records since
+            the last snapshot add up to half its size, up to eight times as long.
         lease_ttl: Seconds a lease lasts without renewal.
         owner: Who holds the lease, shown to a refused second writer.
     """

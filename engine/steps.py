@@ -405,7 +405,9 @@ class StepBuilder:
 
     def _skipped(self, state: RunState, failed: str) -> dict[str, NodeState]:
         return {
-            node_id: NodeState(status=NodeStatus.SKIPPED, error=f"needs {failed!r}, which failed")
+            node_id: NodeState(
+                status=NodeStatus.SKIPPED, error=f"skipped: {failed!r} failed upstream"
+            )
             for node_id in self._prepared.workflow.descendants[failed]
             if state.nodes[node_id].status is NodeStatus.PENDING
         }

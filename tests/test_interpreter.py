@@ -106,7 +106,8 @@ async def test_failed_node_skips_dependents_and_fails_the_run():
     assert state.status is RunStatus.FAILED
     assert state.nodes["a"].status is NodeStatus.FAILED
     assert state.nodes["b"].status is state.nodes["c"].status is NodeStatus.SKIPPED
-    assert "needs 'a'" in (state.nodes["b"].error or "")
+    assert "'a' failed upstream" in (state.nodes["b"].error or "")
+    assert "'a' failed upstream" in (state.nodes["c"].error or "")
     assert state.nodes["side"].outcome is NodeOutcome.SUCCESS
     assert [e.node for e in state.errors] == ["a"]
 
@@ -246,3 +247,36 @@ async def test_resume_after_abandoning_equals_uninterrupted(checkpoint_every):
         k: (v.path, v.counters, v.status) for k, v in straight.nodes.items()
     }
     assert resumed.seq == straight.seq
+
+
+class _CountingStore(MemoryStore):
+    """Counts the full snapshots commits carry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshots: list[int] = []
+
+    async def commit(self, lease, commit):
+        await super().commit(lease, commit)
+        if commit.snapshot is not None:
+            self.snapshots.append(commit.seq)
+
+
+@pytest.mark.parametrize(
+    ("big", "expected"), [(0, list(range(0, 301, 16))), (50_000, [0, 128, 256])]
+)
+async def test_checkpoints_wait_for_records_to_outweigh_a_large_unchanged_state(big, expected):
+    """A small state is snapshotted every interval; a large one only when the records since
+    its last snapshot add up to half its size, capped at eight intervals."""
+
+    async def work(ctx: ActionContext) -> ActionResult:
+        return ActionResult(trigger="stop" if ctx.counters["steps"] >= 299 else "again")
+
+    definition = graph([("a", [])], machine="loop")
+    store = _CountingStore()
+    eng = engine(store, checkpoint_every=16)
+    state = await eng.run(prepared(definition, {("a", "work"): work}), {"blob": "x" * big})
+    assert state.status is RunStatus.COMPLETED
+    assert store.snapshots == [s for s in expected if s <= state.seq]
+    for seq in (1, 127, 128, 200, state.seq):
+        assert (await eng.get(state.run_id, seq)).seq == seq
