@@ -109,6 +109,11 @@ class EventBus:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    @property
+    def listening(self) -> bool:
+        """Whether anyone is subscribed (so events need building at all)."""
+        return bool(self._listeners)
+
     def publish(self, event: Event) -> None:
         """Deliver ``event`` to every listener, in subscription order."""
         for listener in tuple(self._listeners):

@@ -323,8 +323,9 @@ class Run:
                 0,
             )
         # Emitted only after the commit: an event never describes an uncommitted step.
-        for event in events_for(state.run_id, record, previous):
-            self._bus.publish(event)
+        if self._bus.listening:
+            for event in events_for(state.run_id, record, previous):
+                self._bus.publish(event)
 
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.

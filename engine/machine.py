@@ -76,6 +76,7 @@ class CompiledMachine:
     def __init__(self, definition: MachineDef) -> None:
         self.definition = definition
         self._cursor = _Cursor()
+        self._limits: dict[int, tuple[Mapping[str, Any], Mapping[str, int]]] = {}
         self._spent_on: dict[str, tuple[str, ...]] = {s: () for s in definition.states}
         for budget in definition.budgets.values():
             for state in budget.spend_on:
@@ -141,11 +142,20 @@ class CompiledMachine:
 
     def limits(self, settings: Mapping[str, Any]) -> Mapping[str, int]:
         """Budget limits for a node: the machine's, overridden by ``with.budgets``."""
+        # Settings are frozen per node, so the result is cached by identity; the cache
+        # holds the settings object itself, so its id cannot be reused meanwhile.
+        cached = self._limits.get(id(settings))
+        if cached is not None and cached[0] is settings:
+            return cached[1]
         overrides = settings.get("budgets", EMPTY)
-        return {
-            name: int(overrides.get(name, budget.limit))
-            for name, budget in self.definition.budgets.items()
-        }
+        limits = MappingProxyType(
+            {
+                name: int(overrides.get(name, budget.limit))
+                for name, budget in self.definition.budgets.items()
+            }
+        )
+        self._limits[id(settings)] = (settings, limits)
+        return limits
 
     # -- firing ------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ changes are returned as new values, never applied in place.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -476,22 +475,28 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
         raise RunStateError(
             f"step {record.seq} cannot follow step {state.seq}", run_id=state.run_id
         )
-    changes: dict[str, Any] = {
-        "seq": record.seq,
-        "status": record.status,
-        "updated_at": record.time,
-    }
+    # Built field by field rather than with dataclasses.replace: this runs on every step.
+    data, writers = state.data, state.writers
     if record.data:
-        changes["data"] = MappingProxyType({**state.data, **record.data})
+        data = MappingProxyType({**data, **record.data})
         if record.node is not None:
-            changes["writers"] = _add_writer(state.writers, record.node, record.data)
-    if record.nodes:
-        changes["nodes"] = MappingProxyType({**state.nodes, **record.nodes})
-    if record.errors:
-        changes["errors"] = state.errors + record.errors
-    if record.interrupts is not None:
-        changes["interrupts"] = record.interrupts
-    return dataclasses.replace(state, **changes)
+            writers = _add_writer(writers, record.node, record.data)
+    return RunState(
+        run_id=state.run_id,
+        graph=state.graph,
+        graph_source=state.graph_source,
+        graph_digest=state.graph_digest,
+        seq=record.seq,
+        status=record.status,
+        input=state.input,
+        data=data,
+        nodes=MappingProxyType({**state.nodes, **record.nodes}) if record.nodes else state.nodes,
+        interrupts=state.interrupts if record.interrupts is None else record.interrupts,
+        errors=state.errors + record.errors if record.errors else state.errors,
+        writers=writers,
+        created_at=state.created_at,
+        updated_at=record.time,
+    )
 
 
 def _add_writer(
