@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from phasegraph import loader
+from phasegraph import loader_catalog
 from phasegraph.errors import ErrorCode, SpecError
 from phasegraph.loader import (
     builtin_graphs,
@@ -408,7 +408,7 @@ def test_unknown_builtin_name_lists_the_known_ones() -> None:
 def test_builtins_found_through_importlib_resources() -> None:
     from importlib import resources
 
-    assert loader._builtin_dir("states") == resources.files("phasegraph.states")
+    assert loader_catalog.builtin_dir("states") == resources.files("phasegraph.states")
     assert machine_source("task") == Path(str(resources.files("phasegraph.states"))) / "task.yaml"
 
 
@@ -424,7 +424,7 @@ def test_builtins_fall_back_to_the_repository(
             raise ModuleNotFoundError(package)
         return object()  # e.g. a zip traversable: not a directory we can glob
 
-    monkeypatch.setattr(loader.resources, "files", files)
+    monkeypatch.setattr(loader_catalog.resources, "files", files)
     assert machine_source("task") == REPO / "states" / "task.yaml"
     assert "task" in builtin_machines()
     assert load_machine("loop").name == "loop"
