@@ -38,6 +38,7 @@ from phasegraph.runtime import (
     TimeOrderedIds,
     initial_state,
     prepare,
+    run_meta,
 )
 from phasegraph.store.base import Commit, RunMeta, Store
 
@@ -45,17 +46,6 @@ __all__ = ["Engine", "GraphSource"]
 
 GraphSource = PreparedGraph | GraphDef | str | Path
 """A graph: prepared, a loaded definition, a built-in name, or a path to a YAML file."""
-
-
-def _meta(state: RunState) -> RunMeta:
-    return RunMeta(
-        run_id=state.run_id,
-        graph=state.graph,
-        status=str(state.status),
-        seq=state.seq,
-        created_at=state.created_at.timestamp(),
-        updated_at=state.updated_at.timestamp(),
-    )
 
 
 class Engine:
@@ -128,7 +118,7 @@ class Engine:
             seq=0,
             record=codec.encode_record(created),
             snapshot=codec.encode_snapshot(state),
-            meta=_meta(state),
+            meta=run_meta(state),
         )
         try:
             await self.store.commit(lease, commit)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from phasegraph.api import Engine
 from phasegraph.cli_support import (
@@ -15,8 +14,7 @@ from phasegraph.cli_support import (
     with_engine,
 )
 from phasegraph.model import StepRecord
-from phasegraph.replay import ReplayReport
-from phasegraph.views import record_view
+from phasegraph.replay import ReplayReport, report_view
 
 __all__ = ["register"]
 
@@ -45,33 +43,10 @@ async def _cmd_fork(args: argparse.Namespace) -> int:
 async def _cmd_replay(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         report = await engine.replay(args.run, graph=args.graph)
-        emit(args, _report_view(report), _report_text(report))
+        emit(args, report_view(report), _report_text(report))
         return EXIT_OK if report.identical else EXIT_FAILED
 
     return await with_engine(args, body)
-
-
-def _report_view(report: ReplayReport) -> dict[str, Any]:
-    divergence = report.divergence
-    view: dict[str, Any] = {
-        "run_id": report.run_id,
-        "graph": report.graph,
-        "graph_changed": report.graph_changed,
-        "head": report.head,
-        "steps": report.steps,
-        "identical": report.identical,
-        "divergence": None,
-    }
-    if divergence is not None:
-        view["divergence"] = {
-            "seq": divergence.seq,
-            "node": divergence.node,
-            "reason": divergence.reason,
-            "fields": list(divergence.fields),
-            "recorded": record_view(divergence.recorded),
-            "replayed": record_view(divergence.replayed) if divergence.replayed else None,
-        }
-    return view
 
 
 def _report_text(report: ReplayReport) -> str:

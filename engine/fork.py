@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from phasegraph import codec
 from phasegraph.errors import CodecError, InputError, StoreError
 from phasegraph.model import RunState, StepRecord, apply_record, frozen_map
-from phasegraph.runtime import RunOptions
-from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
+from phasegraph.runtime import RunOptions, run_meta
+from phasegraph.store.base import Commit, Store, StoredRun
 
 __all__ = ["create_run", "decode_stored", "fork_state", "load_state", "rebuild"]
 
@@ -138,14 +138,7 @@ async def create_run(
         seq=0,
         record=codec.encode_record(record),
         snapshot=codec.encode_snapshot(state),
-        meta=RunMeta(
-            run_id=state.run_id,
-            graph=state.graph,
-            status=str(state.status),
-            seq=0,
-            created_at=state.created_at.timestamp(),
-            updated_at=state.updated_at.timestamp(),
-        ),
+        meta=run_meta(state),
     )
     lease = await store.acquire(state.run_id, options.owner_name(), options.lease_ttl)
     try:

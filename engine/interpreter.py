@@ -22,9 +22,9 @@ from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.errors import CodecError, PhasegraphError, RunError, RunStateError
 from phasegraph.events import EventBus, events_for
 from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord, apply_record
-from phasegraph.runtime import Clock, PreparedGraph, RunOptions
+from phasegraph.runtime import Clock, PreparedGraph, RunOptions, run_meta
 from phasegraph.steps import StepBuilder
-from phasegraph.store.base import Commit, Lease, RunMeta, Store
+from phasegraph.store.base import Commit, Lease, Store
 
 __all__ = ["Run"]
 
@@ -304,15 +304,7 @@ class Run:
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):
             snapshot = codec.encode_snapshot(state)
-        meta = RunMeta(
-            run_id=state.run_id,
-            graph=state.graph,
-            status=str(state.status),
-            seq=state.seq,
-            created_at=state.created_at.timestamp(),
-            updated_at=state.updated_at.timestamp(),
-        )
-        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=meta)
+        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         await self._store.commit(self._lease, commit)
         previous = self._state.status
         self._state = state

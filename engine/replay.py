@@ -49,6 +49,7 @@ __all__ = [
     "ReplayReport",
     "differing_fields",
     "replay_history",
+    "report_view",
 ]
 
 COMPARED_FIELDS = ("kind", "node", "source", "trigger", "dest", "nodes", "status", "data")
@@ -290,3 +291,26 @@ def differing_fields(recorded: StepRecord, replayed: StepRecord) -> tuple[str, .
 
 def _canonical(value: Any) -> bytes:
     return codec.encode_value(jsonable(value))
+
+
+def report_view(report: ReplayReport) -> dict[str, Any]:
+    """A replay report as JSON (for ``--json`` and HTTP)."""
+    divergence = report.divergence
+    return {
+        "run_id": report.run_id,
+        "graph": report.graph,
+        "graph_changed": report.graph_changed,
+        "head": report.head,
+        "steps": report.steps,
+        "identical": report.identical,
+        "divergence": None
+        if divergence is None
+        else {
+            "seq": divergence.seq,
+            "node": divergence.node,
+            "reason": divergence.reason,
+            "fields": list(divergence.fields),
+            "recorded": jsonable(divergence.recorded),
+            "replayed": jsonable(divergence.replayed) if divergence.replayed else None,
+        },
+    }

@@ -24,6 +24,7 @@ from phasegraph.graph import WorkflowGraph, compile_graph
 from phasegraph.machine import MachineSet, compile_machines
 from phasegraph.middleware import build_middleware, chain
 from phasegraph.model import GraphDef, NodeState, RunState, RunStatus, frozen_map
+from phasegraph.store.base import RunMeta
 from phasegraph.tools import ToolFactory, build_tools
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "TimeOrderedIds",
     "initial_state",
     "prepare",
+    "run_meta",
 ]
 
 REDUCERS = frozenset({"append", "merge"})
@@ -213,4 +215,16 @@ def initial_state(
         nodes=MappingProxyType({node.id: NodeState() for node in definition.nodes}),
         created_at=now,
         updated_at=now,
+    )
+
+
+def run_meta(state: RunState) -> RunMeta:
+    """The indexed metadata a store keeps for ``state``."""
+    return RunMeta(
+        run_id=state.run_id,
+        graph=state.graph,
+        status=str(state.status),
+        seq=state.seq,
+        created_at=state.created_at.timestamp(),
+        updated_at=state.updated_at.timestamp(),
     )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
 from phasegraph.actions import ActionResult
 from phasegraph.model import frozen_map
-from phasegraph.replay import ReplayReport
+from phasegraph.replay import report_view
 from phasegraph.server_support import (
     ENGINE,
     EXECUTOR,
@@ -21,7 +21,6 @@ from phasegraph.server_support import (
     optional_string,
     run_view,
 )
-from phasegraph.views import jsonable
 
 __all__ = ["routes"]
 
@@ -82,29 +81,7 @@ async def fork(request: web.Request) -> web.Response:
 async def replay(request: web.Request) -> web.Response:
     """Re-drive the run's recorded history through its machines; report any divergence."""
     report = await request.app[ENGINE].replay(request.match_info["run_id"])
-    return ok(_report_view(report))
-
-
-def _report_view(report: ReplayReport) -> dict[str, Any]:
-    divergence = report.divergence
-    return {
-        "run_id": report.run_id,
-        "graph": report.graph,
-        "graph_changed": report.graph_changed,
-        "head": report.head,
-        "steps": report.steps,
-        "identical": report.identical,
-        "divergence": None
-        if divergence is None
-        else {
-            "seq": divergence.seq,
-            "node": divergence.node,
-            "reason": divergence.reason,
-            "fields": list(divergence.fields),
-            "recorded": jsonable(divergence.recorded),
-            "replayed": jsonable(divergence.replayed),
-        },
-    }
+    return ok(report_view(report))
 
 
 def routes() -> list[web.RouteDef]:
