@@ -19,7 +19,13 @@ from typing import Any, Self
 
 from phasegraph import codec
 from phasegraph.actions import Action, ActionContext, ActionResult
-from phasegraph.errors import CodecError, PhasegraphError, RunError, RunStateError
+from phasegraph.errors import (
+    CodecError,
+    PhasegraphError,
+    RunError,
+    RunStateError,
+    StoreUnavailableError,
+)
 from phasegraph.events import EventBus, events_for
 from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord, apply_record
 from phasegraph.runtime import Clock, PreparedGraph, RunOptions, run_meta
@@ -305,7 +311,15 @@ class Run:
         if self._checkpoint_due(record.seq):
             snapshot = codec.encode_snapshot(state)
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
-        await self._store.commit(self._lease, commit)
+        try:
+            await self._store.commit(self._lease, commit)
+        except StoreUnavailableError as exc:
+            raise StoreUnavailableError(
+                f"run {self.run_id!r} stopped at step {self._state.seq}, its last committed "
+                f"step: {exc}; continue it with 'phasegraph resume {self.run_id}'",
+                run_id=self.run_id,
+                seq=self._state.seq,
+            ) from exc
         previous = self._state.status
         self._state = state
         if snapshot is not None:

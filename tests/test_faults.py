@@ -155,12 +155,15 @@ async def test_connection_lost_mid_run_stops_at_last_commit_and_resume_continues
             with pytest.raises(StoreUnavailableError, match="cannot reach Redis at") as caught:
                 await engine(store, lease_ttl=1.0).run(plan, run_id="lost")
         assert str(server.port) in str(caught.value)
+        assert "run 'lost' stopped at step" in str(caught.value)
+        assert "phasegraph resume lost" in str(caught.value)
 
         server.start()  # same port, same append-only file: every commit survived
         async with open_store(server.url) as store:
             stopped = await Engine(store).get("lost")
         assert stopped.status is RunStatus.RUNNING
         assert stopped.nodes["a"].steps == 3  # the last committed step is a:2's
+        assert f"stopped at step {stopped.seq}," in str(caught.value)
         resumed = await _resume_when_lease_expires(server.url, "lost", plan)
     finally:
         server.kill()
