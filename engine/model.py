@@ -433,8 +433,9 @@ class StepRecord:
     Attributes:
         seq: The step number.
         time: When the step was committed.
-        kind: ``transition``, ``start`` (node entered its initial state), ``skip``,
-            ``fail``, ``status`` (run-level change) or ``created``.
+        kind: ``created`` (seq 0), ``start`` (node entered its initial state),
+            ``transition``, ``fail``, ``wait`` (a human gate opened), ``reply``,
+            ``cancel`` or ``status`` (run-level change).
         node: The node that moved, if any.
         source: State path before the step.
         trigger: The trigger fired, if any.

@@ -242,6 +242,7 @@ class HumanAction(_ActionBase):
 
     human: _Ident = Field(description="The interrupt kind, e.g. review.")
     payload: dict[str, Any] = Field({}, description="What the answerer sees.")
+    park: bool = Field(False, description="While it waits, the run is parked (not waiting).")
     triggers: list[_Name] | None = Field(None, description="Replies accepted (and timeout).")
 
 
