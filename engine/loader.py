@@ -37,14 +37,17 @@ from phasegraph.loader_catalog import (
     is_name,
     machine_source,
 )
+from phasegraph.loader_input import input_schema_problems
 from phasegraph.loader_machines import MachineFile, Resolver, read_machine, unknown_machine
-from phasegraph.yaml_source import Document, read_file
+from phasegraph.yaml_source import Document, YamlLimits, parse_text, read_file
 
 __all__ = [
+    "YamlLimits",
     "builtin_graphs",
     "builtin_machines",
     "graph_source",
     "load_graph",
+    "load_graph_text",
     "load_machine",
     "machine_source",
 ]
@@ -119,12 +122,16 @@ def _node_def(node: schema.NodeSpec, index: int, doc: Document) -> model.NodeDef
     )
 
 
-def _graph_machines(spec: schema.GraphSpec, doc: Document, resolver: Resolver) -> list[Problem]:
+def _graph_machines(
+    spec: schema.GraphSpec, doc: Document, folder: Path | None, resolver: Resolver
+) -> list[Problem]:
     """Read the graph's `machines:` files and make them known by name."""
+    if folder is None:
+        return []  # a graph given as text: `machines:` is refused (see _graph)
     problems: list[Problem] = []
     first: dict[str, int] = {}
     for index, relative in enumerate(spec.machines):
-        path = Path(os.path.normpath(Path(doc.path).parent / relative))
+        path = Path(os.path.normpath(folder / relative))
         if not path.is_file():
             text = (
                 f"machine file {relative!r} not found at {path} (paths are relative to this file)"
@@ -253,14 +260,54 @@ def load_graph(source: str | Path) -> model.GraphDef:
     """
     path = builtin(source, "graphs", "graph") if is_name(source) else Path(source)
     doc, problems = read_file(path, "graph")
+    return _graph(doc, problems, path.stem, path.parent)
+
+
+def load_graph_text(text: str, *, name: str, limits: YamlLimits | None = None) -> model.GraphDef:
+    """Load and validate a workflow graph given as YAML text rather than as a file.
+
+    The text has no folder, so it may use built-in machines only (a ``machines:`` list
+    is a problem).
+
+    Args:
+        text: The graph's YAML.
+        name: What the text is called: problems and the definition are located in it
+            (``name:line:col``), and it is the graph's name unless the text has a
+            ``graph:`` key (as a file's stem is for a file).
+        limits: Size limits for the YAML (default :class:`YamlLimits`: nesting up to 64
+            levels, up to 256 aliases); e.g. ``YamlLimits(max_aliases=0)`` refuses
+            every alias.
+
+    Returns:
+        The frozen graph definition, as :func:`load_graph` gives.
+
+    Raises:
+        SpecError: Every problem of the text, located in ``name``.
+    """
+    doc, problems = parse_text(text, name, "graph", limits)
+    return _graph(doc, problems, name, None)
+
+
+def _graph(
+    doc: Document | None, problems: list[Problem], default_name: str, folder: Path | None
+) -> model.GraphDef:
+    """Check a parsed graph document against everything; convert it when it is sound."""
+    if doc and folder is None and "machines" in doc.data:
+        text = (
+            "a graph given as text may use built-in machines only: remove `machines:` "
+            "(machine files are found next to a graph's file, and this graph has none)"
+        )
+        problems.append(doc.problem(("machines",), text))
     checked = schema.check_graph(doc.data) if doc else None
     if doc and checked:
         problems += [Problem(issue.message, doc.place(issue.loc)) for issue in checked.issues]
     if doc is None or checked is None or checked.spec is None:
         raise SpecError(_ordered(problems))
     doc, spec = replace(doc, locate=checked.locate), checked.spec
+    if spec.input is not None:
+        problems += input_schema_problems(spec.input, doc.at(("input",)))
     resolver = Resolver(builtin_files("states"))
-    problems += _graph_machines(spec, doc, resolver)
+    problems += _graph_machines(spec, doc, folder, resolver)
     nodes = [_node_def(node, index, doc) for index, node in enumerate(spec.nodes)]
     for index, node in enumerate(spec.nodes):
         problems += _node_problems(node, ("nodes", index), doc, resolver)
@@ -270,7 +317,7 @@ def load_graph(source: str | Path) -> model.GraphDef:
     machines: dict[str, model.MachineDef] = {}
     for definition in nodes:
         resolver.closure(definition.machine, machines)
-    name = spec.graph or path.stem
+    name = spec.graph or default_name
     return model.GraphDef(
         name=name,
         nodes=tuple(nodes),

@@ -1,10 +1,17 @@
-"""Read YAML documents and remember where every node of them is.
+"""Read YAML documents, within limits, and remember where every node of them is.
 
 The only module that imports ``yaml``. A document is parsed by a SafeLoader subclass that
 records the mark (line and column) of every node and every mapping key by its key path,
 and every key that repeats, so later checks can name ``path:line:col`` for any part of
 the document. Problems of reading and parsing come back as located
 :class:`~phasegraph.errors.Problem` values, never as exceptions.
+
+Definitions are small, so a document that is not is refused before it is built
+(:class:`YamlLimits`): nesting is limited while composing (the composer recurses once
+per level), and so are aliases: their number, and the size and depth of the document
+with every alias written out (ten anchors that each repeat the previous one ten times
+are ten billion nodes to whatever walks the data). Aliases stay allowed within the
+limits because graphs share action settings with them.
 """
 
 from __future__ import annotations
@@ -16,31 +23,161 @@ from typing import Any
 
 import yaml
 
-from phasegraph.errors import Problem, SourceLocation
+from phasegraph.errors import Problem, SourceLocation, SpecError
 
-__all__ = ["Document", "YamlPath", "location", "parse_text", "read_file"]
+__all__ = [
+    "Document",
+    "YamlLimits",
+    "YamlPath",
+    "limit_problems",
+    "location",
+    "parse_text",
+    "read_file",
+]
 
 YamlPath = tuple[Any, ...]
 """A key path into a parsed document: mapping keys and list indexes."""
 
 
-class _MarkedLoader(yaml.SafeLoader):
-    """A SafeLoader that records where every node starts and which keys repeat."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class YamlLimits:
+    """How large a YAML document may be before it is refused unbuilt.
 
-    def __init__(self, stream: str) -> None:
+    Attributes:
+        max_depth: Deepest nesting of collections (the top-level mapping is level 1),
+            as written and with every alias written out.
+        max_aliases: Most alias uses (``*name``, ``<<: *name``) in one document; 0
+            refuses aliases altogether (each one is reported).
+        max_nodes: Most nodes a document that uses aliases may have with every alias
+            written out.
+    """
+
+    max_depth: int = 64
+    max_aliases: int = 256
+    max_nodes: int = 200_000
+
+
+_Mark = yaml.Mark | None
+
+
+def _start(event: yaml.Event) -> _Mark:
+    # The pure-Python parser always gives yaml.Mark; the C one (never used here) another type.
+    mark = event.start_mark
+    return mark if isinstance(mark, yaml.Mark) else None
+
+
+class _MarkedLoader(yaml.SafeLoader):
+    """A SafeLoader that records where every node starts and which keys repeat.
+
+    It also refuses, while composing, documents past the limits: ``refused`` collects
+    alias refusals (composing goes on to find them all); a limit past which composing
+    cannot safely go on raises :class:`SpecError` at once.
+    """
+
+    def __init__(self, stream: str, shown: str, limits: YamlLimits) -> None:
         super().__init__(stream)
+        self.shown = shown
+        self.limits = limits
         self.node_marks: dict[YamlPath, yaml.Mark] = {}
         self.key_marks: dict[YamlPath, yaml.Mark] = {}
         self.duplicates: list[tuple[Any, yaml.Mark]] = []
+        self.refused: list[Problem] = []
+        self.aliases: list[tuple[_Mark, yaml.Node]] = []
         self._walked: set[int] = set()
+        self._depth = 0
+        self._open: set[str] = set()
+
+    def compose_checked(self) -> yaml.Node | None:
+        """Compose the single document and check it against the limits.
+
+        Raises:
+            SpecError: The document passes a limit.
+        """
+        node = self.get_single_node()
+        if self.refused:
+            raise SpecError(self.refused)
+        if node is not None and self.aliases:
+            self._check_expansion(node)
+        return node
 
     def load_marked(self) -> Any:
-        """Parse the single document, recording marks before constructing it."""
-        node = self.get_single_node()
+        """Parse the single document, recording marks before constructing it.
+
+        Raises:
+            SpecError: The document passes a limit (nothing is constructed).
+        """
+        node = self.compose_checked()
         if node is None:
             return None
         self._record(node, ())
         return self.construct_document(node)
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        """Compose one node, refusing nesting and aliases past the limits."""
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            return self._alias(event, parent, index)
+        if not isinstance(event, yaml.CollectionStartEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > self.limits.max_depth:
+            text = f"YAML collections nest deeper than {self.limits.max_depth} levels here"
+            raise self._refuse(f"{text}; no definition needs that: flatten it", _start(event))
+        if event.anchor is not None:
+            self._open.add(event.anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if event.anchor is not None:
+                self._open.discard(event.anchor)
+
+    def _alias(self, event: yaml.AliasEvent, parent: yaml.Node | None, index: int) -> yaml.Node:
+        limit, mark = self.limits.max_aliases, _start(event)
+        if len(self.aliases) >= limit:
+            self.get_event()  # type: ignore[no-untyped-call]
+            if limit == 0:
+                self._note("YAML aliases (*name) are not accepted here: write the value out", mark)
+            elif not self.refused:
+                text = f"more than {limit} YAML aliases (*name) in one file"
+                self._note(f"{text}; write some of the values out in full", mark)
+            # Refused: an empty value stands in so that composing finds every refusal.
+            return yaml.ScalarNode("tag:yaml.org,2002:null", "", mark, mark)
+        if event.anchor in self._open:
+            text = f"alias *{event.anchor} is inside the collection it names"
+            raise self._refuse(f"{text}, so it would repeat forever: write the value out", mark)
+        node = super().compose_node(parent, index)
+        if node is None:  # never: an alias always names a composed node
+            return yaml.ScalarNode("tag:yaml.org,2002:null", "", mark, mark)
+        self.aliases.append((mark, node))
+        return node
+
+    def _note(self, message: str, mark: _Mark) -> None:
+        where = location(self.shown, mark)
+        last = self.refused[-1].location if self.refused else None
+        if last is None or last.line != where.line:  # one per line is enough
+            self.refused.append(Problem(message, where))
+
+    def _refuse(self, message: str, mark: _Mark) -> SpecError:
+        return SpecError([*self.refused, Problem(message, location(self.shown, mark))])
+
+    def _check_expansion(self, root: yaml.Node) -> None:
+        """Refuse a document whose aliases, written out, make it too big or too deep."""
+        limits = self.limits
+        sizes = _expanded(root, limits.max_nodes + 1)
+        size, depth = sizes[id(root)]
+        if size > limits.max_nodes:
+            mark, _ = max(self.aliases, key=lambda use: sizes[id(use[1])][0])
+            text = (
+                f"YAML aliases expand this file to more than {limits.max_nodes} values (an "
+                "anchor that repeats other anchors grows exponentially); write the values "
+                "out once, or use fewer aliases"
+            )
+            raise self._refuse(text, mark)
+        if depth > limits.max_depth:
+            mark, _ = max(self.aliases, key=lambda use: sizes[id(use[1])][1])
+            text = f"YAML aliases nest this file deeper than {limits.max_depth} levels"
+            raise self._refuse(f"{text}; no definition needs that: write the value out", mark)
 
     def _record(self, node: yaml.Node, path: YamlPath) -> None:
         self.node_marks[path] = node.start_mark
@@ -63,7 +200,47 @@ class _MarkedLoader(yaml.SafeLoader):
                 self._record(value_node, (*path, key))
 
 
-def location(path: str, mark: yaml.Mark | None) -> SourceLocation:
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _expanded(root: yaml.Node, cap: int) -> dict[int, tuple[int, int]]:
+    """Node id -> (size, collection depth) with aliases written out; sizes stop at ``cap``.
+
+    Iterative and memoised by node, so it costs one visit per distinct node however
+    often aliases repeat it. A node met again while it is open (a cycle) counts as
+    ``cap``: too big.
+    """
+    found: dict[int, tuple[int, int]] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in found:
+            continue
+        children = _children(node)
+        if not children_done:
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            for child in children:
+                if id(child) in open_nodes:
+                    found[id(child)] = (cap, 0)
+                elif id(child) not in found:
+                    stack.append((child, False))
+            continue
+        open_nodes.discard(id(node))
+        size = min(cap, 1 + sum(found[id(child)][0] for child in children))
+        nests = isinstance(node, yaml.CollectionNode)
+        depth = nests + max((found[id(child)][1] for child in children), default=0)
+        found[id(node)] = (size, depth)
+    return found
+
+
+def location(path: str, mark: _Mark) -> SourceLocation:
     """The 1-based location of a YAML ``mark`` in ``path`` (just the path without a mark)."""
     if mark is None:
         return SourceLocation(path)
@@ -113,7 +290,9 @@ class Document:
         return location(self.path, self.key_marks.get(path) or self.node_marks.get(path))
 
 
-def read_file(path: Path, what: str) -> tuple[Document | None, list[Problem]]:
+def read_file(
+    path: Path, what: str, limits: YamlLimits | None = None
+) -> tuple[Document | None, list[Problem]]:
     """Read and parse the ``what`` (``machine`` or ``graph``) file at ``path``.
 
     Returns:
@@ -127,18 +306,29 @@ def read_file(path: Path, what: str) -> tuple[Document | None, list[Problem]]:
             f"cannot read {what} file: {reason}; check the path", location(str(path), None)
         )
         return None, [problem]
-    return parse_text(text, str(path), what)
+    return parse_text(text, str(path), what, limits)
 
 
-def parse_text(text: str, shown: str, what: str) -> tuple[Document | None, list[Problem]]:
+def parse_text(
+    text: str, shown: str, what: str, limits: YamlLimits | None = None
+) -> tuple[Document | None, list[Problem]]:
     """Parse ``text``, a ``what`` (``machine`` or ``graph``) document, located as ``shown``.
 
+    Args:
+        text: The YAML.
+        shown: Where problems are located (a path, or a name such as a request field).
+        what: ``machine`` or ``graph``, for messages.
+        limits: Size limits (default :class:`YamlLimits`).
+
     Returns:
-        The document (None when it is not a mapping or not YAML) and every problem found.
+        The document (None when it is not a mapping, not YAML or past a limit) and every
+        problem found.
     """
-    loader = _MarkedLoader(text)
+    loader = _MarkedLoader(text, shown, limits or YamlLimits())
     try:
         data = loader.load_marked()
+    except SpecError as exc:
+        return None, list(exc.problems)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         detail = " ".join(
@@ -158,3 +348,21 @@ def parse_text(text: str, shown: str, what: str) -> tuple[Document | None, list[
         message = f"a {what} file is a mapping with {needs}, not {found}"
         return None, [*problems, Problem(message, location(shown, loader.node_marks.get(())))]
     return Document(shown, data, loader.node_marks, loader.key_marks), problems
+
+
+def limit_problems(text: str, shown: str, limits: YamlLimits) -> list[Problem]:
+    """The places where YAML ``text`` passes ``limits``, found without building it.
+
+    Syntax errors are not reported here (loading the text reports them); the scan stops
+    at the first one.
+    """
+    loader = _MarkedLoader(text, shown, limits)
+    try:
+        loader.compose_checked()
+    except SpecError as exc:
+        return list(exc.problems)
+    except yaml.YAMLError:
+        return loader.refused
+    finally:
+        loader.dispose()
+    return []

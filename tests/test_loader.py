@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
@@ -11,16 +12,21 @@ from typing import Any
 import pytest
 
 from phasegraph import loader_catalog
-from phasegraph.errors import ErrorCode, SpecError
+from phasegraph.api import Engine
+from phasegraph.cli import main
+from phasegraph.errors import ErrorCode, InputError, SourceLocation, SpecError
 from phasegraph.loader import (
+    YamlLimits,
     builtin_graphs,
     builtin_machines,
     graph_source,
     load_graph,
+    load_graph_text,
     load_machine,
     machine_source,
 )
-from phasegraph.model import NodeOutcome
+from phasegraph.model import NodeOutcome, RunStatus
+from phasegraph.store.memory import MemoryStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MACHINES = FIXTURES / "machines"
@@ -429,3 +435,193 @@ def test_builtins_fall_back_to_the_repository(
     assert "task" in builtin_machines()
     assert load_machine("loop").name == "loop"
     assert "phasegraph.states" in calls
+
+
+# --------------------------------------------------------------------------- input schemas
+
+
+def test_input_schema_problems_are_located_at_the_input_key() -> None:
+    path = GRAPHS / "bad_input_schema.yaml"
+    found = problems(load_graph, path)
+    located(found, path, 3, "input.properties.remote", "a non-local $ref is not accepted")
+    located(found, path, 3, "input.properties.missing", "'#/$defs/nowhere' points to nothing")
+    located(found, path, 3, "input.$defs.tree.properties.children.items", "recursive $ref")
+    assert len(found) == 3
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ("{type: 12}", ("input.type: not a valid JSON Schema",)),
+        (
+            '{type: object, properties: {a: {type: string, pattern: "("}}}',
+            ("input.properties.a.pattern: not a valid JSON Schema", "regex"),
+        ),
+        ('{$ref: "#"}', ("input: a recursive $ref is not accepted", "('#' contains it)")),
+        (
+            "{$defs: {a: {$ref: '#/$defs/b'}, b: {allOf: [{$ref: '#/$defs/a'}]}}}",
+            (
+                "input.$defs.a: a recursive $ref",
+                "following '#/$defs/b', then '#/$defs/a' comes back",
+            ),
+        ),
+        ("{properties: {a: {$ref: '#name'}}}", ("input.properties.a: a non-local $ref",)),
+        ("{properties: {a: {$dynamicRef: '#x'}}}", ("$dynamicRef is not accepted",)),
+        ("{properties: {a: {$id: inner, type: string}}}", ("a nested $id is not accepted",)),
+    ],
+)
+def test_bad_input_schema_is_refused_when_the_graph_loads(
+    tmp_path: Path, schema: str, words: tuple[str, ...]
+) -> None:
+    node = "{id: a, machine: task, bind: {run: {human: r}}}"
+    path = write(tmp_path, "g.yaml", f"graph: g\ninput: {schema}\nnodes:\n  - {node}\n")
+    located(problems(load_graph, path), path, 2, *words)
+
+
+def test_references_in_data_keywords_are_data(tmp_path: Path) -> None:
+    schema = "{properties: {a: {default: {$ref: 'http://x'}, examples: [{$ref: '#'}]}}}"
+    text = f"input: {schema}\nnodes:\n  - {{id: a, machine: task, bind: {{run: {{human: r}}}}}}\n"
+    graph = load_graph(write(tmp_path, "g.yaml", text))
+    assert graph.input_schema is not None
+    assert graph.input_schema["properties"]["a"]["default"] == {"$ref": "http://x"}
+
+
+async def test_local_input_references_are_followed_when_a_run_starts() -> None:
+    definition = load_graph(GRAPHS / "local_input_refs.yaml")
+    async with MemoryStore() as store:
+        engine = Engine(store)
+        with pytest.raises(InputError, match=r"input\.team\.0: '' should be non-empty"):
+            await engine.run(definition, {"who": "ada", "team": [""]})
+        state = await engine.run(definition, {"who": "ada", "team": ["bob"]})
+    assert state.status is RunStatus.WAITING
+    (interrupt,) = state.interrupts.values()
+    assert interrupt.payload == {"who": "ada"}
+
+
+def test_cli_reports_a_bad_input_schema_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    path = GRAPHS / "bad_input_schema.yaml"
+    assert main(["run", str(path), "--store", "memory://"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:3:1: input.properties.remote: a non-local $ref is not accepted" in err
+    assert "Traceback" not in err
+    assert "jsonschema" not in err
+
+
+# --------------------------------------------------------------------------- YAML limits
+
+
+def _nested(levels: int) -> str:
+    """A graph whose `with:` setting nests collections ``levels`` deep in all."""
+    inner = "[" * (levels - 4) + "]" * (levels - 4)  # root, nodes, node, with: 4 levels
+    return f"nodes:\n  - id: a\n    machine: task\n    with: {{deep: {inner}}}\n" + (
+        "    bind: {run: {human: r}}\n"
+    )
+
+
+def _laughs(levels: int = 9, width: int = 10) -> str:
+    """Anchors that each repeat the previous one ``width`` times: width**levels values."""
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * width) + "]"]
+    for level in range(1, levels + 1):
+        lines.append(f"a{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * width) + "]")
+    return "\n".join(lines) + "\nnodes: []\n"
+
+
+def _alias_chain(links: int) -> str:
+    """Each anchor nests the previous alias three levels deeper."""
+    lines = ["a0: &a0 [x]"] + [f"a{i}: &a{i} [[[*a{i - 1}]]]" for i in range(1, links + 1)]
+    return "\n".join(lines) + "\nnodes: []\n"
+
+
+LIMITS = [
+    pytest.param("nodes: " + "[" * 10_000 + "]" * 10_000 + "\n", 1, "deeper than 64", id="flow"),
+    pytest.param(
+        "".join("  " * i + f"k{i}:\n" for i in range(500)) + "  " * 500 + "v: 1\n",
+        65,
+        "deeper than 64",
+        id="block",
+    ),
+    pytest.param(_nested(65), 4, "nest deeper than 64 levels", id="settings"),
+    # Reported at the first alias whose value alone is past the limit (a6 repeats a5).
+    pytest.param(_laughs(), 7, "expand this file to more than 200000 values", id="laughs"),
+    pytest.param("a: &a [1, *a]\nnodes: []\n", 1, "*a is inside the collection", id="self"),
+    pytest.param(
+        "x: &x 1\nmany: [" + ", ".join(["*x"] * 300) + "]\n", 2, "more than 256", id="count"
+    ),
+    # Reported at the alias of the deepest value.
+    pytest.param(_alias_chain(30), 31, "aliases nest this file deeper than 64", id="chain"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "words"), LIMITS)
+def test_yaml_past_the_limits_is_one_located_problem(
+    tmp_path: Path, text: str, line: int, words: str
+) -> None:
+    path = write(tmp_path, "big.yaml", text)
+    started = time.perf_counter()
+    for load in (load_graph, load_machine):
+        [problem] = problems(load, path)
+        assert problem.startswith(f"{path}:{line}:"), problem
+        assert words in problem
+    assert time.perf_counter() - started < 5  # refused before anything walks the expansion
+
+
+def test_nesting_up_to_the_limit_loads(tmp_path: Path) -> None:
+    graph = load_graph(write(tmp_path, "deep.yaml", _nested(64)))
+    deep: Any = graph.nodes[0].settings["deep"]
+    levels = 0
+    while isinstance(deep, list):
+        deep, levels = (deep[0] if deep else None), levels + 1
+    assert levels == 60
+
+
+ALIASED = """
+nodes:
+  - {id: a, machine: task, with: &big {x: [&row [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]},
+     bind: {run: &gate {human: r, payload: {who: me}}}}
+  - {id: b, machine: task, with: {<<: *big, y: [*row, *row, *row]}, bind: {run: *gate}}
+"""
+
+
+def test_aliases_within_the_limits_load(tmp_path: Path) -> None:
+    graph = load_graph(write(tmp_path, "shared.yaml", ALIASED))
+    assert [node.id for node in graph.nodes] == ["a", "b"]
+    assert graph.nodes[1].bind["run"].config["payload"] == {"who": "me"}
+    assert graph.nodes[1].settings["x"] == graph.nodes[0].settings["x"]
+    assert len(graph.nodes[1].settings["y"]) == 3
+
+
+# --------------------------------------------------------------------------- graphs as text
+
+
+def test_load_graph_text_matches_loading_the_file() -> None:
+    path = GRAPHS / "local_input_refs.yaml"
+    text = path.read_text(encoding="utf-8")
+    from_text = load_graph_text(text, name="pasted")
+    from_file = load_graph(path)
+    assert from_text.digest == from_file.digest
+    assert from_text.name == "local_input_refs"
+    assert from_text.location == SourceLocation("pasted")
+    assert from_text.nodes[0].location == SourceLocation("pasted", 14, 5)
+    unnamed = load_graph_text(text.replace("graph: local_input_refs\n", ""), name="pasted")
+    assert unnamed.name == "pasted"
+
+
+def test_load_graph_text_locates_problems_in_its_name() -> None:
+    text = "machines: [../machines/parent.yaml]\nnodes:\n  - {id: a, machine: parent}\n"
+    with pytest.raises(SpecError) as info:
+        load_graph_text(text, name="request.graph")
+    found = [str(problem) for problem in info.value.problems]
+    assert found[0].startswith("request.graph:1:1: a graph given as text may use built-in")
+    assert found[1].startswith("request.graph:3:13: node 'a' uses unknown machine 'parent'")
+    assert len(found) == 2
+
+
+def test_load_graph_text_takes_limits() -> None:
+    text = ALIASED.replace("nodes:", "graph: shared\nnodes:")
+    assert [node.id for node in load_graph_text(text, name="t").nodes] == ["a", "b"]
+    with pytest.raises(SpecError) as info:
+        load_graph_text(text, name="t", limits=YamlLimits(max_aliases=0))
+    [problem] = [str(p) for p in info.value.problems]
+    assert problem.startswith("t:6:39: YAML aliases (*name) are not accepted here")
+    with pytest.raises(SpecError, match="t:4:34: YAML collections nest deeper than 3"):
+        load_graph_text(text, name="t", limits=YamlLimits(max_depth=3))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from phasegraph import schema
+from phasegraph.actions.human import build_gate
+from phasegraph.api import Engine
+from phasegraph.cli import main
 from phasegraph.loader import load_graph, load_machine
-from phasegraph.model import NodeOutcome
+from phasegraph.model import NodeOutcome, RunStatus
+from phasegraph.store import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
@@ -198,6 +204,57 @@ def test_each_action_kind(action: dict[str, Any], kind: str, triggers: tuple[str
     bound = checked.spec.nodes[0].bind["run"]
     assert bound.kind == kind
     assert bound.declared_triggers() == triggers
+
+
+def test_human_actions_may_park() -> None:
+    checked = _action({"human": "review", "park": True, "triggers": ["confirm"]})
+    assert checked.issues == ()
+    assert checked.spec is not None
+    assert isinstance(checked.spec.nodes[0].bind["run"], schema.HumanAction)
+    assert checked.spec.nodes[0].bind["run"].park is True
+    unparked = _action({"human": "review"}).spec
+    assert unparked is not None
+    assert unparked.nodes[0].bind["run"].model_dump()["park"] is False
+    [issue] = _action({"human": "review", "park": "soon"}).issues
+    assert issue.loc == ("nodes", 0, "bind", "run", "park")
+    [issue] = _action({"python": "m:f", "park": True}).issues  # only human gates park
+    assert "unknown key 'park'" in issue.message
+    park = schema.graph_json_schema()["$defs"]["HumanAction"]["properties"]["park"]
+    assert (park["type"], park["default"]) == ("boolean", False)
+
+
+def test_coding_task_parks_its_review_after_a_timeout() -> None:
+    spec = next(node for node in load_graph("coding_task").nodes if node.id == "spec")
+    assert build_gate(spec.bind["spec_review_parked"]).park is True
+    assert build_gate(spec.bind["spec_review"]).park is False
+
+
+def test_a_coding_task_review_timeout_parks_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped gate with a deadline short enough to pass: `resume` parks the run."""
+    shipped = (REPO / "graphs" / "coding_task.yaml").read_text(encoding="utf-8")
+    assert "timeout: 1800" in shipped
+    graph = tmp_path / "coding_review.yaml"
+    graph.write_text(shipped.replace("timeout: 1800", "timeout: 0.001"), encoding="utf-8")
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    common = ["-q", "--store", store]
+    assert main(["run", str(graph), *common, "--input", f"workdir={tmp_path}"]) == 3
+    run_id = capsys.readouterr().out.split()[1]
+    time.sleep(0.01)  # past the review's deadline
+    assert main(["resume", run_id, *common]) == 3
+    assert f"run {run_id} parked" in capsys.readouterr().out
+
+    async def head():
+        async with open_store(store) as opened:
+            return await Engine(opened).get(run_id)
+
+    state = asyncio.run(head())
+    assert state.status is RunStatus.PARKED
+    assert state.nodes["spec"].path == ("parked",)
+    (interrupt,) = state.interrupts.values()
+    assert interrupt.id == f"{run_id}:spec:spec_review_parked"
+    assert interrupt.parked is True
 
 
 def test_shell_exit_keys_become_strings() -> None:
