@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ class Engine:
         self.ids = ids or TimeOrderedIds()
         self.bus = bus or EventBus()
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
+        self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
 
     def prepare(self, graph: GraphSource) -> PreparedGraph:
         """Load (if needed) and compile a graph; compiled once per engine and digest.
@@ -83,6 +85,11 @@ class Engine:
         """
         if isinstance(graph, PreparedGraph):
             return graph
+        if not isinstance(graph, GraphDef):
+            loaded = self._loaded.get(str(graph))
+            # Re-read a file only when it, or a machine file it uses, changed on disk.
+            if loaded is not None and loaded[1] == _stamp(loaded[0].definition):
+                return loaded[0]
         definition = graph if isinstance(graph, GraphDef) else load_graph(graph)
         if isinstance(graph, GraphDef):
             source = definition.location.path if definition.location else definition.name
@@ -91,6 +98,8 @@ class Engine:
         key = (source, definition.digest)
         if key not in self._prepared:
             self._prepared[key] = prepare(definition, source)
+        if not isinstance(graph, GraphDef):
+            self._loaded[str(graph)] = (self._prepared[key], _stamp(definition))
         return self._prepared[key]
 
     @contextlib.asynccontextmanager
@@ -331,6 +340,22 @@ class Engine:
         first = await load_state(self.store, run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
         return await replay_history(self.store, prepared, first)
+
+
+def _stamp(definition: GraphDef) -> tuple[tuple[str, int, int], ...]:
+    """Modification time and size of the graph file and every machine file it uses."""
+    paths = {m.location.path for m in definition.machines.values() if m.location}
+    if definition.location is not None:
+        paths.add(definition.location.path)
+    stamps = []
+    for path in sorted(paths):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stamps.append((path, -1, -1))
+        else:
+            stamps.append((path, stat.st_mtime_ns, stat.st_size))
+    return tuple(stamps)
 
 
 def _is_path(source: str | Path) -> bool:
