@@ -76,7 +76,6 @@ async def _cmd_status(args: argparse.Namespace) -> int:
 
 async def _cmd_history(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
-        await engine.store.read(args.run)  # unknown run → one clear error, not an empty list
         records = await engine.history(args.run, start=args.start, stop=args.stop)
         lines = []
         for r in records:

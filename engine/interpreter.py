@@ -205,6 +205,8 @@ class Run:
 
     def _open_gate(self) -> tuple[StepRecord, bytes] | None:
         """Put the first node that reached a human gate into waiting, if any."""
+        if not self._prepared.gates:
+            return None  # the usual case: skip the per-step hook lookups
         for node_id in self._to_launch:
             node = self._state.nodes[node_id]
             hook = self._prepared.machines.hook(self._node_machine(node_id), node.path) or ""

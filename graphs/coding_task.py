@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns.solo import phase_action
+from phasegraph.graphs.example_repo import new_repo, run_in_repo
 
 __all__ = [
     "create_repository",
@@ -74,21 +73,13 @@ def total(values):
 '''
 
 
-def _new_repo(workdir: str | None, run_id: str) -> str:
-    if workdir:
-        folder = Path(workdir) / f"coding-{run_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        return str(folder)
-    return tempfile.mkdtemp(prefix="phasegraph-coding-")
-
-
 async def _run(ctx: ActionContext, *argv: str) -> Mapping[str, Any]:
-    return await ctx.tool("run_command", cwd=ctx.data["repo"], argv=list(argv), env=_ENV)
+    return await run_in_repo(ctx, argv, _ENV)
 
 
 async def create_repository(ctx: ActionContext) -> ActionResult:
     """Create the repository: a stub ``calc.total`` and its tests, committed."""
-    repo = await asyncio.to_thread(_new_repo, ctx.input.get("workdir"), ctx.run_id)
+    repo = await asyncio.to_thread(new_repo, "coding", ctx.input.get("workdir"), ctx.run_id)
     for path, text in {"calc.py": _STUB, "test_calc.py": _TESTS}.items():
         await ctx.tool("write_file", cwd=repo, path=path, text=text)
     for argv in (

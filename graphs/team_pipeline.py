@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.graphs.example_repo import new_repo, run_in_repo
 
 __all__ = ["announce", "api", "docs", "integrate", "migrate", "release", "scaffold", "schema"]
 
@@ -27,16 +26,8 @@ _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 _IDENTITY = ("-c", "user.name=phasegraph", "-c", "user.email=phasegraph@example.invalid")
 
 
-def _new_repo(workdir: str | None, run_id: str) -> str:
-    if workdir:
-        folder = Path(workdir) / f"team-{run_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        return str(folder)
-    return tempfile.mkdtemp(prefix="phasegraph-team-")
-
-
 async def _run(ctx: ActionContext, *argv: str) -> Mapping[str, Any]:
-    return await ctx.tool("run_command", cwd=ctx.data["repo"], argv=list(argv), env=_ENV)
+    return await run_in_repo(ctx, argv, _ENV)
 
 
 async def _write(ctx: ActionContext, path: str, text: str, *, repo: str | None = None) -> None:
@@ -60,7 +51,7 @@ def _failed(line: str, check: Mapping[str, Any]) -> ActionResult:
 
 async def scaffold(ctx: ActionContext) -> ActionResult:
     """Create the repository with a first schema and commit it."""
-    repo = await asyncio.to_thread(_new_repo, ctx.input.get("workdir"), ctx.run_id)
+    repo = await asyncio.to_thread(new_repo, "team", ctx.input.get("workdir"), ctx.run_id)
     files = {
         "README.md": "# orders service\n",
         "schema.sql": (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -139,3 +141,16 @@ def returning(trigger: str, data: Mapping[str, Any] | None = None) -> ActionFn:
         return ActionResult(trigger=trigger, data=dict(data or {}))
 
     return action
+
+
+def cli_argv(*args: str) -> list[str]:
+    """argv that runs the ``phasegraph`` console script of this environment in a subprocess."""
+    script = Path(sys.executable).with_name("phasegraph")
+    if script.exists():
+        return [str(script), *args]
+    return [
+        sys.executable,
+        "-c",
+        "from phasegraph.cli import main; raise SystemExit(main())",
+        *args,
+    ]

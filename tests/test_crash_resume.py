@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -23,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 import redis
 
-from builders import engine, graph, prepared, returning
+from builders import cli_argv, engine, graph, prepared, returning
 from phasegraph import Engine, open_store
 from phasegraph.errors import LeaseHeldError
 from phasegraph.model import NodeStatus, RunState, RunStatus
@@ -35,19 +34,6 @@ pytestmark = pytest.mark.redis
 
 GRAPH = Path(__file__).parent / "fixtures" / "crash" / "crash.yaml"
 LOOPS, DELAY = 4, 0.05  # 17 steps, about 0.6 s uninterrupted
-_SCRIPT = Path(sys.executable).with_name("phasegraph")
-
-
-def _cli(*args: str) -> list[str]:
-    """argv for the console script of this environment (or the same entry point via -c)."""
-    if _SCRIPT.exists():
-        return [str(_SCRIPT), *args]
-    return [
-        sys.executable,
-        "-c",
-        "from phasegraph.cli import main; raise SystemExit(main())",
-        *args,
-    ]
 
 
 def _inputs(log: Path, **extra: str) -> list[str]:
@@ -101,7 +87,7 @@ class _Crash:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, **extra: str) -> None:
-        argv = _cli("run", str(GRAPH), "--store", self.url, "--run-id", self.run_id, "-q")
+        argv = cli_argv("run", str(GRAPH), "--store", self.url, "--run-id", self.run_id, "-q")
         self.process = subprocess.Popen(
             [*argv, *_inputs(self.log, **extra)],
             cwd=self.workdir,
@@ -126,7 +112,7 @@ class _Crash:
             return await Engine(store).get(self.run_id)
 
     def resume(self) -> subprocess.CompletedProcess[str]:
-        argv = _cli("resume", self.run_id, "--store", self.url, "-q", "--json")
+        argv = cli_argv("resume", self.run_id, "--store", self.url, "-q", "--json")
         return subprocess.run(
             argv, cwd=self.workdir, capture_output=True, text=True, timeout=60, check=False
         )

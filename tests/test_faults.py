@@ -7,7 +7,6 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +15,7 @@ import msgpack
 import pytest
 import redis
 
-from builders import engine, graph, prepared
+from builders import cli_argv, engine, graph, prepared
 from phasegraph import Engine, open_store
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.cli import main
@@ -25,7 +24,6 @@ from phasegraph.model import RunState, RunStatus
 from phasegraph.store.memory import MemoryStore
 
 GRAPH = Path(__file__).parent / "fixtures" / "crash" / "crash.yaml"
-_SCRIPT = Path(sys.executable).with_name("phasegraph")
 
 
 def _free_port() -> int:
@@ -46,7 +44,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_unreachable_redis_at_start_is_one_line_and_exit_2(tmp_path, capsys):
     url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
-    argv = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "phasegraph.cli"]
+    argv = cli_argv()
     started = subprocess.run(
         [*argv, "run", str(GRAPH), "--store", url, "--input", f"log={tmp_path / 'log'}"],
         capture_output=True,

@@ -220,18 +220,12 @@ async def test_budget_guard_stops_runaway_loop():
 async def test_resume_after_abandoning_equals_uninterrupted(checkpoint_every):
     """Stop after a few steps (as a crash would), resume, and end where a straight run ends."""
 
-    def actions():
-        seen = {"n": 0}
-
-        async def work(ctx: ActionContext) -> ActionResult:
-            done = ctx.counters["steps"]
-            return ActionResult(trigger="stop" if done >= 7 else "again", data={"n": done})
-
-        return {("a", "work"): work, ("b", "work"): returning("stop", {"b": 1}), "seen": seen}
+    async def work(ctx: ActionContext) -> ActionResult:
+        done = ctx.counters["steps"]
+        return ActionResult(trigger="stop" if done >= 7 else "again", data={"n": done})
 
     definition = graph([("a", []), ("b", ["a"])], machine="loop")
-    acts = actions()
-    acts.pop("seen")
+    acts = {("a", "work"): work, ("b", "work"): returning("stop", {"b": 1})}
     async with MemoryStore() as store:
         straight = await engine(store).run(prepared(definition, acts))
     async with MemoryStore() as store:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError
-from phasegraph.machine import MachineSet, Position, compile_machines
+from phasegraph.machine import MachineSet, compile_machines
 from phasegraph.model import BudgetDef, MachineDef, NodeOutcome, StateDef, TransitionDef
 
 TRIGGERS = ["go", "back", "retry", "finish"]
@@ -246,13 +246,31 @@ def test_illegal_trigger_message_lists_legal_triggers():
     assert "legal triggers: done" in str(info.value)
 
 
-def test_machine_is_compiled_once_and_shared():
-    compiled = compile_machines({"quality_loop": _quality_loop()})
-    a = compiled.start("quality_loop", "a", {})
-    b = compiled.start("quality_loop", "b", {})
-    step_a = compiled.step("quality_loop", a.position, "done", node_id="a", settings={})
-    # Stepping node a leaves node b's position untouched: state lives in positions.
-    step_b = compiled.step("quality_loop", b.position, "done", node_id="b", settings={})
-    assert step_a.position.path == step_b.position.path == ("verify",)
-    assert compiled["quality_loop"] is compiled["quality_loop"]
-    assert isinstance(Position(path=("x",), counters={}), Position)
+def test_machine_is_compiled_once_and_shared(monkeypatch):
+    """Every node on a machine shares one compiled transitions.Machine; steps build none."""
+    import asyncio
+
+    from builders import engine, graph, prepared, returning
+    from phasegraph import machine as machine_module
+    from phasegraph.store.memory import MemoryStore
+
+    built: list[object] = []
+    real = machine_module.Machine
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(machine_module, "Machine", counting)
+    definition = graph([("a", []), ("b", []), ("c", ["a", "b"])])
+    plan = prepared(definition, {(n, "run"): returning("ok") for n in "abc"})
+    compiled_at_prepare = len(built)
+    assert compiled_at_prepare == len(definition.machines)
+
+    async def scenario():
+        async with MemoryStore() as store:
+            return await engine(store).run(plan)
+
+    state = asyncio.run(scenario())
+    assert state.nodes["c"].path == ("done",)
+    assert len(built) == compiled_at_prepare

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,25 +20,14 @@ import aiohttp
 import pytest
 import redis
 
+from builders import cli_argv
 from phasegraph import Engine, open_store
 from phasegraph.store.memory import MemoryStore
 from test_server import FIXTURES, GATED, LOOPING
 
 pytestmark = pytest.mark.redis
 
-_SCRIPT = Path(sys.executable).with_name("phasegraph")
 LOOPS = 12
-
-
-def _cli(*args: str) -> list[str]:
-    if _SCRIPT.exists():
-        return [str(_SCRIPT), *args]
-    return [
-        sys.executable,
-        "-c",
-        "from phasegraph.cli import main; raise SystemExit(main())",
-        *args,
-    ]
 
 
 class _Server:
@@ -52,7 +40,7 @@ class _Server:
         self.url = ""
 
     async def start(self) -> None:
-        argv = _cli(
+        argv = cli_argv(
             "serve",
             "--store",
             self.store_url,

@@ -1,0 +1,26 @@
+"""Helpers the example graphs share: a scratch git repository and commands run in it."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from phasegraph.actions import ActionContext
+
+
+def new_repo(kind: str, workdir: str | None, run_id: str) -> str:
+    """A folder for the run's repository: under ``workdir`` if given, else a temp dir."""
+    if workdir:
+        folder = Path(workdir) / f"{kind}-{run_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder)
+    return tempfile.mkdtemp(prefix=f"phasegraph-{kind}-")
+
+
+async def run_in_repo(
+    ctx: ActionContext, argv: tuple[str, ...], env: Mapping[str, str]
+) -> Mapping[str, Any]:
+    """Run ``argv`` through the ``run_command`` tool in the run's repository."""
+    return await ctx.tool("run_command", cwd=ctx.data["repo"], argv=list(argv), env=dict(env))
