@@ -231,10 +231,9 @@ class Phasegraph:
     ) -> list[tuple[float, list[str]]]:
         """Per round: committed steps/s of the runs that completed, what the others raised.
 
-        All rounds share one store, so the first meets an empty connection pool (it opens
-        a connection per command in flight) and the later ones find it warm.
+        All rounds share one store (one connection, opened by the first command).
         """
-        url = self._redis(f"&max_connections={2 * runs}")
+        url = self._redis()
         out = []
         async with open_store(url) as store:
             engine = Engine(store)
@@ -257,21 +256,21 @@ class Phasegraph:
         """Aggregate committed steps/s of ``runs`` concurrent small runs sharing one Engine.
 
         With the graph prepared beforehand (as a server that compiles it once): the first
-        round (cold connection pool) and the median of the others (warm pool). Then with
+        round (the store connects) and the median of the others. Then with
         the graph named by its path (``Engine.run`` re-reads the file for every run). A
         run that raises is not counted, and the note says how many did and what.
         """
         base = (
             f"asyncio.gather of {runs} Engine.run, loop of {steps} ({steps + 1} steps "
-            f"each), max_connections={2 * runs}"
+            "each), one store"
         )
         warm = self._sync(lambda: self._many(runs, steps, False, rounds + 1))
         by_path = self._sync(lambda: self._many(runs, steps, True, 2))
         variants = {
-            "prepared graph, warm pool": (warm[1:], f"median of {rounds} rounds"),
-            "prepared graph, cold pool": (warm[:1], "first round: the pool connects"),
-            "graph by path, cold pool": (by_path[:1], "first round"),
-            "graph by path, warm pool": (by_path[1:], "second round"),
+            "prepared graph": (warm[1:], f"median of {rounds} rounds after the first"),
+            "prepared graph, first round": (warm[:1], "first round: the store connects"),
+            "graph by path, first round": (by_path[:1], "first round"),
+            "graph by path": (by_path[1:], "second round"),
         }
         rows = []
         for label, (outcomes, how) in variants.items():

@@ -205,7 +205,7 @@ class Suite:
         many = self.many[0].value if self.many else None
         targets.append(
             Target(
-                f"{self.args.runs} concurrent runs, Redis (prepared graph, warm pool)",
+                f"{self.args.runs} concurrent runs, Redis (prepared graph)",
                 "≥ 5,000 steps/s",
                 many,
                 5000,

@@ -109,10 +109,6 @@ async def main() -> None:
     args = parser.parse_args()
     prefix = "pgload" + uuid.uuid4().hex[:8]
     options = f"prefix={prefix}"
-    if "max_connections=" not in args.redis:
-        # redis-py's pool refuses a 101st concurrent command by default; hundreds of
-        # runs and event streams need more.
-        options += "&max_connections=1000"
     store = f"{args.redis}{'&' if '?' in args.redis else '?'}{options}"
     with tempfile.TemporaryDirectory() as workdir:
         process, url = await _serve(store, args.max_runs, workdir)

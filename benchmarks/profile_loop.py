@@ -12,8 +12,7 @@ prints its call tree. The graph is compiled and the store connected before profi
 starts, so only the runs themselves are profiled. ``open`` profiles entering and leaving
 ``Engine.open`` on a finished ``--steps``-step run, ``--runs`` times; ``history`` profiles
 ``Engine.history`` of such a run, ``--runs`` times; ``many`` profiles ``--runs``
-concurrent runs of a 4-iteration loop (give a Redis store URL with a large enough
-``max_connections``).
+concurrent runs of a 4-iteration loop.
 """
 
 from __future__ import annotations

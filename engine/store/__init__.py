@@ -69,19 +69,16 @@ ACCEPTED_URL_FORMS: Final = (
 _SYNCHRONOUS: Final = ("normal", "full")
 _USERINFO_PASSWORD: Final = re.compile(r"^([A-Za-z][\w+.-]*://[^/?#@:]*):[^/?#@]*@")
 _QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*")
-# Connection options handed through to redis-py untouched (everything else is refused,
-# so a typo never reaches the driver as a surprising keyword argument).
+# Connection options the Redis store understands (everything else is refused, so a typo
+# is reported instead of silently ignored).
 _REDIS_PASSTHROUGH: Final = frozenset(
     {
         "db",
         "password",
         "username",
         "client_name",
-        "protocol",
         "socket_timeout",
         "socket_connect_timeout",
-        "health_check_interval",
-        "max_connections",
         "ssl_cert_reqs",
         "ssl_ca_certs",
         "ssl_certfile",

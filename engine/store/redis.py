@@ -1,4 +1,4 @@
-"""The production store: plain Redis 7 (no modules) through ``redis.asyncio``.
+"""The production store: plain Redis 7 (no modules), over one multiplexed connection.
 
 Key layout (``P`` is the prefix, default ``pg``); every key of one run shares the hash
 tag ``{<run_id>}`` so a run lives in one Redis Cluster slot and one Lua script may
@@ -10,13 +10,18 @@ touch all of it:
 * ``P:{run}:snaps`` sorted set — snapshot seqs (score = seq), to find the nearest one;
 * ``P:{run}:lease`` string ``"<token>:<owner>"`` with PEXPIRE = the lease ttl;
 * ``P:{run}:token`` counter — the last fencing token issued (INCR);
-* ``P:runs``        sorted set — run ids by updated_at (another slot: the global index).
+* ``P:runs``        sorted set — run ids by updated_at (the global index).
 
-A commit is one round trip: a pipeline of one EVALSHA of the commit script (lease, head
-and idempotency checks, then every write of the run) and one ZADD of the index, which is
-outside the script because it lives in another slot. So the index can be ahead of the
-runs (a refused commit still bumps it, an expired run leaves it behind); ``list_runs``
-trusts only the per-run meta.
+A commit is one command, one round trip: an EVALSHA of the commit script, which checks
+the lease, the head and idempotency, then makes every write of the run and updates the
+index. The index key is in another hash slot than the run's, so the script needs one
+server (standalone, or the primary of a replicated pair), not a Redis Cluster. Retention
+can expire a run and leave its index entry behind; ``list_runs`` trusts only the per-run
+meta and prunes such entries.
+
+Commands go through :mod:`phasegraph.store.redis_wire`: every coroutine of the process
+shares one connection, so concurrent runs' commits reach the server pipelined; redis-py
+parses the URL.
 
 Retention (``ttl``): a commit with a finished status (completed, failed, cancelled) sets
 that expiry on the run's keys; any other status removes it, so a waiting or parked run
@@ -27,16 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final, cast, final
+from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.asyncio.connection import parse_url
 
 from phasegraph.errors import StoreError, StoreUnavailableError
 from phasegraph.store import (
@@ -51,6 +54,7 @@ from phasegraph.store import (
     sequence_conflict_error,
 )
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.redis_wire import Arg, RedisWire, ReplyError, WireOptions
 
 __all__ = ["RedisStore"]
 
@@ -59,7 +63,7 @@ __all__ = ["RedisStore"]
 _COMMIT_BACKOFF: Final = (0.05, 0.15, 0.4, 1.2)
 _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
-_UNAVAILABLE: Final = (RedisConnectionError, RedisTimeoutError, OSError)
+_UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
 
 # KEYS: lease, token. ARGV: op (acquire | renew | release), token, ttl ms, owner.
 # Returns {token (0: refused or released), lease value of another holder, its pttl,
@@ -90,9 +94,9 @@ redis.call('INCR', KEYS[2])
 return {0, '', 0, now[1], now[2]}
 """
 
-# KEYS: meta, rec, snap, snaps, lease, token.
+# KEYS: meta, rec, snap, snaps, lease, token, index.
 # ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
-#       updated_at, retention ('' none, '0' persist, else expiry in ms).
+#       updated_at, retention ('' none, '0' persist, else expiry in ms), run id.
 # Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}.
 _COMMIT: Final = """
 local lease = redis.call('GET', KEYS[5])
@@ -115,6 +119,7 @@ if ARGV[10] ~= '' then
     if ARGV[10] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[10]) end
   end
 end
+redis.call('ZADD', KEYS[7], ARGV[9], ARGV[11])
 return {1}
 """
 
@@ -140,10 +145,10 @@ return out
 
 @final
 class RedisStore(Store):
-    """A store on a Redis server (or Redis Cluster: each run stays in one slot).
+    """A store on one Redis server.
 
     Args:
-        url: The ``redis://``, ``rediss://`` or ``unix://`` URL redis-py connects with.
+        url: The ``redis://``, ``rediss://`` or ``unix://`` URL to connect to.
         prefix: Prefix of every key this store touches.
         ttl: Seconds a finished run is kept after its last commit; ``None`` keeps it.
     """
@@ -156,17 +161,10 @@ class RedisStore(Store):
         ttl: float | None = None,
     ) -> None:
         self._where = redact_url(url)  # for messages: never show a password
-        # redis-py's own retries are off: a down server must fail fast, and only the
-        # commit (idempotent) is retried, by us.
-        self._client: Redis = Redis.from_url(
-            url, socket_connect_timeout=2.0, socket_timeout=5.0, retry=Retry(NoBackoff(), 0)
-        )
+        self._wire = RedisWire(_wire_options(url))
         self._prefix = prefix
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(_ms(ttl))
-        self._lease_script = self._client.register_script(_LEASE)
-        self._commit_script = self._client.register_script(_COMMIT)
-        self._read_script = self._client.register_script(_READ)
         self._closed = False
 
     @property
@@ -202,20 +200,20 @@ class RedisStore(Store):
         await self._lease("release", lease.run_id, lease.token, 1.0, lease.owner)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
-        """Write one step in one round trip; see :meth:`Store.commit`.
+        """Write one step with one command; see :meth:`Store.commit`.
 
         A connection error is retried a few times (about two seconds in all): a commit
         whose reply was lost is found already written and succeeds.
         """
         check_commit(lease, commit)
         args = self._commit_args(lease, commit)
-        keys = self.run_keys(lease.run_id)
+        keys = (*self.run_keys(lease.run_id), self._index)
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                reply = await self._commit_once(keys, args, lease.run_id, commit.meta.updated_at)
+                reply = await self._eval(_COMMIT, keys, args)
                 break
             except _UNAVAILABLE as exc:
-                if delay is None:
+                if delay is None or self._closed:
                     raise self._unavailable(exc) from exc
                 await asyncio.sleep(delay)
         code = int(reply[0])
@@ -227,8 +225,8 @@ class RedisStore(Store):
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
         """Read a run at ``seq`` (default: head) in one round trip; see :meth:`Store.read`."""
         with self._errors():
-            reply = await self._read_script(
-                self.run_keys(run_id)[:4], ("" if seq is None else seq,)
+            reply = await self._eval(
+                _READ, self.run_keys(run_id)[:4], ("" if seq is None else seq,)
             )
         code = int(reply[0])
         if code == -1:
@@ -253,15 +251,13 @@ class RedisStore(Store):
         Records are read in batches; they never change once written, so batches agree.
         """
         meta_key, rec_key = self.run_keys(run_id)[:2]
-        with self._errors():
-            head = await self._client.hget(meta_key, "seq")
+        head = await self._call("HGET", meta_key, "seq")
         if head is None:
             raise run_not_found_error(run_id)
         end = int(head) + 1 if stop is None else min(stop, int(head) + 1)
         for first in range(max(start, 0), end, _HISTORY_BATCH):
-            with self._errors():
-                last = min(first + _HISTORY_BATCH, end) - 1
-                batch = cast("list[bytes]", await self._client.lrange(rec_key, first, last))
+            last = min(first + _HISTORY_BATCH, end) - 1
+            batch = cast("list[bytes]", await self._call("LRANGE", rec_key, first, last))
             for seq, record in enumerate(batch, first):
                 yield seq, record
 
@@ -282,11 +278,11 @@ class RedisStore(Store):
         return found[offset:wanted]
 
     async def aclose(self) -> None:
-        """Close the connection pool. Safe to call more than once."""
+        """Close the connection. Safe to call more than once."""
         if self._closed:
             return
         self._closed = True
-        await asyncio.shield(self._client.aclose())
+        await asyncio.shield(self._wire.aclose())
 
     # ------------------------------------------------------------------ internals
 
@@ -295,12 +291,11 @@ class RedisStore(Store):
     ) -> tuple[int, bytes, int, float]:
         """Run the lease script: (token or 0, other holder's lease value, its pttl, now)."""
         with self._errors():
-            reply = await self._lease_script(
-                self.run_keys(run_id)[4:], (op, token, _ms(ttl), owner)
-            )
+            keys = self.run_keys(run_id)[4:]
+            reply = await self._eval(_LEASE, keys, (op, token, _ms(ttl), owner))
         return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
 
-    def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Any, ...]:
+    def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
         meta, snapshot = commit.meta, commit.snapshot
         # '' leaves expiry alone (no retention), '0' persists, else the expiry in ms.
         finished = meta.status in FINISHED_STATUSES
@@ -309,61 +304,64 @@ class RedisStore(Store):
             *(lease.token, commit.seq, commit.record),
             *((0, b"") if snapshot is None else (1, snapshot)),
             *(meta.graph, meta.status, meta.created_at, meta.updated_at, retention),
+            lease.run_id,
         )
 
-    async def _commit_once(
-        self, keys: Sequence[str], args: Sequence[Any], run_id: str, updated_at: float
-    ) -> list[Any]:
-        """Send the commit script and the index update together, in one round trip."""
-        # EVALSHA is queued by hand: a Script object in a pipeline would first send
-        # SCRIPT EXISTS on every execute, a second round trip per commit.
-        for _ in range(2):
-            pipe = self._client.pipeline(transaction=False)
-            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
-            pipe.zadd(self._index, {run_id: updated_at})
-            reply, indexed = await pipe.execute(raise_on_error=False)
-            if not isinstance(reply, NoScriptError):
-                break
-            # The server lost its script cache (restart, SCRIPT FLUSH): load and resend.
-            await self._client.script_load(_COMMIT)
-        for result in (reply, indexed):
-            if isinstance(result, Exception):
-                raise StoreError(f"Redis at {self._where} refused the commit: {result}")
-        return list(reply)
+    async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
+        """Run a script by its digest, loading it first if the server does not have it.
+
+        Connection errors are raised as they are (the caller decides about retrying);
+        an error reply becomes a :class:`StoreError`.
+        """
+        command = ("EVALSHA", _SHA[script], len(keys), *keys, *args)
+        reply = await self._wire.call(*command)
+        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
+            # A new server, a restart or SCRIPT FLUSH: load it and send again.
+            loaded, reply = await self._wire.call_many((("SCRIPT", "LOAD", script), command))
+            if isinstance(loaded, ReplyError):
+                reply = loaded
+        if isinstance(reply, ReplyError):
+            raise StoreError(f"Redis at {self._where} refused: {reply}")
+        return cast("list[Any]", reply)
+
+    async def _call(self, command: str, *args: Arg) -> Any:
+        """One plain command, errors translated into the store's error tree."""
+        with self._errors():
+            reply = await self._wire.call(command, *args)
+        if isinstance(reply, ReplyError):
+            raise StoreError(f"Redis at {self._where} refused {command}: {reply}")
+        return reply
 
     async def _index_page(self, start: int, size: int) -> list[RunMeta] | None:
         """Metas of the runs at index ranks ``start ..`` that still exist (None: no more)."""
+        flat = cast(
+            "list[bytes]",
+            await self._call("ZREVRANGE", self._index, start, start + size - 1, "WITHSCORES"),
+        )
+        if not flat:
+            return None
+        entries = [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
         with self._errors():
-            entries = cast(
-                "list[tuple[bytes, float]]",
-                await self._client.zrevrange(self._index, start, start + size - 1, withscores=True),
-            )
-            if not entries:
-                return None
-            pipe = self._client.pipeline(transaction=False)
-            for run_id, _ in entries:
-                pipe.hmget(self.run_keys(run_id.decode())[0], *_META_FIELDS)
-            rows = await pipe.execute()
-            # No meta: a refused first commit, or a run that retention expired. Prune old
-            # entries only: a fresh one may belong to a first commit landing right now.
-            old = time.time() - _INDEX_PRUNE_AFTER
-            pairs = list(zip(entries, rows, strict=True))
-            stale = [run_id for (run_id, score), row in pairs if row[2] is None and score < old]
-            if stale:
-                await self._client.zrem(self._index, *stale)
+            meta_keys = [self.run_keys(run_id.decode())[0] for run_id, _ in entries]
+            rows = await self._wire.call_many([("HMGET", key, *_META_FIELDS) for key in meta_keys])
+        # No meta: a refused first commit, or a run that retention expired. Prune old
+        # entries only: a fresh one may belong to a first commit landing right now.
+        old = time.time() - _INDEX_PRUNE_AFTER
+        pairs = list(zip(entries, rows, strict=True))
+        stale = [run_id for (run_id, score), row in pairs if row[2] is None and score < old]
+        if stale:
+            await self._call("ZREM", self._index, *stale)
         metas = [_meta(run_id.decode(), row) for (run_id, _), row in pairs if row[2] is not None]
-        # A refused commit may have bumped an index score; order by the meta itself.
+        # A retry may have bumped an index score; order by the meta itself.
         return sorted(metas, key=lambda meta: -meta.updated_at)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
-        """Translate driver errors into the store's error tree."""
+        """Translate connection failures into :class:`StoreUnavailableError`."""
         try:
             yield
         except _UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
-        except RedisError as exc:
-            raise StoreError(f"Redis at {self._where} refused: {exc}") from exc
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
         if self._closed:
@@ -394,3 +392,49 @@ def _lease_owner(lease_value: bytes) -> str:
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+_SHA: Final = {
+    script: hashlib.sha1(script.encode()).hexdigest() for script in (_LEASE, _COMMIT, _READ)
+}
+
+
+def _wire_options(url: str) -> WireOptions:
+    """Connection options from a store URL (already validated by ``open_store``)."""
+    found: dict[str, Any] = dict(parse_url(url))
+    tls = None
+    if urlsplit(url).scheme == "rediss":
+        tls = _tls_context(found)
+    return WireOptions(
+        host=str(found.get("host", "127.0.0.1")),
+        port=int(found.get("port", 6379)),
+        path=found.get("path"),
+        db=int(found.get("db", 0)),
+        username=found.get("username"),
+        password=found.get("password"),
+        client_name=found.get("client_name"),
+        connect_timeout=float(found.get("socket_connect_timeout", 2.0)),
+        timeout=float(found.get("socket_timeout", 5.0)),
+        tls=tls,
+        server_hostname=found.get("host"),
+    )
+
+
+def _tls_context(found: dict[str, Any]) -> ssl.SSLContext:
+    """TLS settings from ``ssl_*`` URL options (by default: verify the server)."""
+    context = ssl.create_default_context(cafile=found.get("ssl_ca_certs"))
+    required = str(found.get("ssl_cert_reqs", "required")).lower()
+    if required not in _CERT_REQS:
+        raise StoreError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}, not {required!r}")
+    context.check_hostname = bool(found.get("ssl_check_hostname", True)) and required != "none"
+    context.verify_mode = _CERT_REQS[required]
+    if found.get("ssl_certfile"):
+        context.load_cert_chain(found["ssl_certfile"], found.get("ssl_keyfile"))
+    return context
+
+
+_CERT_REQS: Final = {
+    "none": ssl.CERT_NONE,
+    "optional": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio
 from redis.crc import key_slot
 
-from phasegraph.errors import LeaseHeldError, StoreUnavailableError
+from phasegraph.errors import LeaseHeldError, LeaseLostError, StoreUnavailableError
 from phasegraph.store import Lease, open_store
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import isolated_redis_store, make_commit
@@ -49,22 +49,51 @@ async def _commands_during(
             seen.append({k: str(v) for k, v in entry.items()})
 
 
-async def test_commit_is_one_evalsha_plus_index_zadd(
+async def test_commit_is_one_evalsha_that_also_updates_the_index(
     store: RedisStore, client: redis.asyncio.Redis
 ) -> None:
     lease = await store.acquire("r", "w", 30)
     await store.commit(lease, make_commit("r", 0))  # connects and loads the script
     seen = await _commands_during(client, store.commit(lease, make_commit("r", 1)))
     sent = [c for c in seen if c["client_type"] != "lua" and store.prefix in c["command"]]
-    assert [c["command"].split()[0] for c in sent] == ["EVALSHA", "ZADD"]
-    # Both came on one connection, back to back: one pipelined round trip.
-    assert sent[0]["client_port"] == sent[1]["client_port"]
+    assert [c["command"].split()[0] for c in sent] == ["EVALSHA"]
     ours = [c for c in seen if c["client_port"] == sent[0]["client_port"]]
     assert ours == sent
-    # The run's writes happened inside the script.
+    # The run's writes and the index update happened inside the script.
     in_script = [c["command"].split()[0] for c in seen if c["client_type"] == "lua"]
-    assert "RPUSH" in in_script
-    assert "HSET" in in_script
+    assert {"RPUSH", "HSET", "ZADD"} <= set(in_script)
+    index_updates = [c for c in seen if c["command"].startswith(f"ZADD {store.prefix}:runs ")]
+    assert len(index_updates) == 1
+
+
+async def test_a_refused_commit_leaves_the_index_alone(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0, updated_at=100.0))
+    stale = Lease(run_id="r", owner="w", token=lease.token - 1, expires_at=lease.expires_at)
+    with pytest.raises(LeaseLostError):
+        await store.commit(stale, make_commit("r", 1, updated_at=200.0))
+    assert await client.zscore(f"{store.prefix}:runs", "r") == 100.0
+
+
+async def test_concurrent_commits_share_one_connection(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    leases = [await store.acquire(f"run{i}", "w", 30) for i in range(50)]
+    await asyncio.gather(*(store.commit(lease, make_commit(lease.run_id, 0)) for lease in leases))
+
+    async def commit_all() -> None:
+        await asyncio.gather(
+            *(store.commit(lease, make_commit(lease.run_id, 1)) for lease in leases)
+        )
+
+    seen = await _commands_during(client, commit_all())
+    sent = [c for c in seen if c["client_type"] != "lua" and store.prefix in c["command"]]
+    assert len(sent) == 50
+    assert len({c["client_port"] for c in sent}) == 1
+    heads = [(await store.read(lease.run_id)).meta.seq for lease in leases]
+    assert heads == [1] * 50
 
 
 async def test_commit_survives_a_flushed_script_cache(

@@ -1,0 +1,280 @@
+"""One multiplexed connection to Redis: many coroutines' commands in flight on one socket.
+
+Redis answers the commands of one connection in the order it received them, so any
+number of callers can share a socket: each queues its command and a future, and replies
+resolve the futures in order. Compared with a pool of one connection per in-flight
+command (redis-py's asyncio client), this saves the per-command pool, lock and timeout
+bookkeeping on every step, and a thousand concurrent runs share one socket instead of
+opening a thousand: their commits reach the server pipelined.
+
+Commands written while one callback of the event loop runs are sent in one write.
+Replies are parsed by ``hiredis``. A connection that breaks fails every command in
+flight with :class:`ConnectionError`; the next command reconnects. A reply overdue by
+the socket timeout aborts the connection (:class:`TimeoutError` for those in flight).
+
+Only commands that answer at once belong here: a blocking command (BLPOP, SUBSCRIBE,
+MONITOR) would stall every caller behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import hiredis
+
+__all__ = ["RedisWire", "ReplyError", "WireOptions", "pack"]
+
+Arg = bytes | str | int | float
+
+ReplyError: Final = hiredis.ReplyError
+"""What an error reply (``-ERR ...``) is returned as: a value, not raised by the wire."""
+
+
+@dataclass(frozen=True)
+class WireOptions:
+    """Where and how to connect (from the store URL).
+
+    Attributes:
+        host: Host name or address (TCP); ignored when ``path`` is set.
+        port: TCP port.
+        path: Unix socket path, or ``None`` for TCP.
+        db: Database number to SELECT (0: none sent).
+        username: ACL user name for AUTH, or ``None``.
+        password: Password for AUTH, or ``None`` to send no AUTH.
+        client_name: Name set with CLIENT SETNAME, or ``None``.
+        connect_timeout: Seconds to wait for the connection to open.
+        timeout: Seconds a reply may be overdue before the connection is dropped.
+        tls: TLS context for ``rediss://``, or ``None`` for plain TCP.
+        server_hostname: Host name the TLS certificate is checked against.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 6379
+    path: str | None = None
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    client_name: str | None = None
+    connect_timeout: float = 2.0
+    timeout: float = 5.0
+    tls: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+
+
+def pack(args: Sequence[Arg]) -> bytes:
+    """One command in the Redis protocol: an array of bulk strings."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+@final
+class _Connection(asyncio.Protocol):
+    """One socket: writes coalesced per loop callback, replies matched to futures in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self.loop = loop
+        self.broken: BaseException | None = None
+        self._timeout = timeout
+        self._reader = hiredis.Reader()
+        self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._outgoing: list[bytes] = []
+        self._transport: asyncio.Transport | None = None
+        self._progress = time.monotonic()  # last reply, or when the queue became non-empty
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        self._progress = time.monotonic()
+        pending = self._pending
+        try:
+            while (reply := self._reader.gets()) is not False:
+                future = pending.popleft()
+                if not future.done():  # its caller may have been cancelled: drop the reply
+                    future.set_result(reply)
+        except (hiredis.ProtocolError, IndexError) as exc:  # garbage, or a reply nobody asked
+            self.close(ConnectionError(f"unexpected data from the server: {exc!r}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(self.broken or ConnectionError(f"connection closed: {exc or 'by the server'}"))
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- sending
+    def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Any]]:
+        """Queue packed commands; their futures resolve with the replies, in order."""
+        if self.broken is not None:
+            raise self.broken
+        if not self._pending:
+            self._progress = time.monotonic()
+        futures = [self.loop.create_future() for _ in commands]
+        self._pending.extend(futures)
+        if not self._outgoing:
+            self.loop.call_soon(self._flush)
+        self._outgoing.extend(commands)
+        return futures
+
+    async def writable(self) -> None:
+        """Wait while the socket's send buffer is over its high-water mark."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    def close(self, reason: BaseException) -> None:
+        """Close the socket; commands in flight fail with ``reason``."""
+        self._fail(reason)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _flush(self) -> None:
+        data, self._outgoing = b"".join(self._outgoing), []
+        if self._transport is not None and self.broken is None:
+            self._transport.write(data)
+
+    def _check_overdue(self) -> None:
+        if self.broken is not None:
+            return
+        overdue = time.monotonic() - self._progress
+        if self._pending and overdue > self._timeout:
+            self.close(TimeoutError(f"no reply from Redis within {self._timeout:g} s"))
+            return
+        self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)
+
+    def _fail(self, reason: BaseException) -> None:
+        if self.broken is None:
+            self.broken = reason
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._writable.set()
+        while self._pending:
+            future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(self.broken)
+                # A caller that gave up never retrieves it: do not warn about that.
+                future.exception()
+
+
+@final
+class RedisWire:
+    """Commands to one Redis server over one multiplexed connection, opened lazily.
+
+    Args:
+        options: Where and how to connect.
+    """
+
+    def __init__(self, options: WireOptions) -> None:
+        self._options = options
+        self._connection: _Connection | None = None
+        self._connecting: tuple[asyncio.Lock, asyncio.AbstractEventLoop] | None = None
+        self._closed = False
+
+    async def call(self, *args: Arg) -> Any:
+        """Send one command and return its reply (an error reply as a :data:`ReplyError`).
+
+        Raises:
+            ConnectionError: The connection broke or could not be opened.
+            TimeoutError: No reply within the timeout (the connection is dropped).
+        """
+        connection = await self._ready()
+        (future,) = connection.send((pack(args),))
+        await connection.writable()
+        return await future
+
+    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Send several commands in one write and return their replies, in order."""
+        if not commands:
+            return []
+        connection = await self._ready()
+        futures = connection.send([pack(args) for args in commands])
+        await connection.writable()
+        return list(await asyncio.gather(*futures))
+
+    async def aclose(self) -> None:
+        """Close the connection; commands in flight fail. Safe to call more than once."""
+        self._closed = True
+        if self._connection is not None:
+            self._connection.close(ConnectionError("the connection was closed"))
+            self._connection = None
+
+    async def _ready(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        connection = self._connection
+        if connection is not None and connection.broken is None and connection.loop is loop:
+            return connection
+        if self._closed:
+            raise ConnectionError("the connection was closed")
+        if self._connecting is None or self._connecting[1] is not loop:
+            self._connecting = (asyncio.Lock(), loop)
+        async with self._connecting[0]:  # one connect at a time; the others then reuse it
+            connection = self._connection
+            if connection is None or connection.broken is not None or connection.loop is not loop:
+                if connection is not None:
+                    _discard(connection)
+                self._connection = connection = await self._connect()
+        return connection
+
+    async def _connect(self) -> _Connection:
+        options, loop = self._options, asyncio.get_running_loop()
+
+        def protocol() -> _Connection:
+            return _Connection(loop, options.timeout)
+
+        if options.path is not None:
+            opening = loop.create_unix_connection(protocol, options.path)
+        else:
+            opening = loop.create_connection(
+                protocol,
+                options.host,
+                options.port,
+                ssl=options.tls,
+                server_hostname=options.server_hostname if options.tls else None,
+            )
+        try:
+            _, connection = await asyncio.wait_for(opening, options.connect_timeout)
+        except TimeoutError:
+            raise TimeoutError(f"could not connect within {options.connect_timeout:g} s") from None
+        await self._handshake(connection)
+        return connection
+
+    async def _handshake(self, connection: _Connection) -> None:
+        """AUTH, SELECT and CLIENT SETNAME, as the URL asks; a refusal closes the socket."""
+        options = self._options
+        steps: list[tuple[str, ...]] = []
+        if options.password is not None:
+            user = () if options.username is None else (options.username,)
+            steps.append(("AUTH", *user, options.password))
+        if options.db:
+            steps.append(("SELECT", str(options.db)))
+        if options.client_name:
+            steps.append(("CLIENT", "SETNAME", options.client_name))
+        replies = await asyncio.gather(*connection.send([pack(step) for step in steps]))
+        for step, reply in zip(steps, replies, strict=True):
+            if isinstance(reply, ReplyError):
+                connection.close(ConnectionError(f"{step[0]} refused: {reply}"))
+                raise ConnectionError(f"Redis refused {step[0]}: {reply}")
+
+
+def _discard(connection: _Connection) -> None:
+    """Drop a connection opened on another (possibly closed) event loop."""
+    with contextlib.suppress(RuntimeError):  # its loop is closed; the socket went with it
+        connection.close(ConnectionError("reconnecting on another event loop"))

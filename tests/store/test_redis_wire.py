@@ -1,0 +1,212 @@
+"""The multiplexed Redis connection: ordering, cancellation, timeouts, handshake, TLS, unix."""
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from phasegraph.errors import StoreUnavailableError
+from phasegraph.store import open_store
+from phasegraph.store.redis import RedisStore
+from phasegraph.store.redis_wire import RedisWire, ReplyError, WireOptions
+from phasegraph.testing import make_commit
+
+pytestmark = pytest.mark.redis
+
+# Keeps the server busy for ARGV[1] milliseconds, so a reply is reliably in flight.
+_SPIN = """
+local t = redis.call('TIME')
+local stop = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
+repeat t = redis.call('TIME') until t[1] * 1000 + math.floor(t[2] / 1000) >= stop
+return 'done'
+"""
+
+
+def _options(redis_url: str, **changes: object) -> WireOptions:
+    parts = urlsplit(redis_url)
+    db = int(parts.path[1:] or 0) if parts.path else 0
+    base = WireOptions(host=parts.hostname or "127.0.0.1", port=parts.port or 6379, db=db)
+    return WireOptions(**{**base.__dict__, **changes})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def wire(redis_url: str) -> AsyncIterator[RedisWire]:
+    opened = RedisWire(_options(redis_url))
+    yield opened
+    await opened.aclose()
+
+
+async def test_replies_reach_their_own_callers(wire: RedisWire) -> None:
+    words = [f"word-{i}".encode() * (i % 7 + 1) for i in range(300)]
+    replies = await asyncio.gather(*(wire.call("ECHO", word) for word in words))
+    assert replies == words
+
+
+async def test_many_commands_in_one_write_answer_in_order(wire: RedisWire) -> None:
+    replies = await wire.call_many([("ECHO", "a"), ("NOSUCHCOMMAND",), ("ECHO", 7)])
+    assert replies[0] == b"a"
+    assert isinstance(replies[1], ReplyError)
+    assert replies[2] == b"7"
+
+
+async def test_a_cancelled_caller_does_not_shift_the_replies(wire: RedisWire) -> None:
+    slow = asyncio.ensure_future(wire.call("EVAL", _SPIN, 0, 200))
+    await asyncio.sleep(0.05)
+    behind = asyncio.ensure_future(wire.call("ECHO", "behind"))
+    await asyncio.sleep(0)
+    slow.cancel()
+    assert await behind == b"behind"
+    assert await wire.call("ECHO", "after") == b"after"
+
+
+async def test_an_overdue_reply_drops_the_connection_and_the_next_call_reconnects(
+    redis_url: str,
+) -> None:
+    wire = RedisWire(_options(redis_url, timeout=0.2))
+    try:
+        first_id = await wire.call("CLIENT", "ID")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await wire.call("EVAL", _SPIN, 0, 800)
+        assert time.monotonic() - started < 0.7
+        await asyncio.sleep(0.8)  # let the server finish the script
+        assert await wire.call("CLIENT", "ID") != first_id
+    finally:
+        await wire.aclose()
+
+
+async def test_a_killed_connection_fails_in_flight_calls_then_reconnects(
+    wire: RedisWire, redis_url: str
+) -> None:
+    killer = RedisWire(_options(redis_url))
+    try:
+        own_id = await wire.call("CLIENT", "ID")
+        # A blocking pop keeps a command in flight (tests only: it stalls the connection).
+        waiting = asyncio.ensure_future(wire.call("BLPOP", "wire-test-empty-list", 5))
+        await asyncio.sleep(0.05)
+        assert await killer.call("CLIENT", "KILL", "ID", own_id) == 1
+        with pytest.raises(ConnectionError):
+            await waiting
+        assert await wire.call("ECHO", "again") == b"again"
+        assert await wire.call("CLIENT", "ID") != own_id
+    finally:
+        await killer.aclose()
+
+
+async def test_a_closed_wire_refuses_calls(wire: RedisWire) -> None:
+    await wire.call("PING")
+    await wire.aclose()
+    with pytest.raises(ConnectionError, match="closed"):
+        await wire.call("PING")
+
+
+async def test_the_url_selects_the_database(redis_url: str) -> None:
+    parts = urlsplit(redis_url)
+    async with open_store(f"redis://{parts.netloc}/5?prefix=dbtest") as store:
+        assert isinstance(store, RedisStore)
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0))
+        probe = RedisWire(_options(redis_url, db=5))
+        try:
+            assert await probe.call("EXISTS", store.run_keys("r")[0]) == 1
+            await probe.call("DEL", *store.run_keys("r"), "dbtest:runs")
+        finally:
+            await probe.aclose()
+
+
+async def test_a_refused_password_names_the_server_not_the_password(redis_url: str) -> None:
+    parts = urlsplit(redis_url)
+    async with open_store(f"redis://:hunter2@{parts.netloc}/0") as store:
+        with pytest.raises(StoreUnavailableError, match="AUTH") as caught:
+            await store.read("r")
+    assert "hunter2" not in str(caught.value)
+    assert str(parts.port) in str(caught.value)
+
+
+# -- a server of our own with a password, a unix socket and TLS
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _make_certificates(where: Path) -> None:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with openssl."""
+    openssl = shutil.which("openssl")
+    assert openssl, "these tests need the openssl command (apt-get install openssl)"
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=where, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", "server.key", "-out", "server.csr")  # fmt: skip
+    (where / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def guarded_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int, Path]]:
+    """(unix socket path, TLS port, CA file) of a redis-server that wants a password."""
+    exe = shutil.which("redis-server")
+    assert exe, "the tests need redis-server"
+    where = tmp_path_factory.mktemp("guarded-redis")
+    _make_certificates(where)
+    sock, tls_port = where / "redis.sock", _free_port()
+    process = subprocess.Popen(
+        [exe, "--port", "0", "--unixsocket", str(sock), "--tls-port", str(tls_port),
+         "--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
+         "--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no",
+         "--requirepass", "s3cret", "--save", "", "--appendonly", "no", "--dir", str(where)],
+        cwd=where, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert process.poll() is None, "redis-server with TLS did not start"
+            assert time.monotonic() < deadline, "redis-server with TLS did not start in 10 s"
+            time.sleep(0.05)
+        yield sock, tls_port, where / "ca.crt"
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def _round_trip(url: str) -> None:
+    async with open_store(url) as store:
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0))
+        assert (await store.read("r")).meta.seq == 0
+
+
+async def test_a_unix_socket_with_a_password(guarded_redis: tuple[Path, int, Path]) -> None:
+    sock, _, _ = guarded_redis
+    await _round_trip(f"unix://:s3cret@{sock}?db=2&prefix=unix")
+
+
+async def test_tls_verifies_the_server_against_the_given_ca(
+    guarded_redis: tuple[Path, int, Path],
+) -> None:
+    _, port, ca = guarded_redis
+    await _round_trip(f"rediss://:s3cret@127.0.0.1:{port}/0?ssl_ca_certs={ca}&prefix=tls")
+
+
+async def test_tls_refuses_a_server_it_cannot_verify(
+    guarded_redis: tuple[Path, int, Path],
+) -> None:
+    _, port, _ = guarded_redis
+    async with open_store(f"rediss://:s3cret@127.0.0.1:{port}/0") as store:
+        with pytest.raises(StoreUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+            await store.read("r")
+    # Unless told not to verify.
+    await _round_trip(f"rediss://:s3cret@127.0.0.1:{port}/0?ssl_cert_reqs=none&prefix=tls2")
