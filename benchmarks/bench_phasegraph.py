@@ -28,7 +28,7 @@ NOTES = {
     "memory": "",
     "SQLite": "WAL, synchronous=NORMAL (the default)",
     "SQLite sync=full": "WAL, ?synchronous=full",
-    "Redis": "one round trip per commit (EVALSHA + ZADD, pipelined)",
+    "Redis": "one EVALSHA per commit, on the one shared connection",
 }
 
 
