@@ -27,7 +27,7 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.events import EventBus, events_for
-from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord, apply_record
+from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord
 from phasegraph.runtime import Clock, PreparedGraph, RunOptions, run_meta
 from phasegraph.steps import StepBuilder
 from phasegraph.store.base import Commit, Lease, Store
@@ -307,7 +307,7 @@ class Run:
     # -- persistence -------------------------------------------------------------------
 
     async def _commit(self, record: StepRecord, blob: bytes) -> None:
-        state = apply_record(self._state, record)
+        state = self._steps.apply(self._state, record)
         snapshot = None
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):
