@@ -10,13 +10,21 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple
 
 import networkx as nx
 
-from phasegraph.model import GraphDef, NodeDef, NodeOutcome, NodeState, NodeStatus
+from phasegraph.model import (
+    EMPTY,
+    GraphDef,
+    Interrupt,
+    NodeDef,
+    NodeOutcome,
+    NodeState,
+    NodeStatus,
+    RunStatus,
+)
 
-__all__ = ["Frontier", "Tally", "WorkflowGraph", "compile_graph", "find_cycle"]
+__all__ = ["Frontier", "WorkflowGraph", "compile_graph", "find_cycle"]
 
 
 def _digraph(nodes: Iterable[NodeDef]) -> nx.DiGraph:
@@ -53,7 +61,7 @@ class WorkflowGraph:
         nodes: Node id → definition.
         layers: Topological generations: every node's needs are in earlier layers.
         order: All node ids, layer by layer (declaration order within a layer).
-        needs: Node id → direct prerequisites.
+        needs: Node id → direct prerequisites, each once, in ``order``.
         dependents: Node id → the nodes that directly need it, in ``order``.
         position: Node id → its index in ``order``.
         descendants: Node id → every node that (transitively) needs it.
@@ -70,16 +78,6 @@ class WorkflowGraph:
     descendants: Mapping[str, frozenset[str]]
     ancestors: Mapping[str, frozenset[str]]
 
-    def ready(self, nodes: Mapping[str, NodeState]) -> list[str]:
-        """Pending nodes whose every prerequisite completed with outcome ``success``."""
-        ready = []
-        for node_id in self.order:
-            if nodes[node_id].status is not NodeStatus.PENDING:
-                continue
-            if all(_succeeded(nodes[need]) for need in self.needs[node_id]):
-                ready.append(node_id)
-        return ready
-
     def unordered(self, a: str, b: str) -> bool:
         """Whether ``a`` and ``b`` may run concurrently (neither needs the other)."""
         return a != b and b not in self.descendants[a] and b not in self.ancestors[a]
@@ -89,73 +87,44 @@ def _succeeded(state: NodeState) -> bool:
     return state.status is NodeStatus.COMPLETED and state.outcome is NodeOutcome.SUCCESS
 
 
-class Tally(NamedTuple):
-    """Counts over a run's nodes, what the run's status is decided from.
-
-    Attributes:
-        running: Nodes running.
-        pending: Nodes pending.
-        waiting: Nodes waiting (on a human gate, or parked).
-        parked: Nodes whose outcome is ``parked``.
-        succeeded: Nodes whose outcome is ``success``.
-        total: All nodes.
-        ready: Whether some pending node has every prerequisite succeeded.
-    """
-
-    running: int
-    pending: int
-    waiting: int
-    parked: int
-    succeeded: int
-    total: int
-    ready: bool
-
-
-def _counts(node: NodeState) -> tuple[int, int, int, int, int]:
-    status = node.status
-    return (
-        status is NodeStatus.RUNNING,
-        status is NodeStatus.PENDING,
-        status is NodeStatus.WAITING,
-        node.outcome is NodeOutcome.PARKED,
-        node.outcome is NodeOutcome.SUCCESS,
-    )
-
-
 class Frontier:
     """Readiness of one run's nodes, updated change by change instead of rescanned.
 
-    Built from the node states of a run (O(nodes + edges)), then moved along with
-    :meth:`apply` as steps change nodes. It keeps each node's count of prerequisites that
-    have not succeeded and the set of pending nodes with none left, so a query or an
-    update costs O(changed nodes and their direct dependents), not O(nodes x needs).
+    A node is *ready* when it is pending and every node it needs completed with outcome
+    ``success``. Built from the node states of a run (O(nodes + edges)), a frontier is
+    moved along with :meth:`apply` as steps change nodes. It keeps each node's count of
+    prerequisites that have not succeeded, the set of ready nodes and counts per status
+    and outcome, so a query or an update costs O(changed nodes and their direct
+    dependents), not O(nodes x needs). Only a node's status and outcome matter here;
+    changes to anything else cost nothing.
     """
 
     def __init__(self, workflow: WorkflowGraph, nodes: Mapping[str, NodeState]) -> None:
         self._workflow = workflow
         self._nodes = dict(nodes)
+        succeeded = {node_id for node_id, node in nodes.items() if _succeeded(node)}
         self._unmet = {
-            node_id: sum(not _succeeded(nodes[need]) for need in _distinct(workflow, node_id))
-            for node_id in workflow.order
+            node_id: len(needs) - len(succeeded.intersection(needs))
+            for node_id, needs in workflow.needs.items()
         }
         self._ready = {
             node_id
-            for node_id in workflow.order
-            if self._unmet[node_id] == 0 and nodes[node_id].status is NodeStatus.PENDING
+            for node_id, count in self._unmet.items()
+            if count == 0 and nodes[node_id].status is NodeStatus.PENDING
         }
         # Ready nodes by graph position; entries no longer ready are dropped lazily.
         self._queue = [workflow.position[node_id] for node_id in self._ready]
         heapq.heapify(self._queue)
-        sums = [0, 0, 0, 0, 0]
+        self._statuses = dict.fromkeys(NodeStatus, 0)
+        self._outcomes: dict[NodeOutcome | None, int] = dict.fromkeys([None, *NodeOutcome], 0)
         for node in self._nodes.values():
-            for index, flag in enumerate(_counts(node)):
-                sums[index] += flag
-        self._sums = sums
+            self._statuses[node.status] += 1
+            self._outcomes[node.outcome] += 1
 
     @property
     def running(self) -> int:
         """How many nodes are running."""
-        return self._sums[0]
+        return self._statuses[NodeStatus.RUNNING]
 
     def first_ready(self) -> str | None:
         """The ready node that comes first in graph order, if any."""
@@ -168,31 +137,42 @@ class Frontier:
         """Every ready node, in graph order."""
         return sorted(self._ready, key=self._workflow.position.__getitem__)
 
-    def tally(self, changes: Mapping[str, NodeState]) -> Tally:
-        """The counts for the node states with ``changes`` applied (nothing is changed)."""
-        sums = list(self._sums)
-        for node_id, node in changes.items():
-            _shift(sums, self._nodes[node_id], node)
-        unmet = self._unmet_changes(changes)
-        ready = any(node_id not in changes and node_id not in unmet for node_id in self._ready)
-        if not ready:
-            ready = any(
-                self._unmet[node_id] + unmet.get(node_id, 0) == 0
-                and changes.get(node_id, self._nodes[node_id]).status is NodeStatus.PENDING
-                for node_id in {**changes, **unmet}
-            )
-        running, pending, waiting, parked, succeeded = sums
-        return Tally(running, pending, waiting, parked, succeeded, len(self._nodes), ready)
+    def status(
+        self, changes: Mapping[str, NodeState], interrupts: Mapping[str, Interrupt]
+    ) -> RunStatus:
+        """The run status once ``changes`` apply, with ``interrupts`` pending (no move).
+
+        Running while a node runs or can start; else waiting (parked, if an interrupt or
+        a node's outcome says so) while a node waits; else completed if every node
+        succeeded, failed if not.
+        """
+        moved = self._moved(changes)
+        statuses, outcomes = self._statuses, self._outcomes
+        if moved:
+            statuses, outcomes = statuses.copy(), outcomes.copy()
+            self._shift(statuses, outcomes, moved)
+        if statuses[NodeStatus.RUNNING] or (
+            statuses[NodeStatus.PENDING] and self._any_ready(moved)
+        ):
+            return RunStatus.RUNNING
+        if statuses[NodeStatus.WAITING]:
+            parked = outcomes[NodeOutcome.PARKED] or any(i.parked for i in interrupts.values())
+            return RunStatus.PARKED if parked else RunStatus.WAITING
+        if outcomes[NodeOutcome.SUCCESS] == len(self._nodes):
+            return RunStatus.COMPLETED
+        return RunStatus.FAILED
 
     def apply(self, changes: Mapping[str, NodeState]) -> None:
         """Move to the node states with ``changes`` applied."""
-        unmet = self._unmet_changes(changes)
-        for node_id, node in changes.items():
-            _shift(self._sums, self._nodes[node_id], node)
-            self._nodes[node_id] = node
+        moved = self._moved(changes)
+        if not moved:
+            return
+        unmet = self._unmet_changes(moved)
+        self._shift(self._statuses, self._outcomes, moved)
+        self._nodes.update(moved)
         for node_id, delta in unmet.items():
             self._unmet[node_id] += delta
-        for node_id in {**changes, **unmet}:
+        for node_id in moved.keys() | unmet.keys():
             if self._unmet[node_id] == 0 and self._nodes[node_id].status is NodeStatus.PENDING:
                 if node_id not in self._ready:
                     self._ready.add(node_id)
@@ -200,29 +180,58 @@ class Frontier:
             else:
                 self._ready.discard(node_id)
 
-    def _unmet_changes(self, changes: Mapping[str, NodeState]) -> dict[str, int]:
-        """How each dependent's count of unmet prerequisites moves under ``changes``."""
-        moved: dict[str, int] = {}
+    def _any_ready(self, moved: Mapping[str, NodeState]) -> bool:
+        """Whether some node is ready once ``moved`` apply."""
+        if not moved:
+            return bool(self._ready)
+        unmet = self._unmet_changes(moved)
+        touched = moved.keys() | unmet.keys()
+        return any(node_id not in touched for node_id in self._ready) or any(
+            self._unmet[node_id] + unmet.get(node_id, 0) == 0
+            and moved.get(node_id, self._nodes[node_id]).status is NodeStatus.PENDING
+            for node_id in touched
+        )
+
+    def _shift(
+        self,
+        statuses: dict[NodeStatus, int],
+        outcomes: dict[NodeOutcome | None, int],
+        moved: Mapping[str, NodeState],
+    ) -> None:
+        """Move the counts from the nodes' current states to ``moved``."""
+        for node_id, node in moved.items():
+            old = self._nodes[node_id]
+            statuses[old.status] -= 1
+            statuses[node.status] += 1
+            outcomes[old.outcome] -= 1
+            outcomes[node.outcome] += 1
+
+    def _moved(self, changes: Mapping[str, NodeState]) -> Mapping[str, NodeState]:
+        """The changes that give a node a new status or outcome (most steps have none)."""
+        nodes = self._nodes
         for node_id, node in changes.items():
+            old = nodes[node_id]
+            if node.status is not old.status or node.outcome is not old.outcome:
+                break
+        else:
+            return EMPTY  # the usual step: a running node moved between states
+        return {
+            node_id: node
+            for node_id, node in changes.items()
+            if node.status is not nodes[node_id].status
+            or node.outcome is not nodes[node_id].outcome
+        }
+
+    def _unmet_changes(self, moved: Mapping[str, NodeState]) -> dict[str, int]:
+        """How each dependent's count of unmet prerequisites moves under ``moved``."""
+        unmet: dict[str, int] = {}
+        for node_id, node in moved.items():
             now = _succeeded(node)
             if _succeeded(self._nodes[node_id]) is now:
                 continue
             for dependent in self._workflow.dependents[node_id]:
-                moved[dependent] = moved.get(dependent, 0) + (-1 if now else 1)
-        return moved
-
-
-def _shift(sums: list[int], old: NodeState, new: NodeState) -> None:
-    """Move ``sums`` (see :func:`_counts`) from counting ``old`` to counting ``new``."""
-    if old.status is new.status and old.outcome is new.outcome:
-        return  # the usual step: a running node moved between states
-    for index, (was, now) in enumerate(zip(_counts(old), _counts(new), strict=True)):
-        sums[index] += now - was
-
-
-def _distinct(workflow: WorkflowGraph, node_id: str) -> Iterable[str]:
-    """A node's prerequisites, each once (the same edges :attr:`WorkflowGraph.dependents` has)."""
-    return dict.fromkeys(n for n in workflow.needs[node_id] if n in workflow.nodes)
+                unmet[dependent] = unmet.get(dependent, 0) + (-1 if now else 1)
+        return unmet
 
 
 def compile_graph(definition: GraphDef) -> WorkflowGraph:
@@ -240,7 +249,9 @@ def compile_graph(definition: GraphDef) -> WorkflowGraph:
         nodes=MappingProxyType({n.id: n for n in definition.nodes}),
         layers=layers,
         order=order,
-        needs=MappingProxyType({n.id: n.needs for n in definition.nodes}),
+        needs=MappingProxyType(
+            {n: tuple(sorted(dag.predecessors(n), key=ranks.__getitem__)) for n in order}
+        ),
         dependents=MappingProxyType(
             {n: tuple(sorted(dag.successors(n), key=ranks.__getitem__)) for n in order}
         ),

@@ -72,10 +72,6 @@ class _Route:
     dest: str
     checks: tuple[tuple[Predicate, bool], ...]
 
-    def allows(self, guard: _Guard) -> bool:
-        """Whether every condition holds (``transitions``' ``Condition.check``)."""
-        return all(check(guard) == wanted for check, wanted in self.checks)
-
 
 class _Cursor:
     """The library's model object, used only by :meth:`CompiledMachine.fire_via_library`.
@@ -211,7 +207,11 @@ class CompiledMachine:
         if routes is None:
             raise IllegalTriggerError(trigger, state, self._legal[state], node_id=guard.node_id)
         for route in routes:
-            if route.allows(guard):
+            # transitions' Condition.check: the callable's result must equal the target.
+            for check, wanted in route.checks:
+                if check(guard) != wanted:
+                    break
+            else:
                 return route.dest
         raise self._refused(state, trigger, guard)
 
@@ -343,16 +343,11 @@ class MachineSet:
         ctx: _StepContext,
     ) -> StepResult:
         machine = machines[-1]
-        guard = _Guard(
-            node_id=ctx.node_id,
-            counters=ctx.counters,
-            limits=machine.limits(ctx.settings),
-            payload=payload,
-            settings=ctx.settings,
-            prefix=_prefix(path[:-1]),
-        )
+        parents = path[:-1]
+        limits = machine.limits(ctx.settings)
+        guard = _Guard(ctx.node_id, ctx.counters, limits, payload, ctx.settings, _prefix(parents))
         dest = machine.fire(path[-1], trigger, guard)
-        return self._enter(machines, path[:-1], dest, ctx)
+        return self._enter(machines, parents, dest, ctx)
 
     def _enter(
         self,
@@ -387,8 +382,11 @@ class _StepContext:
 
 
 def _spend(machine: CompiledMachine, prefix: str, state: str, ctx: _StepContext) -> None:
+    spends = machine.spends(state)
+    if not spends:
+        return
     limits = machine.limits(ctx.settings)
-    for budget in machine.spends(state):
+    for budget in spends:
         key = prefix + budget
         if ctx.counters.get(key, 0) >= limits[budget]:
             raise BudgetExhaustedError(

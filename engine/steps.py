@@ -25,7 +25,7 @@ from phasegraph.errors import (
     RunStateError,
 )
 from phasegraph.failures import ERROR_LOG_EVENT, ERROR_TRIGGER, classify_error
-from phasegraph.graph import Frontier, Tally
+from phasegraph.graph import Frontier
 from phasegraph.machine import Position, StepResult
 from phasegraph.model import (
     EMPTY,
@@ -59,16 +59,7 @@ def run_status(
     interrupts: Mapping[str, Interrupt] = EMPTY,
 ) -> RunStatus:
     """The run status implied by its nodes and pending interrupts."""
-    return _status(Frontier(prepared.workflow, nodes).tally(EMPTY), interrupts)
-
-
-def _status(tally: Tally, interrupts: Mapping[str, Interrupt]) -> RunStatus:
-    if tally.running or (tally.pending and tally.ready):
-        return RunStatus.RUNNING
-    if tally.waiting:
-        parked = tally.parked or any(interrupt.parked for interrupt in interrupts.values())
-        return RunStatus.PARKED if parked else RunStatus.WAITING
-    return RunStatus.COMPLETED if tally.succeeded == tally.total else RunStatus.FAILED
+    return Frontier(prepared.workflow, nodes).status(EMPTY, interrupts)
 
 
 class StepBuilder:
@@ -173,6 +164,8 @@ class StepBuilder:
         events: tuple[Mapping[str, Any], ...],
     ) -> tuple[ErrorRecord, ...]:
         """Error-log entries this step adds: a handled action error, and any the action logged."""
+        if not events and result.trigger != ERROR_TRIGGER:
+            return ()  # the usual step: nothing to log, so no clock reading either
         time = self._clock.now()
         entries = []
         if result.trigger == ERROR_TRIGGER:
@@ -254,7 +247,7 @@ class StepBuilder:
 
     def settle(self, state: RunState) -> StepRecord | None:
         """Close a run in which nothing runs and nothing can start; None if not stuck."""
-        status = _status(self._frontier_for(state).tally(EMPTY), state.interrupts)
+        status = self._frontier_for(state).status(EMPTY, state.interrupts)
         if status is RunStatus.RUNNING or status is state.status:
             return None
         return StepRecord(seq=state.seq + 1, time=self._clock.now(), kind="status", status=status)
@@ -341,7 +334,7 @@ class StepBuilder:
             return dataclasses.replace(
                 failed,
                 interrupts=MappingProxyType(remaining),
-                status=_status(self._frontier_for(state).tally(failed.nodes), remaining),
+                status=self._frontier_for(state).status(failed.nodes, remaining),
             )
 
     def cancel(self, state: RunState, reason: str) -> StepRecord:
@@ -386,12 +379,13 @@ class StepBuilder:
         source: tuple[str, ...] = (),
         trigger: str | None = None,
         dest: tuple[str, ...] = (),
-        result: Mapping[str, Any] = EMPTY,
+        result: dict[str, Any] | None = None,
         data: Mapping[str, Any] = EMPTY,
         events: tuple[Mapping[str, Any], ...] = (),
         logged: tuple[ErrorRecord, ...] = (),
         interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
+        # ``result`` is a fresh dict the record takes over (wrapped read-only, not copied).
         time = self._clock.now()
         nodes = {node_id: node}
         errors = logged
@@ -410,7 +404,7 @@ class StepBuilder:
                 ),
             )
         pending = state.interrupts if interrupts is None else interrupts
-        status = _status(self._frontier_for(state).tally(nodes), pending)
+        status = self._frontier_for(state).status(nodes, pending)
         return StepRecord(
             seq=state.seq + 1,
             time=time,
@@ -419,7 +413,7 @@ class StepBuilder:
             source=source,
             trigger=trigger,
             dest=dest,
-            result=MappingProxyType(dict(result)) if result else EMPTY,
+            result=MappingProxyType(result) if result else EMPTY,
             data=data,
             nodes=MappingProxyType(nodes),
             status=status,
