@@ -1,19 +1,30 @@
 """The workflow DAG: cycle detection, layers and readiness queries.
 
-Only this module touches ``networkx``; everything else sees :class:`WorkflowGraph`.
+Only this module touches ``networkx``; everything else sees :class:`WorkflowGraph` and,
+for a run in progress, its :class:`Frontier`.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import networkx as nx
 
-from phasegraph.model import GraphDef, NodeDef, NodeOutcome, NodeState, NodeStatus
+from phasegraph.model import (
+    EMPTY,
+    GraphDef,
+    Interrupt,
+    NodeDef,
+    NodeOutcome,
+    NodeState,
+    NodeStatus,
+    RunStatus,
+)
 
-__all__ = ["WorkflowGraph", "compile_graph", "find_cycle"]
+__all__ = ["Frontier", "WorkflowGraph", "compile_graph", "find_cycle"]
 
 
 def _digraph(nodes: Iterable[NodeDef]) -> nx.DiGraph:
@@ -50,7 +61,9 @@ class WorkflowGraph:
         nodes: Node id → definition.
         layers: Topological generations: every node's needs are in earlier layers.
         order: All node ids, layer by layer (declaration order within a layer).
-        needs: Node id → direct prerequisites.
+        needs: Node id → direct prerequisites, each once, in ``order``.
+        dependents: Node id → the nodes that directly need it, in ``order``.
+        position: Node id → its index in ``order``.
         descendants: Node id → every node that (transitively) needs it.
         ancestors: Node id → every node it (transitively) needs.
     """
@@ -60,18 +73,10 @@ class WorkflowGraph:
     layers: tuple[tuple[str, ...], ...]
     order: tuple[str, ...]
     needs: Mapping[str, tuple[str, ...]]
+    dependents: Mapping[str, tuple[str, ...]]
+    position: Mapping[str, int]
     descendants: Mapping[str, frozenset[str]]
     ancestors: Mapping[str, frozenset[str]]
-
-    def ready(self, nodes: Mapping[str, NodeState]) -> list[str]:
-        """Pending nodes whose every prerequisite completed with outcome ``success``."""
-        ready = []
-        for node_id in self.order:
-            if nodes[node_id].status is not NodeStatus.PENDING:
-                continue
-            if all(_succeeded(nodes[need]) for need in self.needs[node_id]):
-                ready.append(node_id)
-        return ready
 
     def unordered(self, a: str, b: str) -> bool:
         """Whether ``a`` and ``b`` may run concurrently (neither needs the other)."""
@@ -82,6 +87,153 @@ def _succeeded(state: NodeState) -> bool:
     return state.status is NodeStatus.COMPLETED and state.outcome is NodeOutcome.SUCCESS
 
 
+class Frontier:
+    """Readiness of one run's nodes, updated change by change instead of rescanned.
+
+    A node is *ready* when it is pending and every node it needs completed with outcome
+    ``success``. Built from the node states of a run (O(nodes + edges)), a frontier is
+    moved along with :meth:`apply` as steps change nodes. It keeps each node's count of
+    prerequisites that have not succeeded, the set of ready nodes and counts per status
+    and outcome, so a query or an update costs O(changed nodes and their direct
+    dependents), not O(nodes x needs). Only a node's status and outcome matter here;
+    changes to anything else cost nothing.
+    """
+
+    def __init__(self, workflow: WorkflowGraph, nodes: Mapping[str, NodeState]) -> None:
+        self._workflow = workflow
+        self._nodes = dict(nodes)
+        succeeded = {node_id for node_id, node in nodes.items() if _succeeded(node)}
+        self._unmet = {
+            node_id: len(needs) - len(succeeded.intersection(needs))
+            for node_id, needs in workflow.needs.items()
+        }
+        self._ready = {
+            node_id
+            for node_id, count in self._unmet.items()
+            if count == 0 and nodes[node_id].status is NodeStatus.PENDING
+        }
+        # Ready nodes by graph position; entries no longer ready are dropped lazily.
+        self._queue = [workflow.position[node_id] for node_id in self._ready]
+        heapq.heapify(self._queue)
+        self._statuses = dict.fromkeys(NodeStatus, 0)
+        self._outcomes: dict[NodeOutcome | None, int] = dict.fromkeys([None, *NodeOutcome], 0)
+        for node in self._nodes.values():
+            self._statuses[node.status] += 1
+            self._outcomes[node.outcome] += 1
+
+    @property
+    def running(self) -> int:
+        """How many nodes are running."""
+        return self._statuses[NodeStatus.RUNNING]
+
+    def first_ready(self) -> str | None:
+        """The ready node that comes first in graph order, if any."""
+        queue, order = self._queue, self._workflow.order
+        while queue and order[queue[0]] not in self._ready:
+            heapq.heappop(queue)
+        return order[queue[0]] if queue else None
+
+    def ready(self) -> list[str]:
+        """Every ready node, in graph order."""
+        return sorted(self._ready, key=self._workflow.position.__getitem__)
+
+    def status(
+        self, changes: Mapping[str, NodeState], interrupts: Mapping[str, Interrupt]
+    ) -> RunStatus:
+        """The run status once ``changes`` apply, with ``interrupts`` pending (no move).
+
+        Running while a node runs or can start; else waiting (parked, if an interrupt or
+        a node's outcome says so) while a node waits; else completed if every node
+        succeeded, failed if not.
+        """
+        moved = self._moved(changes)
+        statuses, outcomes = self._statuses, self._outcomes
+        if moved:
+            statuses, outcomes = statuses.copy(), outcomes.copy()
+            self._shift(statuses, outcomes, moved)
+        if statuses[NodeStatus.RUNNING] or (
+            statuses[NodeStatus.PENDING] and self._any_ready(moved)
+        ):
+            return RunStatus.RUNNING
+        if statuses[NodeStatus.WAITING]:
+            parked = outcomes[NodeOutcome.PARKED] or any(i.parked for i in interrupts.values())
+            return RunStatus.PARKED if parked else RunStatus.WAITING
+        if outcomes[NodeOutcome.SUCCESS] == len(self._nodes):
+            return RunStatus.COMPLETED
+        return RunStatus.FAILED
+
+    def apply(self, changes: Mapping[str, NodeState]) -> None:
+        """Move to the node states with ``changes`` applied."""
+        moved = self._moved(changes)
+        if not moved:
+            return
+        unmet = self._unmet_changes(moved)
+        self._shift(self._statuses, self._outcomes, moved)
+        self._nodes.update(moved)
+        for node_id, delta in unmet.items():
+            self._unmet[node_id] += delta
+        for node_id in moved.keys() | unmet.keys():
+            if self._unmet[node_id] == 0 and self._nodes[node_id].status is NodeStatus.PENDING:
+                if node_id not in self._ready:
+                    self._ready.add(node_id)
+                    heapq.heappush(self._queue, self._workflow.position[node_id])
+            else:
+                self._ready.discard(node_id)
+
+    def _any_ready(self, moved: Mapping[str, NodeState]) -> bool:
+        """Whether some node is ready once ``moved`` apply."""
+        if not moved:
+            return bool(self._ready)
+        unmet = self._unmet_changes(moved)
+        touched = moved.keys() | unmet.keys()
+        return any(node_id not in touched for node_id in self._ready) or any(
+            self._unmet[node_id] + unmet.get(node_id, 0) == 0
+            and moved.get(node_id, self._nodes[node_id]).status is NodeStatus.PENDING
+            for node_id in touched
+        )
+
+    def _shift(
+        self,
+        statuses: dict[NodeStatus, int],
+        outcomes: dict[NodeOutcome | None, int],
+        moved: Mapping[str, NodeState],
+    ) -> None:
+        """Move the counts from the nodes' current states to ``moved``."""
+        for node_id, node in moved.items():
+            old = self._nodes[node_id]
+            statuses[old.status] -= 1
+            statuses[node.status] += 1
+            outcomes[old.outcome] -= 1
+            outcomes[node.outcome] += 1
+
+    def _moved(self, changes: Mapping[str, NodeState]) -> Mapping[str, NodeState]:
+        """The changes that give a node a new status or outcome (most steps have none)."""
+        nodes = self._nodes
+        for node_id, node in changes.items():
+            old = nodes[node_id]
+            if node.status is not old.status or node.outcome is not old.outcome:
+                break
+        else:
+            return EMPTY  # the usual step: a running node moved between states
+        return {
+            node_id: node
+            for node_id, node in changes.items()
+            if node.status is not nodes[node_id].status
+            or node.outcome is not nodes[node_id].outcome
+        }
+
+    def _unmet_changes(self, moved: Mapping[str, NodeState]) -> dict[str, int]:
+        """How each dependent's count of unmet prerequisites moves under ``moved``."""
+        unmet: dict[str, int] = {}
+        for node_id, node in moved.items():
+            now = _succeeded(node)
+            if _succeeded(self._nodes[node_id]) is now:
+                continue
+            for dependent in self._workflow.dependents[node_id]:
+                unmet[dependent] = unmet.get(dependent, 0) + (-1 if now else 1)
+        return unmet
+
+
 def compile_graph(definition: GraphDef) -> WorkflowGraph:
     """Compile a validated graph definition (which the loader checked is acyclic)."""
     dag = _digraph(definition.nodes)
@@ -90,12 +242,20 @@ def compile_graph(definition: GraphDef) -> WorkflowGraph:
         tuple(sorted(generation, key=position.__getitem__))
         for generation in nx.topological_generations(dag)
     )
+    order = tuple(node for layer in layers for node in layer)
+    ranks = {node: index for index, node in enumerate(order)}
     return WorkflowGraph(
         definition=definition,
         nodes=MappingProxyType({n.id: n for n in definition.nodes}),
         layers=layers,
-        order=tuple(node for layer in layers for node in layer),
-        needs=MappingProxyType({n.id: n.needs for n in definition.nodes}),
+        order=order,
+        needs=MappingProxyType(
+            {n: tuple(sorted(dag.predecessors(n), key=ranks.__getitem__)) for n in order}
+        ),
+        dependents=MappingProxyType(
+            {n: tuple(sorted(dag.successors(n), key=ranks.__getitem__)) for n in order}
+        ),
+        position=MappingProxyType(ranks),
         descendants=MappingProxyType({n: frozenset(nx.descendants(dag, n)) for n in dag.nodes}),
         ancestors=MappingProxyType({n: frozenset(nx.ancestors(dag, n)) for n in dag.nodes}),
     )

@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from phasegraph import codec
 from phasegraph.actions import Action, ActionContext, ActionResult
@@ -27,7 +26,7 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.events import EventBus, events_for
-from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord, apply_record
+from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord
 from phasegraph.runtime import Clock, PreparedGraph, RunOptions, run_meta
 from phasegraph.steps import StepBuilder
 from phasegraph.store.base import Commit, Lease, Store
@@ -35,8 +34,7 @@ from phasegraph.store.base import Commit, Lease, Store
 __all__ = ["Run"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Done:
+class _Done(NamedTuple):
     """What a finished action task hands back: a result or the error it raised."""
 
     result: ActionResult | None
@@ -219,10 +217,9 @@ class Run:
     # -- actions -----------------------------------------------------------------------
 
     def _call(self, node_id: str) -> tuple[Action, ActionContext, list[Mapping[str, Any]]]:
-        node = self._state.nodes[node_id]
-        hook = self._prepared.machines.hook(self._node_machine(node_id), node.path) or ""
         events: list[Mapping[str, Any]] = []
-        return self._prepared.actions[(node_id, hook)], self._context(node_id, hook, events), events
+        ctx = self._context(node_id, events)
+        return self._prepared.actions[(node_id, ctx.hook)], ctx, events
 
     def _launch_actions(self) -> None:
         while self._to_launch:
@@ -234,28 +231,30 @@ class Run:
     def _node_machine(self, node_id: str) -> str:
         return self._prepared.workflow.nodes[node_id].machine
 
-    def _context(self, node_id: str, hook: str, events: list[Mapping[str, Any]]) -> ActionContext:
-        node = self._state.nodes[node_id]
+    def _context(self, node_id: str, events: list[Mapping[str, Any]]) -> ActionContext:
+        """The context for the action bound to the node's current state."""
+        state, machines = self._state, self._prepared.machines
+        node = state.nodes[node_id]
         definition = self._prepared.workflow.nodes[node_id]
-        machine = self._prepared.machines[definition.machine]
+        path = node.state
 
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
         return ActionContext(
-            run_id=self.run_id,
+            run_id=state.run_id,
             node_id=node_id,
-            state=node.state,
-            hook=hook,
-            input=self._state.input,
-            data=self._state.data,
+            state=path,
+            hook=machines.hook(definition.machine, node.path) or "",
+            input=state.input,
+            data=state.data,
             settings=definition.settings,
             counters=node.counters,
-            limits=machine.limits(definition.settings),
+            limits=machines[definition.machine].limits(definition.settings),
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=self._prepared.tools.bind(definition, node.state, emit),
+            tool=self._prepared.tools.bind(definition, path, emit),
         )
 
     @staticmethod
@@ -265,8 +264,8 @@ class Run:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # every action failure is data for the step, not a crash
-            return _Done(result=None, error=exc, events=tuple(events))
-        return _Done(result=result, error=None, events=tuple(events))
+            return _Done(None, exc, tuple(events))
+        return _Done(result, None, tuple(events))
 
     async def _wait_one(self) -> tuple[str, _Done]:
         done, _ = await asyncio.wait(self._tasks.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -307,7 +306,7 @@ class Run:
     # -- persistence -------------------------------------------------------------------
 
     async def _commit(self, record: StepRecord, blob: bytes) -> None:
-        state = apply_record(self._state, record)
+        state = self._steps.apply(self._state, record)
         snapshot = None
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):

@@ -1,12 +1,17 @@
 """Compile machine definitions into shared ``transitions`` machines and step nodes on them.
 
 Only this module imports ``transitions``. Each :class:`MachineDef` is compiled once into
-a synchronous ``transitions.Machine`` with one private cursor model. Firing a trigger
-rehydrates the cursor from the node's state (``set_state``), points the guards at the
-node's counters, settings and payload, and asks the library which transition wins. State
-truth lives in :class:`~phasegraph.model.NodeState`, never in the cursor, so one compiled
-machine serves every node of a run. A compiled machine is not thread-safe: compile per
-event loop (the engine does).
+a synchronous ``transitions.Machine``, the owner of the machine's semantics: it expands
+the declared transitions into, per source state and trigger, the ordered candidate
+transitions and their conditions. Firing a trigger reads that expansion back as a routing
+table: the first candidate whose conditions all hold wins. The machine is configured with
+no callbacks (no ``prepare``/``before``/``after``/``on_enter``/``on_exit``), so choosing
+the first candidate whose conditions hold is everything the library's ``trigger`` would
+do; skipping its per-call bookkeeping (event objects, logging, ``set_state``) is what makes
+a step cheap. :meth:`CompiledMachine.fire_via_library` still fires through the library,
+and a property test checks that both agree on every shipped machine. State truth lives in
+:class:`~phasegraph.model.NodeState`, never in the library's model object, so one compiled
+machine serves every node of a run.
 
 Nested machines are run as a small stack of flat machines (a node's ``path``), so the
 library's global nested-state separator is never touched.
@@ -17,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from transitions import Machine, MachineError
 
@@ -39,22 +44,43 @@ __all__ = [
     "compile_machines",
 ]
 
-Predicate = Callable[[], bool]
+
+class _Guard(NamedTuple):
+    """What guards may look at while one trigger fires (the condition callables' argument)."""
+
+    node_id: str
+    counters: Mapping[str, int]
+    limits: Mapping[str, int]
+    payload: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    prefix: str
+
+
+Predicate = Callable[[_Guard], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """One candidate transition for a (source state, trigger), read from the library.
+
+    Attributes:
+        dest: The state it enters.
+        checks: Each condition's callable and the value it must return (``True`` for
+            ``conditions``, ``False`` for ``unless``), in the library's order.
+    """
+
+    dest: str
+    checks: tuple[tuple[Predicate, bool], ...]
 
 
 class _Cursor:
-    """The one model object the compiled machine moves; refilled before every fire.
+    """The library's model object, used only by :meth:`CompiledMachine.fire_via_library`.
 
     No ``__slots__``: ``transitions`` binds convenience methods onto its models.
     """
 
     def __init__(self) -> None:
         self.state = ""
-        self.counters: Mapping[str, int] = EMPTY
-        self.limits: Mapping[str, int] = EMPTY
-        self.payload: Mapping[str, Any] = EMPTY
-        self.settings: Mapping[str, Any] = EMPTY
-        self.prefix = ""
 
 
 def _setting(settings: Mapping[str, Any], dotted: str) -> Any:
@@ -64,6 +90,20 @@ def _setting(settings: Mapping[str, Any], dotted: str) -> Any:
             return None
         value = value[part]
     return value
+
+
+def _routes(machine: Machine) -> dict[tuple[str, str], tuple[_Route, ...]]:
+    """The library's expansion of every trigger, keyed by (source state, trigger)."""
+    return {
+        (source, trigger): tuple(
+            # Conditions are always our own callables, never names (see _transition_config).
+            _Route(str(t.dest), tuple((cast(Predicate, c.func), c.target) for c in t.conditions))
+            for t in candidates
+        )
+        for trigger, event in machine.events.items()
+        for source, candidates in event.transitions.items()
+        if candidates
+    }
 
 
 class CompiledMachine:
@@ -81,6 +121,7 @@ class CompiledMachine:
         for budget in definition.budgets.values():
             for state in budget.spend_on:
                 self._spent_on[state] = (*self._spent_on[state], budget.name)
+        # No callbacks of any kind: the routing table below relies on it (module docstring).
         self._machine = Machine(
             model=None,
             states=list(definition.states),
@@ -92,6 +133,7 @@ class CompiledMachine:
             queued=False,
         )
         self._machine.add_model(self._cursor, initial=definition.initial)
+        self._routes = _routes(self._machine)
         self._legal = {
             state: tuple(sorted(self._machine.get_triggers(state))) for state in definition.states
         }
@@ -101,7 +143,7 @@ class CompiledMachine:
     def _transition_config(self, transition: Any) -> dict[str, Any]:
         conditions = [self._predicate(name) for name in transition.conditions]
         # The engine's own guard: never enter a state whose budget is spent.
-        conditions += [self._budget_left(b) for b in self._spent_on.get(transition.dest, ())]
+        conditions += [_budget_left(b) for b in self._spent_on.get(transition.dest, ())]
         return {
             "trigger": transition.trigger,
             "source": list(transition.source),
@@ -112,19 +154,14 @@ class CompiledMachine:
 
     def _predicate(self, name: str) -> Predicate:
         family, _, argument = name.partition(":")
-        cursor = self._cursor
         if family == "budget":
-            return self._budget_left(argument)
+            return _budget_left(argument)
         if family == "payload":
-            return lambda: bool(cursor.payload.get(argument))
+            return lambda guard: bool(guard.payload.get(argument))
         if family == "setting":
-            return lambda: bool(_setting(cursor.settings, argument))
+            return lambda guard: bool(_setting(guard.settings, argument))
         # The loader validates predicate names; reaching this means a hand-built definition.
         raise SpecError([Problem(f"machine {self.definition.name!r}: unknown predicate {name!r}")])
-
-    def _budget_left(self, budget: str) -> Predicate:
-        cursor = self._cursor
-        return lambda: cursor.counters.get(cursor.prefix + budget, 0) < cursor.limits[budget]
 
     # -- queries -----------------------------------------------------------------------
 
@@ -166,43 +203,52 @@ class CompiledMachine:
             IllegalTriggerError: The trigger is unknown, not declared from ``state``, or
                 every transition it has from ``state`` was refused by its guards.
         """
-        cursor = self._cursor
-        cursor.counters = guard.counters
-        cursor.limits = guard.limits
-        cursor.payload = guard.payload
-        cursor.settings = guard.settings
-        cursor.prefix = guard.prefix
+        routes = self._routes.get((state, trigger))
+        if routes is None:
+            raise IllegalTriggerError(trigger, state, self._legal[state], node_id=guard.node_id)
+        for route in routes:
+            # transitions' Condition.check: the callable's result must equal the target.
+            for check, wanted in route.checks:
+                if check(guard) != wanted:
+                    break
+            else:
+                return route.dest
+        raise self._refused(state, trigger, guard)
+
+    def fire_via_library(self, state: str, trigger: str, guard: _Guard) -> str:
+        """Like :meth:`fire`, but through ``transitions``' own ``trigger`` (slow).
+
+        The reference :meth:`fire` must agree with; it is not used on the step path.
+
+        Raises:
+            IllegalTriggerError: As :meth:`fire`.
+        """
         event = self._machine.events.get(trigger)
         if event is None:
             raise IllegalTriggerError(trigger, state, self._legal[state], node_id=guard.node_id)
-        self._machine.set_state(state, model=cursor)
+        self._machine.set_state(state, model=self._cursor)
         try:
-            moved = event.trigger(cursor)
+            moved = event.trigger(self._cursor, guard)
         except MachineError:
             raise IllegalTriggerError(
                 trigger, state, self._legal[state], node_id=guard.node_id
             ) from None
         if not moved:
-            raise IllegalTriggerError(
-                trigger,
-                state,
-                self._legal[state],
-                reason="was refused by every guard (a condition failed or a budget is spent)",
-                node_id=guard.node_id,
-            )
-        return str(cursor.state)
+            raise self._refused(state, trigger, guard)
+        return str(self._cursor.state)
+
+    def _refused(self, state: str, trigger: str, guard: _Guard) -> IllegalTriggerError:
+        return IllegalTriggerError(
+            trigger,
+            state,
+            self._legal[state],
+            reason="was refused by every guard (a condition failed or a budget is spent)",
+            node_id=guard.node_id,
+        )
 
 
-@dataclass(frozen=True, slots=True)
-class _Guard:
-    """What guards may look at while one trigger fires."""
-
-    node_id: str
-    counters: Mapping[str, int]
-    limits: Mapping[str, int]
-    payload: Mapping[str, Any]
-    settings: Mapping[str, Any]
-    prefix: str
+def _budget_left(budget: str) -> Predicate:
+    return lambda guard: guard.counters.get(guard.prefix + budget, 0) < guard.limits[budget]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,19 +277,24 @@ class MachineSet:
 
     def __init__(self, machines: Mapping[str, CompiledMachine]) -> None:
         self._machines = MappingProxyType(dict(machines))
+        # (root, path) → levels; at most one entry per state path the machines can reach.
+        self._levels: dict[tuple[str, tuple[str, ...]], tuple[CompiledMachine, ...]] = {}
 
     def __getitem__(self, name: str) -> CompiledMachine:
         return self._machines[name]
 
-    def levels(self, root: str, path: tuple[str, ...]) -> list[CompiledMachine]:
+    def levels(self, root: str, path: tuple[str, ...]) -> tuple[CompiledMachine, ...]:
         """The compiled machine at each level of ``path``."""
-        machines = [self._machines[root]]
-        for state in path[:-1]:
-            nested = machines[-1].state(state).machine
-            if nested is None:
-                break
-            machines.append(self._machines[nested])
-        return machines
+        levels = self._levels.get((root, path))
+        if levels is None:
+            machines = [self._machines[root]]
+            for state in path[:-1]:
+                nested = machines[-1].state(state).machine
+                if nested is None:
+                    break
+                machines.append(self._machines[nested])
+            levels = self._levels[(root, path)] = tuple(machines)
+        return levels
 
     def hook(self, root: str, path: tuple[str, ...]) -> str | None:
         """The hook of the innermost state of ``path``."""
@@ -261,7 +312,7 @@ class MachineSet:
         """
         machine = self._machines[root]
         ctx = _StepContext(node_id=node_id, settings=settings, counters={})
-        return self._enter([machine], (), machine.definition.initial, ctx)
+        return self._enter((machine,), (), machine.definition.initial, ctx)
 
     def step(
         self,
@@ -285,27 +336,22 @@ class MachineSet:
 
     def _fire_at(
         self,
-        machines: list[CompiledMachine],
+        machines: tuple[CompiledMachine, ...],
         path: tuple[str, ...],
         trigger: str,
         payload: Mapping[str, Any],
         ctx: _StepContext,
     ) -> StepResult:
         machine = machines[-1]
-        guard = _Guard(
-            node_id=ctx.node_id,
-            counters=ctx.counters,
-            limits=machine.limits(ctx.settings),
-            payload=payload,
-            settings=ctx.settings,
-            prefix=_prefix(path[:-1]),
-        )
+        parents = path[:-1]
+        limits = machine.limits(ctx.settings)
+        guard = _Guard(ctx.node_id, ctx.counters, limits, payload, ctx.settings, _prefix(parents))
         dest = machine.fire(path[-1], trigger, guard)
-        return self._enter(machines, path[:-1], dest, ctx)
+        return self._enter(machines, parents, dest, ctx)
 
     def _enter(
         self,
-        machines: list[CompiledMachine],
+        machines: tuple[CompiledMachine, ...],
         parents: tuple[str, ...],
         state: str,
         ctx: _StepContext,
@@ -320,7 +366,7 @@ class MachineSet:
             child_prefix = _prefix(path)
             for key in [k for k in ctx.counters if k.startswith(child_prefix)]:
                 del ctx.counters[key]
-            return self._enter([*machines, child], path, child.definition.initial, ctx)
+            return self._enter((*machines, child), path, child.definition.initial, ctx)
         if definition.final is not None and parents:
             # The child finished: its outcome is the trigger its parent state receives.
             return self._fire_at(machines[:-1], parents, str(definition.final), EMPTY, ctx)
@@ -336,8 +382,11 @@ class _StepContext:
 
 
 def _spend(machine: CompiledMachine, prefix: str, state: str, ctx: _StepContext) -> None:
+    spends = machine.spends(state)
+    if not spends:
+        return
     limits = machine.limits(ctx.settings)
-    for budget in machine.spends(state):
+    for budget in spends:
         key = prefix + budget
         if ctx.counters.get(key, 0) >= limits[budget]:
             raise BudgetExhaustedError(
@@ -349,6 +398,8 @@ def _spend(machine: CompiledMachine, prefix: str, state: str, ctx: _StepContext)
 
 
 def _prefix(parents: tuple[str, ...]) -> str:
+    if not parents:
+        return ""  # the usual, flat case
     return "".join(p + PATH_SEPARATOR for p in parents)
 
 

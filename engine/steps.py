@@ -1,7 +1,11 @@
 """Build step records: pure functions from the run state (and an action result) to a record.
 
 Nothing here does I/O or awaits; the interpreter commits what these functions return.
-Keeping step construction pure is what makes snapshots, resume and replay exact.
+Keeping step construction pure is what makes snapshots, resume and replay exact: a
+record depends only on the state passed in. The one thing a builder remembers is the
+readiness (:class:`~phasegraph.graph.Frontier`) of the last node states it saw, so
+that states produced by :meth:`StepBuilder.apply` are not rescanned; any other state
+gets a frontier built afresh.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from phasegraph.errors import (
     RunStateError,
 )
 from phasegraph.failures import ERROR_LOG_EVENT, ERROR_TRIGGER, classify_error
+from phasegraph.graph import Frontier
 from phasegraph.machine import Position, StepResult
 from phasegraph.model import (
     EMPTY,
@@ -32,6 +37,7 @@ from phasegraph.model import (
     RunState,
     RunStatus,
     StepRecord,
+    apply_record,
 )
 from phasegraph.runtime import Clock, PreparedGraph
 
@@ -53,21 +59,7 @@ def run_status(
     interrupts: Mapping[str, Interrupt] = EMPTY,
 ) -> RunStatus:
     """The run status implied by its nodes and pending interrupts."""
-    pending = waiting = False
-    parked = any(interrupt.parked for interrupt in interrupts.values())
-    all_succeeded = True
-    for node in nodes.values():
-        if node.status is NodeStatus.RUNNING:
-            return RunStatus.RUNNING
-        pending |= node.status is NodeStatus.PENDING
-        waiting |= node.status is NodeStatus.WAITING
-        parked |= node.outcome is NodeOutcome.PARKED
-        all_succeeded &= node.outcome is NodeOutcome.SUCCESS
-    if pending and prepared.workflow.ready(nodes):
-        return RunStatus.RUNNING
-    if waiting:
-        return RunStatus.PARKED if parked else RunStatus.WAITING
-    return RunStatus.COMPLETED if all_succeeded else RunStatus.FAILED
+    return Frontier(prepared.workflow, nodes).status(EMPTY, interrupts)
 
 
 class StepBuilder:
@@ -77,16 +69,40 @@ class StepBuilder:
         self._prepared = prepared
         self._clock = clock
         self._concurrency = prepared.definition.concurrency
+        self._frontier: Frontier | None = None
+        self._frontier_of: Mapping[str, NodeState] = EMPTY
+
+    def apply(self, state: RunState, record: StepRecord) -> RunState:
+        """The state after ``record`` (:func:`~phasegraph.model.apply_record`).
+
+        Also moves the builder's readiness along, so the next step does not rescan.
+
+        Raises:
+            RunStateError: If ``record.seq`` does not follow ``state.seq``.
+        """
+        frontier = self._frontier_for(state)
+        after = apply_record(state, record)
+        if after.nodes is not state.nodes:
+            frontier.apply(record.nodes)
+            self._frontier_of = after.nodes
+        return after
+
+    def _frontier_for(self, state: RunState) -> Frontier:
+        """Readiness for ``state``'s nodes: kept from the last step, or built afresh."""
+        # Identity, not equality: node maps are read-only, and this one is kept alive.
+        if self._frontier is None or state.nodes is not self._frontier_of:
+            self._frontier = Frontier(self._prepared.workflow, state.nodes)
+            self._frontier_of = state.nodes
+        return self._frontier
 
     def start_next(self, state: RunState) -> StepRecord | None:
         """Start the first ready node if a concurrency slot is free."""
-        running = sum(1 for n in state.nodes.values() if n.status is NodeStatus.RUNNING)
-        if running >= self._concurrency:
+        frontier = self._frontier_for(state)
+        if frontier.running >= self._concurrency:
             return None
-        ready = self._prepared.workflow.ready(state.nodes)
-        if not ready:
+        node_id = frontier.first_ready()
+        if node_id is None:
             return None
-        node_id = ready[0]
         definition = self._prepared.workflow.nodes[node_id]
         try:
             step = self._prepared.machines.start(definition.machine, node_id, definition.settings)
@@ -148,6 +164,8 @@ class StepBuilder:
         events: tuple[Mapping[str, Any], ...],
     ) -> tuple[ErrorRecord, ...]:
         """Error-log entries this step adds: a handled action error, and any the action logged."""
+        if not events and result.trigger != ERROR_TRIGGER:
+            return ()  # the usual step: nothing to log, so no clock reading either
         time = self._clock.now()
         entries = []
         if result.trigger == ERROR_TRIGGER:
@@ -229,7 +247,7 @@ class StepBuilder:
 
     def settle(self, state: RunState) -> StepRecord | None:
         """Close a run in which nothing runs and nothing can start; None if not stuck."""
-        status = run_status(self._prepared, state.nodes, state.interrupts)
+        status = self._frontier_for(state).status(EMPTY, state.interrupts)
         if status is RunStatus.RUNNING or status is state.status:
             return None
         return StepRecord(seq=state.seq + 1, time=self._clock.now(), kind="status", status=status)
@@ -316,7 +334,7 @@ class StepBuilder:
             return dataclasses.replace(
                 failed,
                 interrupts=MappingProxyType(remaining),
-                status=run_status(self._prepared, {**state.nodes, **failed.nodes}, remaining),
+                status=self._frontier_for(state).status(failed.nodes, remaining),
             )
 
     def cancel(self, state: RunState, reason: str) -> StepRecord:
@@ -361,12 +379,13 @@ class StepBuilder:
         source: tuple[str, ...] = (),
         trigger: str | None = None,
         dest: tuple[str, ...] = (),
-        result: Mapping[str, Any] = EMPTY,
+        result: dict[str, Any] | None = None,
         data: Mapping[str, Any] = EMPTY,
         events: tuple[Mapping[str, Any], ...] = (),
         logged: tuple[ErrorRecord, ...] = (),
         interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
+        # ``result`` is a fresh dict the record takes over (wrapped read-only, not copied).
         time = self._clock.now()
         nodes = {node_id: node}
         errors = logged
@@ -385,7 +404,7 @@ class StepBuilder:
                 ),
             )
         pending = state.interrupts if interrupts is None else interrupts
-        status = run_status(self._prepared, {**state.nodes, **nodes}, pending)
+        status = self._frontier_for(state).status(nodes, pending)
         return StepRecord(
             seq=state.seq + 1,
             time=time,
@@ -394,7 +413,7 @@ class StepBuilder:
             source=source,
             trigger=trigger,
             dest=dest,
-            result=MappingProxyType(dict(result)) if result else EMPTY,
+            result=MappingProxyType(result) if result else EMPTY,
             data=data,
             nodes=MappingProxyType(nodes),
             status=status,
