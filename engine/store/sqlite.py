@@ -4,20 +4,19 @@ One dedicated worker thread owns the connection; every store call is one hop to 
 (:class:`~phasegraph.store.thread_worker.ThreadWorker`) doing one transaction, so a
 commit costs one hop and one ``BEGIN IMMEDIATE … COMMIT``. Lease checks use
 ``time.time()`` of the calling machine, which every process sharing the file agrees on.
+Each statement is prepared once per connection (the driver keeps them in its cache).
 
-Layout (schema version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; the file
-is marked as phasegraph's with ``PRAGMA application_id``):
+Layout (:mod:`phasegraph.store.sqlite_layout`; schema version :data:`SCHEMA_VERSION`,
+kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
+``PRAGMA application_id``):
 
 * ``runs``: one row per run id — metadata, head seq (-1 before the first commit) and
   the lease (owner, last token issued, expiry); one index, by update time, for listing;
 * ``records``: ``(run_id, seq, blob)``, one row per step;
 * ``snapshots``: ``(run_id, seq, blob)``, one row per snapshotted step.
 
-Every table is clustered on its key (``WITHOUT ROWID``), so a commit changes one leaf
-page of ``records``, one of ``runs`` and one of the listing index — each page it changes
-is a page the WAL must write. Files of schema version 1 (the same tables as rowid tables,
-plus an index by status) are read and written as they are: every statement here means
-the same on both layouts.
+A commit changes about three pages (a ``records`` leaf, the ``runs`` leaf and the index
+leaf), and each page it changes is a whole frame the WAL must write.
 
 A call whose awaiting task is cancelled still finishes its transaction in the worker;
 commits are idempotent, so retrying such a commit is safe.
@@ -42,40 +41,15 @@ from phasegraph.store import (
     sequence_conflict_error,
 )
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.sqlite_layout import SCHEMA_VERSION, check_layout, foreign_file_error
 from phasegraph.store.thread_worker import ThreadWorker
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 2
-"""The layout version this module creates (``PRAGMA user_version``); it also reads 1."""
-
-_APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
 _BUSY_TIMEOUT: Final = 5.0  # seconds to wait for another process's write lock
 _HISTORY_BATCH: Final = 256
-
-_SCHEMA: Final = (
-    """CREATE TABLE runs (
-        run_id TEXT PRIMARY KEY,
-        graph TEXT, status TEXT, seq INTEGER NOT NULL DEFAULT -1,
-        created_at REAL, updated_at REAL,
-        lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
-        lease_expires REAL NOT NULL DEFAULT 0) WITHOUT ROWID""",
-    # The one index a commit updates (each index is one more page per commit): it
-    # serves listing in order, and carries the status so listing by status filters
-    # inside it instead of a second index.
-    "CREATE INDEX runs_by_time ON runs (updated_at DESC, run_id, status) WHERE seq >= 0",
-    """CREATE TABLE records (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
-    """CREATE TABLE snapshots (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
-    f"PRAGMA application_id = {_APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
-)
-_READABLE_VERSIONS: Final = frozenset({1, SCHEMA_VERSION})
 _META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
 
 
@@ -203,48 +177,19 @@ class SqliteStore(Store):
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._check_schema(conn)
+            check_layout(conn, self._path)
         except sqlite3.OperationalError:
             conn.close()
             raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise self._foreign(f"it is not an SQLite database ({exc})") from exc
+            why = f"it is not an SQLite database ({exc})"
+            raise foreign_file_error(self._path, why) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
-
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if app_id == 0 and version == 0:
-                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise self._foreign("it holds tables that are not phasegraph's")
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-            elif app_id != _APPLICATION_ID:
-                raise self._foreign(f"its application id is {app_id:#x}")
-            elif version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"SQLite store {str(self._path)!r} has schema version {version}, newer "
-                    f"than this phasegraph reads ({SCHEMA_VERSION}); upgrade phasegraph"
-                )
-            elif version not in _READABLE_VERSIONS:
-                raise self._foreign(f"its schema version {version} is unknown")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-    def _foreign(self, why: str) -> StoreError:
-        return StoreError(
-            f"{str(self._path)!r} is not a phasegraph run store: {why}; "
-            "point --store at another file"
-        )
 
     def _close_conn(self) -> None:
         if self._conn is not None:
