@@ -43,6 +43,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgpack
 import redis.asyncio
+from bench_common import wchar
 
 from phasegraph import Engine, RunState, open_store
 from phasegraph.codec import encode_snapshot
@@ -125,7 +126,10 @@ async def _measure(url: str, steps: int, size: int, repeat: int) -> dict[str, An
             samples.append((await _run(store, steps, size))[1])
     async with open_store(url) as inner:
         counting = CountingStore(inner)
+        await inner.list_runs(limit=1)  # connect (and create the file) before counting
+        written = wchar()
         state, _ = await _run(counting, steps, size)
+        written = wchar() - written
     row: dict[str, Any] = {
         "us": statistics.median(samples),
         "steps": state.seq,
@@ -138,6 +142,7 @@ async def _measure(url: str, steps: int, size: int, repeat: int) -> dict[str, An
     if url.startswith("sqlite:"):
         db = Path(urlsplit(url).path[1:])
         row["check"] = _sqlite_blob_bytes(db, state.run_id) / state.seq
+        row["written"] = written / state.seq
     return row
 
 
@@ -210,7 +215,9 @@ def _print(
         f"{'record B':>9} {'snapshot B':>10} {'snapshots':>9}  check"
     )
     for name, label, row in rows:
-        check = f"{row['check']:.0f} B/step in tables" if "check" in row else ""
+        check = ""
+        if "check" in row:
+            check = f"{row['check']:.0f} B/step in tables, {row['written']:.0f} B/step written"
         print(
             f"{name:<7} {label:>9} {row['us']:8.1f} {row['bytes']:10.0f} "
             f"{row['records']:9.0f} {row['snaps']:10.0f} {row['snapshots']:9d}  {check}"

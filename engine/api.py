@@ -88,7 +88,7 @@ class Engine:
         if not isinstance(graph, GraphDef):
             loaded = self._loaded.get(str(graph))
             # Re-read a file only when it, or a machine file it uses, changed on disk.
-            if loaded is not None and loaded[1] == _stamp(loaded[0].definition):
+            if loaded is not None and _unchanged(loaded[1]):
                 return loaded[0]
         definition = graph if isinstance(graph, GraphDef) else load_graph(graph)
         if isinstance(graph, GraphDef):
@@ -165,12 +165,14 @@ class Engine:
             )
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
         try:
-            # Re-read under the lease: the head may have moved before we got it.
-            stored = await self.store.read(run_id)
+            # Re-read under the lease: the head may have moved before we got it. Seqs are
+            # never rewritten, so an unmoved head is the state already rebuilt.
+            latest = await self.store.read(run_id)
+            if latest.seq != stored.seq:
+                stored, state = latest, rebuild(latest)
         except BaseException:
             await self.store.release(lease)
             raise
-        state = rebuild(stored)
         async with self._run(
             prepared, lease, state, stored.snapshot_seq, len(stored.snapshot)
         ) as run:
@@ -347,15 +349,24 @@ def _stamp(definition: GraphDef) -> tuple[tuple[str, int, int], ...]:
     paths = {m.location.path for m in definition.machines.values() if m.location}
     if definition.location is not None:
         paths.add(definition.location.path)
-    stamps = []
-    for path in sorted(paths):
-        try:
-            stat = os.stat(path)
-        except OSError:
-            stamps.append((path, -1, -1))
-        else:
-            stamps.append((path, stat.st_mtime_ns, stat.st_size))
-    return tuple(stamps)
+    return tuple((path, *_file_stamp(path)) for path in sorted(paths))
+
+
+def _unchanged(stamps: tuple[tuple[str, int, int], ...]) -> bool:
+    """Whether every file of a stamp still has the modification time and size it had.
+
+    The files are the ones that load read (as it spelled their paths), so a graph
+    prepared before under another spelling of its path is still recognised.
+    """
+    return all(_file_stamp(path) == (mtime, size) for path, mtime, size in stamps)
+
+
+def _file_stamp(path: str) -> tuple[int, int]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def _is_path(source: str | Path) -> bool:

@@ -1,17 +1,22 @@
 """The embedded store: one SQLite file in WAL mode, on the stdlib ``sqlite3`` driver.
 
 One dedicated worker thread owns the connection; every store call is one hop to it
-(``loop.run_in_executor``) doing one transaction, so a commit costs one hop and one
-``BEGIN IMMEDIATE … COMMIT``. Lease checks use ``time.time()`` of the calling machine,
-which every process sharing the file agrees on.
+(:class:`~phasegraph.store.thread_worker.ThreadWorker`) doing one transaction, so a
+commit costs one hop and one ``BEGIN IMMEDIATE … COMMIT``. Lease checks use
+``time.time()`` of the calling machine, which every process sharing the file agrees on.
+Each statement is prepared once per connection (the driver keeps them in its cache).
 
-Layout (schema version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; the file
-is marked as phasegraph's with ``PRAGMA application_id``):
+Layout (:mod:`phasegraph.store.sqlite_layout`; schema version :data:`SCHEMA_VERSION`,
+kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
+``PRAGMA application_id``):
 
 * ``runs``: one row per run id — metadata, head seq (-1 before the first commit) and
-  the lease (owner, last token issued, expiry);
+  the lease (owner, last token issued, expiry); one index, by update time, for listing;
 * ``records``: ``(run_id, seq, blob)``, one row per step;
 * ``snapshots``: ``(run_id, seq, blob)``, one row per snapshotted step.
+
+A commit changes about three pages (a ``records`` leaf, the ``runs`` leaf and the index
+leaf), and each page it changes is a whole frame the WAL must write.
 
 A call whose awaiting task is cancelled still finishes its transaction in the worker;
 commits are idempotent, so retrying such a commit is safe.
@@ -19,11 +24,9 @@ commits are idempotent, so retrying such a commit is safe.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypeVar, final
 
@@ -38,36 +41,15 @@ from phasegraph.store import (
     sequence_conflict_error,
 )
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.sqlite_layout import SCHEMA_VERSION, check_layout, foreign_file_error
+from phasegraph.store.thread_worker import ThreadWorker
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
-"""The layout version this module writes and reads (``PRAGMA user_version``)."""
-
-_APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
 _BUSY_TIMEOUT: Final = 5.0  # seconds to wait for another process's write lock
 _HISTORY_BATCH: Final = 256
-
-_SCHEMA: Final = (
-    """CREATE TABLE runs (
-        run_id TEXT PRIMARY KEY,
-        graph TEXT, status TEXT, seq INTEGER NOT NULL DEFAULT -1,
-        created_at REAL, updated_at REAL,
-        lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
-        lease_expires REAL NOT NULL DEFAULT 0)""",
-    "CREATE INDEX runs_by_time ON runs (updated_at DESC) WHERE seq >= 0",
-    "CREATE INDEX runs_by_status ON runs (status, updated_at DESC) WHERE seq >= 0",
-    """CREATE TABLE records (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq))""",
-    """CREATE TABLE snapshots (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq))""",
-    f"PRAGMA application_id = {_APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
-)
 _META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
 
 
@@ -88,7 +70,7 @@ class SqliteStore(Store):
         self._path = path.absolute()  # fixed now, whatever the cwd is at first use
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None  # touched only by the worker thread
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="phasegraph-sqlite")
+        self._worker = ThreadWorker("phasegraph-sqlite")
         self._closed = False
 
     @property
@@ -146,10 +128,12 @@ class SqliteStore(Store):
         if self._closed:
             return
         self._closed = True
+        if not self._worker.started:
+            return
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_conn)
+            await self._worker.call(self._close_conn)
         finally:
-            self._executor.shutdown(wait=False)
+            self._worker.stop()
 
     # ------------------------------------------------------------- event-loop side
 
@@ -162,8 +146,7 @@ class SqliteStore(Store):
         if self._closed:
             raise StoreUnavailableError(f"the SQLite store {str(self._path)!r} is closed")
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._in_transaction, begin, fn, args)
+        return await self._worker.call(self._in_transaction, begin, fn, args)
 
     # ------------------------------------------------------------- worker-thread side
 
@@ -194,46 +177,19 @@ class SqliteStore(Store):
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._check_schema(conn)
+            check_layout(conn, self._path)
         except sqlite3.OperationalError:
             conn.close()
             raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise self._foreign(f"it is not an SQLite database ({exc})") from exc
+            why = f"it is not an SQLite database ({exc})"
+            raise foreign_file_error(self._path, why) from exc
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         return conn
-
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if app_id == 0 and version == 0:
-                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise self._foreign("it holds tables that are not phasegraph's")
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-            elif app_id != _APPLICATION_ID:
-                raise self._foreign(f"its application id is {app_id:#x}")
-            elif version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"SQLite store {str(self._path)!r} has schema version {version}, newer "
-                    f"than this phasegraph reads ({SCHEMA_VERSION}); upgrade phasegraph"
-                )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-    def _foreign(self, why: str) -> StoreError:
-        return StoreError(
-            f"{str(self._path)!r} is not a phasegraph run store: {why}; "
-            "point --store at another file"
-        )
 
     def _close_conn(self) -> None:
         if self._conn is not None:
@@ -286,39 +242,37 @@ class SqliteStore(Store):
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:
-        run_id = lease.run_id
-        row = conn.execute(
-            "SELECT seq, lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?",
-            (run_id,),
-        ).fetchone()
-        now = time.time()
-        if row is None or row[1] is None or row[2] != lease.token or row[3] <= now:
-            holder = row[1] if row is not None and row[3] > now else None
-            raise lease_lost_error(lease, holder)
-        head: int = row[0]
-        if commit.seq <= head:
-            stored = conn.execute(
-                "SELECT blob FROM records WHERE run_id = ? AND seq = ?", (run_id, commit.seq)
-            ).fetchone()
-            if stored is not None and stored[0] == commit.record:
-                return  # the same commit again (a retry): already done
-        if commit.seq != head + 1:
-            raise sequence_conflict_error(run_id, commit.seq, head)
+        # One statement checks the lease and the head and moves the head: the common
+        # case costs an UPDATE and an INSERT. Only a refused commit looks closer.
+        meta = commit.meta
+        moved = conn.execute(
+            "UPDATE runs SET graph = ?, status = ?, seq = ?, created_at = ?, updated_at = ? "
+            "WHERE run_id = ? AND seq = ? AND lease_token = ? AND lease_owner IS NOT NULL "
+            "AND lease_expires > ?",
+            (
+                meta.graph,
+                meta.status,
+                commit.seq,
+                meta.created_at,
+                meta.updated_at,
+                lease.run_id,
+                commit.seq - 1,
+                lease.token,
+                time.time(),
+            ),
+        ).rowcount
+        if not moved:
+            _refuse_commit(conn, lease, commit)
+            return  # the same commit again (a retry): already done
         conn.execute(
             "INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
-            (run_id, commit.seq, commit.record),
+            (lease.run_id, commit.seq, commit.record),
         )
         if commit.snapshot is not None:
             conn.execute(
                 "INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)",
-                (run_id, commit.seq, commit.snapshot),
+                (lease.run_id, commit.seq, commit.snapshot),
             )
-        meta = commit.meta
-        conn.execute(
-            "UPDATE runs SET graph = ?, status = ?, seq = ?, created_at = ?, updated_at = ? "
-            "WHERE run_id = ?",
-            (meta.graph, meta.status, commit.seq, meta.created_at, meta.updated_at, run_id),
-        )
 
     @staticmethod
     def _read(conn: sqlite3.Connection, run_id: str, seq: int | None) -> StoredRun:
@@ -373,6 +327,32 @@ class SqliteStore(Store):
             sql + " ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?", params
         ).fetchall()
         return [_row_meta(row) for row in rows]
+
+
+def _refuse_commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:
+    """Say why a commit did not move the head, or return if it is a retry already stored.
+
+    Raises:
+        LeaseLostError: The lease is not the run's current, live lease.
+        SequenceConflictError: The lease is fine but ``commit.seq`` is not the head + 1.
+    """
+    run_id = lease.run_id
+    row = conn.execute(
+        "SELECT seq, lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?",
+        (run_id,),
+    ).fetchone()
+    now = time.time()
+    if row is None or row[1] is None or row[2] != lease.token or row[3] <= now:
+        holder = row[1] if row is not None and row[3] > now else None
+        raise lease_lost_error(lease, holder)
+    head: int = row[0]
+    if commit.seq <= head:
+        stored = conn.execute(
+            "SELECT blob FROM records WHERE run_id = ? AND seq = ?", (run_id, commit.seq)
+        ).fetchone()
+        if stored is not None and stored[0] == commit.record:
+            return
+    raise sequence_conflict_error(run_id, commit.seq, head)
 
 
 def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:

@@ -1,0 +1,105 @@
+"""One worker thread that runs blocking calls, in order, for coroutines on event loops.
+
+A store whose driver blocks (``sqlite3``) hands each call to this thread and awaits the
+result. The hop is the smallest that works: one queue put to wake the thread and one
+``call_soon_threadsafe`` to wake the loop — no executor work items, no chained
+``concurrent.futures`` future, no pool sizing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, final
+
+__all__ = ["ThreadWorker"]
+
+T = TypeVar("T")
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+@final
+class ThreadWorker:
+    """A lazily started thread that runs submitted calls one at a time, first in first out.
+
+    A call whose awaiting task is cancelled still runs to completion in the thread (its
+    result is dropped), so a call must be safe to finish unobserved.
+
+    The thread is a daemon: a program that never calls :meth:`stop` can still exit. A
+    call cut off that way never reports back, which is no worse than a process killed at
+    the same moment (the caller must already tolerate that).
+
+    Args:
+        name: The thread's name (shown in debuggers and profilers).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    @property
+    def started(self) -> bool:
+        """Whether the thread was started (by a first :meth:`call`)."""
+        return self._thread is not None
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the thread after every call submitted before it.
+
+        Returns:
+            What ``fn`` returned.
+
+        Raises:
+            RuntimeError: :meth:`stop` was called.
+            BaseException: Whatever ``fn`` raised.
+        """
+        if self._stopped:
+            raise RuntimeError(f"worker thread {self._name!r} is stopped")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._jobs.put((loop, future, fn, args))
+        return await future
+
+    def stop(self) -> None:
+        """Let the thread end once the calls already submitted are done (idempotent)."""
+        if self._thread is not None and not self._stopped:
+            self._jobs.put(None)
+        self._stopped = True
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            _run_job(*job)
+            del job  # drop the finished call's references before blocking again
+
+
+def _run_job(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+) -> None:
+    result: Any = None
+    error: BaseException | None = None
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # handed to the awaiting coroutine, never lost
+        error = exc
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+        loop.call_soon_threadsafe(_settle, future, result, error)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return  # the caller was cancelled; the call still ran to completion
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)

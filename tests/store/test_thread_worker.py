@@ -1,0 +1,82 @@
+"""The worker thread a blocking store hands its calls to."""
+
+import asyncio
+import threading
+
+import pytest
+
+from phasegraph.store.thread_worker import ThreadWorker
+
+
+async def test_calls_run_in_order_on_one_other_thread() -> None:
+    worker = ThreadWorker("test-worker")
+    assert not worker.started
+    seen: list[tuple[int, str]] = []
+
+    def note(n: int) -> int:
+        seen.append((n, threading.current_thread().name))
+        return n * 10
+
+    results = await asyncio.gather(*(worker.call(note, n) for n in range(20)))
+    worker.stop()
+    assert results == [n * 10 for n in range(20)]
+    assert [n for n, _ in seen] == list(range(20))
+    assert {name for _, name in seen} == {"test-worker"}
+    assert threading.current_thread().name != "test-worker"
+
+
+async def test_an_exception_reaches_the_caller_and_the_thread_goes_on() -> None:
+    worker = ThreadWorker("test-worker")
+
+    def fail() -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        await worker.call(fail)
+    assert await worker.call(lambda: "still here") == "still here"
+    worker.stop()
+
+
+async def test_a_cancelled_caller_leaves_the_call_to_finish() -> None:
+    worker = ThreadWorker("test-worker")
+    release = threading.Event()
+    finished = threading.Event()
+
+    def slow() -> str:
+        release.wait(timeout=30)
+        finished.set()
+        return "done"
+
+    task = asyncio.create_task(worker.call(slow))
+    await asyncio.sleep(0)
+    task.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await worker.call(lambda: finished.is_set())  # ran to the end, in order
+    worker.stop()
+
+
+async def test_stop_lets_queued_calls_finish_then_refuses_new_ones() -> None:
+    worker = ThreadWorker("test-worker")
+    pending = [asyncio.ensure_future(worker.call(lambda n=n: n)) for n in range(5)]
+    await asyncio.sleep(0)  # the calls are queued before the stop
+    worker.stop()
+    worker.stop()
+    assert await asyncio.gather(*pending) == list(range(5))
+    with pytest.raises(RuntimeError, match="stopped"):
+        await worker.call(lambda: None)
+
+
+def test_a_closed_loop_does_not_break_the_thread() -> None:
+    worker = ThreadWorker("test-worker")
+    release = threading.Event()
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(worker.call(release.wait, 30))
+    loop.run_until_complete(asyncio.sleep(0))
+    task.cancel()
+    loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+    loop.close()
+    release.set()  # the call now reports to a closed loop
+    assert asyncio.run(worker.call(lambda: "next loop")) == "next loop"
+    worker.stop()
