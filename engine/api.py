@@ -25,7 +25,7 @@ from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
-from phasegraph.fork import create_run, fork_state, load_state, rebuild
+from phasegraph.fork import create_run, decode_stored, fork_state, load_state, rebuild
 from phasegraph.interpreter import Run
 from phasegraph.loader import load_graph
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
@@ -287,11 +287,19 @@ class Engine:
     async def history(
         self, run_id: str, *, start: int = 0, stop: int | None = None
     ) -> list[StepRecord]:
-        """The step records ``start <= seq < stop``, oldest first."""
-        return [
-            codec.decode_record(blob)
-            async for _, blob in self.store.history(run_id, start=start, stop=stop)
-        ]
+        """The step records ``start <= seq < stop``, oldest first.
+
+        Raises:
+            RunNotFoundError: No such run.
+            CodecError: A stored record is corrupt or of a newer format; the message
+                names the run and the seq.
+        """
+        # Read every blob first, then decode them in one synchronous block: no await
+        # inside it, so the collector can be paused while thousands of records are built.
+        stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
+        decode = codec.decode_record
+        with codec.collector_paused():
+            return [decode_stored(run_id, seq, blob, decode) for seq, blob in stored]
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasegraph import codec
+from phasegraph import codec, codec_layout
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import (
     ErrorRecord,
@@ -407,11 +407,11 @@ def test_golden_objects_set_every_field() -> None:
 
 
 SHAPES = [
-    (codec._SNAPSHOT, RunState, "## Snapshot body"),
-    (codec._RECORD, StepRecord, "## Step record body"),
-    (codec._NODE, NodeState, "### Node state"),
-    (codec._INTERRUPT, Interrupt, "### Interrupt"),
-    (codec._ERROR, ErrorRecord, "### Error record"),
+    (codec_layout.SNAPSHOT, RunState, "## Snapshot body"),
+    (codec_layout.RECORD, StepRecord, "## Step record body"),
+    (codec_layout.NODE, NodeState, "### Node state"),
+    (codec_layout.INTERRUPT, Interrupt, "### Interrupt"),
+    (codec_layout.ERROR, ErrorRecord, "### Error record"),
 ]
 
 
@@ -427,7 +427,7 @@ def spec_table(heading: str) -> dict[str, str]:
 def test_wire_layout_covers_the_model_and_matches_the_spec(
     shape: Any, cls: type, heading: str
 ) -> None:
-    layout = {wire: attr for wire, attr, _, _ in shape._decoders}
+    layout = shape.layout
     assert sorted(layout.values()) == sorted(field.name for field in dataclasses.fields(cls))
     assert spec_table(heading) == layout
 

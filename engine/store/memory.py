@@ -137,9 +137,12 @@ class MemoryStore(Store):
         run = self._runs.get(run_id)
         if run is None or run.meta is None:
             raise run_not_found_error(run_id)
-        end = run.head + 1 if stop is None else min(stop, run.head + 1)
-        for seq in range(max(start, 0), end):
-            yield seq, run.records[seq]
+        first = max(start, 0)
+        end = run.head + 1 if stop is None else max(min(stop, run.head + 1), first)
+        # One slice rather than an index per seq; ``end >= first >= 0`` keeps it from
+        # ever counting from the end of the list.
+        for item in enumerate(run.records[first:end], first):
+            yield item
 
     async def list_runs(
         self, *, status: str | None = None, limit: int = 100, offset: int = 0

@@ -49,7 +49,8 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 T = TypeVar("T")
 
 _BUSY_TIMEOUT: Final = 5.0  # seconds to wait for another process's write lock
-_HISTORY_BATCH: Final = 256
+_HISTORY_BATCH: Final = 256  # rows in the first history batch ...
+_HISTORY_BATCH_MAX: Final = 4096  # ... growing 4x per batch up to this many
 _META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
 
 
@@ -104,17 +105,24 @@ class SqliteStore(Store):
     async def history(
         self, run_id: str, *, start: int = 0, stop: int | None = None
     ) -> AsyncIterator[tuple[int, bytes]]:
-        """Yield ``(seq, record)`` for ``start <= seq < stop``; see :meth:`Store.history`."""
+        """Yield ``(seq, record)`` for ``start <= seq < stop``; see :meth:`Store.history`.
+
+        Rows come in batches of one worker hop each, growing from
+        :data:`_HISTORY_BATCH` to :data:`_HISTORY_BATCH_MAX` rows: a short window costs
+        one small read, and a long history few hops.
+        """
         head = await self._call(self._head, run_id, write=False)
         end = head + 1 if stop is None else min(stop, head + 1)
         seq = max(start, 0)
+        batch = _HISTORY_BATCH
         while seq < end:
-            rows = await self._call(self._records, run_id, seq, end, write=False)
+            rows = await self._call(self._records, run_id, seq, end, batch, write=False)
             if not rows:
                 break  # records end early: never spin
-            for row_seq, blob in rows:
-                yield row_seq, blob
+            for row in rows:
+                yield row
             seq += len(rows)
+            batch = min(batch * 4, _HISTORY_BATCH_MAX)
 
     async def list_runs(
         self, *, status: str | None = None, limit: int = 100, offset: int = 0
@@ -305,12 +313,12 @@ class SqliteStore(Store):
 
     @staticmethod
     def _records(
-        conn: sqlite3.Connection, run_id: str, start: int, stop: int
+        conn: sqlite3.Connection, run_id: str, start: int, stop: int, limit: int
     ) -> list[tuple[int, bytes]]:
         return conn.execute(
             "SELECT seq, blob FROM records WHERE run_id = ? AND seq >= ? AND seq < ? "
             "ORDER BY seq LIMIT ?",
-            (run_id, start, stop, _HISTORY_BATCH),
+            (run_id, start, stop, limit),
         ).fetchall()
 
     @staticmethod
