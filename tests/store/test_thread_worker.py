@@ -1,6 +1,7 @@
 """The worker thread a blocking store hands its calls to."""
 
 import asyncio
+import fcntl
 import threading
 
 import pytest
@@ -79,4 +80,18 @@ def test_a_closed_loop_does_not_break_the_thread() -> None:
     loop.close()
     release.set()  # the call now reports to a closed loop
     assert asyncio.run(worker.call(lambda: "next loop")) == "next loop"
+    worker.stop()
+
+
+async def test_more_calls_than_the_wake_up_pipe_holds_all_run() -> None:
+    worker = ThreadWorker("test-worker")
+    gate = threading.Event()
+    first = asyncio.ensure_future(worker.call(gate.wait, 30))
+    await asyncio.sleep(0)
+    fcntl.fcntl(worker._wake, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe Linux allows
+    many = [asyncio.ensure_future(worker.call(lambda n=n: n)) for n in range(10_000)]
+    await asyncio.sleep(0)  # every call is queued (and the pipe overfull) before the gate opens
+    gate.set()
+    assert await first
+    assert await asyncio.gather(*many) == list(range(10_000))
     worker.stop()
