@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -54,6 +53,7 @@ from phasegraph.store import (
     sequence_conflict_error,
 )
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
 from phasegraph.store.redis_wire import Arg, RedisWire, ReplyError, WireOptions
 
 __all__ = ["RedisStore"]
@@ -64,83 +64,6 @@ _COMMIT_BACKOFF: Final = (0.05, 0.15, 0.4, 1.2)
 _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
-
-# KEYS: lease, token. ARGV: op (acquire | renew | release), token, ttl ms, owner.
-# Returns {token (0: refused or released), lease value of another holder, its pttl,
-# server time sec, usec}. A lease key that expired is still ours while the counter
-# shows our token (nobody took over); releasing burns the token so renew cannot revive it.
-_LEASE: Final = """
-local lease = redis.call('GET', KEYS[1])
-local now = redis.call('TIME')
-if ARGV[1] == 'acquire' then
-  if lease then return {0, lease, redis.call('PTTL', KEYS[1]), now[1], now[2]} end
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    -- seed a new counter from the server clock (ms) so a run whose keys expired by
-    -- retention never hands out a token it already issued
-    redis.call('SET', KEYS[2], now[1] .. string.sub(string.format('%06d', now[2]), 1, 3))
-  end
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], token .. ':' .. ARGV[4], 'PX', ARGV[3])
-  return {token, '', 0, now[1], now[2]}
-end
--- a live lease always carries the counter's token, so the counter alone tells
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return {0, lease or '', 0, now[1], now[2]} end
-if ARGV[1] == 'renew' then
-  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[4], 'PX', ARGV[3])
-  return {tonumber(ARGV[2]), '', 0, now[1], now[2]}
-end
-redis.call('DEL', KEYS[1])
-redis.call('INCR', KEYS[2])
-return {0, '', 0, now[1], now[2]}
-"""
-
-# KEYS: meta, rec, snap, snaps, lease, token, index.
-# ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
-#       updated_at, retention ('' none, '0' persist, else expiry in ms), run id.
-# Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}.
-_COMMIT: Final = """
-local lease = redis.call('GET', KEYS[5])
-if not lease or string.sub(lease, 1, string.find(lease, ':', 1, true) - 1) ~= ARGV[1] then
-  return {-1, lease or ''}
-end
-local seq = tonumber(ARGV[2])
-local head = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
-if seq <= head and redis.call('LINDEX', KEYS[2], seq) == ARGV[3] then return {2} end
-if seq ~= head + 1 then return {-2, head} end
-redis.call('RPUSH', KEYS[2], ARGV[3])
-if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
-  redis.call('ZADD', KEYS[4], seq, ARGV[2])
-end
-redis.call('HSET', KEYS[1], 'graph', ARGV[6], 'status', ARGV[7], 'seq', ARGV[2],
-  'created_at', ARGV[8], 'updated_at', ARGV[9])
-if ARGV[10] ~= '' then
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
-    if ARGV[10] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[10]) end
-  end
-end
-redis.call('ZADD', KEYS[7], ARGV[9], ARGV[11])
-return {1}
-"""
-
-# KEYS: meta, rec, snap, snaps. ARGV: seq or ''. Returns {-1} no run, {-2, head} no
-# such seq, {-3} no snapshot, or {1, graph, status, head, created, updated, seq,
-# snapshot_seq, snapshot, records...}.
-_READ: Final = """
-local m = redis.call('HMGET', KEYS[1], 'graph', 'status', 'seq', 'created_at', 'updated_at')
-if not m[3] then return {-1} end
-local head = tonumber(m[3])
-local seq = tonumber(ARGV[1]) or head
-if seq < 0 or seq > head then return {-2, head} end
-local s = redis.call('ZREVRANGEBYSCORE', KEYS[4], seq, '-inf', 'LIMIT', 0, 1)[1]
-if not s then return {-3} end
-local out = {1, m[1], m[2], head, m[4], m[5], seq, tonumber(s), redis.call('HGET', KEYS[3], s)}
-if tonumber(s) < seq then
-  local records = redis.call('LRANGE', KEYS[2], tonumber(s) + 1, seq)
-  for i = 1, #records do out[#out + 1] = records[i] end
-end
-return out
-"""
 
 
 @final
@@ -210,7 +133,7 @@ class RedisStore(Store):
         keys = (*self.run_keys(lease.run_id), self._index)
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                reply = await self._eval(_COMMIT, keys, args)
+                reply = await self._eval(COMMIT, keys, args)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
@@ -225,9 +148,7 @@ class RedisStore(Store):
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
         """Read a run at ``seq`` (default: head) in one round trip; see :meth:`Store.read`."""
         with self._errors():
-            reply = await self._eval(
-                _READ, self.run_keys(run_id)[:4], ("" if seq is None else seq,)
-            )
+            reply = await self._eval(READ, self.run_keys(run_id)[:4], ("" if seq is None else seq,))
         code = int(reply[0])
         if code == -1:
             raise run_not_found_error(run_id)
@@ -292,7 +213,7 @@ class RedisStore(Store):
         """Run the lease script: (token or 0, other holder's lease value, its pttl, now)."""
         with self._errors():
             keys = self.run_keys(run_id)[4:]
-            reply = await self._eval(_LEASE, keys, (op, token, _ms(ttl), owner))
+            reply = await self._eval(LEASE, keys, (op, token, _ms(ttl), owner))
         return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
 
     def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
@@ -313,7 +234,7 @@ class RedisStore(Store):
         Connection errors are raised as they are (the caller decides about retrying);
         an error reply becomes a :class:`StoreError`.
         """
-        command = ("EVALSHA", _SHA[script], len(keys), *keys, *args)
+        command = ("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args)
         reply = await self._wire.call(*command)
         if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
             # A new server, a restart or SCRIPT FLUSH: load it and send again.
@@ -392,11 +313,6 @@ def _lease_owner(lease_value: bytes) -> str:
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
-
-
-_SHA: Final = {
-    script: hashlib.sha1(script.encode()).hexdigest() for script in (_LEASE, _COMMIT, _READ)
-}
 
 
 def _wire_options(url: str) -> WireOptions:

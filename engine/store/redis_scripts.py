@@ -1,0 +1,94 @@
+"""The Lua scripts of the Redis store: each makes one operation atomic on the server.
+
+Scripts are sent by digest (EVALSHA); the store loads one when the server answers
+NOSCRIPT (a new server, a restart, SCRIPT FLUSH).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+__all__ = ["COMMIT", "LEASE", "READ", "SCRIPT_SHA"]
+
+# KEYS: lease, token. ARGV: op (acquire | renew | release), token, ttl ms, owner.
+# Returns {token (0: refused or released), lease value of another holder, its pttl,
+# server time sec, usec}. A lease key that expired is still ours while the counter
+# shows our token (nobody took over); releasing burns the token so renew cannot revive it.
+LEASE: Final = """
+local lease = redis.call('GET', KEYS[1])
+local now = redis.call('TIME')
+if ARGV[1] == 'acquire' then
+  if lease then return {0, lease, redis.call('PTTL', KEYS[1]), now[1], now[2]} end
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    -- seed a new counter from the server clock (ms) so a run whose keys expired by
+    -- retention never hands out a token it already issued
+    redis.call('SET', KEYS[2], now[1] .. string.sub(string.format('%06d', now[2]), 1, 3))
+  end
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], token .. ':' .. ARGV[4], 'PX', ARGV[3])
+  return {token, '', 0, now[1], now[2]}
+end
+-- a live lease always carries the counter's token, so the counter alone tells
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return {0, lease or '', 0, now[1], now[2]} end
+if ARGV[1] == 'renew' then
+  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[4], 'PX', ARGV[3])
+  return {tonumber(ARGV[2]), '', 0, now[1], now[2]}
+end
+redis.call('DEL', KEYS[1])
+redis.call('INCR', KEYS[2])
+return {0, '', 0, now[1], now[2]}
+"""
+
+# KEYS: meta, rec, snap, snaps, lease, token, index.
+# ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
+#       updated_at, retention ('' none, '0' persist, else expiry in ms), run id.
+# Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}.
+COMMIT: Final = """
+local lease = redis.call('GET', KEYS[5])
+if not lease or string.sub(lease, 1, string.find(lease, ':', 1, true) - 1) ~= ARGV[1] then
+  return {-1, lease or ''}
+end
+local seq = tonumber(ARGV[2])
+local head = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
+if seq <= head and redis.call('LINDEX', KEYS[2], seq) == ARGV[3] then return {2} end
+if seq ~= head + 1 then return {-2, head} end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
+  redis.call('ZADD', KEYS[4], seq, ARGV[2])
+end
+redis.call('HSET', KEYS[1], 'graph', ARGV[6], 'status', ARGV[7], 'seq', ARGV[2],
+  'created_at', ARGV[8], 'updated_at', ARGV[9])
+if ARGV[10] ~= '' then
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
+    if ARGV[10] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[10]) end
+  end
+end
+redis.call('ZADD', KEYS[7], ARGV[9], ARGV[11])
+return {1}
+"""
+
+# KEYS: meta, rec, snap, snaps. ARGV: seq or ''. Returns {-1} no run, {-2, head} no
+# such seq, {-3} no snapshot, or {1, graph, status, head, created, updated, seq,
+# snapshot_seq, snapshot, records...}.
+READ: Final = """
+local m = redis.call('HMGET', KEYS[1], 'graph', 'status', 'seq', 'created_at', 'updated_at')
+if not m[3] then return {-1} end
+local head = tonumber(m[3])
+local seq = tonumber(ARGV[1]) or head
+if seq < 0 or seq > head then return {-2, head} end
+local s = redis.call('ZREVRANGEBYSCORE', KEYS[4], seq, '-inf', 'LIMIT', 0, 1)[1]
+if not s then return {-3} end
+local out = {1, m[1], m[2], head, m[4], m[5], seq, tonumber(s), redis.call('HGET', KEYS[3], s)}
+if tonumber(s) < seq then
+  local records = redis.call('LRANGE', KEYS[2], tonumber(s) + 1, seq)
+  for i = 1, #records do out[#out + 1] = records[i] end
+end
+return out
+"""
+
+SCRIPT_SHA: Final = {
+    script: hashlib.sha1(script.encode()).hexdigest() for script in (LEASE, COMMIT, READ)
+}
+"""Each script's SHA-1 digest, the name EVALSHA knows it by."""
