@@ -197,12 +197,6 @@ class Run:
         await asyncio.gather(*tasks, return_exceptions=True)
         return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
 
-    async def _commit_step(self, record: StepRecord, blob: bytes) -> StepRecord:
-        await self._commit(record, blob)
-        if record.node is not None and self._state.nodes[record.node].status is NodeStatus.RUNNING:
-            self._to_launch.append(record.node)
-        return record
-
     def _open_gate(self) -> tuple[StepRecord, bytes] | None:
         """Put the first node that reached a human gate into waiting, if any."""
         if not self._prepared.gates:
@@ -328,7 +322,8 @@ class Run:
 
     # -- persistence -------------------------------------------------------------------
 
-    async def _commit(self, record: StepRecord, blob: bytes) -> None:
+    async def _commit_step(self, record: StepRecord, blob: bytes) -> StepRecord:
+        """Commit the step, then make it the run's state (and queue its node's next action)."""
         state = self._steps.apply(self._state, record)
         snapshot = None
         self._record_bytes += len(blob)
@@ -356,6 +351,9 @@ class Run:
         if self._bus.listening:
             for event in events_for(state.run_id, record, previous):
                 self._bus.publish(event)
+        if record.node is not None and state.nodes[record.node].status is NodeStatus.RUNNING:
+            self._to_launch.append(record.node)
+        return record
 
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.
