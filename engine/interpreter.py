@@ -238,7 +238,7 @@ class Run:
         state, machines = self._state, self._prepared.machines
         node = state.nodes[node_id]
         definition = self._prepared.workflow.nodes[node_id]
-        path = node.state
+        where = node.state
 
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
@@ -246,7 +246,7 @@ class Run:
         return ActionContext(
             run_id=state.run_id,
             node_id=node_id,
-            state=path,
+            state=where,
             hook=machines.hook(definition.machine, node.path) or "",
             input=state.input,
             data=state.data,
@@ -256,7 +256,7 @@ class Run:
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=self._prepared.tools.bind(definition, path, emit),
+            tool=self._prepared.tools.bind(definition, where, emit),
         )
 
     @staticmethod
