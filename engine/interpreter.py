@@ -80,6 +80,8 @@ class Run:
         self._bus = bus
         self._steps = StepBuilder(prepared, clock)
         self._tasks: dict[str, asyncio.Task[_Done]] = {}
+        # Set by the first action task to finish while _wait_one sleeps.
+        self._waiter: asyncio.Future[None] | None = None
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
         self._renewer: asyncio.Task[None] | None = None
@@ -195,12 +197,6 @@ class Run:
         await asyncio.gather(*tasks, return_exceptions=True)
         return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
 
-    async def _commit_step(self, record: StepRecord, blob: bytes) -> StepRecord:
-        await self._commit(record, blob)
-        if record.node is not None and self._state.nodes[record.node].status is NodeStatus.RUNNING:
-            self._to_launch.append(record.node)
-        return record
-
     def _open_gate(self) -> tuple[StepRecord, bytes] | None:
         """Put the first node that reached a human gate into waiting, if any."""
         if not self._prepared.gates:
@@ -224,9 +220,15 @@ class Run:
     def _launch_actions(self) -> None:
         while self._to_launch:
             node_id = self._to_launch.pop(0)
-            self._tasks[node_id] = asyncio.create_task(
+            task = asyncio.create_task(
                 self._invoke(*self._call(node_id)), name=f"phasegraph:{self.run_id}:{node_id}"
             )
+            task.add_done_callback(self._wake)
+            self._tasks[node_id] = task
+
+    def _wake(self, _: asyncio.Task[_Done] | None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _node_machine(self, node_id: str) -> str:
         return self._prepared.workflow.nodes[node_id].machine
@@ -236,7 +238,7 @@ class Run:
         state, machines = self._state, self._prepared.machines
         node = state.nodes[node_id]
         definition = self._prepared.workflow.nodes[node_id]
-        path = node.state
+        where = node.state
 
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
@@ -244,7 +246,7 @@ class Run:
         return ActionContext(
             run_id=state.run_id,
             node_id=node_id,
-            state=path,
+            state=where,
             hook=machines.hook(definition.machine, node.path) or "",
             input=state.input,
             data=state.data,
@@ -254,7 +256,7 @@ class Run:
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=self._prepared.tools.bind(definition, path, emit),
+            tool=self._prepared.tools.bind(definition, where, emit),
         )
 
     @staticmethod
@@ -268,10 +270,25 @@ class Run:
         return _Done(result, None, tuple(events))
 
     async def _wait_one(self) -> tuple[str, _Done]:
-        done, _ = await asyncio.wait(self._tasks.values(), return_when=asyncio.FIRST_COMPLETED)
-        finished = {task.get_name().rpartition(":")[2] for task in done}
+        """Wait for action tasks to finish and take one (as ``asyncio.wait``, minus its setup).
+
+        Like ``asyncio.wait``, this always lets the loop run before looking, even when a
+        task is already done, so tasks finishing in the same turn are taken together.
+        """
+        loop = asyncio.get_running_loop()
+        finished: list[str] = []
+        while not finished:
+            self._waiter = waiter = loop.create_future()
+            if any(task.done() for task in self._tasks.values()):
+                loop.call_soon(self._wake, None)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            # A wake-up may be stale (from a task already taken), so look before returning.
+            finished = [node_id for node_id, task in self._tasks.items() if task.done()]
         # Several may finish together: take them in graph order so replays agree.
-        node_id = next(n for n in self._prepared.workflow.order if n in finished)
+        node_id = min(finished, key=self._prepared.workflow.position.__getitem__)
         return node_id, self._tasks.pop(node_id).result()
 
     def _apply(self, node_id: str, done: _Done) -> tuple[StepRecord, bytes]:
@@ -305,7 +322,8 @@ class Run:
 
     # -- persistence -------------------------------------------------------------------
 
-    async def _commit(self, record: StepRecord, blob: bytes) -> None:
+    async def _commit_step(self, record: StepRecord, blob: bytes) -> StepRecord:
+        """Commit the step, then make it the run's state (and queue its node's next action)."""
         state = self._steps.apply(self._state, record)
         snapshot = None
         self._record_bytes += len(blob)
@@ -333,6 +351,9 @@ class Run:
         if self._bus.listening:
             for event in events_for(state.run_id, record, previous):
                 self._bus.publish(event)
+        if record.node is not None and state.nodes[record.node].status is NodeStatus.RUNNING:
+            self._to_launch.append(record.node)
+        return record
 
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.

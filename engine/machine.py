@@ -277,8 +277,9 @@ class MachineSet:
 
     def __init__(self, machines: Mapping[str, CompiledMachine]) -> None:
         self._machines = MappingProxyType(dict(machines))
-        # (root, path) → levels; at most one entry per state path the machines can reach.
+        # (root, path) → levels and hook; at most one entry per state path a node can reach.
         self._levels: dict[tuple[str, tuple[str, ...]], tuple[CompiledMachine, ...]] = {}
+        self._hooks: dict[tuple[str, tuple[str, ...]], str | None] = {}
 
     def __getitem__(self, name: str) -> CompiledMachine:
         return self._machines[name]
@@ -298,7 +299,10 @@ class MachineSet:
 
     def hook(self, root: str, path: tuple[str, ...]) -> str | None:
         """The hook of the innermost state of ``path``."""
-        return self.levels(root, path)[-1].state(path[-1]).hook
+        key = (root, path)
+        if key not in self._hooks:
+            self._hooks[key] = self.levels(root, path)[-1].state(path[-1]).hook
+        return self._hooks[key]
 
     def legal_triggers(self, root: str, path: tuple[str, ...]) -> tuple[str, ...]:
         """Triggers declared from the innermost state of ``path``."""
@@ -312,7 +316,7 @@ class MachineSet:
         """
         machine = self._machines[root]
         ctx = _StepContext(node_id=node_id, settings=settings, counters={})
-        return self._enter((machine,), (), machine.definition.initial, ctx)
+        return self._enter((machine,), (), "", machine.definition.initial, ctx)
 
     def step(
         self,
@@ -344,20 +348,26 @@ class MachineSet:
     ) -> StepResult:
         machine = machines[-1]
         parents = path[:-1]
+        prefix = _prefix(parents)
         limits = machine.limits(ctx.settings)
-        guard = _Guard(ctx.node_id, ctx.counters, limits, payload, ctx.settings, _prefix(parents))
+        guard = _Guard(ctx.node_id, ctx.counters, limits, payload, ctx.settings, prefix)
         dest = machine.fire(path[-1], trigger, guard)
-        return self._enter(machines, parents, dest, ctx)
+        return self._enter(machines, parents, prefix, dest, ctx)
 
     def _enter(
         self,
         machines: tuple[CompiledMachine, ...],
         parents: tuple[str, ...],
+        prefix: str,
         state: str,
         ctx: _StepContext,
     ) -> StepResult:
+        """Enter ``state`` of ``machines[-1]``, whose parent states are ``parents``.
+
+        ``prefix`` is ``_prefix(parents)``: the key prefix of this level's budgets.
+        """
         machine = machines[-1]
-        _spend(machine, _prefix(parents), state, ctx)
+        _spend(machine, prefix, state, ctx)
         path = (*parents, state)
         definition = machine.state(state)
         if definition.machine is not None:
@@ -366,7 +376,8 @@ class MachineSet:
             child_prefix = _prefix(path)
             for key in [k for k in ctx.counters if k.startswith(child_prefix)]:
                 del ctx.counters[key]
-            return self._enter((*machines, child), path, child.definition.initial, ctx)
+            initial = child.definition.initial
+            return self._enter((*machines, child), path, child_prefix, initial, ctx)
         if definition.final is not None and parents:
             # The child finished: its outcome is the trigger its parent state receives.
             return self._fire_at(machines[:-1], parents, str(definition.final), EMPTY, ctx)

@@ -67,6 +67,33 @@ def test_random_dag_runs_each_node_once_in_order_within_concurrency(nodes, concu
     assert live["max"] <= concurrency
 
 
+async def test_actions_finishing_in_the_same_turn_are_taken_in_graph_order():
+    """A result already waiting does not jump ahead of one from earlier in graph order
+    that finishes in the same loop turn: the loop runs once before results are taken."""
+    calls = {"w": 0}
+
+    async def work(ctx: ActionContext) -> ActionResult:
+        calls["w"] += 1
+        return ActionResult(trigger="again" if calls["w"] < 3 else "stop")
+
+    async def run(ctx: ActionContext) -> ActionResult:
+        return ActionResult(trigger="ok")
+
+    definition = graph(
+        [("w", []), ("y", [])], machines=[loop_machine()], machine="loop", concurrency=2
+    )
+    definition = replace(
+        definition, nodes=(definition.nodes[0], replace(definition.nodes[1], machine="task"))
+    )
+    actions = {("w", "work"): work, ("y", "run"): run}
+    async with MemoryStore() as store:
+        eng = engine(store)
+        state = await eng.run(prepared(definition, actions))
+        history = await eng.history(state.run_id)
+    moved = [(r.node, r.trigger) for r in history if r.kind == "transition"]
+    assert moved == [("w", "again"), ("w", "again"), ("w", "stop"), ("y", "ok")]
+
+
 async def test_head_snapshot_equals_interpreter_state_at_every_step():
     """With deltas between snapshots, the state rebuilt from the store matches at each step."""
     calls = {"n": 0}

@@ -127,3 +127,20 @@ def test_every_declared_route_is_reachable_through_both(name: str) -> None:
 
 def test_shipped_machines_are_found() -> None:
     assert {"loop", "task", "quality_loop", "fallback_chain"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_compiled_machines_have_no_callbacks(name: str) -> None:
+    """The table skips nothing only because the library machine runs no callbacks at all."""
+    library = _compiled(name)._machine
+    for hook in ("before_state_change", "after_state_change", "prepare_event", "finalize_event"):
+        assert getattr(library, hook) == [], hook
+    assert library.on_exception == []
+    assert library.on_final == []
+    for state in library.states.values():
+        assert state.on_enter == [], state.name
+        assert state.on_exit == [], state.name
+    for event in library.events.values():
+        for candidates in event.transitions.values():
+            for transition in candidates:
+                assert transition.prepare == transition.before == transition.after == []
