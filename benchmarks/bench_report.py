@@ -84,15 +84,15 @@ def loop_table(title: str, rows: Sequence[Result]) -> list[str]:
     return [f"### {title}", "", *_table(header, lines), ""]
 
 
-def dag_table(title: str, rows: Sequence[Result]) -> list[str]:
-    """The DAG section: ms per run and µs per node."""
+def dag_table(title: str, rows: Sequence[Result], nodes: int) -> list[str]:
+    """The DAG section: ms per run and µs per node (a run's time over its ``nodes``)."""
     header = ["system", "store", "ms/run", "µs/node", RATIO_HEADER, "notes"]
     lines = [
         [
             row.system,
             row.store,
             _num(row.us_per_step * row.steps / 1e3),
-            _num(row.us_per_step),
+            _num(row.us_per_step * row.steps / nodes),
             _ratio(_peer(rows, row), row.us_per_step),
             row.note,
         ]

@@ -235,7 +235,7 @@ class Suite:
         ]
         for section, rows in self.loops.items():
             lines += loop_table(section, rows)
-        lines += dag_table("DAG: 100 no-op nodes in 10 layers, concurrency 3", self.dag)
+        lines += dag_table("DAG: 100 no-op nodes in 10 layers, concurrency 3", self.dag, nodes=100)
         lines += latency_table(
             f"Resume and history after {args.resume_steps} steps (tiny state)", self.resume
         )
