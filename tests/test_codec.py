@@ -161,12 +161,13 @@ def run_states() -> st.SearchStrategy[RunState]:
     )
 
 
-def step_records() -> st.SearchStrategy[StepRecord]:
+def step_records(kinds: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[StepRecord]:
+    """Step records; ``kinds`` draws their kind (default: any text)."""
     return st.builds(
         StepRecord,
         seq=st.integers(0, 2**63 - 1),
         time=aware_datetimes(),
-        kind=texts(),
+        kind=texts() if kinds is None else kinds,
         node=st.none() | texts(),
         source=paths(),
         trigger=st.none() | texts(),
