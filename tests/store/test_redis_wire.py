@@ -55,6 +55,15 @@ async def test_many_commands_in_one_write_answer_in_order(wire: RedisWire) -> No
     assert replies[2] == b"7"
 
 
+async def test_large_concurrent_writes_all_land_intact(wire: RedisWire) -> None:
+    # 20 MiB queued in one loop turn: one coalesced write, far larger than a socket buffer.
+    values = {f"wire-test-big-{i}": bytes([i]) * (512 * 1024) for i in range(40)}
+    replies = await asyncio.gather(*(wire.call("SET", key, v) for key, v in values.items()))
+    assert replies == [b"OK"] * len(values)
+    assert await wire.call_many([("GET", key) for key in values]) == list(values.values())
+    assert await wire.call("DEL", *values) == len(values)
+
+
 async def test_a_cancelled_caller_does_not_shift_the_replies(wire: RedisWire) -> None:
     slow = asyncio.ensure_future(wire.call("EVAL", _SPIN, 0, 200))
     await asyncio.sleep(0.05)
