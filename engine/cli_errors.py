@@ -8,24 +8,13 @@ complete successfully (the failure was overcome by a retry or a reflection).
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from phasegraph.api import Engine
 from phasegraph.cli_support import EXIT_OK, AddCommand, emit, with_engine
 from phasegraph.model import ErrorRecord, RunState
-from phasegraph.views import jsonable, recovered_nodes, run_summary
+from phasegraph.views import error_rows, recovered_nodes, run_summary
 
-__all__ = ["error_rows", "register", "render_errors"]
-
-
-def error_rows(state: RunState, node: str | None = None) -> list[dict[str, Any]]:
-    """The run's error log as JSON rows (oldest first), optionally for one node."""
-    overcome = recovered_nodes(state)
-    return [
-        {**jsonable(record), "recovered": record.recovered or record.node in overcome}
-        for record in state.errors
-        if node is None or record.node == node
-    ]
+__all__ = ["register", "render_errors"]
 
 
 def render_errors(state: RunState, node: str | None = None) -> str:

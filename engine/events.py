@@ -13,7 +13,7 @@ from typing import Any
 
 from phasegraph.model import EMPTY, NodeStatus, RunStatus, StepRecord, empty_field
 
-__all__ = ["Event", "EventBus", "Listener", "events_for"]
+__all__ = ["Event", "EventBus", "Listener", "ends_run", "events_for"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +54,16 @@ _RUN_EVENT = {
     RunStatus.PARKED: "run_parked",
     RunStatus.CANCELLED: "run_cancelled",
 }
+_RUN_END_EVENTS = frozenset(kind for status, kind in _RUN_EVENT.items() if status.terminal)
+
+
+def ends_run(event: Event) -> bool:
+    """Whether ``event`` is the run's own completed/failed/cancelled event.
+
+    Run events carry no node; an action may emit an event of the same kind, but it
+    carries the node it ran for.
+    """
+    return event.node is None and event.kind in _RUN_END_EVENTS
 
 
 def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Event]:

@@ -60,7 +60,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     subscription = hub.subscribe(run_id)  # before reading history, so nothing falls between
     try:
         feed = EventFeed(request.app[ENGINE], run_id, after)
-        backlog = await feed.backlog()  # an unknown run fails here, with a 404
+        backlog = await feed.catch_up()  # an unknown run fails here, with a 404
         if after is not None and feed.reached < after.seq:
             fail("Last-Event-ID", f"{after.seq}-{after.n} is beyond the run's last step")
         response = web.StreamResponse(headers=_HEADERS)

@@ -21,13 +21,12 @@ from typing import Final, final
 
 from phasegraph.api import Engine
 from phasegraph.errors import InputError
-from phasegraph.events import Event, EventBus, events_for
+from phasegraph.events import Event, EventBus, ends_run, events_for
 from phasegraph.model import RunStatus
 
 __all__ = ["EventFeed", "EventHub", "EventId", "Subscription"]
 
 _EVENT_ID: Final = re.compile(r"(0|[1-9][0-9]{0,17})-(0|[1-9][0-9]{0,8})")
-_TERMINAL_EVENTS: Final = frozenset({"run_completed", "run_failed", "run_cancelled"})
 _QUEUE_LIMIT: Final = 4096
 
 
@@ -105,8 +104,11 @@ class EventHub:
     """
 
     def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
         self._subscribers: dict[str, set[Subscription]] = {}
-        self._unsubscribe: Callable[[], None] | None = bus.subscribe(self._publish)
+        # On the bus only while someone reads a stream: with no listener, runs skip
+        # building events altogether.
+        self._unsubscribe: Callable[[], None] | None = None
         self.closed = False
         """Set when the server shuts down: every feed should end."""
 
@@ -117,6 +119,8 @@ class EventHub:
     def subscribe(self, run_id: str) -> Subscription:
         """Start receiving ``run_id``'s events; pair with :meth:`unsubscribe`."""
         subscription = Subscription()
+        if self._unsubscribe is None and not self.closed:
+            self._unsubscribe = self._bus.subscribe(self._publish)
         self._subscribers.setdefault(run_id, set()).add(subscription)
         return subscription
 
@@ -127,6 +131,9 @@ class EventHub:
             subscribers.discard(subscription)
             if not subscribers:
                 del self._subscribers[run_id]
+        if not self._subscribers and self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
     def close(self) -> None:
         """Leave the bus and wake every subscriber so its feed ends (idempotent)."""
@@ -168,14 +175,6 @@ class EventFeed:
         """The last step whose events were all read (-1 before any)."""
         return self._seen
 
-    async def backlog(self) -> list[Event]:
-        """The committed events after the cursor, read from the store.
-
-        Raises:
-            RunNotFoundError: No such run.
-        """
-        return await self._catch_up()
-
     def take(self, events: list[Event], overflowed: bool) -> list[Event] | None:
         """Accept bus events; ``None`` means they leave a hole: call :meth:`catch_up`."""
         if overflowed:
@@ -189,10 +188,11 @@ class EventFeed:
         return self._accept(events)
 
     async def catch_up(self) -> list[Event]:
-        """The events committed after the cursor, read from the store."""
-        return await self._catch_up()
+        """The events committed after the cursor, read from the store.
 
-    async def _catch_up(self) -> list[Event]:
+        Raises:
+            RunNotFoundError: No such run.
+        """
         # Read from the last fully-read record too: its status is the `previous` status
         # events_for needs for the next one (waiting → running emits no event).
         records = await self._engine.history(self._run_id, start=max(self._seen, 0))
@@ -211,6 +211,6 @@ class EventFeed:
         fresh = [e for e in events if self._cursor is None or EventId.of(e) > self._cursor]
         if fresh:
             self._cursor = EventId.of(fresh[-1])
-            if any(e.kind in _TERMINAL_EVENTS for e in fresh):
+            if any(ends_run(e) for e in fresh):
                 self.terminal = True
         return fresh

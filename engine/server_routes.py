@@ -29,7 +29,7 @@ from phasegraph.server_support import (
     run_view,
 )
 from phasegraph.server_upload import UPLOAD_FIELD, UploadPolicy, load_upload
-from phasegraph.views import jsonable, recovered_nodes, run_summary, state_view
+from phasegraph.views import error_rows, jsonable, run_summary, state_view
 
 __all__ = ["routes"]
 
@@ -147,12 +147,7 @@ async def get_history(request: web.Request) -> web.Response:
 async def get_errors(request: web.Request) -> web.Response:
     """The run's error log: failures, recoveries and emergencies, oldest first."""
     state = await request.app[ENGINE].get(request.match_info["run_id"])
-    overcome = recovered_nodes(state)
-    rows = [
-        {**jsonable(record), "recovered": record.recovered or record.node in overcome}
-        for record in state.errors
-    ]
-    return ok({"run_id": state.run_id, "summary": run_summary(state), "errors": rows})
+    return ok({"run_id": state.run_id, "summary": run_summary(state), "errors": error_rows(state)})
 
 
 def routes() -> list[web.RouteDef]:

@@ -10,7 +10,14 @@ from typing import Any
 
 from phasegraph.model import NodeOutcome, NodeStatus, RunState, StepRecord
 
-__all__ = ["jsonable", "record_view", "recovered_nodes", "run_summary", "state_view"]
+__all__ = [
+    "error_rows",
+    "jsonable",
+    "record_view",
+    "recovered_nodes",
+    "run_summary",
+    "state_view",
+]
 
 
 def jsonable(value: Any) -> Any:
@@ -69,6 +76,16 @@ def recovered_nodes(state: RunState) -> frozenset[str]:
         and node.status is NodeStatus.COMPLETED
         and node.outcome is NodeOutcome.SUCCESS
     )
+
+
+def error_rows(state: RunState, node: str | None = None) -> list[dict[str, Any]]:
+    """The run's error log as JSON rows (oldest first), optionally for one node."""
+    overcome = recovered_nodes(state)
+    return [
+        {**jsonable(record), "recovered": record.recovered or record.node in overcome}
+        for record in state.errors
+        if node is None or record.node == node
+    ]
 
 
 def state_view(state: RunState) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from builders import engine, prepared
 from concern_kit import concern_graph, node, run_graph, script
 from phasegraph import cli
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.cli_errors import error_rows, render_errors
+from phasegraph.cli_errors import render_errors
 from phasegraph.concerns import fallback
 from phasegraph.concerns.errorlog import ERROR_LOG, log_error
 from phasegraph.errors import ActionError
@@ -20,7 +20,7 @@ from phasegraph.failures import ERROR_LOG_EVENT
 from phasegraph.model import NodeStatus, RunStatus
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.sqlite import SqliteStore
-from phasegraph.views import recovered_nodes, run_summary
+from phasegraph.views import error_rows, recovered_nodes, run_summary
 
 
 def two_tasks():
