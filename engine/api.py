@@ -17,7 +17,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import jsonschema
 
@@ -47,6 +47,10 @@ __all__ = ["Engine", "GraphSource"]
 
 GraphSource = PreparedGraph | GraphDef | str | Path
 """A graph: prepared, a loaded definition, a built-in name, or a path to a YAML file."""
+
+K = TypeVar("K")
+V = TypeVar("V")
+_CACHE_LIMIT: Final = 256  # prepared graphs (and file stamps) an engine keeps
 
 
 class Engine:
@@ -96,11 +100,12 @@ class Engine:
         else:
             source = str(Path(graph).resolve()) if _is_path(graph) else str(graph)
         key = (source, definition.digest)
-        if key not in self._prepared:
-            self._prepared[key] = prepare(definition, source)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = _remember(self._prepared, key, prepare(definition, source))
         if not isinstance(graph, GraphDef):
-            self._loaded[str(graph)] = (self._prepared[key], _stamp(definition))
-        return self._prepared[key]
+            _remember(self._loaded, str(graph), (prepared, _stamp(definition)))
+        return prepared
 
     @contextlib.asynccontextmanager
     async def start(
@@ -350,6 +355,18 @@ class Engine:
         first = await load_state(self.store, run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
         return await replay_history(self.store, prepared, first)
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> V:
+    """Store ``value`` under ``key``, forgetting the oldest entries past the limit.
+
+    A long-lived engine (a server taking uploads) prepares an unbounded number of
+    graphs; runs keep their own reference, so forgetting one only costs a recompile.
+    """
+    cache[key] = value
+    while len(cache) > _CACHE_LIMIT:
+        del cache[next(iter(cache))]  # the oldest: dicts keep insertion order
+    return value
 
 
 def _stamp(definition: GraphDef) -> tuple[tuple[str, int, int], ...]:

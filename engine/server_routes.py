@@ -58,16 +58,14 @@ async def _graph_of(request: web.Request, body: dict[str, object]) -> PreparedGr
         fail("body", f"give exactly one of `graph` (a built-in name) and `{UPLOAD_FIELD}`")
     engine = request.app[ENGINE]
     if name is not None:
-        built = request.app[GRAPHS]
-        if name not in built:
-            if name not in builtin_graphs():
-                known = ", ".join(builtin_graphs())
-                fail("body.graph", f"no built-in graph {name!r} (built-in graphs: {known})")
-            built[name] = engine.prepare(name)
-        return built[name]
+        if name not in builtin_graphs():
+            known = ", ".join(builtin_graphs())
+            fail("body.graph", f"no built-in graph {name!r} (built-in graphs: {known})")
+        return engine.prepare(name)  # the engine keeps it until its files change
     if not isinstance(text, str) or not text.strip():
         fail(f"body.{UPLOAD_FIELD}", "expected the graph's YAML text")
-    # Clients tend to upload the same graph for every run: parse each text once.
+    # Clients tend to upload the same graph for every run: parse each text once (the
+    # engine bounds how many compiled graphs it keeps; this bounds the parsed texts).
     key = "upload:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     cache = request.app[GRAPHS]
     if key not in cache:

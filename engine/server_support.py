@@ -95,7 +95,7 @@ SETTINGS: Final = web.AppKey("phasegraph.settings", ServerSettings)
 EXECUTOR: Final = web.AppKey("phasegraph.executor", Executor)
 HUB: Final = web.AppKey("phasegraph.hub", EventHub)
 GRAPHS: Final = web.AppKey[dict[str, PreparedGraph]]("phasegraph.graphs")
-"""Built-in graphs prepared once per server (they cannot change while it runs)."""
+"""Uploaded graphs by the SHA-256 of their text, so each text is parsed once (bounded)."""
 
 
 class RequestError(InputError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from builders import graph
 from phasegraph.api import Engine
 from phasegraph.store.memory import MemoryStore
 
@@ -32,3 +33,15 @@ async def test_prepared_graph_is_reused_until_its_file_changes(tmp_path: Path):
         changed = engine.prepare(path)
     assert changed is not first
     assert changed.definition.digest != first.definition.digest
+
+
+def test_a_long_lived_engine_keeps_a_bounded_number_of_prepared_graphs() -> None:
+    # A server prepares every distinct upload: the engine must not keep them all.
+    engine = Engine(MemoryStore())
+    first = engine.prepare(graph([("a", ())], name="g0"))
+    for i in range(1, 300):
+        engine.prepare(graph([("a", ())], name=f"g{i}"))
+    assert len(engine._prepared) <= 256  # white-box: memory held is what matters
+    latest = engine.prepare(graph([("a", ())], name="g299"))
+    assert engine.prepare(graph([("a", ())], name="g299")) is latest  # still cached
+    assert engine.prepare(graph([("a", ())], name="g0")) is not first  # forgotten, rebuilt
