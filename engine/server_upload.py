@@ -26,9 +26,8 @@ from typing import Any, Final
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.loader import YamlLimits, load_graph, load_graph_text
 from phasegraph.model import GraphDef
-from phasegraph.yaml_source import limit_problems
 
-__all__ = ["UPLOAD_FIELD", "UploadPolicy", "load_upload", "yaml_shape_problems"]
+__all__ = ["UPLOAD_FIELD", "UploadPolicy", "load_upload"]
 
 UPLOAD_FIELD: Final = "graph_yaml"
 """The request field that carries an uploaded graph; problems are located in it."""
@@ -59,15 +58,6 @@ class UploadPolicy:
 def _limits(max_depth: int) -> YamlLimits:
     # Uploads refuse every alias: each one is reported, and nothing is expanded.
     return YamlLimits(max_depth=max_depth, max_aliases=0)
-
-
-def yaml_shape_problems(text: str, max_depth: int) -> list[Problem]:
-    """Aliases and over-deep nesting in YAML ``text``, located in ``graph_yaml``.
-
-    Found by parsing the text without building it (a syntax error ends the scan; loading
-    the text reports it). One problem per line that uses aliases.
-    """
-    return limit_problems(text, UPLOAD_FIELD, _limits(max_depth))
 
 
 def load_upload(text: str, policy: UploadPolicy) -> GraphDef:

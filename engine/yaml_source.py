@@ -29,7 +29,6 @@ __all__ = [
     "Document",
     "YamlLimits",
     "YamlPath",
-    "limit_problems",
     "location",
     "parse_text",
     "read_file",
@@ -348,21 +347,3 @@ def parse_text(
         message = f"a {what} file is a mapping with {needs}, not {found}"
         return None, [*problems, Problem(message, location(shown, loader.node_marks.get(())))]
     return Document(shown, data, loader.node_marks, loader.key_marks), problems
-
-
-def limit_problems(text: str, shown: str, limits: YamlLimits) -> list[Problem]:
-    """The places where YAML ``text`` passes ``limits``, found without building it.
-
-    Syntax errors are not reported here (loading the text reports them); the scan stops
-    at the first one.
-    """
-    loader = _MarkedLoader(text, shown, limits)
-    try:
-        loader.compose_checked()
-    except SpecError as exc:
-        return list(exc.problems)
-    except yaml.YAMLError:
-        return loader.refused
-    finally:
-        loader.dispose()
-    return []

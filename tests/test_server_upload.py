@@ -8,8 +8,10 @@ import pytest
 
 from phasegraph import Engine
 from phasegraph.errors import SpecError
-from phasegraph.server_upload import UploadPolicy, load_upload, yaml_shape_problems
+from phasegraph.loader import load_graph_text
+from phasegraph.server_upload import UPLOAD_FIELD, UploadPolicy, load_upload
 from phasegraph.store.memory import MemoryStore
+from phasegraph.yaml_source import YamlLimits
 from test_server import FIXTURES, GATED, serving, settings_for
 
 SHELL = """
@@ -97,8 +99,16 @@ def test_shape_scan_ignores_text_that_only_looks_like_yaml() -> None:
         'double: "a \\" *b [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["\n'
         "plain: a*b # *comment [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\n"
     )
-    assert yaml_shape_problems(text, 8) == []
-    assert len(yaml_shape_problems("a: [*x, *y]\nb: *z\n", 8)) == 2  # one per line
+    assert _limit_problems(text) == []
+    assert len(_limit_problems("a: [*x, *y]\nb: *z\n")) == 2  # one per line
+
+
+def _limit_problems(text: str) -> list[str]:
+    """The alias and nesting problems an upload's text meets (as the server loads it)."""
+    with pytest.raises(SpecError) as caught:
+        load_graph_text(text, name=UPLOAD_FIELD, limits=YamlLimits(max_depth=8, max_aliases=0))
+    messages = [str(problem) for problem in caught.value.problems]
+    return [m for m in messages if "alias" in m or "nest" in m]
 
 
 def test_accepted_upload_is_kept_under_its_hash(
