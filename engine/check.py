@@ -32,6 +32,7 @@ from phasegraph.loader import (
     load_machine,
     machine_source,
 )
+from phasegraph.loader_catalog import is_name
 from phasegraph.model import MachineDef
 
 __all__ = [
@@ -105,10 +106,6 @@ def _kind_of(text: str) -> Kind | None:
     return "graph" if "graph" in keys else None
 
 
-def _is_name(target: str) -> bool:
-    return "/" not in target and "\\" not in target and not target.endswith((".yaml", ".yml"))
-
-
 def resolve(target: str | Path) -> Target:
     """Find what ``target`` names: a built-in machine or graph, or a YAML file.
 
@@ -120,7 +117,7 @@ def resolve(target: str | Path) -> Target:
         InputError: The file cannot be read, or no built-in has that name.
     """
     text = str(target)
-    if isinstance(target, str) and _is_name(text) and not Path(text).is_file():
+    if is_name(target) and not Path(text).is_file():
         machines, graphs = text in builtin_machines(), text in builtin_graphs()
         if machines and graphs:
             raise InputError(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from types import MappingProxyType
 
-__all__ = ["SUPPORTED_SUFFIXES", "Span", "find_symbols"]
+__all__ = ["Span", "find_symbols"]
 
 Span = tuple[int, int]
 """First and last line (1-based, inclusive) of a definition."""
@@ -52,9 +52,6 @@ _PATTERNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 _COMPILED = MappingProxyType(
     {suffix: tuple(re.compile(p) for p in patterns) for suffix, patterns in _PATTERNS.items()}
 )
-
-SUPPORTED_SUFFIXES = frozenset({".py", *_PATTERNS})
-"""File suffixes whose symbols can be found."""
 
 
 def _python(text: str) -> dict[str, Span]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from hypothesis import given
@@ -125,11 +125,8 @@ def test_json_schema_states_the_rules() -> None:
 @pytest.mark.parametrize(("kind", "path"), SHIPPED, ids=[p.name for _, p in SHIPPED])
 def test_shipped_files_validate_and_load(kind: str, path: Path) -> None:
     document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if importlib.util.find_spec("jsonschema") is not None:  # pragma: no cover - optional
-        import jsonschema
-
-        wanted = schema.machine_json_schema if kind == "machine" else schema.graph_json_schema
-        jsonschema.validate(json.loads(json.dumps(document)), wanted())
+    wanted = schema.machine_json_schema if kind == "machine" else schema.graph_json_schema
+    jsonschema.validate(json.loads(json.dumps(document)), wanted())
     check = schema.check_machine if kind == "machine" else schema.check_graph
     checked = check(document)
     assert checked.issues == ()
@@ -327,7 +324,6 @@ FIXTURES = [
 
 @pytest.mark.parametrize(("kind", "path"), FIXTURES, ids=[p.name for _, p in FIXTURES])
 def test_json_schema_agrees_with_the_models(kind: str, path: Path) -> None:
-    jsonschema = pytest.importorskip("jsonschema")  # only when already installed
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError:
