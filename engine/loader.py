@@ -292,16 +292,17 @@ def _graph(
     doc: Document | None, problems: list[Problem], default_name: str, folder: Path | None
 ) -> model.GraphDef:
     """Check a parsed graph document against everything; convert it when it is sound."""
-    if doc and folder is None and "machines" in doc.data:
+    if doc is None:
+        raise SpecError(_ordered(problems))
+    if folder is None and "machines" in doc.data:
         text = (
             "a graph given as text may use built-in machines only: remove `machines:` "
             "(machine files are found next to a graph's file, and this graph has none)"
         )
         problems.append(doc.problem(("machines",), text))
-    checked = schema.check_graph(doc.data) if doc else None
-    if doc and checked:
-        problems += [Problem(issue.message, doc.place(issue.loc)) for issue in checked.issues]
-    if doc is None or checked is None or checked.spec is None:
+    checked = schema.check_graph(doc.data)
+    problems += [Problem(issue.message, doc.place(issue.loc)) for issue in checked.issues]
+    if checked.spec is None:
         raise SpecError(_ordered(problems))
     doc, spec = replace(doc, locate=checked.locate), checked.spec
     if spec.input is not None:
