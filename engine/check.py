@@ -29,7 +29,7 @@ from phasegraph.loader import (
     builtin_machines,
     graph_source,
     load_graph,
-    load_machine,
+    load_machine_family,
     machine_source,
 )
 from phasegraph.loader_catalog import is_name
@@ -180,20 +180,7 @@ def machine_family(source: str | Path) -> tuple[MachineDef, dict[str, MachineDef
     Raises:
         SpecError: The machine or one nested in it is invalid.
     """
-    root = load_machine(source)
-    folder = Path(root.location.path).parent if root.location else Path()
-    family = {root.name: root}
-    pending = [root]
-    while pending:
-        for state in pending.pop().states.values():
-            child = state.machine
-            if child is None or child in family:
-                continue
-            # Built-ins first, then a file of that stem beside the machine: the loader's order.
-            found = load_machine(child if child in builtin_machines() else folder / f"{child}.yaml")
-            family[child] = found
-            pending.append(found)
-    return root, family
+    return load_machine_family(source)
 
 
 def check(target: str | Path) -> Report:

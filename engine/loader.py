@@ -49,6 +49,7 @@ __all__ = [
     "load_graph",
     "load_graph_text",
     "load_machine",
+    "load_machine_family",
     "machine_source",
 ]
 
@@ -86,6 +87,26 @@ def load_machine(source: str | Path) -> model.MachineDef:
     Raises:
         SpecError: Every problem of the file and of the machines nested in it.
     """
+    return _load_machine(source)[0]
+
+
+def load_machine_family(source: str | Path) -> tuple[model.MachineDef, dict[str, model.MachineDef]]:
+    """Load a machine and every machine nested in it, each file read once.
+
+    Returns:
+        The machine, and every machine of the family (itself included) by name.
+
+    Raises:
+        SpecError: As :func:`load_machine`.
+    """
+    root, resolver = _load_machine(source)
+    family: dict[str, model.MachineDef] = {}
+    resolver.closure(root.name, family)
+    return root, family
+
+
+def _load_machine(source: str | Path) -> tuple[model.MachineDef, Resolver]:
+    """The sound machine, and the resolver that read it and the machines it nests."""
     path = builtin(source, "states", "machine") if is_name(source) else Path(source)
     resolver = Resolver(
         {**{p.stem: p for p in path.parent.glob("*.yaml")}, **builtin_files("states")}
@@ -97,7 +118,7 @@ def load_machine(source: str | Path) -> model.MachineDef:
     problems += resolver.problems
     if problems or machine is None or machine.definition is None:
         raise SpecError(_ordered(problems))
-    return machine.definition
+    return machine.definition, resolver
 
 
 def _node_def(node: schema.NodeSpec, index: int, doc: Document) -> model.NodeDef:
