@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from phasegraph.failures import ERROR_TRIGGER
-from phasegraph.model import EMPTY, PATH_SEPARATOR, MachineDef, StateDef
+from phasegraph.model import EMPTY, PATH_SEPARATOR, MachineDef, StateDef, nested_machines
 
 __all__ = ["Explored", "Explorer", "HookSite", "cycle_through", "loops"]
 
@@ -133,16 +133,7 @@ class Explorer:
 
     def family(self, name: str) -> list[str]:
         """``name`` and every known machine nested in it, each once, outermost first."""
-        order: list[str] = []
-        pending = [name]
-        while pending:
-            current = pending.pop(0)
-            machine = self._machines.get(current)
-            if machine is None or current in order:
-                continue
-            order.append(current)
-            pending += [s.machine for s in machine.states.values() if s.machine]
-        return order
+        return [machine.name for machine in nested_machines(name, self._machines)]
 
     def hook_sites(self, name: str, prefix: str = "") -> dict[str, list[HookSite]]:
         """Hook → every state carrying it in ``name`` and the machines nested in it."""

@@ -36,6 +36,7 @@ __all__ = [
     "apply_record",
     "empty_field",
     "frozen_map",
+    "nested_machines",
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -287,6 +288,23 @@ class NodeDef:
     settings: Mapping[str, Any] = empty_field()
     writes: tuple[str, ...] | None = None
     location: SourceLocation | None = None
+
+
+def nested_machines(root: str, machines: Mapping[str, MachineDef]) -> tuple[MachineDef, ...]:
+    """Machine ``root`` and every machine nested in it, each once, outermost first.
+
+    Names missing from ``machines`` are passed over (the loader reports them).
+    """
+    found: dict[str, MachineDef] = {}
+    pending = [root]
+    while pending:
+        name = pending.pop(0)
+        machine = machines.get(name)
+        if machine is None or name in found:
+            continue
+        found[name] = machine
+        pending += [state.machine for state in machine.states.values() if state.machine]
+    return tuple(found.values())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,13 +20,12 @@ from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.errors import ActionError
 from phasegraph.failures import ERROR_TRIGGER
 from phasegraph.machine import MachineSet, compile_machines
-from phasegraph.model import PATH_SEPARATOR, GraphDef, MachineDef, NodeDef
+from phasegraph.model import PATH_SEPARATOR, GraphDef, MachineDef, NodeDef, nested_machines
 
 __all__ = [
     "Outcome",
     "Script",
     "graph_outcomes",
-    "machine_closure",
     "outcomes",
     "scripted_actions",
 ]
@@ -78,25 +77,12 @@ def outcomes(
     return st.lists(outcome, min_size=1, max_size=max_steps).map(tuple)
 
 
-def machine_closure(root: str, machines: Mapping[str, MachineDef]) -> list[MachineDef]:
-    """Machine ``root`` and every machine nested in it, each once."""
-    found: dict[str, MachineDef] = {}
-    pending = [root]
-    while pending:
-        name = pending.pop()
-        if name in found or name not in machines:
-            continue
-        found[name] = machines[name]
-        pending += [s.machine for s in machines[name].states.values() if s.machine]
-    return list(found.values())
-
-
 def graph_outcomes(definition: GraphDef, *, max_steps: int = 12) -> st.SearchStrategy[Script]:
     """Scripts for every node of a graph (or of :func:`machine_properties`' one-node graph)."""
     return st.fixed_dictionaries(
         {
             node.id: outcomes(
-                machine_closure(node.machine, definition.machines), max_steps=max_steps
+                nested_machines(node.machine, definition.machines), max_steps=max_steps
             )
             for node in definition.nodes
         }
@@ -160,6 +146,6 @@ def scripted_actions(definition: GraphDef, script: Script) -> dict[tuple[str, st
     actions: dict[tuple[str, str], Action] = {}
     for node in definition.nodes:
         scripted = _Scripted(compiled, node, script[node.id])
-        hooks = {s.hook for m in machine_closure(node.machine, machines) for s in m.states.values()}
+        hooks = {s.hook for m in nested_machines(node.machine, machines) for s in m.states.values()}
         actions.update({(node.id, hook): scripted for hook in hooks if hook})
     return actions

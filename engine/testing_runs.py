@@ -32,10 +32,11 @@ from phasegraph.model import (
     RunState,
     RunStatus,
     StepRecord,
+    nested_machines,
 )
 from phasegraph.runtime import PreparedGraph, RunOptions, prepare
 from phasegraph.store.memory import MemoryStore
-from phasegraph.testing_outcomes import Script, machine_closure, scripted_actions
+from phasegraph.testing_outcomes import Script, scripted_actions
 
 __all__ = ["PropertyFailed", "Subject", "graph_subject", "machine_subject", "run_example"]
 
@@ -78,7 +79,7 @@ def _capped(node: NodeDef, machines: Mapping[str, MachineDef], cap: int | None) 
     if cap is None:
         return node
     overrides = dict(node.settings.get("budgets") or {})
-    for machine in machine_closure(node.machine, machines):
+    for machine in nested_machines(node.machine, machines):
         for budget in machine.budgets.values():
             overrides[budget.name] = min(int(overrides.get(budget.name, budget.limit)), cap)
     settings = MappingProxyType({**node.settings, "budgets": overrides})

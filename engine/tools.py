@@ -44,7 +44,7 @@ from typing import Any
 
 from phasegraph.actions import EventSink, ToolCall
 from phasegraph.errors import ActionError, Problem, SpecError
-from phasegraph.model import PATH_SEPARATOR, GraphDef, NodeDef, empty_field
+from phasegraph.model import PATH_SEPARATOR, GraphDef, NodeDef, empty_field, nested_machines
 from phasegraph.tool_builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
 
 __all__ = [
@@ -259,16 +259,9 @@ def _scope(workspace: str | None, cwd: str | None) -> Scope:
 _RULE_KEYS = frozenset({"tools", "deny_commands", "allow_commands"})
 
 
-def _states(definition: GraphDef, machine: str, seen: frozenset[str] = frozenset()) -> set[str]:
+def _states(definition: GraphDef, machine: str) -> set[str]:
     """Every state name of ``machine`` and of the machines nested in it."""
-    found = definition.machines.get(machine)
-    if found is None or machine in seen:
-        return set()
-    names = set(found.states)
-    for state in found.states.values():
-        if state.machine is not None:
-            names |= _states(definition, state.machine, seen | {machine})
-    return names
+    return {s for m in nested_machines(machine, definition.machines) for s in m.states}
 
 
 def _names(value: Any, what: str, problems: list[str]) -> frozenset[str] | None:
