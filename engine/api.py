@@ -25,7 +25,7 @@ from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
-from phasegraph.fork import create_run, decode_stored, fork_state, load_state, rebuild
+from phasegraph.fork import create_run, decode_stored, first_commit, fork_state, rebuild
 from phasegraph.interpreter import Run
 from phasegraph.loader import load_graph
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
@@ -39,9 +39,8 @@ from phasegraph.runtime import (
     TimeOrderedIds,
     initial_state,
     prepare,
-    run_meta,
 )
-from phasegraph.store.base import Commit, RunMeta, Store
+from phasegraph.store.base import Lease, RunMeta, Store
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -128,12 +127,7 @@ class Engine:
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
         state = initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
-        commit = Commit(
-            seq=0,
-            record=codec.encode_record(created),
-            snapshot=codec.encode_snapshot(state),
-            meta=run_meta(state),
-        )
+        commit = first_commit(state, created)
         try:
             await self.store.commit(lease, commit)
         except BaseException:
@@ -184,7 +178,7 @@ class Engine:
             yield run
 
     def _run(
-        self, prepared: PreparedGraph, lease: Any, state: RunState, snap: int, size: int
+        self, prepared: PreparedGraph, lease: Lease, state: RunState, snap: int, size: int
     ) -> Run:
         return Run(
             prepared=prepared,
@@ -286,7 +280,13 @@ class Engine:
             return run.state
 
     async def get(self, run_id: str, seq: int | None = None) -> RunState:
-        """The run state at ``seq`` (default: the head)."""
+        """The run state at ``seq`` (default: the head).
+
+        Raises:
+            RunNotFoundError: No such run, or no such seq in it.
+            CodecError: A stored payload is corrupt (``UnsupportedFormatError``: newer
+                format); the message names the run.
+        """
         return rebuild(await self.store.read(run_id, seq))
 
     async def history(
@@ -329,7 +329,7 @@ class Engine:
             InputError: A patch key is not a non-empty string.
             CodecError: A patch value cannot be stored, or the source's payloads are bad.
         """
-        source = await load_state(self.store, run_id, at_seq)
+        source = await self.get(run_id, at_seq)
         state, record = fork_state(
             source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now()
         )
@@ -352,7 +352,7 @@ class Engine:
             SpecError: The graph is invalid.
             CodecError: A stored payload is corrupt or of a newer format.
         """
-        first = await load_state(self.store, run_id, 0)
+        first = await self.get(run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
         return await replay_history(self.store, prepared, first)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasegraph.errors import ActionError, PhasegraphError
+from phasegraph.errors import ActionError, LoopDetectedError
 
 __all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "classify_error"]
 
@@ -25,7 +25,7 @@ def classify_error(error: BaseException) -> dict[str, Any]:
     """
     if isinstance(error, TimeoutError):
         code, retryable = "timeout", True
-    elif isinstance(error, PhasegraphError) and error.code.value == "loop_detected":
+    elif isinstance(error, LoopDetectedError):
         code, retryable = "loop_detected", True
     elif isinstance(error, ActionError | OSError):
         code, retryable = "llm_failure", True

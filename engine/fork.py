@@ -26,19 +26,9 @@ from phasegraph.model import RunState, StepRecord, apply_record, frozen_map
 from phasegraph.runtime import RunOptions, run_meta
 from phasegraph.store.base import Commit, Store, StoredRun
 
-__all__ = ["create_run", "decode_stored", "fork_state", "load_state", "rebuild"]
+__all__ = ["create_run", "decode_stored", "first_commit", "fork_state", "rebuild"]
 
 T = TypeVar("T")
-
-
-async def load_state(store: Store, run_id: str, seq: int | None = None) -> RunState:
-    """The run state at ``seq`` (default: the head), naming the run if a payload is bad.
-
-    Raises:
-        RunNotFoundError: No such run, or no such seq in it.
-        CodecError: A stored payload is corrupt (``UnsupportedFormatError``: newer format).
-    """
-    return rebuild(await store.read(run_id, seq))
 
 
 def rebuild(stored: StoredRun) -> RunState:
@@ -124,6 +114,16 @@ def _rekey(interrupt_id: str, old: str, new: str) -> str:
     return new + interrupt_id[len(old) :] if interrupt_id.startswith(prefix) else interrupt_id
 
 
+def first_commit(state: RunState, record: StepRecord) -> Commit:
+    """The commit of a new run's seq 0: ``record`` and a full snapshot of ``state``."""
+    return Commit(
+        seq=0,
+        record=codec.encode_record(record),
+        snapshot=codec.encode_snapshot(state),
+        meta=run_meta(state),
+    )
+
+
 async def create_run(
     store: Store, options: RunOptions, state: RunState, record: StepRecord
 ) -> None:
@@ -134,12 +134,7 @@ async def create_run(
         SequenceConflictError: A run with that id already exists.
         StoreError: The store failed; nothing was written.
     """
-    commit = Commit(
-        seq=0,
-        record=codec.encode_record(record),
-        snapshot=codec.encode_snapshot(state),
-        meta=run_meta(state),
-    )
+    commit = first_commit(state, record)
     lease = await store.acquire(state.run_id, options.owner_name(), options.lease_ttl)
     try:
         await store.commit(lease, commit)

@@ -62,7 +62,7 @@ class Run:
         lease: Lease,
         state: RunState,
         snapshot_seq: int,
-        snapshot_bytes: int = 0,
+        snapshot_bytes: int,
         options: RunOptions,
         clock: Clock,
         bus: EventBus,

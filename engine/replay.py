@@ -35,7 +35,6 @@ from phasegraph.model import (
     NodeStatus,
     RunState,
     StepRecord,
-    apply_record,
     frozen_map,
 )
 from phasegraph.runtime import PreparedGraph
@@ -166,7 +165,7 @@ class _Replayer:
         else:
             fields, produced = differing_fields(recorded, replayed), replayed
             if not fields:
-                self._state = apply_record(self._state, replayed)
+                self._state = self._steps.apply(self._state, replayed)
                 return None
             reason = f"the replayed step differs in {', '.join(fields)}"
         return Divergence(

@@ -41,7 +41,7 @@ from phasegraph.model import (
 )
 from phasegraph.runtime import Clock, PreparedGraph
 
-__all__ = ["StepBuilder", "run_status"]
+__all__ = ["StepBuilder"]
 
 _STATUS_FOR_OUTCOME = {
     None: NodeStatus.RUNNING,
@@ -51,15 +51,6 @@ _STATUS_FOR_OUTCOME = {
     NodeOutcome.FAILED: NodeStatus.FAILED,
     NodeOutcome.GAVE_UP: NodeStatus.FAILED,
 }
-
-
-def run_status(
-    prepared: PreparedGraph,
-    nodes: Mapping[str, NodeState],
-    interrupts: Mapping[str, Interrupt] = EMPTY,
-) -> RunStatus:
-    """The run status implied by its nodes and pending interrupts."""
-    return Frontier(prepared.workflow, nodes).status(EMPTY, interrupts)
 
 
 class StepBuilder:

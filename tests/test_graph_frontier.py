@@ -24,8 +24,6 @@ from phasegraph.model import (
     NodeStatus,
     RunStatus,
 )
-from phasegraph.runtime import prepare
-from phasegraph.steps import run_status
 
 NODE_STATES = st.builds(
     NodeState,
@@ -123,5 +121,5 @@ def test_run_status_follows_the_documented_rules(
         if data.draw(st.booleans())
         else {}
     )
-    plan = prepare(workflow.definition, "test", {})
-    assert run_status(plan, nodes, interrupts) == _reference_status(workflow, nodes, interrupts)
+    status = Frontier(workflow, nodes).status(EMPTY, interrupts)
+    assert status == _reference_status(workflow, nodes, interrupts)

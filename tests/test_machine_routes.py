@@ -123,6 +123,8 @@ def test_every_declared_route_is_reachable_through_both(name: str) -> None:
                 )
                 table = _outcome(compiled.fire, state, trigger, guard)
                 assert table == _outcome(compiled.fire_via_library, state, trigger, guard)
+                if all(limit for limit in limits.values()):
+                    assert table[0] == "moved", (state, trigger)
 
 
 def test_shipped_machines_are_found() -> None:
