@@ -87,11 +87,9 @@ class PropertyStats:
 
     Attributes:
         examples: Examples run so far (shrinking included).
-        max_examples: The example budget the test was made with.
     """
 
     examples: int = 0
-    max_examples: int = 0
 
 
 # --------------------------------------------------------------------------- factories
@@ -111,7 +109,7 @@ class PropertyTest(Protocol):
 def _property_test(
     load: Callable[[], Subject], label: str, max_examples: int, max_steps: int
 ) -> PropertyTest:
-    stats = PropertyStats(max_examples=max_examples)
+    stats = PropertyStats()
     name = "properties_of_" + re.sub(r"\W", "_", Path(label).stem if "." in label else label)
 
     def test() -> None:

@@ -104,7 +104,11 @@ async def integrate(ctx: ActionContext) -> ActionResult:
     """Run a smoke test of the API against the documented behaviour."""
     await _write(ctx, "smoke.py", "from api import list_orders\nassert list_orders(1) == []\n")
     check = await _run(ctx, sys.executable, "smoke.py")
-    return _done("integrate: smoke test passed") if check["exit"] == 0 else _failed("x", check)
+    return (
+        _done("integrate: smoke test passed")
+        if check["exit"] == 0
+        else _failed("integrate: smoke test failed", check)
+    )
 
 
 async def release(ctx: ActionContext) -> ActionResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,12 @@ from phasegraph.store.memory import MemoryStore
 CONCERN_MACHINES = ("fallback_chain", "quality_loop")
 
 
+@functools.cache
+def _concern_machines() -> tuple[Any, ...]:
+    """The built-in concern machines, loaded once (definitions are frozen)."""
+    return tuple(load_machine(name) for name in CONCERN_MACHINES)
+
+
 def concern_graph(
     nodes: Sequence[NodeDef],
     *,
@@ -22,7 +29,7 @@ def concern_graph(
     extra_machines: Iterable[Any] = (),
 ) -> GraphDef:
     """A graph whose nodes may use the built-in concern machines (and task/loop)."""
-    machines = [load_machine(name) for name in CONCERN_MACHINES] + list(extra_machines)
+    machines = [*_concern_machines(), *extra_machines]
     definition = graph(list(nodes), machines=machines)
     layers = tuple(MiddlewareDef(name=n, config=frozen_map(c)) for n, c in middleware)
     return dataclasses.replace(definition, middleware=layers)

@@ -14,9 +14,8 @@ from phasegraph import cli
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.cli_errors import render_errors
 from phasegraph.concerns import fallback
-from phasegraph.concerns.errorlog import ERROR_LOG, log_error
+from phasegraph.concerns.errorlog import log_error
 from phasegraph.errors import ActionError
-from phasegraph.failures import ERROR_LOG_EVENT
 from phasegraph.model import NodeStatus, RunStatus
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.sqlite import SqliteStore
@@ -58,7 +57,6 @@ async def test_action_logged_records_keep_every_field():
     assert record.message == "cache miss, fetched again"
     assert dict(record.details) == {"key": "deps"}
     assert record.time.tzinfo is not None
-    assert ERROR_LOG == ERROR_LOG_EVENT
 
 
 async def test_handled_error_and_node_failure_are_recorded():

@@ -19,7 +19,6 @@ from phasegraph.replay import Divergence, ReplayReport
 from phasegraph.runtime import prepare
 from phasegraph.store.memory import MemoryStore
 from phasegraph.testing import (
-    PROPERTIES,
     Outcome,
     PropertyFailed,
     graph_outcomes,
@@ -45,7 +44,6 @@ def test_shipped_machine_properties(name: str) -> None:
     test = machine_properties(name, max_examples=SHIPPED_EXAMPLES, budget_cap=SHIPPED_BUDGET_CAP)
     test()
     assert test.stats.examples >= 1
-    assert test.properties == PROPERTIES
 
 
 @pytest.mark.parametrize("name", builtin_graphs())

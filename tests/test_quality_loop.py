@@ -7,7 +7,6 @@ KTD-7 resumable counters, KTD-8 gave_up_after_reflections, KTD-9 reset between a
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -268,8 +267,8 @@ async def test_gave_up_loop_inside_fallback_chain_is_recovered_once():
     """001 risk "double reflexion with the recovery layer": in a chain around the loop,
     the recovery retries at most `retries` times, each loop entry has its own reflect
     budget, and the total work is bounded."""
-    guarded = load_machine(str(Path(__file__).parent / "fixtures/concerns/guarded_quality.yaml"))
-    definition = concern_graph([node("work", "guarded_quality")], extra_machines=[guarded])
+    guarded = load_machine("guarded_quality_loop")
+    definition = concern_graph([node("work", "guarded_quality_loop")], extra_machines=[guarded])
     reflections: list[ActionContext] = []
     recoveries: list[ActionContext] = []
 

@@ -236,9 +236,7 @@ async def test_git_checkout_rolls_back_a_tracked_file_the_failed_phase_changed(r
     assert (repo / "schema.sql").read_text() == original
     assert git(repo, "status", "--porcelain") == ""
     assert state.data["checkpoints"]["migrate"]["rolled_back"] is True
-    assert [e["kind"] for e in events(history, team.ROLLBACK_COMPLETED)] == [
-        team.ROLLBACK_COMPLETED
-    ]
+    assert len(events(history, team.ROLLBACK_COMPLETED)) == 1
 
 
 # --------------------------------------------------------------------------- retries

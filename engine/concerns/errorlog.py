@@ -6,12 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from phasegraph.actions import ActionContext
+from phasegraph.failures import ERROR_LOG_EVENT
+from phasegraph.model import PATH_SEPARATOR
 
-__all__ = ["ERROR_LOG", "log_error", "spent"]
-
-ERROR_LOG = "error_log"
-"""The event kind the interpreter turns into an error-log record (``steps.ERROR_LOG_EVENT``;
-repeated here because concerns sit below the interpreter in the import layers)."""
+__all__ = ["log_error", "spent"]
 
 
 def log_error(
@@ -32,7 +30,7 @@ def log_error(
         details: Structured context (JSON-like values).
     """
     fields = {"message": message, "severity": severity, "recovered": recovered}
-    ctx.emit(ERROR_LOG, {**fields, "details": dict(details or {})})
+    ctx.emit(ERROR_LOG_EVENT, {**fields, "details": dict(details or {})})
 
 
 def spent(ctx: ActionContext, budget: str) -> tuple[int, int | None]:
@@ -41,7 +39,7 @@ def spent(ctx: ActionContext, budget: str) -> tuple[int, int | None]:
     Counters of nested levels are prefixed with their parent path (``main/reflect``), so
     the key is the current state's parents plus the budget name.
     """
-    parents, _, _ = ctx.state.rpartition("/")
+    parents, _, _ = ctx.state.rpartition(PATH_SEPARATOR)
     used = ctx.counters.get(f"{parents}/{budget}" if parents else budget, 0)
     limit = ctx.limits.get(budget)
     if limit is None:  # a nested machine's budget: only a node override tells its limit

@@ -18,6 +18,7 @@ from typing import Any
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns.errorlog import log_error, spent
 from phasegraph.errors import ActionError, LoopDetectedError, RunError
+from phasegraph.model import PATH_SEPARATOR
 
 __all__ = [
     "DATA_KEY",
@@ -194,7 +195,7 @@ async def emergency(ctx: ActionContext) -> ActionResult:
         Exception: The rebuilt original error, in the ``reraise`` state.
     """
     failure = dict(ctx.payload)
-    if ctx.state.rpartition("/")[2] == _RERAISE_STATE:
+    if ctx.state.rpartition(PATH_SEPARATOR)[2] == _RERAISE_STATE:
         raise reraised(failure)
     error = structured_error(failure, ctx.settings)
     details = error.to_dict()
