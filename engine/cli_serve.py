@@ -19,7 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 from phasegraph.api import Engine
-from phasegraph.cli_support import EXIT_OK, AddCommand
+from phasegraph.cli_support import EXIT_OK, AddCommand, lease_ttl
 from phasegraph.errors import InputError
 from phasegraph.runtime import RunOptions
 from phasegraph.server import ServerSettings, create_app
@@ -37,7 +37,7 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def _settings(args: argparse.Namespace) -> ServerSettings:
+def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
     token = args.token or None
     if token is None and not _loopback(args.host) and not args.insecure_no_token:
         raise InputError(
@@ -50,13 +50,14 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
         allow_shell=args.allow_shell,
         max_concurrent_runs=args.max_runs,
         upload_dir=Path(args.upload_dir),
-        adopt_interval=min(max(args.lease_ttl / 3, 0.05), 5.0),
+        adopt_interval=min(max(ttl / 3, 0.05), 5.0),
     )
 
 
 async def _cmd_serve(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    options = RunOptions(lease_ttl=args.lease_ttl)
+    ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
+    settings = _settings(args, ttl)
+    options = RunOptions(lease_ttl=ttl)
     async with open_store(args.store) as store:
         app = create_app(Engine(store, options=options), settings=settings)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -128,8 +129,9 @@ def register(add: AddCommand) -> None:
     serve.add_argument(
         "--lease-ttl",
         type=_positive,
-        default=30.0,
-        help="seconds a run's lease outlives a crashed server (default %(default)s)",
+        default=None,
+        help="seconds a run's lease outlives a crashed server (default: env "
+        "PHASEGRAPH_LEASE_TTL, else 30)",
     )
     serve.add_argument(
         "--upload-dir",

@@ -12,10 +12,9 @@ review deadlines of waiting ones; on shutdown it stops them at their last commit
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
 from aiohttp import web
@@ -193,39 +192,18 @@ async def _end_streams(app: web.Application) -> None:
         app[HUB].close()
 
 
-def create_app(
-    engine: Engine,
-    *,
-    token: str | None = None,
-    allow_python_modules: Iterable[str] | None = None,
-    max_concurrent_runs: int | None = None,
-    settings: ServerSettings | None = None,
-) -> web.Application:
+def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web.Application:
     """Build the HTTP application.
 
     Args:
         engine: The engine (and store) the server works on. The caller opens and closes
             the store; the app owns the tasks it starts.
-        token: Bearer token required on every route but ``/healthz`` and ``/readyz``.
-        allow_python_modules: Modules ``python:`` actions of uploaded graphs may import.
-        max_concurrent_runs: How many runs are stepped at once.
-        settings: Everything else (limits, intervals, upload folder); the keyword
-            arguments above, when given, take precedence over it.
+        settings: Token, limits, intervals, upload folder (default: ``ServerSettings()``).
 
     Returns:
         The application, ready for ``web.AppRunner`` or ``web.run_app``.
-
-    Raises:
-        InputError: A setting is out of range.
     """
-    changes: dict[str, Any] = {}
-    if token is not None:
-        changes["token"] = token
-    if allow_python_modules is not None:
-        changes["allow_python_modules"] = frozenset(allow_python_modules)
-    if max_concurrent_runs is not None:
-        changes["max_concurrent_runs"] = max_concurrent_runs
-    config = dataclasses.replace(settings or ServerSettings(), **changes)
+    config = settings or ServerSettings()
     middlewares = [_problems] + ([_auth(config.token)] if config.token else [])
     app = web.Application(middlewares=middlewares, client_max_size=config.max_body_bytes)
     app[ENGINE] = engine

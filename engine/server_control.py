@@ -13,6 +13,7 @@ from phasegraph.replay import report_view
 from phasegraph.server_support import (
     ENGINE,
     EXECUTOR,
+    MAX_SEQ,
     check_fields,
     fail,
     json_body,
@@ -71,7 +72,7 @@ async def fork(request: web.Request) -> web.Response:
     body = await json_body(request, required=False)
     check_fields(body, _FORK_FIELDS)
     at_seq = body.get("at_seq")
-    if at_seq is not None and (type(at_seq) is not int or not 0 <= at_seq < 2**62):
+    if at_seq is not None and (type(at_seq) is not int or not 0 <= at_seq < MAX_SEQ):
         fail("body.at_seq", "expected a step number (an integer >= 0)")
     state = await request.app[EXECUTOR].fork(run_id, at_seq, optional_mapping(body, "data"))
     view = {**run_view(state), "forked_from": run_id}

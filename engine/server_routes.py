@@ -16,6 +16,7 @@ from phasegraph.server_support import (
     ENGINE,
     EXECUTOR,
     GRAPHS,
+    MAX_SEQ,
     SETTINGS,
     check_fields,
     fail,
@@ -36,7 +37,6 @@ __all__ = ["routes"]
 _BUILTIN_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}")
 _CREATE_FIELDS: Final = frozenset({"graph", UPLOAD_FIELD, "input", "run_id"})
 _MAX_PAGE: Final = 1000
-_MAX_SEQ: Final = 2**62
 _CACHED_GRAPHS: Final = 256
 
 
@@ -97,7 +97,7 @@ async def list_runs(request: web.Request) -> web.Response:
             fail("query.status", f"unknown status {status_text!r:.40} (known: {known})")
         status = RunStatus(status_text)
     limit = int_query(request, "limit", 50, 1, _MAX_PAGE) or 50
-    offset = int_query(request, "offset", 0, 0, _MAX_SEQ) or 0
+    offset = int_query(request, "offset", 0, 0, MAX_SEQ) or 0
     metas = await request.app[ENGINE].list_runs(status=status, limit=limit + 1, offset=offset)
     more = len(metas) > limit
     return ok(
@@ -120,7 +120,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def get_snapshot(request: web.Request) -> web.Response:
     """The whole run state at the head, or after step ``seq``."""
-    seq = int_query(request, "seq", None, 0, _MAX_SEQ)
+    seq = int_query(request, "seq", None, 0, MAX_SEQ)
     state = await request.app[ENGINE].get(request.match_info["run_id"], seq)
     return ok(state_view(state))
 
@@ -128,7 +128,7 @@ async def get_snapshot(request: web.Request) -> web.Response:
 async def get_history(request: web.Request) -> web.Response:
     """Step records from ``start``, at most ``limit`` of them, oldest first."""
     run_id = request.match_info["run_id"]
-    start = int_query(request, "start", 0, 0, _MAX_SEQ) or 0
+    start = int_query(request, "start", 0, 0, MAX_SEQ) or 0
     limit = int_query(request, "limit", 100, 1, _MAX_PAGE) or 100
     # An unknown run raises RunNotFoundError (404); a start past the head is an empty page.
     records = await request.app[ENGINE].history(run_id, start=start, stop=start + limit + 1)

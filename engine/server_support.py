@@ -27,6 +27,7 @@ __all__ = [
     "EXECUTOR",
     "GRAPHS",
     "HUB",
+    "MAX_SEQ",
     "SETTINGS",
     "RequestError",
     "ServerSettings",
@@ -45,6 +46,8 @@ __all__ = [
 
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MAX_JSON_DEPTH: Final = 64
+MAX_SEQ: Final = 2**62
+"""Above any seq a run can reach; bounds the seq-like numbers a request may carry."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
