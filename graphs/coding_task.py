@@ -9,14 +9,13 @@ files written through ``ctx.tool`` under the SOLO phase rules, pytest runs, a co
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns.solo import phase_action
-from phasegraph.graphs.example_repo import new_repo, run_in_repo
+from phasegraph.graphs.example_repo import GIT_IDENTITY, init_repo, run_in_repo
 
 __all__ = [
     "create_repository",
@@ -31,7 +30,6 @@ __all__ = [
 
 # No stray bytecode in the repository; no third-party pytest plugins (faster, offline).
 _ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-_IDENTITY = ("-c", "user.name=phasegraph", "-c", "user.email=phasegraph@example.invalid")
 _PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
 
 _STUB = '''"""Small arithmetic helpers."""
@@ -79,15 +77,8 @@ async def _run(ctx: ActionContext, *argv: str) -> Mapping[str, Any]:
 
 async def create_repository(ctx: ActionContext) -> ActionResult:
     """Create the repository: a stub ``calc.total`` and its tests, committed."""
-    repo = await asyncio.to_thread(new_repo, "coding", ctx.input.get("workdir"), ctx.run_id)
-    for path, text in {"calc.py": _STUB, "test_calc.py": _TESTS}.items():
-        await ctx.tool("write_file", cwd=repo, path=path, text=text)
-    for argv in (
-        ["git", "init", "-q"],
-        ["git", "add", "-A"],
-        ["git", *_IDENTITY, "commit", "-q", "--allow-empty", "-m", "calc: stub and tests"],
-    ):
-        await ctx.tool("run_command", cwd=repo, argv=argv)
+    files = {"calc.py": _STUB, "test_calc.py": _TESTS}
+    repo = await init_repo(ctx, "coding", files, "calc: stub and tests")
     return ActionResult(trigger="ok", data={"repo": repo})
 
 
@@ -173,7 +164,7 @@ verification = phase_action(_verify_everything)
 
 async def _commit(ctx: ActionContext) -> ActionResult:
     await _run(ctx, "git", "add", "calc.py")
-    await _run(ctx, "git", *_IDENTITY, "commit", "-q", "-m", "calc: implement total")
+    await _run(ctx, "git", *GIT_IDENTITY, "commit", "-q", "-m", "calc: implement total")
     head = await _run(ctx, "git", "rev-parse", "--short", "HEAD")
     return ActionResult(trigger="done", data={"commit": str(head["stdout"]).strip()})
 

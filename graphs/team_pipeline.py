@@ -9,13 +9,12 @@ to a table that has rows, which SQLite refuses: the phase fails, its validation
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.graphs.example_repo import new_repo, run_in_repo
+from phasegraph.graphs.example_repo import GIT_IDENTITY, init_repo, run_in_repo
 
 __all__ = ["announce", "api", "docs", "integrate", "migrate", "release", "scaffold", "schema"]
 
@@ -23,15 +22,14 @@ _APPLY_SCHEMA = (
     "import sqlite3, sys; sqlite3.connect(':memory:').executescript(open(sys.argv[1]).read())"
 )
 _ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
-_IDENTITY = ("-c", "user.name=phasegraph", "-c", "user.email=phasegraph@example.invalid")
 
 
 async def _run(ctx: ActionContext, *argv: str) -> Mapping[str, Any]:
     return await run_in_repo(ctx, argv, _ENV)
 
 
-async def _write(ctx: ActionContext, path: str, text: str, *, repo: str | None = None) -> None:
-    await ctx.tool("write_file", cwd=repo or ctx.data["repo"], path=path, text=text)
+async def _write(ctx: ActionContext, path: str, text: str) -> None:
+    await ctx.tool("write_file", cwd=ctx.data["repo"], path=path, text=text)
 
 
 async def _append(ctx: ActionContext, path: str, text: str) -> None:
@@ -51,7 +49,6 @@ def _failed(line: str, check: Mapping[str, Any]) -> ActionResult:
 
 async def scaffold(ctx: ActionContext) -> ActionResult:
     """Create the repository with a first schema and commit it."""
-    repo = await asyncio.to_thread(new_repo, "team", ctx.input.get("workdir"), ctx.run_id)
     files = {
         "README.md": "# orders service\n",
         "schema.sql": (
@@ -59,12 +56,7 @@ async def scaffold(ctx: ActionContext) -> ActionResult:
             "insert into users (name) values ('ada');\n"
         ),
     }
-    for path, text in files.items():
-        await _write(ctx, path, text, repo=repo)
-    for argv in (["git", "init", "-q"], ["git", "add", "-A"]):
-        await ctx.tool("run_command", cwd=repo, argv=argv)
-    commit = ["git", *_IDENTITY, "commit", "-q", "--allow-empty", "-m", "scaffold"]
-    await ctx.tool("run_command", cwd=repo, argv=commit)
+    repo = await init_repo(ctx, "team", files, "scaffold")
     return ActionResult(trigger="ok", data={"repo": repo, "log": [f"scaffold: {repo}"]})
 
 
@@ -74,7 +66,7 @@ async def schema(ctx: ActionContext) -> ActionResult:
     check = await _run(ctx, sys.executable, "-c", _APPLY_SCHEMA, "schema.sql")
     if check["exit"] != 0:
         return _failed("schema: does not apply", check)
-    await _run(ctx, "git", *_IDENTITY, "commit", "-q", "-m", "orders table", "--", "schema.sql")
+    await _run(ctx, "git", *GIT_IDENTITY, "commit", "-q", "-m", "orders table", "--", "schema.sql")
     return _done("schema: orders table committed")
 
 
@@ -114,7 +106,7 @@ async def integrate(ctx: ActionContext) -> ActionResult:
 async def release(ctx: ActionContext) -> ActionResult:
     """Commit everything and tag the release."""
     await _run(ctx, "git", "add", "-A")
-    await _run(ctx, "git", *_IDENTITY, "commit", "-q", "-m", "release 1.0")
+    await _run(ctx, "git", *GIT_IDENTITY, "commit", "-q", "-m", "release 1.0")
     await _run(ctx, "git", "tag", "v1.0")
     return _done("release: v1.0")
 
