@@ -211,8 +211,13 @@ class StepBuilder:
         error: BaseException,
         events: tuple[Mapping[str, Any], ...],
         result: ActionResult | None = None,
+        *,
+        interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
-        """Fail the node (nothing of its result is applied) and skip its dependents."""
+        """Fail the node (nothing of its result is applied) and skip its dependents.
+
+        ``interrupts`` is the complete pending set after the step (default: unchanged).
+        """
         current = state.nodes[node_id]
         message = str(error) or type(error).__name__
         node = NodeState(
@@ -234,6 +239,7 @@ class StepBuilder:
             dest=current.path,
             result={**summary, "error": classify_error(error)},
             events=events,
+            interrupts=interrupts,
         )
 
     def settle(self, state: RunState) -> StepRecord | None:
@@ -321,11 +327,8 @@ class StepBuilder:
             return self.answer(state, interrupt.id, timeout)
         except RunError as exc:
             remaining = {k: v for k, v in state.interrupts.items() if k != interrupt.id}
-            failed = self.node_failed(state, interrupt.node, exc, ())
-            return dataclasses.replace(
-                failed,
-                interrupts=MappingProxyType(remaining),
-                status=self._frontier_for(state).status(failed.nodes, remaining),
+            return self.node_failed(
+                state, interrupt.node, exc, (), interrupts=MappingProxyType(remaining)
             )
 
     def cancel(self, state: RunState, reason: str) -> StepRecord:

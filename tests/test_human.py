@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from types import MappingProxyType
 
@@ -191,3 +192,25 @@ async def test_cancel_waiting_run_cancels_unfinished_nodes():
         assert {n.status for n in cancelled.nodes.values()} == {NodeStatus.CANCELLED}
         with pytest.raises(RunStateError, match="already cancelled"):
             await eng.cancel(waiting.run_id, graph=definition)
+
+
+async def test_a_deadline_the_machine_cannot_take_fails_the_node_and_closes_the_gate():
+    base = review_machine()
+    no_timeout = dataclasses.replace(
+        base, transitions=tuple(t for t in base.transitions if t.trigger != "timeout")
+    )
+    gated = review_graph(timeout=30)
+    machines = MappingProxyType({**gated.machines, "review": no_timeout})
+    definition = prepared(dataclasses.replace(gated, machines=machines), actions([]))
+    clock = FakeClock()
+    async with MemoryStore() as store:
+        eng = engine(store)
+        eng.clock = clock
+        waiting = await eng.run(definition)
+        assert waiting.status is RunStatus.WAITING
+        clock._now += timedelta(minutes=31)
+        failed = await eng.resume(waiting.run_id, graph=definition)
+    assert failed.status is RunStatus.FAILED
+    assert failed.nodes["feature"].status is NodeStatus.FAILED
+    assert failed.nodes["after"].status is NodeStatus.SKIPPED
+    assert dict(failed.interrupts) == {}
