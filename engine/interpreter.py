@@ -202,12 +202,10 @@ class Run:
         if not self._prepared.gates:
             return None  # the usual case: skip the per-step hook lookups
         for node_id in self._to_launch:
-            node = self._state.nodes[node_id]
-            hook = self._prepared.machines.hook(self._node_machine(node_id), node.path) or ""
-            gate = self._prepared.gates.get((node_id, hook))
-            if gate is not None:
+            record = self._steps.open_gate(self._state, node_id)
+            if record is not None:
                 self._to_launch.remove(node_id)
-                return _encode(self._steps.open_gate(self._state, node_id, hook, gate))
+                return _encode(record)
         return None
 
     # -- actions -----------------------------------------------------------------------
@@ -229,9 +227,6 @@ class Run:
     def _wake(self, _: asyncio.Task[_Done] | None) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-
-    def _node_machine(self, node_id: str) -> str:
-        return self._prepared.workflow.nodes[node_id].machine
 
     def _context(self, node_id: str, events: list[Mapping[str, Any]]) -> ActionContext:
         """The context for the action bound to the node's current state."""

@@ -215,11 +215,9 @@ class _Replayer:
         if node is None or node.status is not NodeStatus.RUNNING:
             status = "not in the replayed graph" if node is None else str(node.status)
             return f"node {node_id!r} has no action to run in the replay (it is {status})"
-        machine = self._prepared.workflow.nodes[node_id].machine
-        hook = self._prepared.machines.hook(machine, node.path) or ""
-        gate = self._prepared.gates.get((node_id, hook))
-        if gate is not None:
-            return self._steps.open_gate(self._state, node_id, hook, gate)
+        gated = self._steps.open_gate(self._state, node_id)
+        if gated is not None:
+            return gated
         if recorded.kind == "transition":
             return self._apply(node_id, self._result(recorded))
         if recorded.kind == "fail" and recorded.result.get("trigger"):

@@ -251,8 +251,18 @@ class StepBuilder:
 
     # -- human gates and cancellation --------------------------------------------------
 
-    def open_gate(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
-        """Put the node in ``waiting`` behind a new interrupt (fails the node on a bad payload)."""
+    def open_gate(self, state: RunState, node_id: str) -> StepRecord | None:
+        """Put the node in ``waiting`` if its state is a human gate; ``None`` if it is not.
+
+        A payload that cannot be rendered fails the node instead.
+        """
+        node = state.nodes[node_id]
+        machine = self._prepared.workflow.nodes[node_id].machine
+        hook = self._prepared.machines.hook(machine, node.path) or ""
+        gate = self._prepared.gates.get((node_id, hook))
+        return None if gate is None else self._wait(state, node_id, hook, gate)
+
+    def _wait(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
         now = self._clock.now()
         interrupt_id = f"{state.run_id}:{node_id}:{hook}"
         try:
