@@ -261,7 +261,6 @@ def test_budgets_are_never_exceeded_and_runs_end_within_their_sum(script, limits
 BUILD_MACHINES = {
     name: load_machine(name) for name in ("solo_build", "guarded_quality_loop", "quality_loop")
 }
-BUILD_HOOKS = ("planning", "execute", "verify", "reflect", "recover", "emergency")
 
 
 def build_graph(settings_: Mapping[str, Any]) -> GraphDef:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import FakeClock, engine, prepared, returning, task_machine
+from concern_kit import events_of
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns.spec import check_spec
 from phasegraph.errors import IllegalTriggerError, RunStateError
@@ -86,10 +87,6 @@ def build(seen: list[Mapping[str, Any]], **options: Any):
 
 def review_id(run_id: str) -> str:
     return f"{run_id}:feature:spec_review"
-
-
-def events_of(history, kind: str) -> list[Mapping[str, Any]]:
-    return [e for record in history for e in record.events if e["kind"] == kind]
 
 
 async def test_confirm_resumes_execution():

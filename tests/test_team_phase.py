@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import engine, prepared
+from concern_kit import events_of
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns import team
 from phasegraph.errors import SpecError
@@ -84,10 +85,6 @@ async def drive(phases: Sequence[Phase], runs: Mapping[str, Run], *, concurrency
     return state, history
 
 
-def events(history, kind: str) -> list[Mapping[str, Any]]:
-    return [e for record in history for e in record.events if e["kind"] == kind]
-
-
 def visited(history, node: str) -> list[str]:
     return [r.dest[-1] for r in history if r.node == node and r.kind in {"start", "transition"}]
 
@@ -112,7 +109,7 @@ async def test_no_rollback_configured_keeps_the_old_behaviour():
         "rolled_back": False,
     }
     assert state.nodes["after"].status is NodeStatus.SKIPPED
-    assert not events(history, team.ROLLBACK_STARTED)
+    assert not events_of(history, team.ROLLBACK_STARTED)
     assert [e.node for e in state.errors] == ["p"]
 
 
@@ -131,7 +128,7 @@ async def test_validation_passes_so_no_rollback_and_checkpoint_saved():
     assert visited(history, "p") == ["running", "validating", "checkpointing_failed", "failed"]
     assert state.data["checkpoints"]["p"]["validation"] == "passed"
     assert state.data["checkpoints"]["p"]["rolled_back"] is False
-    assert not events(history, team.ROLLBACK_STARTED)
+    assert not events_of(history, team.ROLLBACK_STARTED)
 
 
 async def test_validation_fails_rollback_succeeds_then_checkpoint_saved():
@@ -143,7 +140,7 @@ async def test_validation_fails_rollback_succeeds_then_checkpoint_saved():
     ]  # fmt: skip
     kinds = [e["kind"] for r in history for e in r.events if e["kind"].startswith("phase_")]
     assert kinds == [team.ROLLBACK_STARTED, team.ROLLBACK_COMPLETED]
-    assert events(history, team.ROLLBACK_STARTED)[0]["rollback_command"] == "true"
+    assert events_of(history, team.ROLLBACK_STARTED)[0]["rollback_command"] == "true"
     record = state.data["checkpoints"]["p"]
     assert record == {
         "phase": "p",
@@ -164,10 +161,10 @@ async def test_rollback_fails_so_no_checkpoint_and_failed_event():
     assert visited(history, "p") == ["running", "validating", "rolling_back", "failed"]
     assert "p" not in state.data["checkpoints"]
     assert state.data["checkpoints"]["q"]["status"] == "completed"
-    failed = events(history, team.ROLLBACK_FAILED)
+    failed = events_of(history, team.ROLLBACK_FAILED)
     assert len(failed) == 1
     assert failed[0]["result"]["exit"] == 1
-    assert not events(history, team.ROLLBACK_COMPLETED)
+    assert not events_of(history, team.ROLLBACK_COMPLETED)
     assert state.errors[0].severity == "critical"
     assert team.checkpointed(state.data, "p") is None
 
@@ -177,14 +174,14 @@ async def test_commands_time_out_and_count_as_failed():
     settings_ = {"validation_command": "sleep 10", "rollback_command": "sleep 10"}
     state, history = await drive([("p", [], {**settings_, "command_timeout": 0.2})], {"p": fail()})
     assert visited(history, "p")[-1] == "failed"
-    assert events(history, team.ROLLBACK_FAILED)[0]["result"]["timed_out"] == 0.2
+    assert events_of(history, team.ROLLBACK_FAILED)[0]["result"]["timed_out"] == 0.2
     assert "checkpoints" not in state.data
 
 
 async def test_a_command_that_cannot_start_is_a_failed_rollback():
     settings_ = {"validation_command": "false", "rollback_command": "no-such-program-pg x"}
     state, history = await drive([("p", [], settings_)], {"p": fail()})
-    failed = events(history, team.ROLLBACK_FAILED)
+    failed = events_of(history, team.ROLLBACK_FAILED)
     assert "cannot start 'no-such-program-pg'" in failed[0]["result"]["error"]
     assert "checkpoints" not in state.data
 
@@ -236,7 +233,7 @@ async def test_git_checkout_rolls_back_a_tracked_file_the_failed_phase_changed(r
     assert (repo / "schema.sql").read_text() == original
     assert git(repo, "status", "--porcelain") == ""
     assert state.data["checkpoints"]["migrate"]["rolled_back"] is True
-    assert len(events(history, team.ROLLBACK_COMPLETED)) == 1
+    assert len(events_of(history, team.ROLLBACK_COMPLETED)) == 1
 
 
 # --------------------------------------------------------------------------- retries
@@ -514,7 +511,7 @@ def test_attempts_never_exceeded_and_phase_ends_within_its_bound(
     assert node.status.terminal
     assert len(calls) == node.counters["attempts"] <= attempts
     assert node.steps <= attempts + 3
-    rollback_failed = bool(events(history, team.ROLLBACK_FAILED))
+    rollback_failed = bool(events_of(history, team.ROLLBACK_FAILED))
     assert ("p" in state.data.get("checkpoints", {})) is not rollback_failed
     if rollback_failed:
         assert (validation, rollback) == ("false", "false")
