@@ -185,29 +185,30 @@ def _upgrade(kind: str, body: Any, old: int, table: Mapping[int, _Migration], ne
 
 def _open(data: bytes, kind: str) -> Any:
     """Validate the envelope and return its body, upgraded to :data:`FORMAT_VERSION`."""
-    return _opened(_unpack(data), kind)
-
-
-def _opened(envelope: Any, kind: str) -> Any:
-    """Validate an unpacked envelope and return its body, upgraded; see :func:`_open`."""
-    bad = f"not a phasegraph {kind}"
+    envelope = _unpack(data)
     if type(envelope) is not dict:
-        raise CodecError(f"{bad}: expected an envelope map, found {type_name(envelope)}")
+        raise CodecError(
+            f"not a phasegraph {kind}: expected an envelope map, found {type_name(envelope)}"
+        )
     version = envelope.get("v")
     if type(version) is not int:
-        raise CodecError(f"{bad}: the envelope has no integer format version 'v'")
+        raise CodecError(f"not a phasegraph {kind}: the envelope has no integer format version 'v'")
     if version > FORMAT_VERSION:
         raise UnsupportedFormatError(
             f"this {kind} was written in format version {version}, but this phasegraph "
             f"reads format versions up to {FORMAT_VERSION}: upgrade phasegraph to read it"
         )
     if version < 1:
-        raise CodecError(f"{bad}: unknown format version {version}")
+        raise CodecError(f"not a phasegraph {kind}: unknown format version {version}")
     if envelope.keys() != _ENVELOPE:
         found = ", ".join(sorted(map(repr, envelope)))
-        raise CodecError(f"{bad}: the envelope has fields {found}, not body, kind, v")
+        raise CodecError(
+            f"not a phasegraph {kind}: the envelope has fields {found}, not body, kind, v"
+        )
     if envelope["kind"] != kind:
-        raise CodecError(f"{bad}: the envelope holds a {envelope['kind']!r}")
+        raise CodecError(f"not a phasegraph {kind}: the envelope holds a {envelope['kind']!r}")
+    if version == FORMAT_VERSION:  # the usual case: nothing to migrate
+        return envelope["body"]
     return _upgrade(kind, envelope["body"], version, _MIGRATIONS, FORMAT_VERSION)
 
 
@@ -228,18 +229,7 @@ def decode_record(data: bytes) -> model.StepRecord:
         UnsupportedFormatError: The record was written by a newer format version.
         CodecError: The bytes are not a step record of a format this phasegraph reads.
     """
-    envelope = _unpack(data)
-    # The envelope as this version writes it, checked at once; anything else goes
-    # through every check in order, for the precise error (or the migrations).
-    if (
-        type(envelope) is dict
-        and envelope.keys() == _ENVELOPE
-        and envelope["kind"] == "record"
-        and type(envelope["v"]) is int
-        and envelope["v"] == FORMAT_VERSION
-    ):
-        return decode_record_body(envelope["body"])
-    return decode_record_body(_opened(envelope, "record"))
+    return decode_record_body(_open(data, "record"))
 
 
 def decode_value(data: bytes) -> Any:

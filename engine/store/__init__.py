@@ -2,9 +2,10 @@
 
 A store is chosen by URL. The accepted forms are listed in :data:`ACCEPTED_URL_FORMS`;
 :func:`open_store` only parses the URL and builds the backend (importing its module
-lazily, so a SQLite user never imports ``redis``). No I/O happens until the store is
-first used, so a bad URL fails fast and a reachable-but-down server fails on first use
-with :class:`~phasegraph.errors.StoreUnavailableError`.
+lazily, so a SQLite user never imports ``redis``). No network I/O happens until the
+store is first used (a TLS URL reads its certificate files at once), so a bad URL fails
+fast and a reachable-but-down server fails on first use with
+:class:`~phasegraph.errors.StoreUnavailableError`.
 
 The helper functions below (``check_*`` and the ``*_error`` builders) are what every
 backend uses to refuse bad calls and to word its refusals the same way; a third-party
@@ -61,7 +62,8 @@ ACCEPTED_URL_FORMS: Final = (
     "memory://",
     "sqlite:///relative/path.db or sqlite:////absolute/path.db [?synchronous=normal|full]",
     "redis://[[user]:password@]host[:port][/db] [?prefix=pg&ttl=SECONDS]",
-    "rediss://... (Redis over TLS, same options)",
+    "rediss://... (Redis over TLS, same options and ssl_ca_certs, ssl_cert_reqs, "
+    "ssl_certfile, ssl_keyfile, ssl_check_hostname)",
     "unix:///path/to/redis.sock[?db=N&prefix=pg&ttl=SECONDS]",
 )
 """Human-readable list of the store URLs :func:`open_store` accepts."""
@@ -70,22 +72,14 @@ _SYNCHRONOUS: Final = ("normal", "full")
 _USERINFO_PASSWORD: Final = re.compile(r"^([A-Za-z][\w+.-]*://[^/?#@:]*):[^/?#@]*@")
 _QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*")
 # Connection options the Redis store understands (everything else is refused, so a typo
-# is reported instead of silently ignored).
-_REDIS_PASSTHROUGH: Final = frozenset(
-    {
-        "db",
-        "password",
-        "username",
-        "client_name",
-        "socket_timeout",
-        "socket_connect_timeout",
-        "ssl_cert_reqs",
-        "ssl_ca_certs",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_check_hostname",
-    }
+# is reported instead of silently ignored); the TLS ones only on rediss:// URLs.
+_REDIS_OPTIONS: Final = frozenset(
+    {"db", "password", "username", "client_name", "socket_timeout", "socket_connect_timeout"}
 )
+_REDIS_TLS_OPTIONS: Final = frozenset(
+    {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
+)
+_CERT_REQS: Final = ("none", "optional", "required")
 
 
 def open_store(url: str) -> Store:
@@ -149,7 +143,12 @@ def _open_redis(url: str) -> Store:
             raise _bad_url(url, "it names no host")
         if parts.path not in ("", "/") and not parts.path[1:].isdigit():
             raise _bad_url(url, f"the database {parts.path[1:]!r} is not a number")
-    options = _query(url, parts.query, allowed=_REDIS_PASSTHROUGH | {"prefix", "ttl"})
+    allowed = _REDIS_OPTIONS | {"prefix", "ttl"}
+    if parts.scheme == "rediss":
+        allowed |= _REDIS_TLS_OPTIONS
+    options = _query(url, parts.query, allowed=allowed)
+    if options.get("ssl_cert_reqs", "required").lower() not in _CERT_REQS:
+        raise _bad_url(url, f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
     prefix = options.pop("prefix", "pg")
     # Braces would change the hash tag that keeps each run's keys in one cluster slot.
     if not prefix or any(c in prefix for c in "{} \t\r\n"):

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from redis.asyncio.connection import parse_url
 
-from phasegraph.errors import StoreError, StoreUnavailableError
+from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store import (
     FINISHED_STATUSES,
     check_commit,
@@ -84,7 +84,11 @@ class RedisStore(Store):
         ttl: float | None = None,
     ) -> None:
         self._where = redact_url(url)  # for messages: never show a password
-        self._wire = RedisWire(_wire_options(url))
+        try:
+            options = _wire_options(url)
+        except ValueError as exc:  # a bad option value, an unreadable certificate file
+            raise InputError(f"store URL {self._where}: {exc}") from None
+        self._wire = RedisWire(options)
         self._prefix = prefix
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(_ms(ttl))
@@ -247,11 +251,17 @@ class RedisStore(Store):
 
     async def _call(self, command: str, *args: Arg) -> Any:
         """One plain command, errors translated into the store's error tree."""
-        with self._errors():
-            reply = await self._wire.call(command, *args)
-        if isinstance(reply, ReplyError):
-            raise StoreError(f"Redis at {self._where} refused {command}: {reply}")
+        (reply,) = await self._call_many([(command, *args)])
         return reply
+
+    async def _call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Plain commands in one write; any refusal is a :class:`StoreError`."""
+        with self._errors():
+            replies = await self._wire.call_many(commands)
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, ReplyError):
+                raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
+        return replies
 
     async def _index_page(self, start: int, size: int) -> list[RunMeta] | None:
         """Metas of the runs at index ranks ``start ..`` that still exist (None: no more)."""
@@ -262,9 +272,8 @@ class RedisStore(Store):
         if not flat:
             return None
         entries = [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
-        with self._errors():
-            meta_keys = [self.run_keys(run_id.decode())[0] for run_id, _ in entries]
-            rows = await self._wire.call_many([("HMGET", key, *_META_FIELDS) for key in meta_keys])
+        meta_keys = [self.run_keys(run_id.decode())[0] for run_id, _ in entries]
+        rows = await self._call_many([("HMGET", key, *_META_FIELDS) for key in meta_keys])
         # No meta: a refused first commit, or a run that retention expired. Prune old
         # entries only: a fresh one may belong to a first commit landing right now.
         old = time.time() - _INDEX_PRUNE_AFTER
@@ -273,7 +282,7 @@ class RedisStore(Store):
         if stale:
             await self._call("ZREM", self._index, *stale)
         metas = [_meta(run_id.decode(), row) for (run_id, _), row in pairs if row[2] is not None]
-        # A retry may have bumped an index score; order by the meta itself.
+        # Scores and metas may disagree (a retried commit's time): order by the meta itself.
         return sorted(metas, key=lambda meta: -meta.updated_at)
 
     @contextlib.contextmanager
@@ -332,20 +341,27 @@ def _wire_options(url: str) -> WireOptions:
         connect_timeout=float(found.get("socket_connect_timeout", 2.0)),
         timeout=float(found.get("socket_timeout", 5.0)),
         tls=tls,
-        server_hostname=found.get("host"),
     )
 
 
 def _tls_context(found: dict[str, Any]) -> ssl.SSLContext:
     """TLS settings from ``ssl_*`` URL options (by default: verify the server)."""
-    context = ssl.create_default_context(cafile=found.get("ssl_ca_certs"))
+    cafile = found.get("ssl_ca_certs")
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+    except OSError as exc:
+        raise ValueError(f"cannot read ssl_ca_certs {cafile!r}: {exc.strerror or exc}") from None
     required = str(found.get("ssl_cert_reqs", "required")).lower()
     if required not in _CERT_REQS:
-        raise StoreError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}, not {required!r}")
+        raise ValueError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
     context.check_hostname = bool(found.get("ssl_check_hostname", True)) and required != "none"
     context.verify_mode = _CERT_REQS[required]
-    if found.get("ssl_certfile"):
-        context.load_cert_chain(found["ssl_certfile"], found.get("ssl_keyfile"))
+    certfile = found.get("ssl_certfile")
+    if certfile:
+        try:
+            context.load_cert_chain(certfile, found.get("ssl_keyfile"))
+        except OSError as exc:  # ssl.SSLError is one too: a key that does not match, say
+            raise ValueError(f"cannot load ssl_certfile {certfile!r}: {exc}") from None
     return context
 
 

@@ -29,7 +29,7 @@ from typing import Any, Final, final
 
 import hiredis
 
-__all__ = ["RedisWire", "ReplyError", "WireOptions", "pack"]
+__all__ = ["Arg", "RedisWire", "ReplyError", "WireOptions"]
 
 Arg = bytes | str | int | float
 
@@ -51,8 +51,8 @@ class WireOptions:
         client_name: Name set with CLIENT SETNAME, or ``None``.
         connect_timeout: Seconds to wait for the connection to open.
         timeout: Seconds a reply may be overdue before the connection is dropped.
-        tls: TLS context for ``rediss://``, or ``None`` for plain TCP.
-        server_hostname: Host name the TLS certificate is checked against.
+        tls: TLS context for ``rediss://`` (the certificate is checked against ``host``),
+            or ``None`` for plain TCP.
     """
 
     host: str = "127.0.0.1"
@@ -65,10 +65,9 @@ class WireOptions:
     connect_timeout: float = 2.0
     timeout: float = 5.0
     tls: ssl.SSLContext | None = None
-    server_hostname: str | None = None
 
 
-def pack(args: Sequence[Arg]) -> bytes:
+def _pack(args: Sequence[Arg]) -> bytes:
     """One command in the Redis protocol: an array of bulk strings."""
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
@@ -196,7 +195,7 @@ class RedisWire:
             TimeoutError: No reply within the timeout (the connection is dropped).
         """
         connection = await self._ready()
-        (future,) = connection.send((pack(args),))
+        (future,) = connection.send((_pack(args),))
         await connection.writable()
         return await future
 
@@ -205,7 +204,7 @@ class RedisWire:
         if not commands:
             return []
         connection = await self._ready()
-        futures = connection.send([pack(args) for args in commands])
+        futures = connection.send([_pack(args) for args in commands])
         await connection.writable()
         return list(await asyncio.gather(*futures))
 
@@ -213,13 +212,19 @@ class RedisWire:
         """Close the connection; commands in flight fail. Safe to call more than once."""
         self._closed = True
         if self._connection is not None:
-            self._connection.close(ConnectionError("the connection was closed"))
+            _discard(self._connection, "the connection was closed")
             self._connection = None
 
     async def _ready(self) -> _Connection:
         loop = asyncio.get_running_loop()
         connection = self._connection
-        if connection is not None and connection.broken is None and connection.loop is loop:
+        if connection is not None and connection.broken is None:
+            if connection.loop is not loop:
+                # Its socket belongs to that loop and cannot be closed from this one.
+                raise RuntimeError(
+                    "this Redis connection is open on another event loop: use the store "
+                    "from one loop, or close it (aclose) on its loop first"
+                )
             return connection
         if self._closed:
             raise ConnectionError("the connection was closed")
@@ -227,9 +232,7 @@ class RedisWire:
             self._connecting = (asyncio.Lock(), loop)
         async with self._connecting[0]:  # one connect at a time; the others then reuse it
             connection = self._connection
-            if connection is None or connection.broken is not None or connection.loop is not loop:
-                if connection is not None:
-                    _discard(connection)
+            if connection is None or connection.broken is not None:
                 self._connection = connection = await self._connect()
         return connection
 
@@ -247,7 +250,7 @@ class RedisWire:
                 options.host,
                 options.port,
                 ssl=options.tls,
-                server_hostname=options.server_hostname if options.tls else None,
+                server_hostname=options.host if options.tls else None,
             )
         try:
             _, connection = await asyncio.wait_for(opening, options.connect_timeout)
@@ -267,14 +270,14 @@ class RedisWire:
             steps.append(("SELECT", str(options.db)))
         if options.client_name:
             steps.append(("CLIENT", "SETNAME", options.client_name))
-        replies = await asyncio.gather(*connection.send([pack(step) for step in steps]))
+        replies = await asyncio.gather(*connection.send([_pack(step) for step in steps]))
         for step, reply in zip(steps, replies, strict=True):
             if isinstance(reply, ReplyError):
                 connection.close(ConnectionError(f"{step[0]} refused: {reply}"))
                 raise ConnectionError(f"Redis refused {step[0]}: {reply}")
 
 
-def _discard(connection: _Connection) -> None:
-    """Drop a connection opened on another (possibly closed) event loop."""
+def _discard(connection: _Connection, reason: str) -> None:
+    """Close a connection whose event loop may have been closed already."""
     with contextlib.suppress(RuntimeError):  # its loop is closed; the socket went with it
-        connection.close(ConnectionError("reconnecting on another event loop"))
+        connection.close(ConnectionError(reason))

@@ -78,6 +78,9 @@ def test_redis_urls(url: str, prefix: str) -> None:
         ("redis://localhost/0?prefix=a%20b", "prefix must be non-empty"),
         ("redis://localhost/0?prefix=a&prefix=b", "given twice"),
         ("redis://localhost/0?colour=red", "unknown option 'colour'"),
+        ("redis://localhost/0?ssl_ca_certs=/ca.pem", "unknown option 'ssl_ca_certs'"),
+        ("unix:///tmp/r.sock?ssl_cert_reqs=none", "unknown option 'ssl_cert_reqs'"),
+        ("rediss://localhost/0?ssl_cert_reqs=maybe", "ssl_cert_reqs must be one of"),
         ("unix://", "needs a socket path"),
     ],
 )
@@ -89,6 +92,20 @@ def test_bad_urls_name_the_url_and_the_accepted_forms(url: str, why: str) -> Non
     assert repr(url) in message
     for form in ("memory://", "sqlite:///", "redis://", "rediss://", "unix://"):
         assert form in message
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("rediss://:hunter2@localhost/0?ssl_ca_certs=/no/ca.pem", "ssl_ca_certs '/no/ca.pem'"),
+        ("rediss://:hunter2@localhost/0?ssl_certfile=/no/me.pem", "ssl_certfile '/no/me.pem'"),
+        ("redis://:hunter2@localhost/0?socket_timeout=soon", "socket_timeout"),
+    ],
+)
+def test_unusable_redis_options_are_refused_at_once(url: str, why: str) -> None:
+    with pytest.raises(InputError, match=why) as caught:
+        open_store(url)
+    assert "hunter2" not in str(caught.value)
 
 
 def test_bad_url_message_hides_the_password() -> None:

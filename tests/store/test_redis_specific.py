@@ -5,13 +5,13 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis.asyncio
 from redis.crc import key_slot
 
-from phasegraph.errors import LeaseHeldError, LeaseLostError, StoreUnavailableError
+from phasegraph.errors import LeaseHeldError, LeaseLostError, StoreError, StoreUnavailableError
 from phasegraph.store import Lease, open_store
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import isolated_redis_store, make_commit
@@ -106,7 +106,7 @@ async def test_commit_survives_a_flushed_script_cache(
     assert (await store.read("r")).meta.seq == 1
 
 
-async def test_commit_retries_after_a_dropped_connection(
+async def test_a_commit_after_a_dropped_connection_reconnects(
     redis_url: str, client: redis.asyncio.Redis
 ) -> None:
     name = f"pgtest-{uuid.uuid4().hex[:8]}"
@@ -120,6 +120,42 @@ async def test_commit_retries_after_a_dropped_connection(
             await client.client_kill_filter(_id=client_id)
         await store.commit(lease, make_commit("r", 1))
         assert (await store.read("r")).meta.seq == 1
+
+
+async def test_a_commit_whose_reply_was_lost_is_retried_and_found_written(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0))
+    wire = store._wire  # white-box: lose exactly one reply, after the script ran
+    forward = wire.call
+    sent: list[str] = []
+
+    async def lose_first_reply(*args: Any) -> Any:
+        sent.append(str(args[0]))
+        reply = await forward(*args)
+        if len(sent) == 1:
+            raise ConnectionError("connection lost before the reply")
+        return reply
+
+    monkeypatch.setattr(wire, "call", lose_first_reply)
+    await store.commit(lease, make_commit("r", 1))
+    assert sent == ["EVALSHA", "EVALSHA"]  # the retry found the step already written
+    monkeypatch.undo()
+    assert (await store.read("r")).meta.seq == 1
+    assert [seq async for seq, _ in store.history("r")] == [0, 1]
+
+
+async def test_a_refused_listing_read_is_a_store_error(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0))
+    meta = store.run_keys("r")[0]
+    await client.delete(meta)
+    await client.set(meta, "not a hash")  # HMGET on it is refused (WRONGTYPE)
+    with pytest.raises(StoreError, match="refused HMGET"):
+        await store.list_runs()
 
 
 async def test_all_keys_of_a_run_share_one_slot(

@@ -1,12 +1,14 @@
 """The multiplexed Redis connection: ordering, cancellation, timeouts, handshake, TLS, unix."""
 
 import asyncio
+import dataclasses
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -28,11 +30,11 @@ return 'done'
 """
 
 
-def _options(redis_url: str, **changes: object) -> WireOptions:
+def _options(redis_url: str, **changes: Any) -> WireOptions:
     parts = urlsplit(redis_url)
     db = int(parts.path[1:] or 0) if parts.path else 0
     base = WireOptions(host=parts.hostname or "127.0.0.1", port=parts.port or 6379, db=db)
-    return WireOptions(**{**base.__dict__, **changes})  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes)
 
 
 @pytest.fixture
@@ -106,6 +108,19 @@ async def test_a_killed_connection_fails_in_flight_calls_then_reconnects(
         assert await wire.call("CLIENT", "ID") != own_id
     finally:
         await killer.aclose()
+
+
+def test_a_wire_open_on_one_event_loop_refuses_another(redis_url: str) -> None:
+    wire = RedisWire(_options(redis_url))
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(wire.call("PING")) == b"PONG"
+        with pytest.raises(RuntimeError, match="another event loop"):
+            second.run_until_complete(wire.call("PING"))
+        first.run_until_complete(wire.aclose())
+    finally:
+        first.close()
+        second.close()
 
 
 async def test_a_closed_wire_refuses_calls(wire: RedisWire) -> None:
