@@ -34,20 +34,18 @@ __all__ = [
     "NODE",
     "RECORD",
     "SNAPSHOT",
-    "Convert",
     "Shape",
-    "frozen",
     "plain",
 ]
 
 _T = TypeVar("_T")
-Convert = Callable[[Any, str], Any]
+_Convert = Callable[[Any, str], Any]
 """Converts one field's value; the label names the field in messages (``interrupt.payload``)."""
-_Field = tuple[str, Convert | None, Convert]
+_Field = tuple[str, _Convert | None, _Convert]
 """A wire field: model attribute, encoder (``None``: written as is) and decoder."""
 
 
-def _optional(convert: Convert) -> Convert:
+def _optional(convert: _Convert) -> _Convert:
     """Let ``None`` through; convert anything else (used by encoders and decoders alike)."""
     return lambda value, label: None if value is None else convert(value, label)
 
@@ -88,14 +86,14 @@ def _sorted(value: Mapping[str, Any], label: str) -> dict[str, Any]:
     return {key: value[key] for key in sorted(value)} if value else {}
 
 
-def _many(shape: Shape[Any]) -> Convert:
+def _many(shape: Shape[Any]) -> _Convert:
     return lambda items, label: _each(items, shape.encode, label)
 
 
 # --------------------------------------------------------------------------- decoders
 
 
-def _exact(kind: type) -> Convert:
+def _exact(kind: type) -> _Convert:
     def decode(value: Any, label: str) -> Any:
         if type(value) is not kind:
             raise CodecError(f"{label} must be of type {kind.__name__}, not {type_name(value)}")
@@ -104,7 +102,7 @@ def _exact(kind: type) -> Convert:
     return decode
 
 
-def _member(enum: type[StrEnum]) -> Convert:
+def _member(enum: type[StrEnum]) -> _Convert:
     members = {member.value: member for member in enum}
 
     def decode(value: Any, label: str) -> Any:
@@ -122,7 +120,7 @@ def _path(value: Any, label: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def frozen(value: dict[str, Any]) -> Mapping[str, Any]:
+def _frozen(value: dict[str, Any]) -> Mapping[str, Any]:
     """A read-only view of a decoded map (the shared empty map when it is empty)."""
     # The dict is fresh from msgpack and ours alone, so a read-only view needs no copy.
     return MappingProxyType(value) if value else model.EMPTY
@@ -137,25 +135,25 @@ def plain(value: Any, label: str) -> Mapping[str, Any]:
     if type(value) is not dict:
         raise CodecError(f"{label} must be a map, found {type_name(value)}")
     check_plain(value, 0, label)
-    return frozen(value)
+    return _frozen(value)
 
 
-def _map_of(item: Convert | type) -> Convert:
+def _map_of(item: _Convert | type) -> _Convert:
     """Decode a map with str keys whose values are ``item`` (a decoder, or an exact type)."""
 
     def decode_map(value: Any, label: str) -> Mapping[str, Any]:
         if type(value) is not dict or not STR.issuperset(map(type, value)):
             raise CodecError(f"{label} must be a map with str keys")
         if not isinstance(item, type):
-            return frozen({key: item(entry, label) for key, entry in value.items()})
+            return _frozen({key: item(entry, label) for key, entry in value.items()})
         if not {item}.issuperset(map(type, value.values())):
             raise CodecError(f"{label} must map str to {item.__name__}")
-        return frozen(value)
+        return _frozen(value)
 
     return decode_map
 
 
-def _list_of(decode: Convert) -> Convert:
+def _list_of(decode: _Convert) -> _Convert:
     def decode_list(value: Any, label: str) -> tuple[Any, ...]:
         if type(value) is not list:
             raise CodecError(f"{label} must be a list, found {type_name(value)}")
