@@ -47,7 +47,7 @@ nodes:
     bind: {run: {python: "phasegraph.graphs.hello:count", triggers: [ok]}}
 """
 _SCRIPT = Path(sys.executable).with_name("phasegraph")
-_MAIN = "from phasegraph.cli import main; raise SystemExit(main())"
+_MAIN = "from phasegraph.cli._main import main; raise SystemExit(main())"
 
 
 def _percentile(values: list[float], q: float) -> float:

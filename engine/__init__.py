@@ -19,9 +19,9 @@ from phasegraph.errors import (
     StoreError,
 )
 from phasegraph.events import Event, EventBus
-from phasegraph.loader import load_graph, load_machine
 from phasegraph.model import NodeOutcome, NodeStatus, RunState, RunStatus, StepRecord
-from phasegraph.runtime import RunOptions
+from phasegraph.run import RunOptions
+from phasegraph.spec import load_graph, load_machine
 from phasegraph.store import Store, open_store
 
 __version__ = "0.1.0"

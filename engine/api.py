@@ -25,21 +25,26 @@ from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
-from phasegraph.fork import create_run, decode_stored, first_commit, fork_state, rebuild
-from phasegraph.interpreter import Run
-from phasegraph.loader import load_graph
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
-from phasegraph.replay import ReplayReport, replay_history
-from phasegraph.runtime import (
+from phasegraph.run import (
     Clock,
     IdFactory,
     PreparedGraph,
+    ReplayReport,
+    Run,
     RunOptions,
     SystemClock,
     TimeOrderedIds,
+    create_run,
+    decode_stored,
+    first_commit,
+    fork_state,
     initial_state,
     prepare,
+    rebuild,
+    replay_history,
 )
+from phasegraph.spec import load_graph
 from phasegraph.store.base import Lease, RunMeta, Store
 
 __all__ = ["Engine", "GraphSource"]
@@ -322,7 +327,7 @@ class Engine:
         The new run's seq 0 is the source state at ``at_seq`` (default: the head) with
         ``patch`` merged into its data per top-level key, under the same graph and status.
         The source run is only read. ``resume`` continues the fork if it was not finished
-        at that seq (see :mod:`phasegraph.fork`).
+        at that seq (see :func:`phasegraph.run.fork_state`).
 
         Raises:
             RunNotFoundError: No such run, or no such seq in it.

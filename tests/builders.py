@@ -22,8 +22,13 @@ from phasegraph.model import (
     StateDef,
     TransitionDef,
 )
-from phasegraph.runtime import PreparedGraph, RunOptions, prepare
+from phasegraph.run import PreparedGraph, RunOptions, prepare
 from phasegraph.store.base import Store
+
+TESTS = Path(__file__).resolve().parent
+"""The test suite's folder: shared fixtures and golden files live here."""
+REPO = TESTS.parent
+"""The repository root."""
 
 ActionFn = Callable[[ActionContext], Awaitable[ActionResult]]
 
@@ -151,6 +156,6 @@ def cli_argv(*args: str) -> list[str]:
     return [
         sys.executable,
         "-c",
-        "from phasegraph.cli import main; raise SystemExit(main())",
+        "from phasegraph.cli._main import main; raise SystemExit(main())",
         *args,
     ]

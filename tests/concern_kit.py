@@ -9,8 +9,8 @@ from typing import Any
 
 from builders import engine, graph, prepared
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.loader import load_machine
 from phasegraph.model import GraphDef, MiddlewareDef, NodeDef, RunState, StepRecord, frozen_map
+from phasegraph.spec import load_machine
 from phasegraph.store.memory import MemoryStore
 
 CONCERN_MACHINES = ("fallback_chain", "quality_loop")

@@ -1,10 +1,25 @@
-"""Fixtures shared by the whole test suite."""
+"""Fixtures shared by the whole test suite, and the hypothesis profiles."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from phasegraph.testing import redis_server
+
+# CI runs the same examples every time, so a red CI reproduces locally with
+# HYPOTHESIS_PROFILE=ci; local runs explore new examples and remember failures.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 @pytest.fixture(scope="session")

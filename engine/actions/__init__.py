@@ -1,12 +1,14 @@
-"""Action kinds: turn a declared :class:`~phasegraph.model.ActionDef` into a callable."""
+"""Actions: what a bound hook runs, what it sees, what it returns, how its failure is told.
+
+The kinds are ``python:``, ``shell:`` and ``human:``; :class:`ActionContext` is what an
+action sees and :class:`ActionResult` what it returns.
+
+May import :mod:`phasegraph.model` and :mod:`phasegraph.errors`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from types import MappingProxyType
-
-from phasegraph.actions.base import (
+from phasegraph.actions._base import (
     Action,
     ActionContext,
     ActionResult,
@@ -14,49 +16,40 @@ from phasegraph.actions.base import (
     EventSink,
     ToolCall,
 )
-from phasegraph.actions.python import build_python_action
-from phasegraph.actions.shell import build_shell_action
-from phasegraph.errors import Problem, SpecError
-from phasegraph.model import ActionDef
+from phasegraph.actions._build import (
+    BUILDERS,
+    build_action,
+)
+from phasegraph.actions._failures import (
+    ERROR_LOG_EVENT,
+    ERROR_TRIGGER,
+    classify_error,
+)
+from phasegraph.actions._human import (
+    TIMEOUT_TRIGGER,
+    HumanGate,
+    build_gate,
+    render_payload,
+)
+from phasegraph.actions._shell import (
+    build_shell_action,
+)
 
 __all__ = [
     "BUILDERS",
+    "ERROR_LOG_EVENT",
+    "ERROR_TRIGGER",
+    "TIMEOUT_TRIGGER",
     "Action",
     "ActionContext",
     "ActionResult",
     "CallNext",
     "EventSink",
+    "HumanGate",
     "ToolCall",
     "build_action",
+    "build_gate",
+    "build_shell_action",
+    "classify_error",
+    "render_payload",
 ]
-
-Builder = Callable[[ActionDef, Path | None], Action]
-
-BUILDERS: Mapping[str, Builder] = MappingProxyType(
-    {"python": build_python_action, "shell": build_shell_action}
-)
-"""Action kind → builder. Read-only: kinds are part of the YAML format."""
-
-
-def build_action(definition: ActionDef, base_dir: Path | None = None) -> Action:
-    """Build the callable for one binding, once, before the run's first step.
-
-    Args:
-        definition: The declared action.
-        base_dir: The graph file's folder (``python:`` modules may live beside it).
-
-    Raises:
-        SpecError: Unknown kind, or the action cannot be prepared (e.g. import failure).
-    """
-    builder = BUILDERS.get(definition.kind)
-    if builder is None:
-        known = ", ".join(sorted(BUILDERS))
-        raise SpecError(
-            [
-                Problem(
-                    f"action kind {definition.kind!r} is not available (known: {known})",
-                    definition.location,
-                )
-            ]
-        )
-    return builder(definition, base_dir)

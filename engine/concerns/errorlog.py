@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from phasegraph.actions import ActionContext
-from phasegraph.failures import ERROR_LOG_EVENT
+from phasegraph.actions import ERROR_LOG_EVENT, ActionContext
 from phasegraph.model import PATH_SEPARATOR
 
 __all__ = ["log_error", "spent"]

@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.actions.shell import build_shell_action
+from phasegraph.actions import ActionContext, ActionResult, build_shell_action
 from phasegraph.concerns.errorlog import log_error
 from phasegraph.errors import ActionError
 from phasegraph.model import PATH_SEPARATOR, ActionDef

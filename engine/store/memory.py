@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import final
 
 from phasegraph.errors import StoreError
-from phasegraph.store import (
+from phasegraph.store._open import (
     check_commit,
     check_page,
     check_ttl,

@@ -19,7 +19,7 @@ server (standalone, or the primary of a replicated pair), not a Redis Cluster. R
 can expire a run and leave its index entry behind; ``list_runs`` trusts only the per-run
 meta and prunes such entries.
 
-Commands go through :mod:`phasegraph.store.redis_wire`: every coroutine of the process
+Commands go through :mod:`phasegraph.store._redis_wire`: every coroutine of the process
 shares one connection, so concurrent runs' commits reach the server pipelined; redis-py
 parses the URL.
 
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from redis.asyncio.connection import parse_url
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
-from phasegraph.store import (
+from phasegraph.store._open import (
     FINISHED_STATUSES,
     check_commit,
     check_page,
@@ -52,9 +52,9 @@ from phasegraph.store import (
     run_not_found_error,
     sequence_conflict_error,
 )
+from phasegraph.store._redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
+from phasegraph.store._redis_wire import Arg, RedisWire, ReplyError, WireOptions
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
-from phasegraph.store.redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
-from phasegraph.store.redis_wire import Arg, RedisWire, ReplyError, WireOptions
 
 __all__ = ["RedisStore"]
 

@@ -1,12 +1,12 @@
 """The embedded store: one SQLite file in WAL mode, on the stdlib ``sqlite3`` driver.
 
 One dedicated worker thread owns the connection; every store call is one hop to it
-(:class:`~phasegraph.store.thread_worker.ThreadWorker`) doing one transaction, so a
+(:class:`~phasegraph.store._thread_worker.ThreadWorker`) doing one transaction, so a
 commit costs one hop and one ``BEGIN IMMEDIATE … COMMIT``. Lease checks use
 ``time.time()`` of the calling machine, which every process sharing the file agrees on.
 Each statement is prepared once per connection (the driver keeps them in its cache).
 
-Layout (:mod:`phasegraph.store.sqlite_layout`; schema version :data:`SCHEMA_VERSION`,
+Layout (:mod:`phasegraph.store._sqlite_layout`; schema version :data:`SCHEMA_VERSION`,
 kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
 ``PRAGMA application_id``):
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final, TypeVar, final
 
 from phasegraph.errors import InputError, PhasegraphError, StoreError, StoreUnavailableError
-from phasegraph.store import (
+from phasegraph.store._open import (
     check_commit,
     check_page,
     check_ttl,
@@ -40,9 +40,9 @@ from phasegraph.store import (
     run_not_found_error,
     sequence_conflict_error,
 )
+from phasegraph.store._sqlite_layout import SCHEMA_VERSION, check_layout, foreign_file_error
+from phasegraph.store._thread_worker import ThreadWorker
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
-from phasegraph.store.sqlite_layout import SCHEMA_VERSION, check_layout, foreign_file_error
-from phasegraph.store.thread_worker import ThreadWorker
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 

@@ -15,8 +15,8 @@ import pytest
 
 from phasegraph.errors import StoreUnavailableError
 from phasegraph.store import open_store
+from phasegraph.store._redis_wire import RedisWire, ReplyError, WireOptions
 from phasegraph.store.redis import RedisStore
-from phasegraph.store.redis_wire import RedisWire, ReplyError, WireOptions
 from phasegraph.testing import make_commit
 
 pytestmark = pytest.mark.redis

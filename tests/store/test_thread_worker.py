@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from phasegraph.store.thread_worker import ThreadWorker
+from phasegraph.store._thread_worker import ThreadWorker
 
 
 async def test_calls_run_in_order_on_one_other_thread() -> None:

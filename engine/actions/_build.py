@@ -1,0 +1,62 @@
+"""Action kinds: turn a declared :class:`~phasegraph.model.ActionDef` into a callable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from phasegraph.actions._base import (
+    Action,
+    ActionContext,
+    ActionResult,
+    CallNext,
+    EventSink,
+    ToolCall,
+)
+from phasegraph.actions._python import build_python_action
+from phasegraph.actions._shell import build_shell_action
+from phasegraph.errors import Problem, SpecError
+from phasegraph.model import ActionDef
+
+__all__ = [
+    "BUILDERS",
+    "Action",
+    "ActionContext",
+    "ActionResult",
+    "CallNext",
+    "EventSink",
+    "ToolCall",
+    "build_action",
+]
+
+Builder = Callable[[ActionDef, Path | None], Action]
+
+BUILDERS: Mapping[str, Builder] = MappingProxyType(
+    {"python": build_python_action, "shell": build_shell_action}
+)
+"""Action kind → builder. Read-only: kinds are part of the YAML format."""
+
+
+def build_action(definition: ActionDef, base_dir: Path | None = None) -> Action:
+    """Build the callable for one binding, once, before the run's first step.
+
+    Args:
+        definition: The declared action.
+        base_dir: The graph file's folder (``python:`` modules may live beside it).
+
+    Raises:
+        SpecError: Unknown kind, or the action cannot be prepared (e.g. import failure).
+    """
+    builder = BUILDERS.get(definition.kind)
+    if builder is None:
+        known = ", ".join(sorted(BUILDERS))
+        raise SpecError(
+            [
+                Problem(
+                    f"action kind {definition.kind!r} is not available (known: {known})",
+                    definition.location,
+                )
+            ]
+        )
+    return builder(definition, base_dir)

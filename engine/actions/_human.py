@@ -1,0 +1,63 @@
+"""``human:`` bindings: a gate where the run waits for a person's reply.
+
+A human gate is not a callable: when a node enters a state bound to one, the interpreter
+records a pending interrupt and the node waits. A reply (``phasegraph reply`` or
+``Engine.reply``) fires the chosen trigger; a passed deadline fires ``timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phasegraph.actions._shell import render
+from phasegraph.model import ActionDef, empty_field
+
+__all__ = ["TIMEOUT_TRIGGER", "HumanGate", "build_gate", "render_payload"]
+
+TIMEOUT_TRIGGER = "timeout"
+"""Fired on a waiting node when its interrupt's deadline has passed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HumanGate:
+    """A declared human gate.
+
+    Attributes:
+        kind: The interrupt kind (``review``, ``spec_review``, ``approval``, ...).
+        payload: What the answerer sees; strings are templates over input and data.
+        timeout: Seconds until ``timeout`` fires, if ever.
+        park: Whether the run counts as parked (not waiting) while the gate is open.
+        triggers: The triggers a reply may fire (empty: any the state accepts).
+    """
+
+    kind: str
+    payload: Mapping[str, Any] = empty_field()
+    timeout: float | None = None
+    park: bool = False
+    triggers: tuple[str, ...] = ()
+
+
+def build_gate(definition: ActionDef) -> HumanGate:
+    """The gate a ``human:`` binding declares."""
+    config = definition.config
+    timeout = config.get("timeout")
+    return HumanGate(
+        kind=str(config["human"]),
+        payload=dict(config.get("payload") or {}),
+        timeout=float(timeout) if timeout is not None else None,
+        park=bool(config.get("park", False)),
+        triggers=definition.triggers,
+    )
+
+
+def render_payload(value: Any, values: Mapping[str, Any]) -> Any:
+    """Fill ``{name}`` templates in every string of ``value`` (recursively)."""
+    if isinstance(value, str):
+        return render(value, values)
+    if isinstance(value, Mapping):
+        return {str(k): render_payload(v, values) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [render_payload(v, values) for v in value]
+    return value

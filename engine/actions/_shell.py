@@ -1,0 +1,119 @@
+"""``shell:`` actions: run a command without a shell, map its exit status to a trigger.
+
+Templates are split into argv *before* values are substituted, so a value with spaces or
+shell metacharacters stays one argument and is never interpreted by a shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import string
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from phasegraph.actions._base import Action, ActionContext, ActionResult
+from phasegraph.errors import ActionError
+from phasegraph.model import ActionDef, frozen_map
+
+__all__ = ["build_shell_action", "render"]
+
+TAIL_CHARS = 2000
+"""How much of stdout/stderr is kept in the step record."""
+
+_DEFAULT_EXIT = {"0": "ok", "default": "fail"}
+
+
+class _Values(dict[str, Any]):
+    def __missing__(self, key: str) -> Any:
+        known = ", ".join(sorted(self)) or "none"
+        raise ActionError(
+            f"template names {{{key}}} but the run has no such value (known: {known})"
+        )
+
+
+def render(template: str, values: Mapping[str, Any]) -> str:
+    """Substitute ``{name}`` placeholders from ``values``; ``{{`` escapes a brace."""
+    return string.Formatter().vformat(template, (), _Values(values))
+
+
+def _argv(command: str | Sequence[str], values: Mapping[str, Any]) -> list[str]:
+    tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
+    if not tokens:
+        raise ActionError("shell action has an empty command")
+    return [render(token, values) for token in tokens]
+
+
+def _tail(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return text[-TAIL_CHARS:]
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    # The child leads its own session, so this also reaches everything it spawned.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
+def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
+    """Return the action that runs the configured command (``base_dir`` is unused)."""
+    config = definition.config
+    on_exit = {str(k): str(v) for k, v in (config.get("on_exit") or _DEFAULT_EXIT).items()}
+    timeout = config.get("timeout")
+    timeout_trigger = config.get("timeout_trigger")
+    capture = config.get("capture")
+
+    async def call(ctx: ActionContext) -> ActionResult:
+        values = ctx.values()
+        argv = _argv(config["shell"], values)
+        # A relative cwd is relative to where phasegraph runs, like any command line.
+        cwd = render(str(config["cwd"]), values) if config.get("cwd") else None
+        env = {
+            **os.environ,
+            **{k: render(str(v), values) for k, v in (config.get("env") or {}).items()},
+        }
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ActionError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout):
+                stdout, stderr = await process.communicate()
+        except TimeoutError:
+            timed_out = True
+            await _kill_group(process)
+            stdout, stderr = b"", b""
+        except BaseException:
+            await _kill_group(process)
+            raise
+        status = process.returncode
+        if timed_out:
+            trigger = timeout_trigger or on_exit.get("default", "fail")
+        else:
+            trigger = on_exit.get(str(status), on_exit.get("default", "fail"))
+        output = {"argv": argv, "exit": status, "stdout": _tail(stdout), "stderr": _tail(stderr)}
+        if timed_out:
+            output["timed_out"] = timeout
+        data = {str(capture): stdout.decode("utf-8", errors="replace").strip()} if capture else {}
+        return ActionResult(
+            trigger=trigger,
+            data=frozen_map(data),
+            payload=frozen_map({"exit": status, "timed_out": timed_out}),
+            output=frozen_map(output),
+        )
+
+    return call

@@ -1,0 +1,11 @@
+"""The ``phasegraph`` command line: parse, call the engine, render, exit with a status.
+
+Each command's module is imported only when that command runs. May import
+:mod:`phasegraph.api`, :mod:`phasegraph.analysis` and everything below them.
+"""
+
+from __future__ import annotations
+
+from phasegraph.cli._main import build_parser, main
+
+__all__ = ["build_parser", "main"]

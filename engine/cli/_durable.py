@@ -1,0 +1,115 @@
+"""Commands that branch and check recorded runs: fork, replay."""
+
+from __future__ import annotations
+
+import argparse
+
+from phasegraph.api import Engine
+from phasegraph.cli._support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    AddCommand,
+    emit,
+    parse_inputs,
+    with_engine,
+)
+from phasegraph.model import StepRecord
+from phasegraph.run import ReplayReport, report_view
+
+__all__ = ["register"]
+
+
+async def _cmd_fork(args: argparse.Namespace) -> int:
+    patch = parse_inputs(args.set, None)
+
+    async def body(engine: Engine) -> int:
+        new_id = await engine.fork(args.run, args.at, patch)
+        state = await engine.get(new_id)
+        (created,) = await engine.history(new_id, stop=1)
+        view = {
+            "run_id": new_id,
+            "forked_from": args.run,
+            "at": created.result["at"],  # the head's seq when --at was not given
+            "status": state.status,
+            "patched": sorted(patch),
+        }
+        # Plain output is the id alone, so scripts can write NEW=$(phasegraph fork ...).
+        emit(args, view, new_id)
+        return EXIT_OK
+
+    return await with_engine(args, body)
+
+
+async def _cmd_replay(args: argparse.Namespace) -> int:
+    async def body(engine: Engine) -> int:
+        report = await engine.replay(args.run, graph=args.graph)
+        emit(args, report_view(report), _report_text(report))
+        return EXIT_OK if report.identical else EXIT_FAILED
+
+    return await with_engine(args, body)
+
+
+def _report_text(report: ReplayReport) -> str:
+    graph = f"graph {report.graph!r}" + (" (changed since the run started)" * report.graph_changed)
+    head = f"run {report.run_id} replayed against {graph}"
+    divergence = report.divergence
+    if divergence is None:
+        return f"{head}: identical ({report.steps} steps, head {report.head})"
+    where = f"seq {divergence.seq}" + (f", node {divergence.node!r}" if divergence.node else "")
+    replayed = _describe(divergence.replayed) if divergence.replayed else "(no step)"
+    return (
+        f"{head}: diverged at {where} "
+        f"(after {report.steps} identical steps; head {report.head})\n"
+        f"  {divergence.reason}\n"
+        f"  recorded: {_describe(divergence.recorded)}\n"
+        f"  replayed: {replayed}"
+    )
+
+
+def _describe(record: StepRecord) -> str:
+    """``transition a work --again--> done; nodes: a completed; run completed``."""
+    parts = [f"{record.kind} {record.node or '-'}"]
+    if record.trigger:
+        parts[0] += (
+            f" {'/'.join(record.source) or '-'} --{record.trigger}--> {'/'.join(record.dest)}"
+        )
+    elif record.dest:
+        parts[0] += f" {'/'.join(record.dest)}"
+    if record.nodes:
+        parts.append(
+            "nodes: "
+            + ", ".join(
+                f"{node_id} {node.status}" + (f" ({node.error})" if node.error else "")
+                for node_id, node in record.nodes.items()
+            )
+        )
+    if record.data:
+        parts.append(f"data: {', '.join(sorted(record.data))}")
+    parts.append(f"run {record.status}")
+    return "; ".join(parts)
+
+
+def register(add: AddCommand) -> None:
+    """Add this module's commands to the parser."""
+    fork = add("fork", _cmd_fork, "start a new run from any committed step of a run")
+    fork.add_argument("run", help="the run id to fork")
+    fork.add_argument(
+        "--at", type=int, default=None, metavar="SEQ", help="the step to fork from (default: head)"
+    )
+    fork.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a top-level data key in the new run (JSON if it parses); repeatable",
+    )
+    replay = add(
+        "replay",
+        _cmd_replay,
+        "re-drive a run's history with its recorded action results (no action runs) and "
+        "report 'identical' or the first divergence; exit 0 identical, 1 diverged",
+    )
+    replay.add_argument("run", help="the run id")
+    replay.add_argument(
+        "--graph", help="replay against this graph file (find where a changed graph diverges)"
+    )

@@ -1,0 +1,62 @@
+"""The ``errors`` command: a run's error log (failures, recoveries, emergencies).
+
+Each record shows its time, severity, node, state, whether it was recovered and its
+message. A record counts as recovered when it says so, or when its node went on to
+complete successfully (the failure was overcome by a retry or a reflection).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from phasegraph.api import Engine
+from phasegraph.cli._support import EXIT_OK, AddCommand, emit, with_engine
+from phasegraph.model import ErrorRecord, RunState
+from phasegraph.views import error_rows, recovered_nodes, run_summary
+
+__all__ = ["register", "render_errors"]
+
+
+def render_errors(state: RunState, node: str | None = None) -> str:
+    """The error log as text: one header line and a message line per record, and totals."""
+    records = [r for r in state.errors if node is None or r.node == node]
+    scope = f" for node {node}" if node else ""
+    if not records:
+        return f"run {state.run_id} ({state.graph}): no errors{scope} ({run_summary(state)})"
+    overcome = recovered_nodes(state)
+    lines = [f"Error log of run {state.run_id} ({state.graph}){scope}", ""]
+    recovered = 0
+    for record in records:
+        ok = record.recovered or record.node in overcome
+        recovered += ok
+        lines += [_header(record, ok), f"    {record.message}", ""]
+    lines.append(
+        f"Total: {len(records)} record{'s' * (len(records) != 1)} "
+        f"({recovered} recovered, {len(records) - recovered} unrecovered); "
+        f"{run_summary(state)}"
+    )
+    return "\n".join(lines)
+
+
+def _header(record: ErrorRecord, recovered: bool) -> str:
+    mark = "recovered" if recovered else "NOT recovered"
+    return (
+        f"[{record.time:%Y-%m-%d %H:%M:%S}] {record.severity.upper():<8} "
+        f"{record.node} ({record.state or '-'})  {mark}"
+    )
+
+
+async def _cmd_errors(args: argparse.Namespace) -> int:
+    async def body(engine: Engine) -> int:
+        state = await engine.get(args.run)
+        emit(args, error_rows(state, args.node), render_errors(state, args.node))
+        return EXIT_OK
+
+    return await with_engine(args, body)
+
+
+def register(add: AddCommand) -> None:
+    """Add the ``errors`` command to the parser."""
+    errors = add("errors", _cmd_errors, "show a run's error log: failures, recoveries, emergencies")
+    errors.add_argument("run", help="the run id")
+    errors.add_argument("--node", help="only the records of this node")

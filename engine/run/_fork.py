@@ -1,0 +1,102 @@
+"""Read a run's state at any seq, and fork a new run from it.
+
+:func:`fork_state` turns the state of a run at some seq into the seq-0 state of a new run:
+same graph, input, node states, counters, error log and status, with the data patched per
+top-level key. The source run is only read, never written.
+
+A fork keeps the source's status at that seq. Forking at a step where the run was still
+going gives a run that ``resume`` continues from there (a node whose action was in flight
+at that seq runs it again). Forking where the run had already finished gives a finished
+copy — to inspect, or to replay against a changed graph — which ``resume`` refuses because
+nothing is left to run. To retry a failed step with other data, fork at the seq before it
+failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from phasegraph import codec
+from phasegraph.errors import InputError, StoreError
+from phasegraph.model import RunState, StepRecord, frozen_map
+from phasegraph.run._options import RunOptions
+from phasegraph.run._stored import first_commit
+from phasegraph.store.base import Store
+
+__all__ = ["create_run", "fork_state"]
+
+
+def fork_state(
+    source: RunState, *, run_id: str, patch: Mapping[str, Any] | None, now: datetime
+) -> tuple[RunState, StepRecord]:
+    """The seq-0 state and record of a run forked from ``source``.
+
+    Args:
+        source: The source run's state at the seq to fork from.
+        run_id: The new run's id.
+        patch: Data keys to set (each replaces the whole top-level value).
+        now: The new run's creation time.
+
+    Returns:
+        The new run's state and its seq-0 record (kind ``created``, whose ``result``
+        names the source run, the seq and the patched keys).
+
+    Raises:
+        InputError: A patch key is not a non-empty string.
+        CodecError: A patch value cannot be stored (the message names the key).
+    """
+    changes = dict(patch or {})
+    bad = [key for key in changes if not isinstance(key, str) or not key]
+    if bad:
+        raise InputError(f"fork of run {source.run_id!r}: bad data keys {bad!r}")
+    codec.check_encodable(changes)
+    # Interrupt ids embed the run id; the fork's replies quote the fork's id.
+    interrupts = {
+        _rekey(item.id, source.run_id, run_id): dataclasses.replace(
+            item, id=_rekey(item.id, source.run_id, run_id)
+        )
+        for item in source.interrupts.values()
+    }
+    state = dataclasses.replace(
+        source,
+        run_id=run_id,
+        seq=0,
+        data=frozen_map({**source.data, **changes}),
+        interrupts=frozen_map(interrupts),
+        created_at=now,
+        updated_at=now,
+    )
+    provenance = {"forked_from": source.run_id, "at": source.seq, "patched": sorted(changes)}
+    record = StepRecord(
+        seq=0, time=now, kind="created", status=state.status, result=frozen_map(provenance)
+    )
+    return state, record
+
+
+def _rekey(interrupt_id: str, old: str, new: str) -> str:
+    prefix = f"{old}:"
+    return new + interrupt_id[len(old) :] if interrupt_id.startswith(prefix) else interrupt_id
+
+
+async def create_run(
+    store: Store, options: RunOptions, state: RunState, record: StepRecord
+) -> None:
+    """Commit ``state`` as seq 0 of a new run under a lease taken and released here.
+
+    Raises:
+        LeaseHeldError: Someone holds a lease on that run id.
+        SequenceConflictError: A run with that id already exists.
+        StoreError: The store failed; nothing was written.
+    """
+    commit = first_commit(state, record)
+    lease = await store.acquire(state.run_id, options.owner_name(), options.lease_ttl)
+    try:
+        await store.commit(lease, commit)
+    finally:
+        # The commit's outcome is what matters; a lease we fail to release just expires.
+        with contextlib.suppress(StoreError):
+            await store.release(lease)

@@ -1,0 +1,373 @@
+"""The step loop: readiness, concurrency, run action → fire trigger → commit → emit.
+
+A :class:`Run` owns one run while it holds the run's lease. Each :meth:`Run.next` commits
+exactly one step — a node starting, or a node's action result firing a trigger — and
+returns its :class:`~phasegraph.model.StepRecord`; it returns ``None`` once the run is
+finished or waiting on a human. Actions run as tasks the run owns (up to ``concurrency``
+nodes at once); their results are applied one at a time, in a deterministic order when
+several finish together, so every transition is committed before the next is computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, NamedTuple, Self
+
+from phasegraph import codec
+from phasegraph.actions import Action, ActionContext, ActionResult
+from phasegraph.errors import (
+    CodecError,
+    PhasegraphError,
+    RunError,
+    RunStateError,
+    StoreUnavailableError,
+)
+from phasegraph.events import EventBus, events_for
+from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord
+from phasegraph.run._options import Clock, RunOptions
+from phasegraph.run._prepare import PreparedGraph
+from phasegraph.run._steps import StepBuilder
+from phasegraph.run._stored import run_meta
+from phasegraph.store.base import Commit, Lease, Store
+
+__all__ = ["Run"]
+
+
+class _Done(NamedTuple):
+    """What a finished action task hands back: a result or the error it raised."""
+
+    result: ActionResult | None
+    error: BaseException | None
+    events: tuple[Mapping[str, Any], ...]
+
+
+def _encode(record: StepRecord) -> tuple[StepRecord, bytes]:
+    return record, codec.encode_record(record)
+
+
+class Run:
+    """One run, driven step by step while this process holds its lease.
+
+    Use as ``async with Run(...) as run: async for step in run: ...``. Leaving the block
+    cancels in-flight actions (their steps were never committed, so a resume runs them
+    again) and releases the lease.
+    """
+
+    def __init__(
+        self,
+        *,
+        prepared: PreparedGraph,
+        store: Store,
+        lease: Lease,
+        state: RunState,
+        snapshot_seq: int,
+        snapshot_bytes: int,
+        options: RunOptions,
+        clock: Clock,
+        bus: EventBus,
+    ) -> None:
+        self._prepared = prepared
+        self._store = store
+        self._lease = lease
+        self._state = state
+        self._snapshot_seq = snapshot_seq
+        # Sizes behind the checkpoint policy (see _checkpoint_due).
+        self._snapshot_bytes = snapshot_bytes
+        self._record_bytes = 0
+        self._options = options
+        self._clock = clock
+        self._bus = bus
+        self._steps = StepBuilder(prepared, clock)
+        self._tasks: dict[str, asyncio.Task[_Done]] = {}
+        # Set by the first action task to finish while _wait_one sleeps.
+        self._waiter: asyncio.Future[None] | None = None
+        # Nodes in a non-final state whose action is not running yet (all of them on resume).
+        self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
+        self._renewer: asyncio.Task[None] | None = None
+
+    @property
+    def state(self) -> RunState:
+        """The run state as of the last committed step."""
+        return self._state
+
+    @property
+    def run_id(self) -> str:
+        """The run id."""
+        return self._state.run_id
+
+    async def __aenter__(self) -> Self:
+        self._renewer = asyncio.create_task(self._renew_lease())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel in-flight actions, stop renewing and release the lease (idempotent)."""
+        tasks = [*self._tasks.values(), *([self._renewer] if self._renewer else [])]
+        self._tasks.clear()
+        self._renewer = None
+        for task in tasks:
+            task.cancel()
+        # Shielded so that a cancelled caller still leaves nothing running behind it.
+        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        with contextlib.suppress(PhasegraphError):
+            await asyncio.shield(self._store.release(self._lease))
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StepRecord:
+        record = await self.next()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    async def next(self) -> StepRecord | None:
+        """Commit exactly one step and return it, or ``None`` if nothing more can happen.
+
+        Raises:
+            StoreError: The commit failed; nothing of this step was written.
+        """
+        step = None
+        if self._state.interrupts and not self._state.status.terminal:
+            # A passed deadline fires `timeout`, also on a run that is only waiting.
+            step = self._encoded(self._steps.expire(self._state))
+        if step is None and self._state.status is not RunStatus.RUNNING:
+            return None
+        if step is None:
+            # Starting a node needs no action result, so it goes first (and fills free slots).
+            step = self._encoded(self._steps.start_next(self._state))
+        if step is None:
+            step = self._open_gate()
+        if step is None and len(self._to_launch) == 1 and not self._tasks:
+            # The only thing that can happen next is this action: await it inline.
+            node_id = self._to_launch.pop()
+            step = self._apply(node_id, await self._invoke(*self._call(node_id)))
+        elif step is None:
+            self._launch_actions()
+            if self._tasks:
+                step = self._apply(*await self._wait_one())
+        if step is None:
+            step = self._encoded(self._steps.settle(self._state))
+        if step is None:
+            return None
+        return await self._commit_step(*step)
+
+    async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
+        """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
+
+        Nothing is committed if the reply is refused.
+
+        Raises:
+            RunStateError: The run has no such pending interrupt (or is not waiting).
+            IllegalTriggerError: The trigger is not legal in the waiting node's state.
+            CodecError: The reply's data cannot be stored.
+        """
+        if not self._state.interrupts:
+            raise RunStateError(
+                f"run {self.run_id!r} is not waiting for a reply (status {self._state.status})",
+                run_id=self.run_id,
+            )
+        record = self._steps.answer(self._state, interrupt_id, result)
+        return await self._commit_step(*_encode(record))
+
+    async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
+        """Stop in-flight actions and commit the run as cancelled.
+
+        Raises:
+            RunStateError: The run already finished.
+        """
+        if self._state.status.terminal:
+            raise RunStateError(
+                f"run {self.run_id!r} already {self._state.status}; nothing to cancel",
+                run_id=self.run_id,
+            )
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        self._to_launch.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+
+    def _open_gate(self) -> tuple[StepRecord, bytes] | None:
+        """Put the first node that reached a human gate into waiting, if any."""
+        if not self._prepared.gates:
+            return None  # the usual case: skip the per-step hook lookups
+        for node_id in self._to_launch:
+            record = self._steps.open_gate(self._state, node_id)
+            if record is not None:
+                self._to_launch.remove(node_id)
+                return _encode(record)
+        return None
+
+    # -- actions -----------------------------------------------------------------------
+
+    def _call(self, node_id: str) -> tuple[Action, ActionContext, list[Mapping[str, Any]]]:
+        events: list[Mapping[str, Any]] = []
+        ctx = self._context(node_id, events)
+        return self._prepared.actions[(node_id, ctx.hook)], ctx, events
+
+    def _launch_actions(self) -> None:
+        while self._to_launch:
+            node_id = self._to_launch.pop(0)
+            task = asyncio.create_task(
+                self._invoke(*self._call(node_id)), name=f"phasegraph:{self.run_id}:{node_id}"
+            )
+            task.add_done_callback(self._wake)
+            self._tasks[node_id] = task
+
+    def _wake(self, _: asyncio.Task[_Done] | None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _context(self, node_id: str, events: list[Mapping[str, Any]]) -> ActionContext:
+        """The context for the action bound to the node's current state."""
+        state, machines = self._state, self._prepared.machines
+        node = state.nodes[node_id]
+        definition = self._prepared.workflow.nodes[node_id]
+        where = node.state
+
+        def emit(kind: str, fields: Mapping[str, Any]) -> None:
+            events.append({**fields, "kind": kind})
+
+        return ActionContext(
+            run_id=state.run_id,
+            node_id=node_id,
+            state=where,
+            hook=machines.hook(definition.machine, node.path) or "",
+            input=state.input,
+            data=state.data,
+            settings=definition.settings,
+            counters=node.counters,
+            limits=machines[definition.machine].limits(definition.settings),
+            steps=node.steps,
+            payload=node.payload,
+            emit=emit,
+            tool=self._prepared.tools.bind(definition, where, emit),
+        )
+
+    @staticmethod
+    async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Done:
+        try:
+            result = await action(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every action failure is data for the step, not a crash
+            return _Done(None, exc, tuple(events))
+        return _Done(result, None, tuple(events))
+
+    async def _wait_one(self) -> tuple[str, _Done]:
+        """Wait for action tasks to finish and take one (as ``asyncio.wait``, minus its setup).
+
+        Like ``asyncio.wait``, this always lets the loop run before looking, even when a
+        task is already done, so tasks finishing in the same turn are taken together.
+        """
+        loop = asyncio.get_running_loop()
+        finished: list[str] = []
+        while not finished:
+            self._waiter = waiter = loop.create_future()
+            if any(task.done() for task in self._tasks.values()):
+                loop.call_soon(self._wake, None)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            # A wake-up may be stale (from a task already taken), so look before returning.
+            finished = [node_id for node_id, task in self._tasks.items() if task.done()]
+        # Several may finish together: take them in graph order so replays agree.
+        node_id = min(finished, key=self._prepared.workflow.position.__getitem__)
+        return node_id, self._tasks.pop(node_id).result()
+
+    def _apply(self, node_id: str, done: _Done) -> tuple[StepRecord, bytes]:
+        """Turn an action's outcome into an encoded record; any refusal fails the node."""
+        steps, state = self._steps, self._state
+        result = done.result
+        if done.error is not None or not isinstance(result, ActionResult):
+            error = done.error or RunError(
+                f"action returned {type(result).__name__}, not an ActionResult"
+            )
+            return _encode(steps.action_failed(state, node_id, error, done.events))
+        failure: PhasegraphError
+        try:
+            record = steps.transition(state, node_id, result, done.events)
+            return record, codec.encode_record(record)
+        except CodecError:
+            # Name the offending key: nothing of this result is committed.
+            try:
+                for part in (result.data, result.payload, result.output):
+                    codec.check_encodable(part, node_id=node_id)
+                raise
+            except CodecError as exc:
+                failure = exc
+        except RunError as exc:
+            failure = exc
+        return _encode(steps.node_failed(state, node_id, failure, (), result))
+
+    @staticmethod
+    def _encoded(record: StepRecord | None) -> tuple[StepRecord, bytes] | None:
+        return None if record is None else _encode(record)
+
+    # -- persistence -------------------------------------------------------------------
+
+    async def _commit_step(self, record: StepRecord, blob: bytes) -> StepRecord:
+        """Commit the step, then make it the run's state (and queue its node's next action)."""
+        state = self._steps.apply(self._state, record)
+        snapshot = None
+        self._record_bytes += len(blob)
+        if self._checkpoint_due(record.seq):
+            snapshot = codec.encode_snapshot(state)
+        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
+        try:
+            await self._store.commit(self._lease, commit)
+        except StoreUnavailableError as exc:
+            raise StoreUnavailableError(
+                f"run {self.run_id!r} stopped at step {self._state.seq}, its last committed "
+                f"step: {exc}; continue it with 'phasegraph resume {self.run_id}'",
+                run_id=self.run_id,
+                seq=self._state.seq,
+            ) from exc
+        previous = self._state.status
+        self._state = state
+        if snapshot is not None:
+            self._snapshot_seq, self._snapshot_bytes, self._record_bytes = (
+                record.seq,
+                len(snapshot),
+                0,
+            )
+        # Emitted only after the commit: an event never describes an uncommitted step.
+        if self._bus.listening:
+            for event in events_for(state.run_id, record, previous):
+                self._bus.publish(event)
+        if record.node is not None and state.nodes[record.node].status is NodeStatus.RUNNING:
+            self._to_launch.append(record.node)
+        return record
+
+    def _checkpoint_due(self, seq: int) -> bool:
+        """Whether this step also writes a full snapshot.
+
+        Every ``checkpoint_every`` steps at the earliest, and only once the records written
+        since the last snapshot add up to half its size (so a large, unchanging state is not
+        rewritten every few steps), but never more than eight intervals apart (which bounds
+        how many records a read must apply).
+        """
+        since = seq - self._snapshot_seq
+        every = self._options.checkpoint_every
+        if since < every:
+            return False
+        return self._record_bytes * 2 >= self._snapshot_bytes or since >= 8 * every
+
+    async def _renew_lease(self) -> None:
+        interval = self._options.lease_ttl / 3
+        while True:
+            await asyncio.sleep(interval)
+            self._lease = await self._store.renew(self._lease, self._options.lease_ttl)

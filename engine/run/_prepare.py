@@ -1,0 +1,148 @@
+"""Prepare a graph for running: compile, resolve every name once, and build the first state.
+
+Everything a step needs that does not change during a run (the DAG, the compiled
+machines, each bound action wrapped in the middleware chain) is built here, before the
+first step, so bad names fail fast and the per-step path does no lookups by string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from phasegraph.actions import Action, HumanGate, build_action, build_gate
+from phasegraph.core import MachineSet, WorkflowGraph, compile_graph, compile_machines
+from phasegraph.errors import Problem, SpecError
+from phasegraph.model import GraphDef, NodeState, RunState, RunStatus, frozen_map
+from phasegraph.run._middleware import build_middleware, chain
+from phasegraph.tools import ToolFactory, build_tools
+
+__all__ = ["REDUCERS", "PreparedGraph", "initial_state", "prepare"]
+
+REDUCERS = frozenset({"append", "merge"})
+"""How writes to a key from unordered nodes may be combined."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedGraph:
+    """A graph ready to run: compiled once, shared by every step.
+
+    Attributes:
+        definition: The graph definition.
+        source: Built-in name or file path it was loaded from.
+        workflow: The compiled DAG.
+        machines: Every machine compiled once.
+        actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
+        tools: Binds ``ctx.tool`` for each action call.
+        gates: ``(node id, hook)`` → the human gate bound there.
+    """
+
+    definition: GraphDef
+    source: str
+    workflow: WorkflowGraph
+    machines: MachineSet
+    actions: Mapping[tuple[str, str], Action]
+    tools: ToolFactory
+    gates: Mapping[tuple[str, str], HumanGate]
+
+
+def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
+    problems = []
+    declared = [(n, set(n.writes)) for n in definition.nodes if n.writes]
+    for index, (a, keys_a) in enumerate(declared):
+        for b, keys_b in declared[index + 1 :]:
+            if not workflow.unordered(a.id, b.id):
+                continue
+            for key in sorted((keys_a & keys_b) - set(definition.reducers)):
+                problems.append(
+                    Problem(
+                        f"nodes {a.id!r} and {b.id!r} may run concurrently and both write "
+                        f"{key!r}; order them with needs, or declare a reducer for {key!r}",
+                        b.location,
+                    )
+                )
+    return problems
+
+
+def prepare(
+    definition: GraphDef,
+    source: str,
+    actions: Mapping[tuple[str, str], Action] | None = None,
+) -> PreparedGraph:
+    """Compile ``definition`` and build every bound action once.
+
+    Args:
+        definition: The graph.
+        source: Built-in name or file path, recorded in runs so they can be resumed.
+        actions: Callables to bind in code, by ``(node id, hook)``; they take precedence
+            over the YAML bindings and are wrapped in the same middleware.
+
+    Raises:
+        SpecError: Anything that cannot be prepared, every problem at once.
+    """
+    workflow = compile_graph(definition)
+    problems = _check_writes(definition, workflow)
+    problems += [
+        Problem(
+            f"unknown reducer {name!r} for key {key!r} (known: append, merge)", definition.location
+        )
+        for key, name in definition.reducers.items()
+        if name not in REDUCERS
+    ]
+    base_dir = Path(definition.location.path).parent if definition.location else None
+    bound: dict[tuple[str, str], Action] = {}
+    try:
+        middleware = build_middleware(definition.middleware)
+    except SpecError as exc:
+        problems += exc.problems
+        middleware = ()
+    in_code = dict(actions or {})
+    gates: dict[tuple[str, str], HumanGate] = {}
+    for node in definition.nodes:
+        for hook, action_def in node.bind.items():
+            if (node.id, hook) in in_code:
+                continue
+            if action_def.kind == "human":
+                gates[(node.id, hook)] = build_gate(action_def)
+                continue
+            try:
+                bound[(node.id, hook)] = chain(middleware, build_action(action_def, base_dir))
+            except SpecError as exc:
+                problems += exc.problems
+    for key, action in in_code.items():
+        bound[key] = chain(middleware, action)
+    if problems:
+        raise SpecError(problems)
+    return PreparedGraph(
+        definition=definition,
+        source=source,
+        workflow=workflow,
+        machines=compile_machines(definition.machines),
+        actions=MappingProxyType(bound),
+        tools=build_tools(definition),
+        gates=MappingProxyType(gates),
+    )
+
+
+def initial_state(
+    prepared: PreparedGraph, run_id: str, run_input: Mapping[str, Any], now: datetime
+) -> RunState:
+    """The state of a new run at seq 0: every node pending."""
+    definition = prepared.definition
+    return RunState(
+        run_id=run_id,
+        graph=definition.name,
+        graph_source=prepared.source,
+        graph_digest=definition.digest,
+        seq=0,
+        status=RunStatus.RUNNING,
+        input=frozen_map(run_input),
+        data=frozen_map({}),
+        nodes=MappingProxyType({node.id: NodeState() for node in definition.nodes}),
+        created_at=now,
+        updated_at=now,
+    )

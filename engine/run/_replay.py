@@ -1,0 +1,313 @@
+"""Replay a run's history without running actions, and find where it diverges.
+
+:func:`replay_history` rebuilds the run from its seq-0 snapshot and re-drives the machines
+step by step with the pure :class:`~phasegraph.run._steps.StepBuilder`, feeding each step the
+action result (or reply) that was recorded for it — no action runs. Each step it produces
+is compared with the recorded one (kind, node, source, trigger, dest, node states, run
+status, data); the first difference is reported as a :class:`Divergence`. Replayed
+against a changed definition, this finds the first step where the new definition would
+have gone another way.
+
+The replay takes the interpreter's decisions in the interpreter's order: a ready node is
+started before any action result is taken, a node at a human gate waits, and the run
+status settles only when nothing runs. Replies and cancellations come from outside the
+run and are re-applied as recorded.
+
+Limits: a result whose trigger was refused is recorded without its payload (re-fired with
+an empty one); an action that raised is re-fed as an error with the recorded message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from phasegraph import codec
+from phasegraph.actions import ActionResult
+from phasegraph.errors import PhasegraphError, RunError
+from phasegraph.model import (
+    EMPTY,
+    NodeState,
+    NodeStatus,
+    RunState,
+    StepRecord,
+    frozen_map,
+)
+from phasegraph.run._prepare import PreparedGraph
+from phasegraph.run._steps import StepBuilder
+from phasegraph.run._stored import decode_stored
+from phasegraph.store.base import Store
+from phasegraph.views import jsonable
+
+__all__ = [
+    "COMPARED_FIELDS",
+    "Divergence",
+    "ReplayReport",
+    "differing_fields",
+    "replay_history",
+    "report_view",
+]
+
+COMPARED_FIELDS = ("kind", "node", "source", "trigger", "dest", "nodes", "status", "data")
+"""The step-record fields a replayed step must reproduce exactly."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Divergence:
+    """The first step where a replay does not reproduce the recorded history.
+
+    Attributes:
+        seq: The step that differs.
+        node: The node the recorded step moved, if any.
+        reason: Why, in one sentence.
+        fields: The compared fields that differ (empty when no step could be replayed).
+        recorded: The step as recorded.
+        replayed: The step the replay produced instead, if it could produce one.
+    """
+
+    seq: int
+    node: str | None
+    reason: str
+    fields: tuple[str, ...]
+    recorded: StepRecord
+    replayed: StepRecord | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayReport:
+    """The outcome of replaying a run.
+
+    Attributes:
+        run_id: The run replayed.
+        graph: The name of the graph it was replayed against.
+        graph_changed: Whether that graph differs from the one the run started with.
+        head: The last recorded seq.
+        steps: How many steps (after seq 0) were reproduced exactly.
+        divergence: The first step that was not, or ``None`` if all were.
+    """
+
+    run_id: str
+    graph: str
+    graph_changed: bool
+    head: int
+    steps: int
+    divergence: Divergence | None = None
+
+    @property
+    def identical(self) -> bool:
+        """Whether every recorded step was reproduced exactly."""
+        return self.divergence is None
+
+
+async def replay_history(store: Store, prepared: PreparedGraph, first: RunState) -> ReplayReport:
+    """Re-drive a run from its seq-0 state ``first`` against ``prepared``; no action runs.
+
+    Raises:
+        RunNotFoundError: No such run.
+        CodecError: A stored record is corrupt or of a newer format.
+    """
+    replayer = _Replayer(prepared, first)
+    steps, head, divergence = 0, first.seq, None
+    async for seq, blob in store.history(first.run_id, start=first.seq + 1):
+        head = seq
+        if divergence is not None:
+            continue  # only to learn the head; records are not decoded any more
+        divergence = replayer.step(decode_stored(first.run_id, seq, blob, codec.decode_record))
+        steps += divergence is None
+    return ReplayReport(
+        run_id=first.run_id,
+        graph=prepared.definition.name,
+        graph_changed=prepared.definition.digest != first.graph_digest,
+        head=head,
+        steps=steps,
+        divergence=divergence,
+    )
+
+
+class _RecordedTime:
+    """A clock that tells the time of the step being replayed."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+
+class _RecordedError(Exception):
+    """Stands in for an exception an action raised: only its message was recorded."""
+
+
+class _Replayer:
+    """Holds the replayed state and reproduces one recorded step at a time."""
+
+    def __init__(self, prepared: PreparedGraph, first: RunState) -> None:
+        self._prepared = prepared
+        self._clock = _RecordedTime(first.updated_at)
+        self._steps = StepBuilder(prepared, self._clock)
+        self._state = _fit_nodes(first, prepared)
+
+    def step(self, recorded: StepRecord) -> Divergence | None:
+        """Reproduce ``recorded`` and apply it, or say how the replay differs."""
+        self._clock.at = recorded.time
+        try:
+            replayed = self._replay(recorded)
+        # A changed definition may lack a recorded state, node or trigger.
+        except (PhasegraphError, LookupError) as exc:
+            replayed = f"the replayed definition cannot take this step: {exc}"
+        fields: tuple[str, ...] = ()
+        produced: StepRecord | None = None
+        if isinstance(replayed, str):
+            reason = replayed
+        else:
+            fields, produced = differing_fields(recorded, replayed), replayed
+            if not fields:
+                self._state = self._steps.apply(self._state, replayed)
+                return None
+            reason = f"the replayed step differs in {', '.join(fields)}"
+        return Divergence(
+            seq=recorded.seq,
+            node=recorded.node,
+            reason=reason,
+            fields=fields,
+            recorded=recorded,
+            replayed=produced,
+        )
+
+    def _replay(self, recorded: StepRecord) -> StepRecord | str:
+        """The step the interpreter would take here, given the recorded outside inputs."""
+        kind, node = recorded.kind, self._node(recorded.node)
+        if kind == "reply":
+            return self._reply(recorded)
+        if kind == "cancel":
+            reason = next((str(e["message"]) for e in recorded.events if "message" in e), "")
+            return self._steps.cancel(self._state, reason)
+        if kind == "fail" and node is not None and node.status is NodeStatus.WAITING:
+            return self._steps.expire(self._state) or "no interrupt deadline has passed here"
+        # The interpreter starts ready nodes before it takes any action result.
+        started = self._steps.start_next(self._state)
+        if started is not None:
+            return started
+        if kind == "start" or (node is not None and node.status is NodeStatus.PENDING):
+            return "the replayed definition starts no node here"
+        if kind == "status":
+            return self._settle()
+        if kind in ("transition", "fail", "wait"):
+            return self._run_node(recorded)
+        return f"replay cannot re-drive a step of kind {kind!r}"
+
+    def _node(self, node_id: str | None) -> NodeState | None:
+        return None if node_id is None else self._state.nodes.get(node_id)
+
+    def _settle(self) -> StepRecord | str:
+        running = [n for n, s in self._state.nodes.items() if s.status is NodeStatus.RUNNING]
+        if running:
+            return f"the replay would wait for the action of node {running[0]!r}"
+        return self._steps.settle(self._state) or "the replayed run status does not change here"
+
+    def _run_node(self, recorded: StepRecord) -> StepRecord | str:
+        """Open the node's human gate, or feed it the recorded action result."""
+        node_id = recorded.node or ""
+        node = self._node(node_id)
+        if node is None or node.status is not NodeStatus.RUNNING:
+            status = "not in the replayed graph" if node is None else str(node.status)
+            return f"node {node_id!r} has no action to run in the replay (it is {status})"
+        gated = self._steps.open_gate(self._state, node_id)
+        if gated is not None:
+            return gated
+        if recorded.kind == "transition":
+            return self._apply(node_id, self._result(recorded))
+        if recorded.kind == "fail" and recorded.result.get("trigger"):
+            return self._apply(node_id, ActionResult(trigger=str(recorded.result["trigger"])))
+        if recorded.kind == "fail":
+            error = _RecordedError(recorded.nodes[node_id].error or "the action failed")
+            return self._steps.action_failed(self._state, node_id, error, recorded.events)
+        return f"node {node_id!r} waited for a human; the replayed definition runs an action"
+
+    def _apply(self, node_id: str, result: ActionResult) -> StepRecord:
+        """Fire a result as the interpreter does: a refused trigger fails the node."""
+        try:
+            return self._steps.transition(self._state, node_id, result, ())
+        except RunError as exc:
+            return self._steps.node_failed(self._state, node_id, exc, (), result)
+
+    def _reply(self, recorded: StepRecord) -> StepRecord | str:
+        pending = self._state.interrupts
+        answered = next((str(e["id"]) for e in recorded.events if e.get("id") in pending), None)
+        if answered is None:
+            return "the replay has no pending interrupt for this reply"
+        return self._steps.answer(self._state, answered, self._result(recorded))
+
+    def _result(self, recorded: StepRecord) -> ActionResult:
+        """The action result (or reply) that produced ``recorded``."""
+        return ActionResult(
+            trigger=recorded.trigger or "",
+            data=frozen_map(self._raw_data(recorded.data)),
+            payload=recorded.result.get("payload", EMPTY),
+            output=recorded.result.get("output", EMPTY),
+        )
+
+    def _raw_data(self, merged: Mapping[str, Any]) -> dict[str, Any]:
+        """Undo ``append`` reducers: records hold values after reducers, actions return items."""
+        reducers = self._prepared.definition.reducers
+        raw: dict[str, Any] = {}
+        for key, value in merged.items():
+            old = self._state.data.get(key)
+            raw[key] = value
+            if reducers.get(key) != "append" or not isinstance(old, list | tuple):
+                continue
+            if isinstance(value, list | tuple) and list(value[: len(old)]) == list(old):
+                raw[key] = list(value[len(old) :])
+        return raw
+
+
+def _fit_nodes(first: RunState, prepared: PreparedGraph) -> RunState:
+    """Give the seq-0 state the replayed graph's nodes (new ones pending, gone ones dropped)."""
+    wanted = [node.id for node in prepared.definition.nodes]
+    if set(wanted) == set(first.nodes):
+        return first
+    nodes = {node_id: first.nodes.get(node_id, NodeState()) for node_id in wanted}
+    return dataclasses.replace(first, nodes=frozen_map(nodes))
+
+
+def differing_fields(recorded: StepRecord, replayed: StepRecord) -> tuple[str, ...]:
+    """The :data:`COMPARED_FIELDS` in which two records differ, compared canonically.
+
+    Values are compared by their canonical encoding, so ``1`` and ``True`` differ while a
+    list and a tuple with the same items do not.
+    """
+    return tuple(
+        name
+        for name in COMPARED_FIELDS
+        if _canonical(getattr(recorded, name)) != _canonical(getattr(replayed, name))
+    )
+
+
+def _canonical(value: Any) -> bytes:
+    return codec.encode_value(jsonable(value))
+
+
+def report_view(report: ReplayReport) -> dict[str, Any]:
+    """A replay report as JSON (for ``--json`` and HTTP)."""
+    divergence = report.divergence
+    return {
+        "run_id": report.run_id,
+        "graph": report.graph,
+        "graph_changed": report.graph_changed,
+        "head": report.head,
+        "steps": report.steps,
+        "identical": report.identical,
+        "divergence": None
+        if divergence is None
+        else {
+            "seq": divergence.seq,
+            "node": divergence.node,
+            "reason": divergence.reason,
+            "fields": list(divergence.fields),
+            "recorded": jsonable(divergence.recorded),
+            "replayed": jsonable(divergence.replayed) if divergence.replayed else None,
+        },
+    }

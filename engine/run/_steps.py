@@ -1,0 +1,442 @@
+"""Build step records: pure functions from the run state (and an action result) to a record.
+
+Nothing here does I/O or awaits; the interpreter commits what these functions return.
+Keeping step construction pure is what makes snapshots, resume and replay exact: a
+record depends only on the state passed in. The one thing a builder remembers is the
+readiness (:class:`~phasegraph.core.Frontier`) of the last node states it saw, so
+that states produced by :meth:`StepBuilder.apply` are not rescanned; any other state
+gets a frontier built afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+from phasegraph.actions import (
+    ERROR_LOG_EVENT,
+    ERROR_TRIGGER,
+    TIMEOUT_TRIGGER,
+    ActionResult,
+    HumanGate,
+    classify_error,
+    render_payload,
+)
+from phasegraph.core import Frontier, Position, StepResult
+from phasegraph.errors import (
+    BudgetExhaustedError,
+    RunError,
+    RunStateError,
+)
+from phasegraph.model import (
+    EMPTY,
+    ErrorRecord,
+    Interrupt,
+    NodeOutcome,
+    NodeState,
+    NodeStatus,
+    RunState,
+    RunStatus,
+    StepRecord,
+    apply_record,
+)
+from phasegraph.run._merge import merge_update
+from phasegraph.run._options import Clock
+from phasegraph.run._prepare import PreparedGraph
+
+__all__ = ["StepBuilder"]
+
+_STATUS_FOR_OUTCOME = {
+    None: NodeStatus.RUNNING,
+    NodeOutcome.SUCCESS: NodeStatus.COMPLETED,
+    NodeOutcome.CANCELLED: NodeStatus.CANCELLED,
+    NodeOutcome.PARKED: NodeStatus.WAITING,
+    NodeOutcome.FAILED: NodeStatus.FAILED,
+    NodeOutcome.GAVE_UP: NodeStatus.FAILED,
+}
+
+
+class StepBuilder:
+    """Builds the next record for a run of one prepared graph."""
+
+    def __init__(self, prepared: PreparedGraph, clock: Clock) -> None:
+        self._prepared = prepared
+        self._clock = clock
+        self._concurrency = prepared.definition.concurrency
+        self._frontier: Frontier | None = None
+        self._frontier_of: Mapping[str, NodeState] = EMPTY
+
+    def apply(self, state: RunState, record: StepRecord) -> RunState:
+        """The state after ``record`` (:func:`~phasegraph.model.apply_record`).
+
+        Also moves the builder's readiness along, so the next step does not rescan.
+
+        Raises:
+            RunStateError: If ``record.seq`` does not follow ``state.seq``.
+        """
+        frontier = self._frontier_for(state)
+        after = apply_record(state, record)
+        if after.nodes is not state.nodes:
+            frontier.apply(record.nodes)
+            self._frontier_of = after.nodes
+        return after
+
+    def _frontier_for(self, state: RunState) -> Frontier:
+        """Readiness for ``state``'s nodes: kept from the last step, or built afresh."""
+        # Identity, not equality: node maps are read-only, and this one is kept alive.
+        if self._frontier is None or state.nodes is not self._frontier_of:
+            self._frontier = Frontier(self._prepared.workflow, state.nodes)
+            self._frontier_of = state.nodes
+        return self._frontier
+
+    def start_next(self, state: RunState) -> StepRecord | None:
+        """Start the first ready node if a concurrency slot is free."""
+        frontier = self._frontier_for(state)
+        if frontier.running >= self._concurrency:
+            return None
+        node_id = frontier.first_ready()
+        if node_id is None:
+            return None
+        definition = self._prepared.workflow.nodes[node_id]
+        try:
+            step = self._prepared.machines.start(definition.machine, node_id, definition.settings)
+        except BudgetExhaustedError as exc:
+            return self.node_failed(state, node_id, exc, ())
+        node = self._moved(NodeState(), step, steps=0)
+        return self._record(state, node_id, node, kind="start", dest=step.position.path)
+
+    def transition(
+        self,
+        state: RunState,
+        node_id: str,
+        result: ActionResult,
+        events: tuple[Mapping[str, Any], ...],
+        *,
+        kind: str = "transition",
+        interrupts: Mapping[str, Interrupt] | None = None,
+    ) -> StepRecord:
+        """Fire the trigger ``result`` names and merge its data.
+
+        Raises:
+            IllegalTriggerError: The trigger is not legal in the node's state.
+            BudgetExhaustedError: The destination would exceed a budget.
+            DataConflictError: The data update conflicts with another node's writes.
+        """
+        current = state.nodes[node_id]
+        definition = self._prepared.workflow.nodes[node_id]
+        step = self._prepared.machines.step(
+            definition.machine,
+            Position(path=current.path, counters=current.counters),
+            result.trigger,
+            node_id=node_id,
+            settings=definition.settings,
+            payload=result.payload,
+        )
+        data = merge_update(self._prepared, state, node_id, result.data)
+        node = self._moved(current, step, steps=current.steps + 1, payload=result.payload)
+        summary = {"trigger": result.trigger, "payload": result.payload, "output": result.output}
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind=kind,
+            interrupts=interrupts,
+            source=current.path,
+            trigger=result.trigger,
+            dest=step.position.path,
+            result={k: v for k, v in summary.items() if v},
+            data=data,
+            events=events,
+            logged=self._logged(node_id, current, result, events),
+        )
+
+    def _logged(
+        self,
+        node_id: str,
+        current: NodeState,
+        result: ActionResult,
+        events: tuple[Mapping[str, Any], ...],
+    ) -> tuple[ErrorRecord, ...]:
+        """Error-log entries this step adds: a handled action error, and any the action logged."""
+        if not events and result.trigger != ERROR_TRIGGER:
+            return ()  # the usual step: nothing to log, so no clock reading either
+        time = self._clock.now()
+        entries = []
+        if result.trigger == ERROR_TRIGGER:
+            entries.append(
+                ErrorRecord(
+                    time=time,
+                    node=node_id,
+                    state=current.state,
+                    message=str(result.payload.get("message", "action failed")),
+                    severity="error",
+                    details=result.payload,
+                )
+            )
+        for event in events:
+            if event.get("kind") != ERROR_LOG_EVENT:
+                continue
+            entries.append(
+                ErrorRecord(
+                    time=time,
+                    node=node_id,
+                    state=current.state,
+                    message=str(event.get("message", "")),
+                    severity=str(event.get("severity", "error")),
+                    recovered=bool(event.get("recovered", False)),
+                    details=MappingProxyType(dict(event.get("details") or {})),
+                )
+            )
+        return tuple(entries)
+
+    def action_failed(
+        self,
+        state: RunState,
+        node_id: str,
+        error: BaseException,
+        events: tuple[Mapping[str, Any], ...],
+    ) -> StepRecord:
+        """Route a raised error to the state's ``error`` trigger, or fail the node."""
+        node = state.nodes[node_id]
+        root = self._prepared.workflow.nodes[node_id].machine
+        if ERROR_TRIGGER in self._prepared.machines.legal_triggers(root, node.path):
+            failure = ActionResult(trigger=ERROR_TRIGGER, payload=classify_error(error))
+            try:
+                return self.transition(state, node_id, failure, events)
+            except RunError as exc:
+                error = exc
+        return self.node_failed(state, node_id, error, events)
+
+    def node_failed(
+        self,
+        state: RunState,
+        node_id: str,
+        error: BaseException,
+        events: tuple[Mapping[str, Any], ...],
+        result: ActionResult | None = None,
+        *,
+        interrupts: Mapping[str, Interrupt] | None = None,
+    ) -> StepRecord:
+        """Fail the node (nothing of its result is applied) and skip its dependents.
+
+        ``interrupts`` is the complete pending set after the step (default: unchanged).
+        """
+        current = state.nodes[node_id]
+        message = str(error) or type(error).__name__
+        node = NodeState(
+            status=NodeStatus.FAILED,
+            path=current.path,
+            outcome=NodeOutcome.FAILED,
+            counters=current.counters,
+            steps=current.steps,
+            error=message,
+        )
+        summary = {"trigger": result.trigger} if result is not None else {}
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="fail",
+            source=current.path,
+            trigger=result.trigger if result else None,
+            dest=current.path,
+            result={**summary, "error": classify_error(error)},
+            events=events,
+            interrupts=interrupts,
+        )
+
+    def settle(self, state: RunState) -> StepRecord | None:
+        """Close a run in which nothing runs and nothing can start; None if not stuck."""
+        status = self._frontier_for(state).status(EMPTY, state.interrupts)
+        if status is RunStatus.RUNNING or status is state.status:
+            return None
+        return StepRecord(seq=state.seq + 1, time=self._clock.now(), kind="status", status=status)
+
+    # -- human gates and cancellation --------------------------------------------------
+
+    def open_gate(self, state: RunState, node_id: str) -> StepRecord | None:
+        """Put the node in ``waiting`` if its state is a human gate; ``None`` if it is not.
+
+        A payload that cannot be rendered fails the node instead.
+        """
+        node = state.nodes[node_id]
+        machine = self._prepared.workflow.nodes[node_id].machine
+        hook = self._prepared.machines.hook(machine, node.path) or ""
+        gate = self._prepared.gates.get((node_id, hook))
+        return None if gate is None else self._wait(state, node_id, hook, gate)
+
+    def _wait(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
+        now = self._clock.now()
+        interrupt_id = f"{state.run_id}:{node_id}:{hook}"
+        try:
+            payload = render_payload(gate.payload, {**state.input, **state.data})
+        except RunError as exc:
+            return self.node_failed(state, node_id, exc, ())
+        deadline = now + timedelta(seconds=gate.timeout) if gate.timeout is not None else None
+        interrupt = Interrupt(
+            id=interrupt_id,
+            node=node_id,
+            kind=gate.kind,
+            payload=MappingProxyType(payload),
+            deadline=deadline,
+            created_at=now,
+            parked=gate.park,
+        )
+        request = {"kind": f"{gate.kind}_request", "id": interrupt_id, "payload": payload}
+        node = dataclasses.replace(state.nodes[node_id], status=NodeStatus.WAITING)
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="wait",
+            source=node.path,
+            dest=node.path,
+            events=(request,),
+            interrupts=MappingProxyType({**state.interrupts, interrupt_id: interrupt}),
+        )
+
+    def answer(self, state: RunState, interrupt_id: str, result: ActionResult) -> StepRecord:
+        """Fire a reply's trigger on the waiting node and close its interrupt.
+
+        Raises:
+            RunStateError: No such pending interrupt.
+            IllegalTriggerError: The reply's trigger is not legal in the node's state.
+        """
+        interrupt = state.interrupts.get(interrupt_id)
+        if interrupt is None:
+            pending = ", ".join(state.interrupts) or "none"
+            raise RunStateError(
+                f"run {state.run_id!r} has no pending interrupt {interrupt_id!r} "
+                f"(pending: {pending})",
+                run_id=state.run_id,
+            )
+        remaining = MappingProxyType(
+            {k: v for k, v in state.interrupts.items() if k != interrupt_id}
+        )
+        reply = {
+            "kind": f"{interrupt.kind}_reply",
+            "id": interrupt_id,
+            "trigger": result.trigger,
+            "payload": dict(result.payload),
+        }
+        return self.transition(
+            state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining
+        )
+
+    def expire(self, state: RunState) -> StepRecord | None:
+        """Fire ``timeout`` on the first interrupt whose deadline has passed, if any."""
+        now = self._clock.now()
+        due = sorted(
+            (i for i in state.interrupts.values() if i.deadline is not None and i.deadline <= now),
+            key=lambda i: (i.deadline, i.id),
+        )
+        if not due:
+            return None
+        interrupt = due[0]
+        timeout = ActionResult(
+            trigger=TIMEOUT_TRIGGER, payload=MappingProxyType({"interrupt": interrupt.id})
+        )
+        try:
+            return self.answer(state, interrupt.id, timeout)
+        except RunError as exc:
+            remaining = {k: v for k, v in state.interrupts.items() if k != interrupt.id}
+            return self.node_failed(
+                state, interrupt.node, exc, (), interrupts=MappingProxyType(remaining)
+            )
+
+    def cancel(self, state: RunState, reason: str) -> StepRecord:
+        """Cancel every unfinished node and close every interrupt."""
+        nodes = {
+            node_id: dataclasses.replace(node, status=NodeStatus.CANCELLED, error=reason)
+            for node_id, node in state.nodes.items()
+            if not node.status.terminal
+        }
+        return StepRecord(
+            seq=state.seq + 1,
+            time=self._clock.now(),
+            kind="cancel",
+            nodes=MappingProxyType(nodes),
+            status=RunStatus.CANCELLED,
+            interrupts=MappingProxyType({}),
+            events=({"kind": "cancelled", "message": reason},),
+        )
+
+    # -- helpers -----------------------------------------------------------------------
+
+    @staticmethod
+    def _moved(
+        current: NodeState, step: StepResult, *, steps: int, payload: Mapping[str, Any] = EMPTY
+    ) -> NodeState:
+        return NodeState(
+            status=_STATUS_FOR_OUTCOME[step.outcome],
+            path=step.position.path,
+            outcome=step.outcome,
+            counters=step.position.counters,
+            steps=steps,
+            payload=payload,
+        )
+
+    def _record(
+        self,
+        state: RunState,
+        node_id: str,
+        node: NodeState,
+        *,
+        kind: str,
+        source: tuple[str, ...] = (),
+        trigger: str | None = None,
+        dest: tuple[str, ...] = (),
+        result: dict[str, Any] | None = None,
+        data: Mapping[str, Any] = EMPTY,
+        events: tuple[Mapping[str, Any], ...] = (),
+        logged: tuple[ErrorRecord, ...] = (),
+        interrupts: Mapping[str, Interrupt] | None = None,
+    ) -> StepRecord:
+        # ``result`` is a fresh dict the record takes over (wrapped read-only, not copied).
+        time = self._clock.now()
+        nodes = {node_id: node}
+        errors = logged
+        if node.status is NodeStatus.FAILED:
+            nodes.update(self._skipped(state, node_id))
+            message = node.error or f"finished with outcome {node.outcome}"
+            # Keep what the step's action logged (e.g. an emergency) before the failure.
+            errors = (
+                *logged,
+                ErrorRecord(
+                    time=time,
+                    node=node_id,
+                    state=node.state,
+                    message=message,
+                    details=MappingProxyType({"outcome": str(node.outcome)}),
+                ),
+            )
+        pending = state.interrupts if interrupts is None else interrupts
+        status = self._frontier_for(state).status(nodes, pending)
+        return StepRecord(
+            seq=state.seq + 1,
+            time=time,
+            kind=kind,
+            node=node_id,
+            source=source,
+            trigger=trigger,
+            dest=dest,
+            result=MappingProxyType(result) if result else EMPTY,
+            data=data,
+            nodes=MappingProxyType(nodes),
+            status=status,
+            errors=errors,
+            events=events,
+            interrupts=interrupts,
+        )
+
+    def _skipped(self, state: RunState, failed: str) -> dict[str, NodeState]:
+        return {
+            node_id: NodeState(
+                status=NodeStatus.SKIPPED, error=f"skipped: {failed!r} failed upstream"
+            )
+            for node_id in self._prepared.workflow.descendants[failed]
+            if state.nodes[node_id].status is NodeStatus.PENDING
+        }

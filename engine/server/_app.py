@@ -1,0 +1,225 @@
+"""The HTTP API: an aiohttp application over one :class:`~phasegraph.api.Engine`.
+
+:func:`create_app` builds it. Routes only parse, call the engine (through the
+:class:`~phasegraph.server._exec.Executor` for anything that steps a run) and render JSON;
+errors are mapped in one middleware from :class:`~phasegraph.errors.ErrorCode` to an HTTP
+status with an ``application/problem+json`` body. ``specs/openapi.yaml`` describes every
+route. Runs the server starts, resumes or is answered about execute as tasks it owns, under
+one concurrency limit; on start-up it resumes the runs left ``running`` and re-arms the
+review deadlines of waiting ones; on shutdown it stops them at their last committed step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from phasegraph.api import Engine
+from phasegraph.errors import ErrorCode, IllegalTriggerError, PhasegraphError, SpecError
+from phasegraph.server import _control as server_control
+from phasegraph.server import _events as server_events
+from phasegraph.server import _routes as server_routes
+from phasegraph.server._exec import Executor, ExecutorOptions
+from phasegraph.server._feed import EventHub
+from phasegraph.server._support import (
+    ENGINE,
+    EXECUTOR,
+    GRAPHS,
+    HUB,
+    SETTINGS,
+    RequestError,
+    ServerSettings,
+    ok,
+)
+
+__all__ = ["PUBLIC_PATHS", "STATUS_FOR", "ServerSettings", "create_app", "problem"]
+
+_log = logging.getLogger("phasegraph.server")
+
+STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
+    ErrorCode.SPEC: 400,
+    ErrorCode.INPUT: 400,
+    ErrorCode.RUN_NOT_FOUND: 404,
+    ErrorCode.RUN_STATE: 409,
+    ErrorCode.ILLEGAL_TRIGGER: 409,
+    ErrorCode.BUDGET_EXHAUSTED: 409,
+    ErrorCode.ACTION_FAILED: 409,
+    ErrorCode.DATA_CONFLICT: 409,
+    ErrorCode.LOOP_DETECTED: 409,
+    ErrorCode.LEASE_HELD: 409,
+    ErrorCode.LEASE_LOST: 409,
+    ErrorCode.SEQUENCE_CONFLICT: 409,
+    ErrorCode.STORE_UNAVAILABLE: 503,
+    ErrorCode.STORE: 500,
+    ErrorCode.CODEC: 500,
+    ErrorCode.UNSUPPORTED_FORMAT: 500,
+}
+"""HTTP status for each error code (client input errors never reach the codec: 500)."""
+
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
+"""Paths served without the bearer token (probes of load balancers and orchestrators)."""
+
+_READY_PROBE: Final = 5.0
+_KEPT_HEADERS: Final = ("WWW-Authenticate", "Allow", "Retry-After")
+
+
+def problem(
+    status: int, title: str, detail: str, *, code: str, extra: Mapping[str, Any] | None = None
+) -> web.Response:
+    """An RFC 9457 problem response."""
+    body = {
+        "type": f"urn:phasegraph:problem:{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **(extra or {}),
+    }
+    response = ok(body, status=status)
+    response.content_type = "application/problem+json"
+    return response
+
+
+def _context(exc: PhasegraphError) -> dict[str, Any]:
+    extra: dict[str, Any] = {
+        key: value
+        for key, value in (("run_id", exc.run_id), ("node_id", exc.node_id), ("seq", exc.seq))
+        if value is not None
+    }
+    if isinstance(exc, SpecError):
+        extra["problems"] = [
+            {"message": p.message, "location": str(p.location) if p.location else None}
+            for p in exc.problems
+        ]
+    elif isinstance(exc, RequestError):
+        extra["problems"] = [{"field": field, "message": what} for field, what in exc.fields]
+    elif isinstance(exc, IllegalTriggerError):
+        extra["legal_triggers"] = list(exc.legal)
+    return extra
+
+
+@web.middleware
+async def _problems(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every error to one problem+json response: the only place that does."""
+    try:
+        return await handler(request)
+    except PhasegraphError as exc:
+        status = STATUS_FOR.get(exc.code, 500)
+        if status >= 500:
+            _log.error("%s %s failed: %s", request.method, request.path, exc)
+        title = exc.code.replace("_", " ")
+        response = problem(status, title, exc.message, code=exc.code, extra=_context(exc))
+        if status == 503:
+            response.headers["Retry-After"] = "1"
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        response = problem(exc.status, exc.reason, exc.text or exc.reason, code=code)
+        for name in _KEPT_HEADERS:
+            if name in exc.headers:
+                response.headers[name] = exc.headers[name]
+        return response
+    except Exception:
+        _log.exception("%s %s failed", request.method, request.path)
+        return problem(500, "internal error", "the server failed; see its log", code="internal")
+
+
+def _auth(token: str) -> Any:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def bearer(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PUBLIC_PATHS:
+            return await handler(request)
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):  # constant time: no guessing by timing
+            raise web.HTTPUnauthorized(
+                text="send the server's token as 'Authorization: Bearer TOKEN'",
+                headers={"WWW-Authenticate": 'Bearer realm="phasegraph"'},
+            )
+        return await handler(request)
+
+    return bearer
+
+
+async def health(request: web.Request) -> web.Response:
+    """Liveness: the process answers."""
+    return ok({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness: the store answers and the runs found at start-up were taken care of."""
+    executor = request.app[EXECUTOR]
+    if not executor.recovered.is_set():
+        return problem(503, "starting", "still recovering runs", code="starting")
+    try:
+        async with asyncio.timeout(_READY_PROBE):
+            await request.app[ENGINE].list_runs(limit=1)
+    except TimeoutError:
+        return problem(503, "store unavailable", "the store did not answer", code="not_ready")
+    return ok({"status": "ready", **executor.stats()})
+
+
+async def _lifetime(app: web.Application) -> AsyncIterator[None]:
+    """Own the executor and the event hub for as long as the app runs."""
+    engine, settings = app[ENGINE], app[SETTINGS]
+    app[HUB] = EventHub(engine.bus)
+    executor = Executor(
+        engine,
+        ExecutorOptions(
+            max_runs=settings.max_concurrent_runs, adopt_interval=settings.adopt_interval
+        ),
+    )
+    app[EXECUTOR] = executor
+    executor.start()
+    try:
+        yield
+    finally:
+        app[HUB].close()
+        # Shielded: a cancelled shutdown must still leave every run at a committed step.
+        await asyncio.shield(executor.aclose())
+
+
+async def _end_streams(app: web.Application) -> None:
+    """End every event stream first, so connections can close without a timeout."""
+    if HUB in app:
+        app[HUB].close()
+
+
+def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web.Application:
+    """Build the HTTP application.
+
+    Args:
+        engine: The engine (and store) the server works on. The caller opens and closes
+            the store; the app owns the tasks it starts.
+        settings: Token, limits, intervals, upload folder (default: ``ServerSettings()``).
+
+    Returns:
+        The application, ready for ``web.AppRunner`` or ``web.run_app``.
+    """
+    config = settings or ServerSettings()
+    middlewares = [_problems] + ([_auth(config.token)] if config.token else [])
+    app = web.Application(middlewares=middlewares, client_max_size=config.max_body_bytes)
+    app[ENGINE] = engine
+    app[SETTINGS] = config
+    app[GRAPHS] = {}
+    app.add_routes(
+        [
+            web.get("/healthz", health, allow_head=False),
+            web.get("/readyz", ready, allow_head=False),
+            *server_routes.routes(),
+            *server_control.routes(),
+            *server_events.routes(),
+        ]
+    )
+    app.cleanup_ctx.append(_lifetime)
+    app.on_shutdown.append(_end_streams)
+    return app

@@ -1,0 +1,96 @@
+"""HTTP routes that act on runs: reply, resume, cancel, fork, replay."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from aiohttp import web
+
+from phasegraph.actions import ActionResult
+from phasegraph.model import frozen_map
+from phasegraph.run import report_view
+from phasegraph.server._support import (
+    ENGINE,
+    EXECUTOR,
+    MAX_SEQ,
+    check_fields,
+    fail,
+    json_body,
+    ok,
+    optional_mapping,
+    optional_string,
+    run_view,
+)
+
+__all__ = ["routes"]
+
+_TRIGGER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
+_REPLY_FIELDS: Final = frozenset({"interrupt_id", "trigger", "payload", "data"})
+_FORK_FIELDS: Final = frozenset({"at_seq", "data"})
+_MAX_REASON: Final = 1000
+
+
+async def reply(request: web.Request) -> web.Response:
+    """Answer a pending interrupt; the run goes on in the background."""
+    run_id = request.match_info["run_id"]
+    body = await json_body(request)
+    check_fields(body, _REPLY_FIELDS)
+    interrupt_id = optional_string(body, "interrupt_id")
+    trigger = optional_string(body, "trigger", _TRIGGER)
+    if interrupt_id is None or trigger is None:
+        fail("body", "`interrupt_id` and `trigger` are required")
+    result = ActionResult(
+        trigger=trigger,
+        payload=frozen_map(optional_mapping(body, "payload")),
+        data=frozen_map(optional_mapping(body, "data")),
+    )
+    state = await request.app[EXECUTOR].reply(run_id, interrupt_id, result)
+    return ok(run_view(state))
+
+
+async def resume(request: web.Request) -> web.Response:
+    """Drive an unfinished run from its last committed step (in the background)."""
+    state = await request.app[EXECUTOR].resume(request.match_info["run_id"])
+    return ok({**run_view(state), "driving": True}, status=202)
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """Cancel a run: stop it at its last committed step and mark it cancelled."""
+    body = await json_body(request, required=False)
+    check_fields(body, frozenset({"reason"}))
+    reason = optional_string(body, "reason") or "cancelled over HTTP"
+    if len(reason) > _MAX_REASON:
+        fail("body.reason", f"at most {_MAX_REASON} characters")
+    state = await request.app[EXECUTOR].cancel(request.match_info["run_id"], reason)
+    return ok(run_view(state))
+
+
+async def fork(request: web.Request) -> web.Response:
+    """Start a new run from a run's state at ``at_seq`` (default: head), data patched."""
+    run_id = request.match_info["run_id"]
+    body = await json_body(request, required=False)
+    check_fields(body, _FORK_FIELDS)
+    at_seq = body.get("at_seq")
+    if at_seq is not None and (type(at_seq) is not int or not 0 <= at_seq < MAX_SEQ):
+        fail("body.at_seq", "expected a step number (an integer >= 0)")
+    state = await request.app[EXECUTOR].fork(run_id, at_seq, optional_mapping(body, "data"))
+    view = {**run_view(state), "forked_from": run_id}
+    return ok(view, status=201, headers={"Location": f"/runs/{state.run_id}"})
+
+
+async def replay(request: web.Request) -> web.Response:
+    """Re-drive the run's recorded history through its machines; report any divergence."""
+    report = await request.app[ENGINE].replay(request.match_info["run_id"])
+    return ok(report_view(report))
+
+
+def routes() -> list[web.RouteDef]:
+    """This module's routes."""
+    return [
+        web.post("/runs/{run_id}/reply", reply),
+        web.post("/runs/{run_id}/resume", resume),
+        web.post("/runs/{run_id}/cancel", cancel),
+        web.post("/runs/{run_id}/fork", fork),
+        web.post("/runs/{run_id}/replay", replay),
+    ]

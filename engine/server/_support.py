@@ -1,0 +1,263 @@
+"""Shared pieces of the HTTP server: settings, app keys, request parsing and JSON views."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+from aiohttp import web
+
+from phasegraph import codec
+from phasegraph.api import Engine
+from phasegraph.errors import CodecError, InputError
+from phasegraph.model import RunState
+from phasegraph.run import PreparedGraph
+from phasegraph.server._exec import Executor
+from phasegraph.server._feed import EventHub
+from phasegraph.store.base import RunMeta
+from phasegraph.views import jsonable, run_summary
+
+__all__ = [
+    "ENGINE",
+    "EXECUTOR",
+    "GRAPHS",
+    "HUB",
+    "MAX_SEQ",
+    "SETTINGS",
+    "RequestError",
+    "ServerSettings",
+    "check_fields",
+    "encodable",
+    "fail",
+    "int_query",
+    "json_body",
+    "meta_view",
+    "ok",
+    "optional_mapping",
+    "optional_string",
+    "run_id_of",
+    "run_view",
+]
+
+_RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_MAX_JSON_DEPTH: Final = 64
+MAX_SEQ: Final = 2**62
+"""Above any seq a run can reach; bounds the seq-like numbers a request may carry."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """How the server is configured.
+
+    Attributes:
+        token: Bearer token every request but health checks must present (``None``: none).
+        allow_python_modules: Modules ``python:`` actions of uploaded graphs may import.
+        allow_shell: Whether uploaded graphs may use ``shell:`` actions.
+        max_concurrent_runs: Runs stepped at once; the others wait for a slot.
+        max_body_bytes: Largest request body (larger: 413).
+        max_graph_bytes: Largest uploaded graph.
+        max_graph_depth: Deepest nesting of an uploaded graph's YAML.
+        upload_dir: Where uploaded graphs are kept (runs refer to them by path).
+        poll_interval: Seconds between store reads for event streams of runs stepped
+            by another process.
+        keepalive_interval: Seconds of silence after which a stream sends a comment.
+        adopt_interval: Seconds between attempts to take over a run another process
+            holds (after a crash, its lease must expire first).
+    """
+
+    token: str | None = None
+    allow_python_modules: frozenset[str] = frozenset()
+    allow_shell: bool = False
+    max_concurrent_runs: int = 64
+    max_body_bytes: int = 1024 * 1024
+    max_graph_bytes: int = 256 * 1024
+    max_graph_depth: int = 32
+    upload_dir: Path = field(default_factory=lambda: Path(".phasegraph") / "uploads")
+    poll_interval: float = 1.0
+    keepalive_interval: float = 15.0
+    adopt_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.token is not None and not self.token.strip():
+            raise InputError("the server token must not be empty")
+        for name in ("max_concurrent_runs", "max_body_bytes", "max_graph_bytes", "max_graph_depth"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("poll_interval", "keepalive_interval", "adopt_interval"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"{name} must be positive, not {getattr(self, name)}")
+
+
+ENGINE: Final = web.AppKey("phasegraph.engine", Engine)
+SETTINGS: Final = web.AppKey("phasegraph.settings", ServerSettings)
+EXECUTOR: Final = web.AppKey("phasegraph.executor", Executor)
+HUB: Final = web.AppKey("phasegraph.hub", EventHub)
+GRAPHS: Final = web.AppKey[dict[str, PreparedGraph]]("phasegraph.graphs")
+"""Uploaded graphs by the SHA-256 of their text, so each text is parsed once (bounded)."""
+
+
+class RequestError(InputError):
+    """A request is malformed; names each bad field.
+
+    Attributes:
+        fields: ``(field path, what is wrong)`` pairs, e.g. ``("body.input", "...")``.
+    """
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        self.fields = tuple(fields)
+        super().__init__("; ".join(f"{where}: {what}" for where, what in self.fields))
+
+
+def fail(where: str, what: str) -> NoReturn:
+    """Raise a :class:`RequestError` for one field."""
+    raise RequestError([(where, what)])
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object (``{}`` when empty and not ``required``).
+
+    Raises:
+        RequestError: Not a JSON object.
+        HTTPRequestEntityTooLarge: Larger than the server's body limit.
+    """
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            fail("body", "a JSON object is required")
+        return {}
+    try:
+        value = json.loads(raw, parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:
+        fail("body", f"not valid JSON ({exc})")
+    if not isinstance(value, dict):
+        fail("body", f"expected a JSON object, not {type(value).__name__}")
+    if _depth(value) > _MAX_JSON_DEPTH:
+        fail("body", f"nested deeper than {_MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply JSON ``value`` nests (iteratively: no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, dict):
+            stack += [(child, level + 1) for child in item.values()]
+        elif isinstance(item, list):
+            stack += [(child, level + 1) for child in item]
+    return deepest
+
+
+def check_fields(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """Refuse unknown keys, naming them and the known ones."""
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed))
+        raise RequestError([(f"body.{key}", f"unknown field (known: {known})") for key in unknown])
+
+
+def optional_string(
+    body: Mapping[str, Any], key: str, pattern: re.Pattern[str] | None = None
+) -> str | None:
+    """``body[key]`` if present: a string, matching ``pattern`` when given."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        fail(f"body.{key}", "expected a non-empty string")
+    if pattern is not None and not pattern.fullmatch(value):
+        fail(f"body.{key}", f"must match {pattern.pattern}")
+    return value
+
+
+def optional_mapping(body: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``body[key]`` if present: a JSON object whose values phasegraph can store."""
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        fail(f"body.{key}", f"expected a JSON object, not {type(value).__name__}")
+    encodable(value, f"body.{key}")
+    return value
+
+
+def encodable(values: Mapping[str, Any], where: str) -> None:
+    """Refuse values a snapshot cannot hold (integers beyond 64 bits, ...), as bad input."""
+    try:
+        codec.check_encodable(values)
+    except CodecError as exc:
+        fail(where, exc.message)
+
+
+def run_id_of(body: Mapping[str, Any]) -> str | None:
+    """The optional client-chosen ``run_id`` of a new run."""
+    return optional_string(body, "run_id", _RUN_ID)
+
+
+def int_query(
+    request: web.Request, name: str, default: int | None, low: int, high: int
+) -> int | None:
+    """An integer query parameter within ``[low, high]``."""
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not re.fullmatch(r"-?[0-9]{1,19}", text) or not low <= int(text) <= high:
+        fail(f"query.{name}", f"expected an integer from {low} to {high}, not {text!r:.40}")
+    return int(text)
+
+
+def ok(
+    payload: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """A JSON response."""
+    text = json.dumps(jsonable(payload), sort_keys=True, default=str)
+    return web.Response(text=text, status=status, content_type="application/json", headers=headers)
+
+
+def run_view(state: RunState) -> dict[str, Any]:
+    """A run at a glance: status, each node's machine state, pending interrupts, summary."""
+    return {
+        "run_id": state.run_id,
+        "graph": state.graph,
+        "status": state.status,
+        "seq": state.seq,
+        "summary": run_summary(state),
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+        "nodes": {
+            node_id: {
+                "status": node.status,
+                "state": node.state,
+                "path": node.path,
+                "outcome": node.outcome,
+                "steps": node.steps,
+                "counters": node.counters,
+                "error": node.error,
+            }
+            for node_id, node in state.nodes.items()
+        },
+        "interrupts": list(state.interrupts.values()),
+        "error_count": len(state.errors),
+    }
+
+
+def meta_view(meta: RunMeta) -> dict[str, Any]:
+    """A listed run: its indexed metadata, with ISO times."""
+    return {
+        "run_id": meta.run_id,
+        "graph": meta.graph,
+        "status": meta.status,
+        "seq": meta.seq,
+        "created_at": datetime.fromtimestamp(meta.created_at, UTC),
+        "updated_at": datetime.fromtimestamp(meta.updated_at, UTC),
+    }

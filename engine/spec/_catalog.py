@@ -1,0 +1,96 @@
+"""The built-in machines and graphs: YAML files shipped as package data.
+
+A bare name (no ``/``, no ``.yaml`` suffix) means a built-in: a YAML file of the
+package-data packages ``phasegraph.states`` (machines) or ``phasegraph.graphs`` (graphs),
+found through :mod:`importlib.resources`, or in the repository when an editable install
+does not map those packages.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import TypeGuard
+
+from phasegraph.errors import Problem, SpecError
+from phasegraph.spec._schema import did_you_mean
+
+__all__ = [
+    "builtin",
+    "builtin_dir",
+    "builtin_files",
+    "builtin_graphs",
+    "builtin_machines",
+    "graph_source",
+    "is_name",
+    "machine_source",
+]
+
+
+def builtin_dir(kind: str) -> Path:
+    """The folder of the built-in ``kind`` (``states`` or ``graphs``)."""
+    try:
+        root = resources.files(f"phasegraph.{kind}")
+    except (ModuleNotFoundError, TypeError):
+        root = None
+    if isinstance(root, Path) and root.is_dir():
+        return root
+    # Editable installs may not map the package-data packages: use the repository layout.
+    return Path(__file__).resolve().parents[2] / kind
+
+
+def builtin_files(kind: str) -> dict[str, Path]:
+    """Name -> file of every built-in ``kind`` (``states`` or ``graphs``), sorted by name."""
+    return {path.stem: path for path in sorted(builtin_dir(kind).glob("*.yaml"))}
+
+
+def builtin_machines() -> list[str]:
+    """Return the names of the built-in machines (``states/*.yaml``), sorted."""
+    return sorted(builtin_files("states"))
+
+
+def builtin_graphs() -> list[str]:
+    """Return the names of the built-in graphs (``graphs/*.yaml``), sorted."""
+    return sorted(builtin_files("graphs"))
+
+
+def builtin(name: str, kind: str, what: str) -> Path:
+    """The file of the built-in ``what`` (machine or graph) called ``name``.
+
+    Raises:
+        SpecError: There is none (the message lists the known ones).
+    """
+    found = builtin_files(kind)
+    if name in found:
+        return found[name]
+    message = (
+        f"unknown built-in {what} {name!r}; to load a file, give a path containing '/' or "
+        f"ending in .yaml (built-in {what}s: {', '.join(found) or 'none'})"
+    )
+    raise SpecError([Problem(message + did_you_mean(name, found))])
+
+
+def machine_source(name: str) -> Path:
+    """Return the file of the built-in machine ``name``.
+
+    Raises:
+        SpecError: No built-in machine has that name (the message lists them).
+    """
+    return builtin(name, "states", "machine")
+
+
+def graph_source(name: str) -> Path:
+    """Return the file of the built-in graph ``name``.
+
+    Raises:
+        SpecError: No built-in graph has that name (the message lists them).
+    """
+    return builtin(name, "graphs", "graph")
+
+
+def is_name(source: str | Path) -> TypeGuard[str]:
+    """Whether ``source`` names a built-in (a str without ``/`` or a ``.yaml`` suffix)."""
+    if not isinstance(source, str):
+        return False
+    return "/" not in source and os.sep not in source and not source.endswith((".yaml", ".yml"))

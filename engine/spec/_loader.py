@@ -1,0 +1,355 @@
+"""Load machine and graph YAML files into validated, frozen definitions.
+
+A file is read by :mod:`phasegraph.spec._yaml` (which remembers where every node
+starts), validated through :mod:`phasegraph.spec._schema`, checked against the files it refers
+to (machines by name through :mod:`phasegraph.spec._machines`, nested machines, hooks
+and bindings, dependency cycles) and converted into the frozen types of
+:mod:`phasegraph.model`. Every problem of a file and of the machines it uses is collected
+first and raised as one :class:`~phasegraph.errors.SpecError`; each problem names
+``path:line:col``.
+
+A bare name (no ``/``, no ``.yaml`` suffix) means a built-in (see
+:mod:`phasegraph.spec._catalog`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from itertools import combinations
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from phasegraph import model
+from phasegraph.core import compile_graph, find_cycle
+from phasegraph.errors import Problem, SourceLocation, SpecError
+from phasegraph.spec import _schema as schema
+from phasegraph.spec._catalog import (
+    builtin,
+    builtin_files,
+    builtin_graphs,
+    builtin_machines,
+    graph_source,
+    is_name,
+    machine_source,
+)
+from phasegraph.spec._input import input_schema_problems
+from phasegraph.spec._machines import MachineFile, Resolver, read_machine, unknown_machine
+from phasegraph.spec._yaml import Document, YamlLimits, parse_text, read_file
+
+__all__ = [
+    "YamlLimits",
+    "builtin_graphs",
+    "builtin_machines",
+    "graph_source",
+    "load_graph",
+    "load_graph_text",
+    "load_machine",
+    "load_machine_family",
+    "machine_source",
+]
+
+
+def _ordered(problems: Sequence[Problem]) -> list[Problem]:
+    """Drop repeats; order by file (first seen first), then line and column."""
+    unique = list(dict.fromkeys(problems))
+    files: dict[str, int] = {}
+    for problem in unique:
+        files.setdefault(problem.location.path if problem.location else "", len(files))
+
+    def key(problem: Problem) -> tuple[int, int, int]:
+        where = problem.location or SourceLocation("")
+        return files[where.path], where.line or 0, where.column or 0
+
+    return sorted(unique, key=key)
+
+
+def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    # Read-only at the top like every model mapping; nested values stay plain JSON types.
+    return model.frozen_map(copy.deepcopy(dict(value)))
+
+
+def load_machine(source: str | Path) -> model.MachineDef:
+    """Load and validate one machine.
+
+    Args:
+        source: A path to a machine file, or the name of a built-in machine (no ``/``, no
+            ``.yaml`` suffix). Nested machines are looked up among the built-ins, then
+            among the ``*.yaml`` files next to it (by file stem).
+
+    Returns:
+        The frozen machine definition (``"*"`` sources expanded to every non-final state).
+
+    Raises:
+        SpecError: Every problem of the file and of the machines nested in it.
+    """
+    return _load_machine(source)[0]
+
+
+def load_machine_family(source: str | Path) -> tuple[model.MachineDef, dict[str, model.MachineDef]]:
+    """Load a machine and every machine nested in it, each file read once.
+
+    Returns:
+        The machine, and every machine of the family (itself included) by name.
+
+    Raises:
+        SpecError: As :func:`load_machine`.
+    """
+    root, resolver = _load_machine(source)
+    family: dict[str, model.MachineDef] = {}
+    resolver.closure(root.name, family)
+    return root, family
+
+
+def _load_machine(source: str | Path) -> tuple[model.MachineDef, Resolver]:
+    """The sound machine, and the resolver that read it and the machines it nests."""
+    path = builtin(source, "states", "machine") if is_name(source) else Path(source)
+    resolver = Resolver(
+        {**{p.stem: p for p in path.parent.glob("*.yaml")}, **builtin_files("states")}
+    )
+    machine, problems = read_machine(path)
+    if machine is not None:
+        resolver.files[machine.name], resolver.machines[machine.name] = path, machine
+        resolver.walk(str(source) if is_name(source) else machine.name)
+    problems += resolver.problems
+    if problems or machine is None or machine.definition is None:
+        raise SpecError(_ordered(problems))
+    return machine.definition, resolver
+
+
+def _node_def(node: schema.NodeSpec, index: int, doc: Document) -> model.NodeDef:
+    here = ("nodes", index)
+    bind = {
+        hook: model.ActionDef(
+            kind=action.kind,
+            config=_frozen(action.model_dump(by_alias=True, exclude_none=True)),
+            triggers=action.declared_triggers(),
+            location=doc.at((*here, "bind", hook)),
+        )
+        for hook, action in node.bind.items()
+    }
+    return model.NodeDef(
+        id=node.id,
+        machine=node.machine,
+        needs=tuple(node.needs),
+        bind=MappingProxyType(bind),
+        settings=_frozen(node.settings),
+        writes=None if node.writes is None else tuple(node.writes),
+        location=doc.at(here),
+    )
+
+
+def _graph_machines(
+    spec: schema.GraphSpec, doc: Document, folder: Path | None, resolver: Resolver
+) -> list[Problem]:
+    """Read the graph's `machines:` files and make them known by name."""
+    if folder is None:
+        return []  # a graph given as text: `machines:` is refused (see _graph)
+    problems: list[Problem] = []
+    first: dict[str, int] = {}
+    for index, relative in enumerate(spec.machines):
+        path = Path(os.path.normpath(folder / relative))
+        if not path.is_file():
+            text = (
+                f"machine file {relative!r} not found at {path} (paths are relative to this file)"
+            )
+            problems.append(doc.problem(("machines", index), text))
+            continue
+        machine, found = read_machine(path)
+        name = machine.name if machine else path.stem
+        if name in first:
+            text = f"machine {name!r} is listed twice (entries {first[name]} and {index}): keep one"
+            found.append(doc.problem(("machines", index), text))
+        first.setdefault(name, index)
+        resolver.files[name], resolver.machines[name] = path, machine
+        problems += found
+    return problems
+
+
+def _node_problems(
+    node: schema.NodeSpec, here: schema.Loc, doc: Document, resolver: Resolver
+) -> list[Problem]:
+    if node.machine not in resolver.files:
+        text = unknown_machine(f"node {node.id!r} uses", node.machine, resolver.files)
+        return [doc.problem((*here, "machine"), text)]
+    resolver.walk(node.machine)
+    if not resolver.closure(node.machine, {}):
+        return []  # the machine's own problems are reported; its bindings cannot be judged
+    sites = resolver.hooks(node.machine)
+    problems = [
+        doc.problem(
+            (*here, "bind") if node.bind else here,
+            f"node {node.id!r} leaves hook {hook!r} unbound (state "
+            f"{', '.join(repr(where) for where, _ in carriers)} of machine {node.machine!r} has "
+            f'it): add `bind: {{{hook}: {{python: "module:function"}}}}` or a shell, http or '
+            "human action",
+        )
+        for hook, carriers in sites.items()
+        if hook not in node.bind
+    ]
+    for hook, action in node.bind.items():
+        loc = (*here, "bind", hook)
+        if hook not in sites:
+            text = (
+                f"node {node.id!r} binds hook {hook!r}, which machine {node.machine!r} does not "
+                f"have: remove the binding or fix its name (hooks: {', '.join(sorted(sites))})"
+            )
+            problems.append(doc.problem(loc, text + schema.did_you_mean(hook, sites)))
+            continue
+        problems += [
+            doc.problem(
+                (*loc, *key),
+                f"node {node.id!r}: the action bound to hook {hook!r} declares trigger "
+                f"{trigger!r}, which state {state!r} does not accept (it accepts: "
+                f"{', '.join(accepted) or 'nothing'}); declare only accepted triggers",
+            )
+            for key, trigger in action.trigger_sources()
+            for state, accepted in sites[hook]
+            if trigger not in accepted
+        ]
+    return problems
+
+
+def _dependency_problems(
+    spec: schema.GraphSpec, nodes: list[model.NodeDef], doc: Document
+) -> list[Problem]:
+    """A dependency cycle, or else nodes that may run together writing the same key."""
+    cycle = find_cycle(nodes)
+    if cycle is not None:
+        first = next(index for index, node in enumerate(nodes) if node.id == cycle[0])
+        text = f"dependency cycle: {' -> '.join(cycle)}; remove one of these `needs`"
+        return [doc.problem(("nodes", first), text)]
+    if len({node.id for node in nodes}) != len(nodes):
+        return []  # duplicate ids are reported already; the DAG would be ambiguous
+    workflow = compile_graph(
+        model.GraphDef(name=doc.path, nodes=tuple(nodes), machines=model.EMPTY)
+    )
+    problems = []
+    writers = [(index, node) for index, node in enumerate(nodes) if node.writes]
+    for (_, a), (index, b) in combinations(writers, 2):
+        shared = sorted(set(a.writes or ()) & set(b.writes or ()) - set(spec.reducers))
+        if shared and workflow.unordered(a.id, b.id):
+            text = (
+                f"nodes {a.id!r} and {b.id!r} may run at the same time and both write "
+                f"{', '.join(map(repr, shared))}: order them with `needs` or declare a reducer "
+                f"(reducers: {{{shared[0]}: append}})"
+            )
+            problems.append(doc.problem(("nodes", index, "writes"), text))
+    return problems
+
+
+def _middleware(spec: schema.GraphSpec, doc: Document) -> tuple[model.MiddlewareDef, ...]:
+    entries = [(e, {}) if isinstance(e, str) else next(iter(e.items())) for e in spec.middleware]
+    return tuple(
+        model.MiddlewareDef(
+            name=name, config=_frozen(config), location=doc.at(("middleware", index))
+        )
+        for index, (name, config) in enumerate(entries)
+    )
+
+
+def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> str:
+    """sha256 of the canonical JSON of the validated graph and every machine it uses."""
+    payload = {
+        "graph": {**spec.model_dump(mode="json", by_alias=True), "graph": name},
+        "machines": {
+            m.name: {**m.spec.model_dump(mode="json", by_alias=True), "machine": m.name}
+            for m in machines
+        },
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def load_graph(source: str | Path) -> model.GraphDef:
+    """Load and validate a workflow graph and every machine it uses.
+
+    Args:
+        source: A path to a graph file, or the name of a built-in graph (no ``/``, no
+            ``.yaml`` suffix).
+
+    Returns:
+        The frozen graph definition; ``machines`` holds every machine its nodes use,
+        nested ones included, and ``digest`` changes with any change to any of them.
+
+    Raises:
+        SpecError: Every problem of the graph file and of the machines it uses.
+    """
+    path = builtin(source, "graphs", "graph") if is_name(source) else Path(source)
+    doc, problems = read_file(path, "graph")
+    return _graph(doc, problems, path.stem, path.parent)
+
+
+def load_graph_text(text: str, *, name: str, limits: YamlLimits | None = None) -> model.GraphDef:
+    """Load and validate a workflow graph given as YAML text rather than as a file.
+
+    The text has no folder, so it may use built-in machines only (a ``machines:`` list
+    is a problem).
+
+    Args:
+        text: The graph's YAML.
+        name: What the text is called: problems and the definition are located in it
+            (``name:line:col``), and it is the graph's name unless the text has a
+            ``graph:`` key (as a file's stem is for a file).
+        limits: Size limits for the YAML (default :class:`YamlLimits`: nesting up to 64
+            levels, up to 256 aliases); e.g. ``YamlLimits(max_aliases=0)`` refuses
+            every alias.
+
+    Returns:
+        The frozen graph definition, as :func:`load_graph` gives.
+
+    Raises:
+        SpecError: Every problem of the text, located in ``name``.
+    """
+    doc, problems = parse_text(text, name, "graph", limits)
+    return _graph(doc, problems, name, None)
+
+
+def _graph(
+    doc: Document | None, problems: list[Problem], default_name: str, folder: Path | None
+) -> model.GraphDef:
+    """Check a parsed graph document against everything; convert it when it is sound."""
+    if doc is None:
+        raise SpecError(_ordered(problems))
+    if folder is None and "machines" in doc.data:
+        text = (
+            "a graph given as text may use built-in machines only: remove `machines:` "
+            "(machine files are found next to a graph's file, and this graph has none)"
+        )
+        problems.append(doc.problem(("machines",), text))
+    checked = schema.check_graph(doc.data)
+    problems += [Problem(issue.message, doc.place(issue.loc)) for issue in checked.issues]
+    if checked.spec is None:
+        raise SpecError(_ordered(problems))
+    doc, spec = replace(doc, locate=checked.locate), checked.spec
+    if spec.input is not None:
+        problems += input_schema_problems(spec.input, doc.at(("input",)))
+    resolver = Resolver(builtin_files("states"))
+    problems += _graph_machines(spec, doc, folder, resolver)
+    nodes = [_node_def(node, index, doc) for index, node in enumerate(spec.nodes)]
+    for index, node in enumerate(spec.nodes):
+        problems += _node_problems(node, ("nodes", index), doc, resolver)
+    problems += _dependency_problems(spec, nodes, doc) + resolver.problems
+    if problems:
+        raise SpecError(_ordered(problems))
+    machines: dict[str, model.MachineDef] = {}
+    for definition in nodes:
+        resolver.closure(definition.machine, machines)
+    name = spec.graph or default_name
+    return model.GraphDef(
+        name=name,
+        nodes=tuple(nodes),
+        machines=MappingProxyType(dict(sorted(machines.items()))),
+        concurrency=spec.concurrency,
+        input_schema=None if spec.input is None else _frozen(spec.input),
+        reducers=MappingProxyType(dict(spec.reducers)),
+        middleware=_middleware(spec, doc),
+        description=spec.description,
+        location=SourceLocation(doc.path),
+        digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
+    )

@@ -1,0 +1,290 @@
+"""Pydantic models of the machine and graph YAML formats: what a well-formed document is.
+
+The rules here need nothing but the document's own shape (key names, types, patterns,
+one kind per action, one role per state). :mod:`phasegraph.spec._schema` adds the rules that
+need the whole document, turns validation errors into messages and generates
+``specs/*.schema.json`` from these models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import combinations
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "ACTION_KINDS",
+    "ID_PATTERN",
+    "NAME_PATTERN",
+    "PREDICATE_PATTERN",
+    "TARGET_PATTERN",
+    "ActionSpec",
+    "BudgetSpec",
+    "GraphSpec",
+    "HttpAction",
+    "HttpRequest",
+    "HumanAction",
+    "Loc",
+    "MachineSpec",
+    "NodeSpec",
+    "PythonAction",
+    "ShellAction",
+    "StateSpec",
+    "TransitionSpec",
+]
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+"""States, hooks, triggers and budgets: a letter, then letters, digits or ``_``."""
+ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
+"""Node ids and machine, graph, middleware and interrupt names (``-`` allowed too)."""
+PREDICATE_PATTERN = r"^(budget|payload|setting):[A-Za-z_][A-Za-z0-9_.]*$"
+"""``budget:NAME``, ``payload:KEY`` or ``setting:DOTTED.KEY``."""
+_SOURCE_PATTERN = r"^(\*|[A-Za-z][A-Za-z0-9_]*)$"
+TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
+"""A ``python:`` target: ``package.module:function``."""
+_EXIT_PATTERN = r"^(default|-?[0-9]+)$"
+_STATUS_PATTERN = r"^(default|[1-5][0-9][0-9])$"
+ACTION_KINDS = ("python", "shell", "http", "human")
+"""The action kinds, in the order messages list them."""
+
+_Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+_Ident = Annotated[str, Field(pattern=ID_PATTERN)]
+_Predicate = Annotated[str, Field(pattern=PREDICATE_PATTERN)]
+_Outcome = Literal["success", "failed", "parked", "gave_up", "cancelled"]
+_NonEmpty = Annotated[str, Field(min_length=1)]
+Loc = tuple[str | int, ...]
+"""A key path into a document: mapping keys and list indexes."""
+
+
+def _shape(v: Any) -> str:
+    return "<many>" if isinstance(v, list) else "<map>" if isinstance(v, Mapping) else "<one>"
+
+
+def _action_kind(value: Any) -> str | None:
+    if isinstance(value, _ActionBase):  # serializing a validated action
+        return f"<{value.kind}>"
+    if isinstance(value, Mapping):
+        kinds = [kind for kind in ACTION_KINDS if kind in value]
+        if len(kinds) == 1:
+            return f"<{kinds[0]}>"
+    return None
+
+
+def _string_keys(value: object) -> object:
+    # YAML reads `0:` as an int key; exit and status maps are keyed by strings.
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else value
+
+
+_StringKeys = BeforeValidator(_string_keys)
+_ExitMap = Annotated[dict[Annotated[str, Field(pattern=_EXIT_PATTERN)], _Name], _StringKeys]
+_StatusMap = Annotated[dict[Annotated[str, Field(pattern=_STATUS_PATTERN)], _Name], _StringKeys]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BudgetSpec(_Spec):
+    """A named counter with a limit; every entry into a `spend_on` state spends one unit."""
+
+    limit: int = Field(ge=0, description="Units available (a node's with.budgets may override).")
+    spend_on: list[_Name] = Field(min_length=1, description="States whose every entry spends one.")
+
+
+_ROLES = {"final": "final", "hook": "hooked", "machine": "nesting a machine"}
+_ONE_ROLE = {"not": {"anyOf": [{"required": list(pair)} for pair in combinations(_ROLES, 2)]}}
+
+
+class StateSpec(_Spec):
+    """A state: final, hooked (runs the action a graph binds), or nesting a machine."""
+
+    model_config = ConfigDict(json_schema_extra=_ONE_ROLE)  # type: ignore[typeddict-item]
+
+    final: _Outcome | None = Field(None, description="Node outcome when the machine ends here.")
+    hook: _Name | None = Field(None, description="Slot a graph binds; default: the state name.")
+    machine: _Ident | None = Field(None, description="Nested machine; its outcome is the trigger.")
+    description: str = Field("", description="Free text for diagrams and docs.")
+
+    @pydantic.model_validator(mode="after")
+    def _one_role(self) -> StateSpec:
+        roles = [word for role, word in _ROLES.items() if getattr(self, role) is not None]
+        if len(roles) > 1:
+            raise PydanticCustomError(
+                "state_roles",
+                "this state is both {roles}, but a state is final, hooked or nests a machine "
+                "(a final state runs no action): keep only one of `final`, `hook`, `machine`",
+                {"roles": " and ".join(roles)},
+            )
+        return self
+
+
+_Source = Annotated[str, Field(pattern=_SOURCE_PATTERN)]
+_Sources = Annotated[
+    Annotated[_Source, Tag("<one>")] | Annotated[list[_Source], Field(min_length=1), Tag("<many>")],
+    Discriminator(_shape),
+]
+
+
+class TransitionSpec(_Spec):
+    """A transition; of those matching a trigger, the first whose predicates hold wins."""
+
+    trigger: _Name = Field(description="The trigger (an action's result) that fires it.")
+    source: _Sources = Field(description="State(s) it leaves from; '*' = every non-final state.")
+    dest: _Name = Field(description="The state it enters.")
+    conditions: list[_Predicate] = Field([], description="Predicates that must all hold.")
+    unless: list[_Predicate] = Field([], description="Predicates that must all fail.")
+
+    def sources(self) -> list[str]:
+        """The source names as written (``*`` not expanded)."""
+        return [self.source] if isinstance(self.source, str) else list(self.source)
+
+
+class MachineSpec(_Spec):
+    """A phasegraph machine file (states/NAME.yaml)."""
+
+    model_config = ConfigDict(title="phasegraph machine")
+
+    machine: _Ident | None = Field(None, description="Machine name; default: the file stem.")
+    description: str = Field("", description="What the machine is for.")
+    initial: _Name = Field(description="The state a node starts in.")
+    budgets: dict[_Name, BudgetSpec] = Field({}, description="Budgets by name.")
+    states: dict[_Name, StateSpec] = Field(min_length=1, description="States, in order.")
+    transitions: list[TransitionSpec] = Field([], description="Transitions, in priority order.")
+
+
+class _ActionBase(_Spec):
+    timeout: float | None = Field(None, gt=0, description="Seconds before the action times out.")
+
+    def trigger_sources(self) -> list[tuple[Loc, str]]:
+        """Each trigger the action declares, with its key path inside the action."""
+        listed: list[str] | None = getattr(self, "triggers", None)
+        if listed is None:
+            return self._implied()
+        return [(("triggers", index), trigger) for index, trigger in enumerate(listed)]
+
+    def declared_triggers(self) -> tuple[str, ...]:
+        """The distinct triggers the action may return, in declaration order."""
+        return tuple(dict.fromkeys(trigger for _, trigger in self.trigger_sources()))
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        return []
+
+    @property
+    def kind(self) -> str:
+        """The action kind: python, shell, http or human."""
+        return next(kind for kind in ACTION_KINDS if kind in type(self).model_fields)
+
+
+class PythonAction(_ActionBase):
+    """Call "module:function" (sync or async) with the action context."""
+
+    python: str = Field(pattern=TARGET_PATTERN, description='The callable, "module:function".')
+    thread: bool = Field(True, description="Run a sync function in a worker thread.")
+    triggers: list[_Name] | None = Field(None, description="Triggers the function may return.")
+
+
+_Command = Annotated[
+    Annotated[str, Field(min_length=1), Tag("<one>")]
+    | Annotated[list[str], Field(min_length=1), Tag("<many>")],
+    Discriminator(_shape),
+]
+
+
+class ShellAction(_ActionBase):
+    """Run a command without a shell: an argv list, or one string split like a shell does."""
+
+    shell: _Command = Field(description="argv list or command line; {name} templates.")
+    cwd: str | None = Field(None, description="Working directory (a template).")
+    env: dict[str, str] = Field({}, description="Extra environment variables (templates).")
+    on_exit: _ExitMap = Field({"0": "ok", "default": "fail"}, description="Exit status -> trigger.")
+    timeout_trigger: _Name | None = Field(
+        None, description="Trigger on timeout (default: default)."
+    )
+    capture: _NonEmpty | None = Field(None, description="Data key that receives the stdout.")
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        found: list[tuple[Loc, str]] = [(("on_exit", k), v) for k, v in self.on_exit.items()]
+        if self.timeout_trigger is not None:
+            found.append((("timeout_trigger",), self.timeout_trigger))
+        return found
+
+
+class HttpRequest(_Spec):
+    """The request an http action sends."""
+
+    url: str = Field(min_length=1, description="URL (a template).")
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = Field(
+        "GET", description="Verb."
+    )
+    headers: dict[str, str] = Field({}, description="Request headers.")
+    body: Any = Field(None, description="Request body: a string as is, anything else as JSON.")
+
+
+class HttpAction(_ActionBase):
+    """Send an HTTP request; the response status picks the trigger."""
+
+    http: HttpRequest = Field(description="The request to send.")
+    on_status: _StatusMap = Field(
+        {"200": "ok", "default": "fail"}, description="Status -> trigger."
+    )
+    triggers: list[_Name] | None = Field(None, description="Triggers (default: on_status values).")
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        return [(("on_status", key), trigger) for key, trigger in self.on_status.items()]
+
+
+class HumanAction(_ActionBase):
+    """Pause the run on an interrupt until someone replies (or the timeout fires)."""
+
+    human: _Ident = Field(description="The interrupt kind, e.g. review.")
+    payload: dict[str, Any] = Field({}, description="What the answerer sees.")
+    park: bool = Field(False, description="While it waits, the run is parked (not waiting).")
+    triggers: list[_Name] | None = Field(None, description="Replies accepted (and timeout).")
+
+
+ActionSpec = Annotated[
+    Annotated[PythonAction, Tag("<python>")]
+    | Annotated[ShellAction, Tag("<shell>")]
+    | Annotated[HttpAction, Tag("<http>")]
+    | Annotated[HumanAction, Tag("<human>")],
+    Discriminator(_action_kind, custom_error_type="action_kind", custom_error_message="kind"),
+]
+"""One action: exactly one of the kind keys python, shell, http, human."""
+
+_Settings = Annotated[dict[_Ident, dict[str, Any]], Field(min_length=1, max_length=1)]
+_Middleware = Annotated[
+    Annotated[_Ident, Tag("<one>")] | Annotated[_Settings, Tag("<map>")],
+    Discriminator(_shape),
+]
+
+
+class NodeSpec(_Spec):
+    """One node of a graph: a machine, its prerequisites and its hook bindings."""
+
+    id: _Ident = Field(description="Unique node id.")
+    machine: _Ident = Field(description="Built-in machine name, or one from `machines:`.")
+    needs: list[_Ident] = Field([], description="Ids of nodes that must succeed first.")
+    writes: list[_NonEmpty] | None = Field(None, description="Top-level data keys it writes.")
+    settings: dict[str, Any] = Field({}, alias="with", description="Free-form node settings.")
+    bind: dict[_Name, ActionSpec] = Field({}, description="Hook -> action; bind every hook.")
+
+
+class GraphSpec(_Spec):
+    """A phasegraph workflow graph file (graphs/NAME.yaml)."""
+
+    model_config = ConfigDict(title="phasegraph graph")
+
+    graph: _Ident | None = Field(None, description="Graph name; default: the file stem.")
+    description: str = Field("", description="What the workflow does.")
+    concurrency: int = Field(3, ge=1, description="How many nodes may run at once.")
+    input: dict[str, Any] | None = Field(None, description="JSON Schema of the run input.")
+    reducers: dict[_NonEmpty, Literal["append", "merge"]] = Field(
+        {}, description="Data key -> combiner."
+    )
+    middleware: list[_Middleware] = Field([], description="Name or {name: settings}; outer first.")
+    machines: list[_NonEmpty] = Field([], description="Machine files, relative to this file.")
+    nodes: list[NodeSpec] = Field(min_length=1, description="The nodes, in declaration order.")

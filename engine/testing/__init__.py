@@ -1,0 +1,50 @@
+"""The public test kit (needs the ``test`` extra).
+
+The store contract suite, a Redis server for tests, and hypothesis property tests for
+your own machines and graphs.
+
+Owns ``hypothesis``. May import :mod:`phasegraph.api`, :mod:`phasegraph.analysis` and
+everything below them.
+"""
+
+from __future__ import annotations
+
+from phasegraph.testing._contract import (
+    REDIS_URL_ENV,
+    StoreContract,
+    isolated_redis_store,
+    make_commit,
+    redis_server,
+)
+from phasegraph.testing._machines import (
+    PROPERTIES,
+    Outcome,
+    PropertyFailed,
+    PropertyStats,
+    PropertyTest,
+    Script,
+    graph_outcomes,
+    graph_properties,
+    machine_properties,
+    outcomes,
+    scripted_actions,
+)
+
+__all__ = [
+    "PROPERTIES",
+    "REDIS_URL_ENV",
+    "Outcome",
+    "PropertyFailed",
+    "PropertyStats",
+    "PropertyTest",
+    "Script",
+    "StoreContract",
+    "graph_outcomes",
+    "graph_properties",
+    "isolated_redis_store",
+    "machine_properties",
+    "make_commit",
+    "outcomes",
+    "redis_server",
+    "scripted_actions",
+]

@@ -1,0 +1,398 @@
+"""Test kit: the store contract suite, and a Redis server for tests.
+
+Check a store by subclassing :class:`StoreContract` in a pytest module and giving it an
+async ``store`` fixture that yields a fresh, empty store::
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        async def store(self) -> AsyncIterator[Store]:
+            async with MyStore() as store:
+                yield store
+
+Payloads are plain bytes: the suite needs no codec. It needs ``pytest-asyncio`` in
+auto mode. :func:`redis_server` gives a URL of a real Redis for tests that need one, and
+:func:`isolated_redis_store` a store under a prefix no other test uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from phasegraph.errors import (
+    InputError,
+    LeaseHeldError,
+    LeaseLostError,
+    RunNotFoundError,
+    SequenceConflictError,
+    StoreUnavailableError,
+)
+from phasegraph.store import Commit, Lease, RunMeta, Store, open_store
+
+__all__ = [
+    "REDIS_URL_ENV",
+    "StoreContract",
+    "isolated_redis_store",
+    "make_commit",
+    "redis_server",
+]
+
+REDIS_URL_ENV = "PHASEGRAPH_TEST_REDIS_URL"
+"""Environment variable naming a Redis the tests may use instead of starting one."""
+
+_SHORT = 0.05  # a lease ttl the suite lets expire
+_STEPS = st.lists(st.tuples(st.booleans(), st.binary(max_size=40)), min_size=1, max_size=12)
+# One test body runs under each subclass (each store), so differing executors are
+# expected; every example uses a fresh run id in the function-scoped store.
+_PER_STORE = settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+)
+_T0 = 1_700_000_000.0
+
+
+def make_commit(
+    run_id: str,
+    seq: int,
+    *,
+    record: bytes | None = None,
+    snapshot: bytes | None = None,
+    status: str = "running",
+    updated_at: float | None = None,
+) -> Commit:
+    """A commit of plain bytes for tests; seq 0 gets a snapshot unless one is given."""
+    if snapshot is None and seq == 0:
+        snapshot = b"snapshot-0"
+    record = b"record-%d" % seq if record is None else record
+    updated = _T0 + seq if updated_at is None else updated_at
+    meta = RunMeta(
+        run_id=run_id, graph="g", status=status, seq=seq, created_at=_T0, updated_at=updated
+    )
+    return Commit(seq=seq, record=record, snapshot=snapshot, meta=meta)
+
+
+async def _fill(store: Store, lease: Lease, count: int, snapshot_every: int = 0) -> None:
+    for seq in range(count):
+        snap = b"snap-%d" % seq if seq % (snapshot_every or count) == 0 else None
+        await store.commit(lease, make_commit(lease.run_id, seq, snapshot=snap))
+
+
+class StoreContract:
+    """The store contract as pytest tests; subclass it and provide a ``store`` fixture."""
+
+    @pytest.fixture
+    async def store(self) -> Store:
+        """Override: yield a fresh, empty store (function scope)."""
+        pytest.fail(f"{type(self).__name__} must define an async 'store' fixture")
+
+    async def test_commit_then_read_head(self, store: Store) -> None:
+        """A read returns the head meta, the snapshot and the records after it."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 3)
+        got = await store.read("r")
+        assert (got.seq, got.snapshot_seq, got.snapshot) == (2, 0, b"snap-0")
+        assert got.records == (b"record-1", b"record-2")
+        assert got.meta == make_commit("r", 2).meta
+
+    async def test_read_uses_nearest_snapshot(self, store: Store) -> None:
+        """A read at any seq starts at the nearest snapshot at or below it."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 8, snapshot_every=3)
+        for seq in range(8):
+            got = await store.read("r", seq)
+            base = seq - seq % 3
+            assert (got.seq, got.snapshot_seq, got.snapshot) == (seq, base, b"snap-%d" % base)
+            assert got.records == tuple(b"record-%d" % s for s in range(base + 1, seq + 1))
+            assert got.meta.seq == 7
+
+    @_PER_STORE
+    @given(steps=_STEPS, at=st.integers(0, 20))
+    async def test_read_property(
+        self, store: Store, steps: list[tuple[bool, bytes]], at: int
+    ) -> None:
+        """Whatever the snapshot pattern and bytes, a read rebuilds exactly what was written."""
+        run_id = uuid.uuid4().hex
+        lease = await store.acquire(run_id, "w1", 30)
+        for seq, (flag, record) in enumerate(steps):
+            snap = b"s%d" % seq if flag or seq == 0 else None
+            await store.commit(lease, make_commit(run_id, seq, record=record, snapshot=snap))
+        seq = at % len(steps)
+        base = max(s for s in range(seq + 1) if steps[s][0] or s == 0)
+        got = await store.read(run_id, seq)
+        assert (got.snapshot_seq, got.snapshot) == (base, b"s%d" % base)
+        assert got.records == tuple(record for _, record in steps[base + 1 : seq + 1])
+
+    async def test_unknown_run_is_not_found(self, store: Store) -> None:
+        """Reading or listing the history of an unknown run raises RunNotFoundError."""
+        await store.acquire("leased-only", "w1", 30)
+        for run_id in ("nope", "leased-only"):
+            with pytest.raises(RunNotFoundError, match=run_id):
+                await store.read(run_id)
+            with pytest.raises(RunNotFoundError, match=run_id):
+                [item async for item in store.history(run_id)]
+
+    async def test_read_beyond_head_names_head(self, store: Store) -> None:
+        """A read past the head (or below 0) names the run and the head."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 3)
+        with pytest.raises(RunNotFoundError, match=r"'r'.*head is 2"):
+            await store.read("r", 3)
+        with pytest.raises(RunNotFoundError, match="'r'"):
+            await store.read("r", -1)
+
+    async def test_seq_must_follow_head(self, store: Store) -> None:
+        """A commit must be at head + 1 (0 for a new run); a refused one writes nothing."""
+        lease = await store.acquire("r", "w1", 30)
+        with pytest.raises(SequenceConflictError, match="head is -1"):
+            await store.commit(lease, make_commit("r", 1, snapshot=b"s"))
+        await _fill(store, lease, 2)
+        with pytest.raises(SequenceConflictError, match="head is 1"):
+            await store.commit(lease, make_commit("r", 3))
+        with pytest.raises(SequenceConflictError, match="seq 0"):
+            await store.commit(lease, make_commit("r", 0, record=b"other"))
+        assert [s async for s, _ in store.history("r")] == [0, 1]
+        assert (await store.read("r")).meta.seq == 1
+
+    async def test_same_commit_again_is_a_no_op(self, store: Store) -> None:
+        """Re-sending an identical commit succeeds and changes nothing; other bytes conflict."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 3)
+        await store.commit(lease, make_commit("r", 2))
+        await store.commit(lease, make_commit("r", 1))
+        with pytest.raises(SequenceConflictError, match="seq 2"):
+            await store.commit(lease, make_commit("r", 2, record=b"different"))
+        assert [r async for _, r in store.history("r")] == [b"record-%d" % s for s in range(3)]
+        assert (await store.read("r")).meta.seq == 2
+
+    async def test_malformed_commit_is_input_error(self, store: Store) -> None:
+        """Seq 0 without a snapshot, or meta of another run or seq, is refused before I/O."""
+        lease = await store.acquire("r", "w1", 30)
+        bad = (
+            Commit(seq=0, record=b"x", snapshot=None, meta=make_commit("r", 0).meta),
+            Commit(seq=0, record=b"x", snapshot=b"s", meta=make_commit("other", 0).meta),
+            Commit(seq=0, record=b"x", snapshot=b"s", meta=make_commit("r", 1).meta),
+        )
+        for commit in bad:
+            with pytest.raises(InputError):
+                await store.commit(lease, commit)
+        with pytest.raises(RunNotFoundError):
+            await store.read("r")
+
+    async def test_held_lease_is_refused_naming_holder(self, store: Store) -> None:
+        """Acquiring a live lease raises LeaseHeldError naming the run and the holder."""
+        await store.acquire("r", "worker-one", 30)
+        with pytest.raises(LeaseHeldError, match=r"'r'.*'worker-one'"):
+            await store.acquire("r", "worker-two", 30)
+        with pytest.raises(LeaseHeldError):
+            await store.acquire("r", "worker-one", 30)
+
+    async def test_concurrent_acquire_has_one_winner(self, store: Store) -> None:
+        """Of many concurrent acquires of one run, exactly one gets the lease."""
+        results = await asyncio.gather(
+            *(store.acquire("r", f"w{i}", 30) for i in range(5)), return_exceptions=True
+        )
+        assert sum(isinstance(r, Lease) for r in results) == 1
+        assert sum(isinstance(r, LeaseHeldError) for r in results) == 4
+
+    async def test_takeover_fences_the_old_writer(self, store: Store) -> None:
+        """After expiry another owner takes over with a larger token; the old one is fenced."""
+        old = await store.acquire("r", "w1", 30)
+        await _fill(store, old, 2)
+        old = await store.renew(old, _SHORT)
+        await asyncio.sleep(_SHORT * 2)
+        new = await store.acquire("r", "w2", 30)
+        assert new.token > old.token
+        with pytest.raises(LeaseLostError, match=r"'r'.*'w2'"):
+            await store.commit(old, make_commit("r", 2))
+        with pytest.raises(LeaseLostError):
+            await store.renew(old, 30)
+        await store.release(old)  # not ours any more: must not free w2's lease
+        with pytest.raises(LeaseHeldError, match="'w2'"):
+            await store.acquire("r", "w3", 30)
+        assert (await store.read("r")).meta.seq == 1
+        await store.commit(new, make_commit("r", 2))
+        assert (await store.read("r")).meta.seq == 2
+
+    async def test_expired_lease_cannot_commit_until_renewed(self, store: Store) -> None:
+        """An expired lease commits nothing; renewing it (nobody took over) revives it."""
+        lease = await store.acquire("r", "w1", _SHORT)
+        await asyncio.sleep(_SHORT * 2)
+        with pytest.raises(LeaseLostError):
+            await store.commit(lease, make_commit("r", 0))
+        renewed = await store.renew(lease, 30)
+        assert renewed.token == lease.token
+        assert renewed.expires_at > lease.expires_at
+        await store.commit(renewed, make_commit("r", 0))
+        assert (await store.read("r")).meta.seq == 0
+
+    async def test_release_frees_the_run_at_once(self, store: Store) -> None:
+        """After release another owner acquires at once; the released lease is dead."""
+        first = await store.acquire("r", "w1", 30)
+        await store.release(first)
+        await store.release(first)
+        second = await store.acquire("r", "w2", 30)
+        assert second.token > first.token
+        with pytest.raises(LeaseLostError):
+            await store.renew(first, 30)
+        with pytest.raises(LeaseLostError):
+            await store.commit(first, make_commit("r", 0))
+
+    async def test_renew_keeps_the_lease(self, store: Store) -> None:
+        """A renewed lease outlives its first ttl."""
+        lease = await store.acquire("r", "w1", _SHORT)
+        lease = await store.renew(lease, 30)
+        await asyncio.sleep(_SHORT * 2)
+        with pytest.raises(LeaseHeldError):
+            await store.acquire("r", "w2", 30)
+        await store.commit(lease, make_commit("r", 0))
+
+    async def test_history_yields_committed_seqs_in_order(self, store: Store) -> None:
+        """History yields exactly the committed seqs in ``[start, stop)``, in order."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 300)
+        assert [s async for s, _ in store.history("r")] == list(range(300))
+        window = [(s, r) async for s, r in store.history("r", start=5, stop=9)]
+        assert window == [(s, b"record-%d" % s) for s in range(5, 9)]
+        assert [s async for s, _ in store.history("r", start=298, stop=400)] == [298, 299]
+        assert [s async for s, _ in store.history("r", start=7, stop=7)] == []
+
+    async def test_list_runs_filters_orders_and_pages(self, store: Store) -> None:
+        """list_runs filters by status, orders by updated_at descending, honours limit/offset."""
+        statuses = ["running", "waiting", "completed", "waiting", "failed"]
+        for i, status in enumerate(statuses):
+            lease = await store.acquire(f"run{i}", "w", 30)
+            commit = make_commit(f"run{i}", 0, status=status, updated_at=_T0 + (i * 7) % 5)
+            await store.commit(lease, commit)
+        await store.acquire("leased-only", "w", 30)
+        order = [m.run_id for m in await store.list_runs()]
+        assert order == ["run2", "run4", "run1", "run3", "run0"]
+        assert [m.run_id for m in await store.list_runs(status="waiting")] == ["run1", "run3"]
+        assert [m.run_id for m in await store.list_runs(limit=2, offset=1)] == ["run4", "run1"]
+        assert [m.run_id for m in await store.list_runs(status="waiting", offset=1)] == ["run3"]
+        assert await store.list_runs(status="parked") == []
+        failed = await store.list_runs(status="failed")
+        assert failed == [make_commit("run4", 0, status="failed", updated_at=_T0 + 3).meta]
+
+    async def test_runs_are_independent(self, store: Store) -> None:
+        """Leases and commits of one run do not touch another."""
+        a = await store.acquire("a", "w", 30)
+        b = await store.acquire("b", "w", 30)
+        await _fill(store, a, 3)
+        await _fill(store, b, 1)
+        assert ((await store.read("a")).meta.seq, (await store.read("b")).meta.seq) == (2, 0)
+        with pytest.raises(InputError, match="'b'"):
+            await store.commit(a, make_commit("b", 1))
+
+    async def test_aclose_is_idempotent(self, store: Store) -> None:
+        """Closing twice is fine."""
+        await store.aclose()
+        await store.aclose()
+
+
+# ------------------------------------------------------------------------------ Redis
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """Yield the URL of a Redis for tests, starting a private one if none is configured.
+
+    Uses ``$PHASEGRAPH_TEST_REDIS_URL`` when set; otherwise starts ``redis-server`` on a
+    free port of 127.0.0.1 with persistence off, in a temporary directory, and stops it
+    on exit.
+
+    Raises:
+        StoreUnavailableError: Neither works; the message says how to fix it. Tests that
+            need Redis then fail, never skip.
+    """
+    configured = os.environ.get(REDIS_URL_ENV)
+    if configured:
+        if not _answers_ping(configured, deadline=time.monotonic() + 5):
+            raise StoreUnavailableError(f"{REDIS_URL_ENV}={configured!r} does not answer PING")
+        yield configured
+        return
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise StoreUnavailableError(
+            f"the tests need Redis: set {REDIS_URL_ENV} to a server's URL, "
+            "or install redis-server (e.g. apt-get install redis-server)"
+        )
+    with tempfile.TemporaryDirectory(prefix="phasegraph-redis-") as workdir:
+        process, url = _start_redis(exe, workdir)
+        try:
+            yield url
+        finally:
+            process.kill()  # a throwaway server with nothing to save
+            process.wait()
+
+
+def _start_redis(exe: str, workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    for _ in range(3):  # another process may grab the free port first: try a few
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        log = open(os.path.join(workdir, f"redis-{port}.log"), "wb")  # noqa: SIM115
+        with log:
+            process = subprocess.Popen([*argv, "--dir", workdir], stdout=log, stderr=log)
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while process.poll() is None and time.monotonic() < deadline:
+            if _answers_ping(url, deadline=time.monotonic()):
+                return process, url
+            time.sleep(0.02)
+        process.kill()
+        process.wait()
+    raise StoreUnavailableError(f"redis-server ({exe}) did not start; see logs in {workdir}")
+
+
+def _answers_ping(url: str, *, deadline: float) -> bool:
+    while True:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        finally:
+            client.close()
+
+
+@contextlib.asynccontextmanager
+async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]:
+    """A Redis store under a prefix of its own; its keys are deleted afterwards.
+
+    Args:
+        url: A Redis URL, e.g. from :func:`redis_server`.
+        **options: More store URL options (such as ``ttl="60"``).
+    """
+    prefix = "pgtest" + uuid.uuid4().hex[:12]
+    parts = urlsplit(url)
+    query = urlencode([*parse_qsl(parts.query), ("prefix", prefix), *options.items()])
+    try:
+        async with open_store(urlunsplit(parts._replace(query=query))) as store:
+            yield store
+    finally:
+        client = redis.asyncio.Redis.from_url(url)
+        try:
+            keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()

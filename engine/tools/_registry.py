@@ -1,0 +1,352 @@
+"""Tools that actions call through ``ctx.tool(name, **arguments)``, under per-phase rules.
+
+A :class:`ToolFactory` is built once per prepared graph; for each action call it binds a
+:class:`~phasegraph.actions.ToolCall` to the node, its current state and the step's event
+sink. A node's ``with`` may declare rules per phase (a phase is a state name of the
+node's machine, nested ones included)::
+
+    with:
+      workspace: ./work            # optional: no tool reaches outside this folder
+      phases:                      # optional: without it every tool is allowed
+        planning:     {tools: [read_file, list_files], deny_commands: [rm, mv, ">", ">>"]}
+        verification: {tools: [read_file, run_command], allow_commands: [pytest, git]}
+        delivery:     {tools: "*"}
+        "*":          {tools: [read_file]}     # optional: every state not listed above
+
+``phases: solo`` names a preset (see :data:`PRESETS`).
+
+The phase of a call is the innermost state of the node's path that ``phases`` lists (so a
+phase whose state nests another machine covers that machine's states too). When
+``phases`` is given, a state it does not cover (and no ``"*"`` entry) allows no tool.
+A call the phase does not allow is not dispatched: the caller gets
+``{"error": "phase_violation", "tool", "phase", "allowed", "message"}`` and a
+``phase_violation`` event is recorded with the step. ``run_command`` takes an argv list
+(never a shell string); its command filter refuses a word of the command (or of a script
+passed to a shell such as ``sh -c``) that ``deny_commands`` names, and a program that
+``allow_commands`` (when given) does not name. The filter judges words, not effects: it
+is a guard against an agent's habits, not a sandbox.
+
+Every tool takes an optional ``cwd``: the folder relative paths resolve against and the
+root the call may not leave (symlinks are resolved first). Expected failures (a missing
+file, a path outside the root) come back as ``{"error": CODE, "message": ...}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from phasegraph.actions import EventSink, ToolCall
+from phasegraph.errors import ActionError, Problem, SpecError
+from phasegraph.model import PATH_SEPARATOR, GraphDef, NodeDef, empty_field, nested_machines
+from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
+
+__all__ = [
+    "ALL_TOOLS",
+    "BUILTIN_TOOLS",
+    "PHASE_VIOLATION",
+    "PRESETS",
+    "PhaseRule",
+    "ToolFactory",
+    "ToolPolicy",
+    "build_tools",
+    "command_violation",
+    "parse_policy",
+]
+
+PHASE_VIOLATION = "phase_violation"
+"""The error code of a refused call, and the kind of the event it records."""
+
+ALL_TOOLS = "*"
+"""``tools: "*"`` allows every tool; a ``"*"`` phase covers every state not listed."""
+
+_READ_ONLY = {"deny_commands": ["rm", "mv", ">", ">>"]}
+
+PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "solo": MappingProxyType(
+            {
+                "planning": {"tools": ["read_file", "list_files", "run_command"], **_READ_ONLY},
+                "building": {"tools": ["read_file", "write_file", "list_files", "run_command"]},
+                "verification": {"tools": ["read_file", "list_files", "run_command"], **_READ_ONLY},
+                "delivery": {"tools": ALL_TOOLS},
+            }
+        )
+    }
+)
+"""Named rule sets: ``with: {phases: solo}`` reads in planning and verification (no
+``rm``, ``mv`` or redirections there), writes in building, and allows everything in
+delivery."""
+
+_SHELL_CHARS = frozenset(" \t\n;&|<>()$`")
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseRule:
+    """What one phase allows.
+
+    Attributes:
+        tools: Allowed tool names; ``None`` allows every tool.
+        deny_commands: Words no ``run_command`` of this phase may contain.
+        allow_commands: Programs ``run_command`` may start; ``None`` allows any.
+    """
+
+    tools: frozenset[str] | None = None
+    deny_commands: frozenset[str] = frozenset()
+    allow_commands: frozenset[str] | None = None
+
+    def allowed(self, known: Sequence[str]) -> list[str]:
+        """The allowed tool names, sorted."""
+        return sorted(known if self.tools is None else self.tools)
+
+
+_DENY_ALL = PhaseRule(tools=frozenset())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPolicy:
+    """A node's tool rules, parsed from its ``with`` block.
+
+    Attributes:
+        phases: State name (or ``"*"``) → rule; empty means no phase rules at all.
+        workspace: The folder no call may leave, if any.
+    """
+
+    phases: Mapping[str, PhaseRule] = empty_field()
+    workspace: str | None = None
+
+    def phase(self, path: Sequence[str]) -> tuple[str, PhaseRule | None]:
+        """The phase of a call made in state ``path`` and its rule (None: unrestricted)."""
+        if not self.phases:
+            return (path[-1] if path else ""), None
+        for name in reversed(path):
+            if name in self.phases:
+                return name, self.phases[name]
+        return (path[-1] if path else ""), self.phases.get(ALL_TOOLS, _DENY_ALL)
+
+
+def _words(argv: Sequence[str]) -> list[str]:
+    """Every word of a command, including the words of scripts handed to a shell."""
+    words = [str(a) for a in argv]
+    for argument in argv[1:]:
+        if _SHELL_CHARS & set(str(argument)):
+            lexer = shlex.shlex(str(argument), posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            try:
+                words += list(lexer)
+            except ValueError:  # unbalanced quotes: judge the raw words only
+                continue
+    return words
+
+
+def command_violation(rule: PhaseRule, argv: Sequence[str]) -> str | None:
+    """The word that makes ``argv`` illegal under ``rule``, or None if it is allowed."""
+    program = Path(str(argv[0])).name
+    if rule.allow_commands is not None and program not in rule.allow_commands:
+        return program
+    for word in _words(argv):
+        if word in rule.deny_commands or Path(word).name in rule.deny_commands:
+            return word
+    return None
+
+
+def _violation(
+    tool: str, phase: str, allowed: list[str], message: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "error": PHASE_VIOLATION,
+        "tool": tool,
+        "phase": phase,
+        "allowed": allowed,
+        "message": message,
+        **extra,
+    }
+
+
+def _check(
+    name: str, arguments: Mapping[str, Any], phase: str, rule: PhaseRule, known: Sequence[str]
+) -> dict[str, Any] | None:
+    allowed = rule.allowed(known)
+    if rule.tools is not None and name not in rule.tools:
+        message = (
+            f"tool {name!r} is not allowed in phase {phase!r} "
+            f"(allowed: {', '.join(allowed) or 'none'}); advance to a phase that allows it"
+        )
+        return _violation(name, phase, allowed, message)
+    argv = arguments.get("argv")
+    if name != "run_command" or not argv or isinstance(argv, str):
+        return None
+    word = command_violation(rule, argv)
+    if word is None:
+        return None
+    message = f"command {word!r} is not allowed in phase {phase!r}"
+    return _violation(name, phase, allowed, message, command=list(argv), denied=word)
+
+
+# --------------------------------------------------------------------------- binding
+
+
+class ToolFactory:
+    """Binds tool calls to a node and its state; built once per prepared graph.
+
+    Args:
+        tools: Tool name → tool.
+        policies: Node id → its parsed rules (nodes without rules are unrestricted).
+    """
+
+    def __init__(
+        self, tools: Mapping[str, Tool], policies: Mapping[str, ToolPolicy] | None = None
+    ) -> None:
+        self._tools = MappingProxyType(dict(tools))
+        self._signatures = {name: inspect.signature(tool) for name, tool in tools.items()}
+        self._policies = MappingProxyType(dict(policies or {}))
+        self._unrestricted = ToolPolicy()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The known tool names, sorted."""
+        return tuple(sorted(self._tools))
+
+    def bind(self, node: NodeDef, state: str, emit: EventSink) -> ToolCall:
+        """A tool caller for one action call of ``node`` in ``state`` (a path string)."""
+        policy = self._policies.get(node.id, self._unrestricted)
+        phase, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
+
+        async def call(name: str, /, **arguments: Any) -> Mapping[str, Any]:
+            tool = self._tools.get(name)
+            if tool is None:
+                known = ", ".join(self.names) or "none"
+                raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
+            refused = None if rule is None else _check(name, arguments, phase, rule, self.names)
+            if refused is not None:
+                emit(PHASE_VIOLATION, {k: v for k, v in refused.items() if k != "error"})
+                return refused
+            cwd = arguments.pop("cwd", None)
+            try:
+                self._signatures[name].bind(None, **arguments)
+            except TypeError as exc:
+                raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
+            try:
+                scope = await asyncio.to_thread(_scope, policy.workspace, cwd)
+            except ToolRefused as exc:
+                return error_result(exc.code, str(exc))
+            return await tool(scope, **arguments)
+
+        return call
+
+
+def _scope(workspace: str | None, cwd: str | None) -> Scope:
+    base = Path(workspace or ".").resolve()
+    root = (base / cwd).resolve() if cwd else base
+    if workspace is not None and not root.is_relative_to(base):
+        raise ToolRefused("outside_workspace", f"cwd {cwd!r} is outside {str(base)!r}")
+    if not root.is_dir():
+        raise ToolRefused("not_found", f"cwd {str(root)!r} is not a folder")
+    return Scope(root)
+
+
+# --------------------------------------------------------------------------- settings
+
+_RULE_KEYS = frozenset({"tools", "deny_commands", "allow_commands"})
+
+
+def _states(definition: GraphDef, machine: str) -> set[str]:
+    """Every state name of ``machine`` and of the machines nested in it."""
+    return {s for m in nested_machines(machine, definition.machines) for s in m.states}
+
+
+def _names(value: Any, what: str, problems: list[str]) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.append(f"{what} must be a list of names")
+        return None
+    return frozenset(value)
+
+
+def _rule(phase: str, spec: Any, known: Sequence[str], problems: list[str]) -> PhaseRule:
+    where = f"phases.{phase}"
+    if not isinstance(spec, Mapping):
+        problems.append(f"{where} must be a mapping with `tools` (and optional command filters)")
+        return _DENY_ALL
+    problems += [f"{where}: unknown key {k!r}" for k in sorted(set(spec) - _RULE_KEYS)]
+    tools = spec.get("tools")
+    chosen: frozenset[str] | None
+    if tools == ALL_TOOLS:
+        chosen = None
+    elif not isinstance(tools, list) or not tools:
+        # An empty whitelist would make the phase useless: refuse it before the run starts.
+        problems.append(f'{where}.tools must be "*" or a non-empty list of tool names')
+        chosen = frozenset()
+    else:
+        chosen = _names(tools, f"{where}.tools", problems) or frozenset()
+        problems += [
+            f"{where}.tools: unknown tool {t!r} (known: {', '.join(known)})"
+            for t in sorted(chosen - set(known))
+        ]
+    return PhaseRule(
+        tools=chosen,
+        deny_commands=_names(spec.get("deny_commands"), f"{where}.deny_commands", problems)
+        or frozenset(),
+        allow_commands=_names(spec.get("allow_commands"), f"{where}.allow_commands", problems),
+    )
+
+
+def parse_policy(
+    node: NodeDef, definition: GraphDef, known: Sequence[str]
+) -> tuple[ToolPolicy | None, list[Problem]]:
+    """Read a node's ``with.phases`` and ``with.workspace``; None when it has neither."""
+    settings = node.settings
+    if "phases" not in settings and "workspace" not in settings:
+        return None, []
+    problems: list[str] = []
+    workspace = settings.get("workspace")
+    if workspace is not None and not isinstance(workspace, str):
+        problems.append("workspace must be a folder path")
+        workspace = None
+    phases = settings.get("phases") or {}
+    if isinstance(phases, str) and phases in PRESETS:
+        phases = PRESETS[phases]
+    elif not isinstance(phases, Mapping):
+        known = ", ".join(sorted(PRESETS))
+        problems.append(f"phases must map phase (state) names to rules, or name a preset ({known})")
+        phases = {}
+    states = _states(definition, node.machine)
+    problems += [
+        f"phases.{name}: machine {node.machine!r} has no state {name!r}"
+        for name in phases
+        if name != ALL_TOOLS and name not in states
+    ]
+    rules = {str(name): _rule(str(name), spec, known, problems) for name, spec in phases.items()}
+    policy = ToolPolicy(phases=MappingProxyType(rules), workspace=workspace)
+    where = f"node {node.id!r}: with."
+    return policy, [Problem(where + text, node.location) for text in problems]
+
+
+def build_tools(definition: GraphDef, tools: Mapping[str, Tool] | None = None) -> ToolFactory:
+    """The tool factory for a graph: the built-in tools (plus ``tools``) and every rule.
+
+    Raises:
+        SpecError: A node's tool rules are malformed (every problem at once).
+    """
+    available = {**BUILTIN_TOOLS, **(tools or {})}
+    known = sorted(available)
+    policies: dict[str, ToolPolicy] = {}
+    problems: list[Problem] = []
+    for node in definition.nodes:
+        policy, found = parse_policy(node, definition, known)
+        problems += found
+        if policy is not None:
+            policies[node.id] = policy
+    if problems:
+        raise SpecError(problems)
+    return ToolFactory(available, policies)

@@ -1,0 +1,769 @@
+"""Tests for phasegraph.codec: round trips, canonical bytes, golden files and strictness.
+
+Golden files live in ``tests/golden/``. After an intended format change, regenerate the
+files of the current format version with::
+
+    PHASEGRAPH_REGEN_GOLDEN=1 .venv/bin/pytest tests/codec/test_codec.py -k golden
+
+(refused when ``CI`` is set), then bump ``FORMAT_VERSION`` if old bytes no longer decode
+as before, keep the old files, and add a migration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import random
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import REPO, TESTS
+from phasegraph import codec
+from phasegraph.codec import _envelope as codec_envelope
+from phasegraph.codec import _layout as codec_layout
+from phasegraph.errors import CodecError, UnsupportedFormatError
+from phasegraph.model import (
+    ErrorRecord,
+    Interrupt,
+    NodeOutcome,
+    NodeState,
+    NodeStatus,
+    RunState,
+    RunStatus,
+    StepRecord,
+    apply_record,
+)
+
+GOLDEN = TESTS / "golden"
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --------------------------------------------------------------------------- strategies
+# Reusable generators of everything the codec must carry. User data holds lists, never
+# tuples: tuples are written as arrays and come back as lists (see test_tuples_...).
+
+OFFSETS = [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
+
+
+def aware_datetimes() -> st.SearchStrategy[datetime]:
+    """Timezone-aware datetimes whose UTC form stays inside datetime's range."""
+    return st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(OFFSETS),
+    )
+
+
+def texts(max_size: int = 12) -> st.SearchStrategy[str]:
+    """Strings msgpack can carry (UTF-8: no lone surrogates)."""
+    return st.text(st.characters(exclude_categories=["Cs"]), max_size=max_size)
+
+
+def scalars() -> st.SearchStrategy[Any]:
+    return (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+        | st.floats(allow_nan=False)
+        | texts()
+        | st.binary(max_size=8)
+        | aware_datetimes()
+    )
+
+
+def user_values() -> st.SearchStrategy[Any]:
+    """Any value the type table allows, nested."""
+    return st.recursive(
+        scalars(),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts(6), inner, max_size=3),
+        max_leaves=8,
+    )
+
+
+def user_maps(max_size: int = 4) -> st.SearchStrategy[Mapping[str, Any]]:
+    """A read-only top-level map of user data, like ``RunState.data``."""
+    return st.dictionaries(texts(8), user_values(), max_size=max_size).map(MappingProxyType)
+
+
+def paths() -> st.SearchStrategy[tuple[str, ...]]:
+    return st.lists(texts(6), max_size=3).map(tuple)
+
+
+def node_states() -> st.SearchStrategy[NodeState]:
+    return st.builds(
+        NodeState,
+        status=st.sampled_from(NodeStatus),
+        path=paths(),
+        outcome=st.none() | st.sampled_from(NodeOutcome),
+        counters=st.dictionaries(texts(6), st.integers(0, 2**63 - 1), max_size=3).map(
+            MappingProxyType
+        ),
+        steps=st.integers(0, 2**63 - 1),
+        error=st.none() | texts(),
+        payload=user_maps(2),
+    )
+
+
+def interrupts() -> st.SearchStrategy[Mapping[str, Interrupt]]:
+    one = st.builds(
+        Interrupt,
+        id=texts(),
+        node=texts(),
+        kind=texts(),
+        payload=user_maps(2),
+        deadline=st.none() | aware_datetimes(),
+        created_at=st.none() | aware_datetimes(),
+        parked=st.booleans(),
+    )
+    return st.dictionaries(texts(6), one, max_size=2).map(MappingProxyType)
+
+
+def error_records() -> st.SearchStrategy[tuple[ErrorRecord, ...]]:
+    one = st.builds(
+        ErrorRecord,
+        time=aware_datetimes(),
+        node=texts(),
+        state=texts(),
+        message=texts(),
+        severity=texts(),
+        recovered=st.booleans(),
+        details=user_maps(2),
+    )
+    return st.lists(one, max_size=2).map(tuple)
+
+
+def node_maps() -> st.SearchStrategy[Mapping[str, NodeState]]:
+    return st.dictionaries(texts(6), node_states(), max_size=3).map(MappingProxyType)
+
+
+def run_states() -> st.SearchStrategy[RunState]:
+    return st.builds(
+        RunState,
+        run_id=texts(),
+        graph=texts(),
+        graph_source=texts(),
+        graph_digest=texts(),
+        seq=st.integers(0, 2**63 - 1),
+        status=st.sampled_from(RunStatus),
+        input=user_maps(),
+        data=user_maps(),
+        nodes=node_maps(),
+        interrupts=interrupts(),
+        errors=error_records(),
+        writers=st.dictionaries(texts(6), paths(), max_size=3).map(MappingProxyType),
+        created_at=aware_datetimes(),
+        updated_at=aware_datetimes(),
+    )
+
+
+def step_records(kinds: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[StepRecord]:
+    """Step records; ``kinds`` draws their kind (default: any text)."""
+    return st.builds(
+        StepRecord,
+        seq=st.integers(0, 2**63 - 1),
+        time=aware_datetimes(),
+        kind=texts() if kinds is None else kinds,
+        node=st.none() | texts(),
+        source=paths(),
+        trigger=st.none() | texts(),
+        dest=paths(),
+        result=user_maps(),
+        data=user_maps(),
+        nodes=node_maps(),
+        status=st.sampled_from(RunStatus),
+        errors=error_records(),
+        interrupts=st.none() | interrupts(),
+        events=st.lists(user_maps(2), max_size=2).map(tuple),
+    )
+
+
+def reordered(value: Any, rnd: random.Random) -> Any:
+    """The same value with every dict rebuilt in a shuffled key order."""
+    if isinstance(value, Mapping):
+        keys = list(value)
+        rnd.shuffle(keys)
+        return {key: reordered(value[key], rnd) for key in keys}
+    if isinstance(value, list):
+        return [reordered(item, rnd) for item in value]
+    return value
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@FAST
+@given(run_states())
+def test_snapshot_round_trips_exactly(state: RunState) -> None:
+    data = codec.encode_snapshot(state)
+    decoded = codec.decode_snapshot(data)
+    assert decoded == state
+    assert codec.encode_snapshot(decoded) == data
+
+
+@FAST
+@given(step_records())
+def test_record_round_trips_exactly(record: StepRecord) -> None:
+    data = codec.encode_record(record)
+    decoded = codec.decode_record(data)
+    assert decoded == record
+    assert codec.encode_record(decoded) == data
+
+
+@FAST
+@given(user_values())
+def test_value_round_trips(value: Any) -> None:
+    data = codec.encode_value(value)
+    assert codec.decode_value(data) == value
+    assert codec.encode_value(codec.decode_value(data)) == data
+
+
+@FAST
+@given(user_maps(6), st.randoms(use_true_random=False))
+def test_key_order_never_changes_the_bytes(data: Mapping[str, Any], rnd: random.Random) -> None:
+    shuffled = MappingProxyType(reordered(data, rnd))
+    record = StepRecord(seq=1, time=datetime(2025, 1, 1, tzinfo=UTC), kind="k", data=data)
+    twin = StepRecord(seq=1, time=datetime(2025, 1, 1, tzinfo=UTC), kind="k", data=shuffled)
+    assert codec.encode_record(record) == codec.encode_record(twin)
+    assert codec.encode_value(data) == codec.encode_value(shuffled)
+
+
+@FAST
+@given(run_states(), st.randoms(use_true_random=False))
+def test_snapshot_bytes_ignore_insertion_order(state: RunState, rnd: random.Random) -> None:
+    twin = RunState(
+        **{
+            **{name: getattr(state, name) for name in RunState.__dataclass_fields__},
+            "data": MappingProxyType(reordered(state.data, rnd)),
+            "nodes": MappingProxyType(reordered(state.nodes, rnd)),
+            "interrupts": MappingProxyType(reordered(state.interrupts, rnd)),
+        }
+    )
+    assert codec.encode_snapshot(twin) == codec.encode_snapshot(state)
+
+
+def assert_maps_sorted(value: Any) -> None:
+    if isinstance(value, dict):
+        assert list(value) == sorted(value)
+        for item in value.values():
+            assert_maps_sorted(item)
+    elif isinstance(value, list):
+        for item in value:
+            assert_maps_sorted(item)
+
+
+@FAST
+@given(run_states(), step_records())
+def test_every_map_on_the_wire_is_key_sorted(state: RunState, record: StepRecord) -> None:
+    for data in (codec.encode_snapshot(state), codec.encode_record(record)):
+        assert_maps_sorted(msgpack.unpackb(data, timestamp=3))
+
+
+# --------------------------------------------------------------------------- golden files
+
+T0 = datetime(2025, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
+T1 = datetime(2025, 3, 1, 11, 0, tzinfo=timezone(timedelta(hours=2)))  # non-UTC offset
+
+
+def golden_state() -> RunState:
+    """A run state with every field set to something other than its default."""
+    return RunState(
+        run_id="run-0001",
+        graph="review",
+        graph_source="graphs/review.yaml",
+        graph_digest="sha256:5f1d",
+        seq=7,
+        status=RunStatus.WAITING,
+        input=MappingProxyType({"task": "fix the build", "limits": {"think": 7}}),
+        data=MappingProxyType(
+            {
+                "plan": ["read", "edit", "test"],
+                "score": 0.75,
+                "blob": b"\x00\xff",
+                "when": T1,
+                "nested": {"b": None, "a": True, "n": -(2**40)},
+            }
+        ),
+        nodes=MappingProxyType(
+            {
+                "plan": NodeState(
+                    status=NodeStatus.COMPLETED,
+                    path=("done",),
+                    outcome=NodeOutcome.SUCCESS,
+                    counters=MappingProxyType({"think": 3}),
+                    steps=4,
+                ),
+                "review": NodeState(
+                    status=NodeStatus.WAITING,
+                    path=("review_pending", "ask"),
+                    counters=MappingProxyType({"verify": 1, "reflect": 0}),
+                    steps=2,
+                    error="timeout once",
+                    payload=MappingProxyType({"feedback": "add tests"}),
+                ),
+            }
+        ),
+        interrupts=MappingProxyType(
+            {
+                "run-0001:review:spec_review": Interrupt(
+                    id="run-0001:review:spec_review",
+                    node="review",
+                    kind="review",
+                    payload=MappingProxyType({"spec": "v2", "files": ["a.py"]}),
+                    deadline=T1 + timedelta(minutes=30),
+                    created_at=T1,
+                    parked=True,
+                )
+            }
+        ),
+        errors=(
+            ErrorRecord(
+                time=T0,
+                node="plan",
+                state="think",
+                message="provider timed out",
+                severity="warning",
+                recovered=True,
+                details=MappingProxyType({"error_code": "timeout", "retryable": True}),
+            ),
+        ),
+        writers=MappingProxyType({"plan": ("plan",), "score": ("plan", "review")}),
+        created_at=T0,
+        updated_at=T1,
+    )
+
+
+def golden_record() -> StepRecord:
+    """A step record with every field set to something other than its default."""
+    state = golden_state()
+    return StepRecord(
+        seq=8,
+        time=T1 + timedelta(seconds=1),
+        kind="transition",
+        node="review",
+        source=("review_pending", "ask"),
+        trigger="confirm",
+        dest=("executing",),
+        result=MappingProxyType({"trigger": "confirm", "payload": {"ok": True}, "output": None}),
+        data=MappingProxyType({"approved": True, "reviewer": "ana"}),
+        nodes=MappingProxyType(
+            {"review": NodeState(status=NodeStatus.RUNNING, path=("executing",))}
+        ),
+        status=RunStatus.COMPLETED,
+        errors=state.errors,
+        interrupts=MappingProxyType({}),
+        events=(
+            MappingProxyType({"type": "spec_review_reply", "id": "run-0001:review:spec_review"}),
+        ),
+    )
+
+
+# (format version, file, expected object, encoder, decoder). When the format moves on,
+# keep the old rows: old files must still decode (through the migrations) to the object.
+GOLDEN_CASES: list[
+    tuple[int, str, Callable[[], Any], Callable[[Any], bytes], Callable[[bytes], Any]]
+] = [
+    (1, "snapshot_v1.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (1, "record_v1.bin", golden_record, codec.encode_record, codec.decode_record),
+]
+
+
+@pytest.mark.parametrize(("version", "name", "expected", "encode", "decode"), GOLDEN_CASES)
+def test_golden_bytes(
+    version: int,
+    name: str,
+    expected: Callable[[], Any],
+    encode: Callable[[Any], bytes],
+    decode: Callable[[bytes], Any],
+) -> None:
+    path = GOLDEN / name
+    if os.environ.get("PHASEGRAPH_REGEN_GOLDEN") == "1" and version == codec.FORMAT_VERSION:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "PHASEGRAPH_REGEN_GOLDEN is refused in CI: golden files are regenerated by hand"
+            )
+        path.write_bytes(encode(expected()))
+    data = path.read_bytes()
+    assert msgpack.unpackb(data, timestamp=3)["v"] == version
+    assert decode(data) == expected()
+    if version == codec.FORMAT_VERSION:
+        assert encode(decode(data)) == data
+
+
+def default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def test_golden_objects_set_every_field() -> None:
+    """Guard the golden objects: a field left at its default would go untested."""
+    for value, cls in ((golden_state(), RunState), (golden_record(), StepRecord)):
+        for field in dataclasses.fields(cls):
+            assert getattr(value, field.name) != default_of(field), field.name
+
+
+SHAPES = [
+    (codec_layout.SNAPSHOT, RunState, "## Snapshot body"),
+    (codec_layout.RECORD, StepRecord, "## Step record body"),
+    (codec_layout.NODE, NodeState, "### Node state"),
+    (codec_layout.INTERRUPT, Interrupt, "### Interrupt"),
+    (codec_layout.ERROR, ErrorRecord, "### Error record"),
+]
+
+
+def spec_table(heading: str) -> dict[str, str]:
+    """Wire key → field name, from the table under ``heading`` in the format spec."""
+    text = (REPO / "specs" / "snapshot-format.md").read_text()
+    section = text.split(f"\n{heading}", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    return {key.strip().strip("`"): name.strip().strip("`") for key, name in rows}
+
+
+@pytest.mark.parametrize(("shape", "cls", "heading"), SHAPES)
+def test_wire_layout_covers_the_model_and_matches_the_spec(
+    shape: Any, cls: type, heading: str
+) -> None:
+    layout = shape.layout
+    assert sorted(layout.values()) == sorted(field.name for field in dataclasses.fields(cls))
+    assert spec_table(heading) == layout
+
+
+# --------------------------------------------------------------------------- decoded types
+
+
+def test_decoded_values_have_model_types() -> None:
+    state = codec.decode_snapshot(codec.encode_snapshot(golden_state()))
+    assert type(state.status) is RunStatus
+    assert type(state.nodes["plan"].outcome) is NodeOutcome
+    assert type(state.nodes["plan"].status) is NodeStatus
+    assert type(state.nodes["review"].path) is tuple
+    assert type(state.errors) is tuple
+    assert type(state.writers["score"]) is tuple
+    assert state.created_at.tzinfo is not None
+    assert state.data["when"] == T1
+    assert state.data["when"].utcoffset() == timedelta(0)
+    for mapping in (state.data, state.input, state.nodes, state.interrupts, state.writers):
+        assert isinstance(mapping, MappingProxyType)
+        with pytest.raises(TypeError):
+            mapping["x"] = 1  # type: ignore[index]
+
+
+def test_tuples_in_user_data_come_back_as_lists() -> None:
+    record = StepRecord(seq=1, time=T0, kind="k", data=MappingProxyType({"pair": (1, (2, 3))}))
+    data = codec.encode_record(record)
+    assert codec.decode_record(data).data["pair"] == [1, [2, 3]]
+    assert codec.encode_record(codec.decode_record(data)) == data
+
+
+def test_rebuild_from_snapshot_and_records() -> None:
+    """A reader rebuilds seq N from the nearest snapshot plus the records after it."""
+    start = golden_state()
+    records = [
+        StepRecord(
+            seq=8, time=T1, kind="transition", node="review", data=MappingProxyType({"x": 1})
+        ),
+        StepRecord(seq=9, time=T1, kind="status", status=RunStatus.COMPLETED),
+    ]
+    state = codec.decode_snapshot(codec.encode_snapshot(start))
+    for blob in [codec.encode_record(r) for r in records]:
+        state = apply_record(state, codec.decode_record(blob))
+    expected = apply_record(apply_record(start, records[0]), records[1])
+    assert state == expected
+    assert codec.encode_snapshot(state) == codec.encode_snapshot(expected)
+
+
+# --------------------------------------------------------------------------- envelope
+
+
+def envelope(**fields: Any) -> bytes:
+    packed: bytes = msgpack.packb(fields, use_bin_type=True, datetime=True)
+    return packed
+
+
+def test_newer_format_is_refused_with_upgrade_advice() -> None:
+    newer = codec.FORMAT_VERSION + 1
+    data = envelope(v=newer, kind="snapshot", body={"anything": "new"}, extra=1)
+    with pytest.raises(UnsupportedFormatError) as caught:
+        codec.decode_snapshot(data)
+    message = str(caught.value)
+    assert f"version {newer}" in message
+    assert f"up to {codec.FORMAT_VERSION}" in message
+    assert "upgrade phasegraph" in message
+    with pytest.raises(UnsupportedFormatError):
+        codec.decode_record(envelope(v=newer, kind="record", body=None))
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"", "not valid msgpack"),
+        (b"\xc1", "not valid msgpack"),
+        (envelope(v=1, kind="snapshot") + b"\x00", "not valid msgpack"),  # trailing bytes
+        (msgpack.packb([1, "snapshot", {}]), "envelope map"),
+        (envelope(kind="snapshot", body={}), "format version"),
+        (envelope(v="1", kind="snapshot", body={}), "format version"),
+        (envelope(v=True, kind="snapshot", body={}), "format version"),
+        (envelope(v=0, kind="snapshot", body={}), "unknown format version 0"),
+        (envelope(v=1, kind="snapshot"), "envelope has fields"),
+        (envelope(v=1, kind="snapshot", body={}, more=1), "envelope has fields"),
+        (envelope(v=1, kind="record", body={}), "holds a 'record'"),
+        (envelope(v=1, kind="snapshot", body=[]), "snapshot map"),
+        (envelope(v=1, kind="snapshot", body={"q": 1}), "snapshot map"),
+        (msgpack.packb(msgpack.ExtType(7, b"x")), "extension type 7"),
+    ],
+)
+def test_bad_envelopes_are_codec_errors(data: bytes, fragment: str) -> None:
+    with pytest.raises(CodecError) as caught:
+        codec.decode_snapshot(data)
+    assert type(caught.value) is CodecError
+    assert fragment in str(caught.value)
+
+
+def raw_body(value: Any) -> dict[str, Any]:
+    body = msgpack.unpackb(value, timestamp=3)["body"]
+    assert isinstance(body, dict)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("q", "7", "snapshot.seq must be of type int"),
+        ("q", True, "snapshot.seq must be of type int"),
+        ("s", "sleeping", "snapshot.status must be one of"),
+        ("ca", 1700000000, "snapshot.created_at must be of type datetime"),
+        ("d", {"k": {b"bytes-key": 1}}, "map key that is not a str"),
+        ("d", [1], "snapshot.data must be a map"),
+        ("ns", {"n": {"s": "pending"}}, "node map of"),
+        ("w", {"k": [1]}, "snapshot.writers must be a list of str"),
+        ("e", [{"t": 1}], "error map of"),
+    ],
+)
+def test_bad_body_fields_are_named(field: str, value: Any, fragment: str) -> None:
+    body = raw_body(codec.encode_snapshot(golden_state()))
+    body[field] = value
+    with pytest.raises(CodecError, match=fragment):
+        codec.decode_snapshot(envelope(v=1, kind="snapshot", body=body))
+
+
+def test_migrations_run_in_order_and_gaps_are_errors() -> None:
+    def one_to_two(kind: str, body: Any) -> Any:
+        return [*body, f"1->2 {kind}"]
+
+    def two_to_three(kind: str, body: Any) -> Any:
+        return [*body, f"2->3 {kind}"]
+
+    table = {1: one_to_two, 2: two_to_three}
+    assert codec_envelope._upgrade("record", [], 1, table, 3) == ["1->2 record", "2->3 record"]
+    assert codec_envelope._upgrade("record", [], 2, table, 3) == ["2->3 record"]
+    assert codec_envelope._upgrade("record", [], 3, table, 3) == []
+    with pytest.raises(CodecError, match="no migration from format version 2 to 3"):
+        codec_envelope._upgrade("record", [], 1, {1: one_to_two}, 3)
+
+    def picky(kind: str, body: Any) -> Any:
+        return body["needed"]
+
+    with pytest.raises(CodecError, match="cannot migrate a record from format version 1"):
+        codec_envelope._upgrade("record", {}, 1, {1: picky}, 2)
+
+
+# --------------------------------------------------------------------------- corrupt bytes
+
+
+def test_every_truncation_is_a_codec_error() -> None:
+    for data, decode in (
+        (codec.encode_snapshot(golden_state()), codec.decode_snapshot),
+        (codec.encode_record(golden_record()), codec.decode_record),
+    ):
+        for end in range(len(data)):
+            with pytest.raises(CodecError):
+                decode(data[:end])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_never_raise_anything_but_codec_error(data: bytes) -> None:
+    for decode in (codec.decode_snapshot, codec.decode_record, codec.decode_value):
+        with contextlib.suppress(CodecError):
+            decode(data)
+
+
+FLIP_CASES: list[tuple[bytes, Callable[[bytes], Any], type]] = [
+    (codec.encode_snapshot(golden_state()), codec.decode_snapshot, RunState),
+    (codec.encode_record(golden_record()), codec.decode_record, StepRecord),
+]
+
+
+@FAST
+@given(st.sampled_from(FLIP_CASES), st.data())
+def test_bit_flips_decode_or_raise_codec_error(
+    case: tuple[bytes, Callable[[bytes], Any], type], data: st.DataObject
+) -> None:
+    blob, decode, cls = case
+    bit = data.draw(st.integers(0, len(blob) * 8 - 1))
+    flipped = bytearray(blob)
+    flipped[bit // 8] ^= 1 << (bit % 8)
+    try:
+        decoded = decode(bytes(flipped))
+    except CodecError:
+        return
+    assert type(decoded) is cls  # no checksum: a flip inside a value can go unnoticed
+
+
+@FAST
+@given(st.sampled_from(["ca", "d", "e", "i", "id", "in", "ns", "q", "s", "w"]), user_values())
+def test_any_value_in_any_field_decodes_or_raises_codec_error(field: str, value: Any) -> None:
+    body = raw_body(codec.encode_snapshot(golden_state()))
+    body[field] = value
+    try:
+        state = codec.decode_snapshot(envelope(v=1, kind="snapshot", body=body))
+    except CodecError:
+        return
+    assert codec.decode_snapshot(codec.encode_snapshot(state)) == state
+
+
+def test_nesting_limit_is_the_same_both_ways() -> None:
+    def nest(depth: int) -> Any:
+        value: Any = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    deepest = {"k": nest(codec.MAX_DEPTH)}
+    codec.check_encodable(deepest)
+    assert codec.decode_value(codec.encode_value(deepest)) == deepest
+    with pytest.raises(CodecError, match="nested deeper"):
+        codec.check_encodable({"k": nest(codec.MAX_DEPTH + 1)})
+    body = raw_body(codec.encode_record(golden_record()))
+    body["d"] = {"k": nest(codec.MAX_DEPTH + 1)}
+    with pytest.raises(CodecError, match=r"record\.data is nested deeper"):
+        codec.decode_record(envelope(v=1, kind="record", body=body))
+    with pytest.raises(CodecError, match="nested deeper"):
+        codec.decode_value(msgpack.packb({"k": nest(codec.MAX_DEPTH + 1)}))
+
+
+# --------------------------------------------------------------------------- unencodable
+
+
+class Opaque:
+    """A value the type table does not know."""
+
+
+@pytest.mark.parametrize(
+    ("values", "key", "fragments"),
+    [
+        ({"ok": 1, "bad": {1, 2}}, "bad", ["set is not a supported type"]),
+        (
+            {"bad": [0, {"x": Opaque()}]},
+            "bad",
+            ["Opaque is not a supported type", "['bad'][1]['x']"],
+        ),
+        ({"bad": {1: "int key"}}, "bad", ["key 1 (int) is not a str"]),
+        ({"bad": 2**64}, "bad", ["64-bit"]),
+        ({"bad": "\ud800"}, "bad", ["not valid UTF-8"]),
+        ({"bad": datetime(2025, 1, 1)}, "bad", ["not a timezone-aware datetime"]),
+        ({"bad": bytearray(b"x")}, "bad", ["bytearray"]),
+    ],
+)
+def test_check_encodable_names_node_key_and_type(
+    values: dict[str, Any], key: str, fragments: list[str]
+) -> None:
+    with pytest.raises(CodecError) as caught:
+        codec.check_encodable(values, node_id="build")
+    message = str(caught.value)
+    assert "node 'build'" in message
+    assert f"key {key!r}" in message
+    for fragment in fragments:
+        assert fragment in message
+    assert caught.value.node_id == "build"
+
+
+def test_check_encodable_accepts_the_whole_type_table() -> None:
+    codec.check_encodable(
+        {
+            "none": None,
+            "flag": True,
+            "int": -(2**63),
+            "uint": 2**64 - 1,
+            "float": 1.5,
+            "text": "é",
+            "bytes": b"\x00",
+            "list": [1, "a"],
+            "tuple": (1, 2),
+            "map": {"k": {"j": []}},
+            "when": T1,
+            "status": RunStatus.RUNNING,
+        }
+    )
+
+
+def test_top_level_key_must_be_a_string() -> None:
+    with pytest.raises(CodecError, match=r"key 3 \(int\) is not a str"):
+        codec.check_encodable({3: "x"}, node_id="n")  # type: ignore[dict-item]
+
+
+def test_encode_record_names_node_field_and_path() -> None:
+    record = StepRecord(
+        seq=4, time=T0, kind="transition", node="build", data=MappingProxyType({"out": [Opaque()]})
+    )
+    with pytest.raises(CodecError) as caught:
+        codec.encode_record(record)
+    message = str(caught.value)
+    assert "step 4 of node 'build'" in message
+    assert "data['out'][0]" in message
+    assert "Opaque" in message
+    assert (caught.value.node_id, caught.value.seq) == ("build", 4)
+
+
+def test_encode_snapshot_names_nested_field() -> None:
+    state = golden_state()
+    bad = Interrupt(id="i", node="n", kind="k", payload=MappingProxyType({"p": {1, 2}}))
+    broken = RunState(
+        **{
+            **{name: getattr(state, name) for name in RunState.__dataclass_fields__},
+            "interrupts": MappingProxyType({"i": bad}),
+        }
+    )
+    with pytest.raises(CodecError, match=r"interrupts\['i'\]\.payload\['p'\]: set"):
+        codec.encode_snapshot(broken)
+
+
+@pytest.mark.parametrize("where", ["time", "error", "interrupt"])
+def test_naive_datetimes_are_refused(where: str) -> None:
+    naive = datetime(2025, 1, 1, 12, 0)
+    if where == "time":
+        record = StepRecord(seq=1, time=naive, kind="k")
+    elif where == "error":
+        record = StepRecord(
+            seq=1,
+            time=T0,
+            kind="k",
+            errors=(ErrorRecord(time=naive, node="n", state="s", message="m"),),
+        )
+    else:
+        item = Interrupt(id="i", node="n", kind="k", deadline=naive)
+        record = StepRecord(seq=1, time=T0, kind="k", interrupts=MappingProxyType({"i": item}))
+    with pytest.raises(CodecError, match="not a timezone-aware datetime"):
+        codec.encode_record(record)
+
+
+def test_datetimes_that_leave_the_range_in_utc_are_refused() -> None:
+    edge = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
+    with pytest.raises(CodecError, match="outside the years 1-9999"):
+        codec.encode_value({"when": edge})
+    fine = datetime(1, 1, 1, 12, tzinfo=timezone(timedelta(hours=5)))
+    assert codec.decode_value(codec.encode_value(fine)) == fine
+
+
+def test_encode_value_refuses_unknown_types() -> None:
+    with pytest.raises(CodecError, match="frozenset is not a supported type"):
+        codec.encode_value({"k": frozenset()})
+    with pytest.raises(CodecError, match="64-bit"):
+        codec.encode_value(-(2**63) - 1)

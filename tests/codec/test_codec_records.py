@@ -1,0 +1,257 @@
+"""Tests for phasegraph.codec._records: the fast record decoder agrees with the strict shape.
+
+The strict reference is the table-driven shape, :data:`phasegraph.codec._layout.RECORD`,
+behind the full envelope checks. On every input — valid records of every kind, bodies
+with a field changed to anything, truncated or bit-flipped bytes, other versions — the
+fast decoder must give the same record (same types throughout) or raise the same error
+class with the same message; never any other exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_codec import (
+    FAST,
+    T0,
+    envelope,
+    golden_record,
+    golden_state,
+    raw_body,
+    step_records,
+    texts,
+    user_values,
+)
+
+from phasegraph import codec
+from phasegraph.codec import _envelope as codec_envelope
+from phasegraph.codec import _records as codec_records
+from phasegraph.codec._layout import ERROR, INTERRUPT, NODE, RECORD
+from phasegraph.errors import CodecError, UnsupportedFormatError
+from phasegraph.model import NodeState, NodeStatus, StepRecord
+
+KINDS = ["created", "start", "transition", "fail", "wait", "reply", "cancel", "status"]
+"""Every step-record kind the engine writes (``StepRecord.kind``)."""
+
+
+def step_records_of_every_kind() -> st.SearchStrategy[StepRecord]:
+    """Step records of the engine's own kinds and of any other text."""
+    return step_records(st.sampled_from(KINDS) | texts())
+
+
+def shape(value: Any) -> Any:
+    """The types of ``value`` all the way down (equality alone lets a dict pass for a proxy)."""
+    if dataclasses.is_dataclass(value):
+        fields = dataclasses.fields(value)
+        return type(value), tuple((f.name, shape(getattr(value, f.name))) for f in fields)
+    if isinstance(value, Mapping):
+        return type(value), tuple(sorted((key, shape(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return type(value), tuple(shape(item) for item in value)
+    return type(value)
+
+
+def outcome(decode: Callable[[Any], Any], data: Any) -> tuple[Any, ...]:
+    """What decoding gives: the value and its types, or the error class and message."""
+    try:
+        value = decode(data)
+    except CodecError as exc:
+        return "refused", type(exc), str(exc)
+    return "decoded", value, shape(value)
+
+
+def strict_record(data: bytes) -> StepRecord:
+    """The reference: every envelope check in order, then the table-driven shape."""
+    decoded: StepRecord = RECORD.decode(codec_envelope._open(data, "record"), "the record body")
+    return decoded
+
+
+def loop_record(seq: int) -> StepRecord:
+    """A record as a looping node writes it: the common case on a history read."""
+    node = NodeState(
+        status=NodeStatus.RUNNING,
+        path=("work",),
+        counters=MappingProxyType({"steps": seq}),
+        steps=seq - 1,
+    )
+    return StepRecord(
+        seq=seq,
+        time=T0 + timedelta(milliseconds=seq),
+        kind="transition",
+        node="loop",
+        source=("work",),
+        trigger="again",
+        dest=("work",),
+        result=MappingProxyType({"trigger": "again"}),
+        nodes=MappingProxyType({"loop": node}),
+    )
+
+
+# --------------------------------------------------------------------------- valid records
+
+
+@pytest.mark.parametrize("record", [loop_record(7), golden_record()], ids=["loop", "golden"])
+def test_fast_path_builds_what_the_shape_builds(record: StepRecord) -> None:
+    body = raw_body(codec.encode_record(record))
+    fast = codec_records._record(body)  # raises if the fast path turned the body down
+    assert fast == record
+    assert shape(fast) == shape(RECORD.decode(body, "the record body"))
+
+
+@FAST
+@given(step_records_of_every_kind())
+def test_every_kind_round_trips_through_the_fast_path(record: StepRecord) -> None:
+    data = codec.encode_record(record)
+    decoded = codec.decode_record(data)
+    assert decoded == record
+    assert shape(decoded) == shape(strict_record(data))
+    assert codec.encode_record(decoded) == data
+    # Whatever the encoder writes is usual: taken by the fast path itself, not handed back.
+    assert codec_records._record(raw_body(data)) == record
+
+
+# --------------------------------------------------------------------------- corrupt input
+
+
+def odd_values() -> st.SearchStrategy[Any]:
+    """Values of every wire type, right and wrong, including the model's own shapes."""
+    return (
+        user_values()
+        | st.sampled_from(["running", "pending", "success", "", "q", "loop"])
+        | st.sampled_from([[], {}, ["a", 1], {"k": []}, {"k": [{"j": b"x"}]}, [[]], 1.5, -1])
+    )
+
+
+NODE_BODY = raw_body(codec.encode_record(loop_record(3)))["ns"]["loop"]
+ERROR_BODY = raw_body(codec.encode_record(golden_record()))["e"][0]
+INTERRUPT_BODY = next(iter(raw_body(codec.encode_snapshot(golden_state()))["i"].values()))
+PLACES = ["field", "drop", "extra", "node", "node drop", "error", "interrupt", "event"]
+
+
+def corrupted(body: dict[str, Any], place: str, key: int, value: Any) -> dict[str, Any]:
+    """``body`` with one thing changed at ``place`` (``key`` picks which field)."""
+    body = dict(body)
+    fields = sorted(RECORD.wire_keys)
+    if place == "field":
+        body[fields[key % len(fields)]] = value
+    elif place == "drop":
+        del body[fields[key % len(fields)]]
+    elif place == "extra":
+        body["zz"] = value
+    elif place.startswith("node"):
+        node, wires = dict(NODE_BODY), sorted(NODE.wire_keys)
+        if place == "node drop":
+            del node[wires[key % len(wires)]]
+        else:
+            node[wires[key % len(wires)]] = value
+        body["ns"] = {**body["ns"], "extra-node": node}
+    elif place == "error":
+        error, wires = dict(ERROR_BODY), sorted(ERROR.wire_keys)
+        error[wires[key % len(wires)]] = value
+        body["e"] = [error]
+    elif place == "interrupt":
+        item, wires = dict(INTERRUPT_BODY), sorted(INTERRUPT.wire_keys)
+        item[wires[key % len(wires)]] = value
+        body["i"] = {"gate": item}
+    else:
+        body["ev"] = [value]
+    return body
+
+
+@FAST
+@given(
+    step_records_of_every_kind() | st.builds(loop_record, st.integers(1, 10**6)),
+    st.sampled_from(PLACES),
+    st.integers(0, 100),
+    odd_values(),
+)
+def test_fast_and_strict_agree_on_any_changed_field(
+    record: StepRecord, place: str, key: int, value: Any
+) -> None:
+    body = corrupted(raw_body(codec.encode_record(record)), place, key, value)
+    data = envelope(v=codec.FORMAT_VERSION, kind="record", body=body)
+    expected = outcome(strict_record, data)
+    assert outcome(codec.decode_record, data) == expected
+    try:
+        fast = codec_records._record(msgpack.unpackb(data, timestamp=3)["body"])
+    except CodecError:
+        return  # turned down: decode_record went to the shape, checked just above
+    assert expected[0] == "decoded"
+    assert (fast, shape(fast)) == expected[1:]
+
+
+def every_corruption(data: bytes) -> list[bytes]:
+    """Every truncation and every single-bit flip of ``data``."""
+    flips = []
+    for bit in range(len(data) * 8):
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        flips.append(bytes(flipped))
+    return [data[:end] for end in range(len(data))] + flips
+
+
+@pytest.mark.parametrize("record", [loop_record(7), golden_record()], ids=["loop", "golden"])
+def test_fast_and_strict_agree_on_truncated_and_flipped_bytes(record: StepRecord) -> None:
+    for data in every_corruption(codec.encode_record(record)):
+        assert outcome(codec.decode_record, data) == outcome(strict_record, data), data
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "fragment"),
+    [
+        ({"v": codec.FORMAT_VERSION + 1}, UnsupportedFormatError, "upgrade phasegraph"),
+        ({"v": 0}, CodecError, "unknown format version 0"),
+        ({"v": True}, CodecError, "no integer format version"),
+        ({"v": "1"}, CodecError, "no integer format version"),
+        ({"kind": "snapshot"}, CodecError, "holds a 'snapshot'"),
+        ({"extra": 1}, CodecError, "envelope has fields"),
+        ({"body": [1, 2]}, CodecError, "must be a record map"),
+        ({"body": {"q": 1}}, CodecError, "must be a record map"),
+    ],
+)
+def test_bad_envelopes_raise_the_strict_error(
+    fields: dict[str, Any], error: type[CodecError], fragment: str
+) -> None:
+    body = raw_body(codec.encode_record(loop_record(3)))
+    data = envelope(**{"body": body, "kind": "record", "v": codec.FORMAT_VERSION, **fields})
+    expected = outcome(strict_record, data)
+    assert expected[:2] == ("refused", error)
+    assert fragment in expected[2]
+    assert outcome(codec.decode_record, data) == expected
+
+
+def test_a_refused_body_names_the_strict_field_without_fast_path_context() -> None:
+    body = raw_body(codec.encode_record(loop_record(3)))
+    body["ns"]["loop"]["n"] = "three"
+    with pytest.raises(CodecError, match=r"^node\.steps must be of type int, not str$") as caught:
+        codec.decode_record(envelope(v=1, kind="record", body=body))
+    assert caught.value.__context__ is None  # the fast path's refusal is not chained in
+
+
+# --------------------------------------------------------------------------- bulk decoding
+
+
+def test_collector_paused_restores_the_collector() -> None:
+    assert gc.isenabled()
+    with codec.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(CodecError), codec.collector_paused():
+        codec.decode_record(b"")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with codec.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()

@@ -1,0 +1,241 @@
+"""Faults: an unreachable store, a connection lost mid-run, unreadable stored payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import msgpack
+import pytest
+import redis
+
+from builders import TESTS, cli_argv, engine, graph, prepared
+from phasegraph import Engine, open_store
+from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.cli import main
+from phasegraph.errors import LeaseHeldError, StoreUnavailableError
+from phasegraph.model import RunState, RunStatus
+from phasegraph.store.memory import MemoryStore
+
+GRAPH = TESTS / "fixtures" / "crash" / "crash.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -------------------------------------------------------------------- unreachable store
+
+
+def test_unreachable_redis_at_start_is_one_line_and_exit_2(tmp_path, capsys):
+    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    argv = cli_argv()
+    started = subprocess.run(
+        [*argv, "run", str(GRAPH), "--store", url, "--input", f"log={tmp_path / 'log'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert started.returncode == 2
+    lines = started.stderr.strip().splitlines()
+    assert len(lines) == 1, started.stderr
+    assert lines[0].startswith("phasegraph: cannot reach Redis at ")
+    assert url in lines[0]
+    assert not (tmp_path / "log").exists()  # no action ran
+    for command in (["resume", "r"], ["fork", "r"], ["replay", "r"], ["status"]):
+        code, _, err = _cli(capsys, *command, "--store", url)
+        assert code == 2
+        assert err.count("\n") == 1
+        assert "cannot reach Redis" in err
+
+
+# ------------------------------------------------------------ connection lost mid-run
+
+
+class _RedisServer:
+    """A private redis-server that keeps its data across a restart (append-only file)."""
+
+    def __init__(self, workdir: Path) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("this test needs redis-server on PATH (apt-get install redis-server)")
+        self.argv = [exe, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
+        self.workdir = workdir
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [*self.argv, "--port", str(self.port), "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    pytest.fail("redis-server did not start")
+                time.sleep(0.02)
+            finally:
+                client.close()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def _looping(marks: list[str], on_step: dict[int, object] | None = None):
+    """Loops 6 times; records each execution; calls ``on_step[steps]()`` once if given."""
+
+    async def work(ctx: ActionContext) -> ActionResult:
+        marks.append(f"{ctx.node_id}:{ctx.steps}")
+        hook = (on_step or {}).pop(ctx.steps, None)
+        if callable(hook):
+            hook()
+        if ctx.steps >= 6:
+            return ActionResult(trigger="stop")
+        return ActionResult(trigger="again", data={"count": ctx.steps + 1})
+
+    return work
+
+
+async def _resume_when_lease_expires(url: str, run_id: str, plan) -> RunState:
+    """Resume as a new process would: refused while the dead writer's lease lives."""
+    deadline = time.monotonic() + 10
+    async with open_store(url) as store:
+        while True:
+            try:
+                return await engine(store, lease_ttl=1.0).resume(run_id, graph=plan)
+            except LeaseHeldError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+
+async def test_connection_lost_mid_run_stops_at_last_commit_and_resume_continues(tmp_path):
+    reference_marks: list[str] = []
+    definition = graph([("a", [])], machine="loop")
+    async with MemoryStore() as memory:
+        reference = await engine(memory).run(
+            prepared(definition, {("a", "work"): _looping(reference_marks)})
+        )
+
+    server = _RedisServer(tmp_path)
+    server.start()
+    try:
+        marks: list[str] = []
+        # The action of step "a:3" kills the server: its commit cannot be made.
+        plan = prepared(definition, {("a", "work"): _looping(marks, {3: server.kill})})
+        async with open_store(server.url) as store:
+            with pytest.raises(StoreUnavailableError, match="cannot reach Redis at") as caught:
+                await engine(store, lease_ttl=1.0).run(plan, run_id="lost")
+        assert str(server.port) in str(caught.value)
+        assert "run 'lost' stopped at step" in str(caught.value)
+        assert "phasegraph resume lost" in str(caught.value)
+
+        server.start()  # same port, same append-only file: every commit survived
+        async with open_store(server.url) as store:
+            stopped = await Engine(store).get("lost")
+        assert stopped.status is RunStatus.RUNNING
+        assert stopped.nodes["a"].steps == 3  # the last committed step is a:2's
+        assert f"stopped at step {stopped.seq}," in str(caught.value)
+        resumed = await _resume_when_lease_expires(server.url, "lost", plan)
+    finally:
+        server.kill()
+    assert resumed.status is RunStatus.COMPLETED
+    assert resumed.data == reference.data
+    assert resumed.seq == reference.seq
+    assert resumed.nodes == reference.nodes
+    counts = Counter(marks)
+    assert set(counts) == set(reference_marks)
+    assert {mark for mark, n in counts.items() if n > 1} == {"a:3"}  # only the step in flight
+
+
+# ------------------------------------------------------------ unreadable stored payloads
+
+
+async def _partial_run(url: str, log: Path) -> str:
+    async with (
+        open_store(url) as store,
+        Engine(store).start(GRAPH, {"log": str(log), "loops": 3}) as run,
+    ):
+        for _ in range(4):
+            await run.next()
+        return run.run_id
+
+
+def _dump(db: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as conn:
+        rows = []
+        for table in ("runs", "records", "snapshots"):
+            rows += [(table, *row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2")]
+    return rows
+
+
+def _overwrite(db: Path, sql: str, *params: object) -> None:
+    with sqlite3.connect(db) as conn:
+        assert conn.execute(sql, params).rowcount == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "seq", "blob", "message"),
+    [
+        (
+            "records",
+            3,
+            msgpack.packb({"body": {}, "kind": "record", "v": 99}),
+            "written in format version 99",
+        ),
+        ("snapshots", 0, b"\xc1 not msgpack", "not valid msgpack"),
+        (
+            "records",
+            2,
+            msgpack.packb({"body": 1, "kind": "snapshot", "v": 1}),
+            "holds a 'snapshot'",
+        ),
+    ],
+)
+def test_unreadable_payload_is_refused_and_nothing_is_overwritten(
+    tmp_path, capsys, table, seq, blob, message
+):
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    log = tmp_path / "log"
+    run_id = asyncio.run(_partial_run(url, log))
+    _overwrite(db, f"UPDATE {table} SET blob = ? WHERE run_id = ? AND seq = ?", blob, run_id, seq)
+    before, executions = _dump(db), log.read_text()
+
+    for command in (["resume", run_id], ["show", run_id], ["fork", run_id], ["replay", run_id]):
+        code, out, err = _cli(capsys, *command, "--store", url)
+        assert code == 2, (command, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert message in lines[0]
+        if command[0] in ("fork", "replay"):
+            assert f"run {run_id!r}" in lines[0]
+            assert f"at seq {seq}" in lines[0]
+    assert _dump(db) == before  # nothing written, not even a lease
+    assert log.read_text() == executions  # no action ran

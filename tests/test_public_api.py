@@ -1,0 +1,231 @@
+"""The public surface: what each package exports, and who may import what.
+
+The export lists are written out here on purpose: adding or removing a public name is a
+change to this file too, so an API change never happens by accident. Packages keep
+their helpers in private modules (``_name.py``); only tests reach into those.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+
+import pytest
+
+from builders import REPO
+
+PUBLIC = {
+    "phasegraph": [
+        "ActionContext",
+        "ActionResult",
+        "Engine",
+        "ErrorCode",
+        "Event",
+        "EventBus",
+        "IllegalTriggerError",
+        "NodeOutcome",
+        "NodeStatus",
+        "PhasegraphError",
+        "RunNotFoundError",
+        "RunOptions",
+        "RunState",
+        "RunStatus",
+        "SpecError",
+        "StepRecord",
+        "Store",
+        "StoreError",
+        "__version__",
+        "load_graph",
+        "load_machine",
+        "open_store",
+    ],
+    "phasegraph.actions": [
+        "Action",
+        "ActionContext",
+        "ActionResult",
+        "BUILDERS",
+        "CallNext",
+        "ERROR_LOG_EVENT",
+        "ERROR_TRIGGER",
+        "EventSink",
+        "HumanGate",
+        "TIMEOUT_TRIGGER",
+        "ToolCall",
+        "build_action",
+        "build_gate",
+        "build_shell_action",
+        "classify_error",
+        "render_payload",
+    ],
+    "phasegraph.analysis": [
+        "Code",
+        "FORMATS",
+        "Finding",
+        "Format",
+        "Report",
+        "Severity",
+        "Target",
+        "analyze_graph",
+        "analyze_machine",
+        "check",
+        "diagram",
+        "graph_diagram",
+        "machine_diagram",
+        "machine_family",
+        "resolve",
+        "step_bound",
+    ],
+    "phasegraph.cli": [
+        "build_parser",
+        "main",
+    ],
+    "phasegraph.codec": [
+        "FORMAT_VERSION",
+        "MAX_DEPTH",
+        "check_encodable",
+        "collector_paused",
+        "decode_record",
+        "decode_snapshot",
+        "decode_value",
+        "encode_record",
+        "encode_snapshot",
+        "encode_value",
+    ],
+    "phasegraph.concerns": [],
+    "phasegraph.core": [
+        "CompiledMachine",
+        "Frontier",
+        "MachineSet",
+        "Position",
+        "StepResult",
+        "WorkflowGraph",
+        "compile_graph",
+        "compile_machine",
+        "compile_machines",
+        "find_cycle",
+    ],
+    "phasegraph.run": [
+        "Clock",
+        "Divergence",
+        "IdFactory",
+        "PreparedGraph",
+        "REDUCERS",
+        "ReplayReport",
+        "Run",
+        "RunOptions",
+        "SystemClock",
+        "TimeOrderedIds",
+        "create_run",
+        "decode_stored",
+        "differing_fields",
+        "first_commit",
+        "fork_state",
+        "initial_state",
+        "prepare",
+        "rebuild",
+        "replay_history",
+        "report_view",
+        "run_meta",
+    ],
+    "phasegraph.server": [
+        "PUBLIC_PATHS",
+        "STATUS_FOR",
+        "ServerSettings",
+        "create_app",
+        "problem",
+    ],
+    "phasegraph.spec": [
+        "YamlLimits",
+        "builtin_graphs",
+        "builtin_machines",
+        "graph_source",
+        "is_name",
+        "load_graph",
+        "load_graph_text",
+        "load_machine",
+        "load_machine_family",
+        "machine_source",
+    ],
+    "phasegraph.store": [
+        "ACCEPTED_URL_FORMS",
+        "Commit",
+        "DEFAULT_STORE_URL",
+        "FINISHED_STATUSES",
+        "Lease",
+        "RunMeta",
+        "Store",
+        "StoredRun",
+        "check_commit",
+        "check_page",
+        "check_ttl",
+        "lease_held_error",
+        "lease_lost_error",
+        "open_store",
+        "redact_url",
+        "run_not_found_error",
+        "sequence_conflict_error",
+    ],
+    "phasegraph.testing": [
+        "Outcome",
+        "PROPERTIES",
+        "PropertyFailed",
+        "PropertyStats",
+        "PropertyTest",
+        "REDIS_URL_ENV",
+        "Script",
+        "StoreContract",
+        "graph_outcomes",
+        "graph_properties",
+        "isolated_redis_store",
+        "machine_properties",
+        "make_commit",
+        "outcomes",
+        "redis_server",
+        "scripted_actions",
+    ],
+    "phasegraph.tools": [
+        "ALL_TOOLS",
+        "BUILTIN_TOOLS",
+        "PHASE_VIOLATION",
+        "PRESETS",
+        "PhaseRule",
+        "ToolFactory",
+        "ToolPolicy",
+        "build_tools",
+        "command_violation",
+        "parse_policy",
+    ],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_exports_are_deliberate(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == PUBLIC[package]
+    for name in module.__all__:
+        assert hasattr(module, name), f"{package}.__all__ names {name!r}, which it lacks"
+
+
+def _private_imports() -> list[str]:
+    """Imports of another package's private module, anywhere in the package."""
+    found = []
+    engine = REPO / "engine"
+    for path in sorted(engine.rglob("*.py")):
+        parts = path.relative_to(engine).parts
+        own = parts[0] if len(parts) > 1 else None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = node.module.split(".")
+            elif isinstance(node, ast.Import):
+                names = node.names[0].name.split(".")
+            else:
+                continue
+            if names[0] != "phasegraph" or len(names) < 3:
+                continue
+            if any(n.startswith("_") for n in names[2:]) and names[1] != own:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} imports {'.'.join(names)}")
+    return found
+
+
+def test_no_package_reaches_into_another_packages_helpers() -> None:
+    assert _private_imports() == []
