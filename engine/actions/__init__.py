@@ -31,12 +31,11 @@ from phasegraph.actions._human import (
     build_gate,
     render_payload,
 )
-from phasegraph.actions._shell import (
-    build_shell_action,
-)
+from phasegraph.actions._shell import DEFAULT_COMMAND_TIMEOUT, build_shell_action
 
 __all__ = [
     "BUILDERS",
+    "DEFAULT_COMMAND_TIMEOUT",
     "ERROR_LOG_EVENT",
     "ERROR_TRIGGER",
     "TIMEOUT_TRIGGER",

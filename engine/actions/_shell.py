@@ -20,7 +20,12 @@ from phasegraph.actions._base import Action, ActionContext, ActionResult
 from phasegraph.errors import ActionError
 from phasegraph.model import ActionDef, frozen_map
 
-__all__ = ["build_shell_action", "render"]
+__all__ = ["DEFAULT_COMMAND_TIMEOUT", "build_shell_action", "render"]
+
+DEFAULT_COMMAND_TIMEOUT = 60.0
+"""Seconds a command that phasegraph runs for you may take when nothing says otherwise:
+the ``run_command`` tool and the team concern's validation and rollback commands. (A
+``shell:`` action runs as long as its own ``timeout:`` allows, without limit if it has none.)"""
 
 TAIL_CHARS = 2000
 """How much of stdout/stderr is kept in the step record."""

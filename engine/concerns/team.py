@@ -4,9 +4,9 @@ After a phase fails, ``validate`` runs the node's ``validation_command``; when i
 ``rollback`` runs ``rollback_command``. Both are run exactly like a ``shell:`` action
 (argv split with shlex, ``{name}`` templates filled from input and data after the split,
 no shell, own process group killed on timeout), in ``command_cwd`` for at most
-``command_timeout`` seconds (default 30). ``checkpoint`` records the phase under the data
-key ``checkpoints`` (a mapping by node id; declare ``reducers: {checkpoints: merge}`` when
-phases may run at the same time).
+``command_timeout`` seconds (default :data:`~phasegraph.actions.DEFAULT_COMMAND_TIMEOUT`,
+60). ``checkpoint`` records the phase under the data key ``checkpoints`` (a mapping by
+node id; declare ``reducers: {checkpoints: merge}`` when phases may run at the same time).
 
 A checkpoint is written in its own step, after the step that finished the phase's work:
 a crash in between re-runs only the checkpoint on resume, never the phase, and a
@@ -19,14 +19,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phasegraph.actions import ActionContext, ActionResult, build_shell_action
+from phasegraph.actions import (
+    DEFAULT_COMMAND_TIMEOUT,
+    ActionContext,
+    ActionResult,
+    build_shell_action,
+)
 from phasegraph.concerns.errorlog import log_error
 from phasegraph.errors import ActionError
 from phasegraph.model import PATH_SEPARATOR, ActionDef
 
 __all__ = [
     "CHECKPOINTS_KEY",
-    "DEFAULT_COMMAND_TIMEOUT",
     "ROLLBACK_COMPLETED",
     "ROLLBACK_FAILED",
     "ROLLBACK_STARTED",
@@ -41,8 +45,6 @@ __all__ = [
 CHECKPOINTS_KEY = "checkpoints"
 """The data key checkpoints are written to: ``{node_id: record}``."""
 
-DEFAULT_COMMAND_TIMEOUT = 30.0
-"""Seconds a validation or rollback command may run unless ``command_timeout`` says."""
 
 ROLLBACK_STARTED = "phase_rollback_started"
 ROLLBACK_COMPLETED = "phase_rollback_completed"

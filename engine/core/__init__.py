@@ -20,6 +20,7 @@ from phasegraph.core._machine import (
     compile_machine,
     compile_machines,
 )
+from phasegraph.core._writes import WriteConflict, declared_conflicts, write_conflict
 
 __all__ = [
     "CompiledMachine",
@@ -28,8 +29,11 @@ __all__ = [
     "Position",
     "StepResult",
     "WorkflowGraph",
+    "WriteConflict",
     "compile_graph",
     "compile_machine",
     "compile_machines",
+    "declared_conflicts",
     "find_cycle",
+    "write_conflict",
 ]

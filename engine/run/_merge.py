@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from phasegraph.core import write_conflict
 from phasegraph.errors import DataConflictError
 from phasegraph.model import EMPTY, RunState
 from phasegraph.run._prepare import PreparedGraph
@@ -51,14 +52,9 @@ def merge_update(
 
 
 def _check_conflict(prepared: PreparedGraph, state: RunState, node_id: str, key: str) -> None:
-    workflow = prepared.workflow
-    for other in state.writers.get(key, ()):
-        if workflow.unordered(other, node_id):
-            raise DataConflictError(
-                f"nodes {other!r} and {node_id!r} may run concurrently and both wrote "
-                f"{key!r}; order them with needs or declare a reducer for {key!r}",
-                node_id=node_id,
-            )
+    conflict = write_conflict(prepared.workflow, state.writers.get(key, ()), node_id, key)
+    if conflict is not None:
+        raise DataConflictError(conflict.message(), node_id=node_id)
 
 
 def _reduce(reducer: str, old: Any, new: Any, key: str, node_id: str) -> Any:

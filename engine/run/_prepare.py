@@ -15,7 +15,13 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.actions import Action, HumanGate, build_action, build_gate
-from phasegraph.core import MachineSet, WorkflowGraph, compile_graph, compile_machines
+from phasegraph.core import (
+    MachineSet,
+    WorkflowGraph,
+    compile_graph,
+    compile_machines,
+    declared_conflicts,
+)
 from phasegraph.errors import Problem, SpecError
 from phasegraph.model import GraphDef, NodeState, RunState, RunStatus, frozen_map
 from phasegraph.run._middleware import build_middleware, chain
@@ -51,21 +57,11 @@ class PreparedGraph:
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
-    problems = []
-    declared = [(n, set(n.writes)) for n in definition.nodes if n.writes]
-    for index, (a, keys_a) in enumerate(declared):
-        for b, keys_b in declared[index + 1 :]:
-            if not workflow.unordered(a.id, b.id):
-                continue
-            for key in sorted((keys_a & keys_b) - set(definition.reducers)):
-                problems.append(
-                    Problem(
-                        f"nodes {a.id!r} and {b.id!r} may run concurrently and both write "
-                        f"{key!r}; order them with needs, or declare a reducer for {key!r}",
-                        b.location,
-                    )
-                )
-    return problems
+    nodes = {node.id: node for node in definition.nodes}
+    return [
+        Problem(conflict.message(), nodes[conflict.second].location)
+        for conflict in declared_conflicts(definition.nodes, definition.reducers, workflow)
+    ]
 
 
 def prepare(

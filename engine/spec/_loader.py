@@ -20,13 +20,12 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from itertools import combinations
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from phasegraph import model
-from phasegraph.core import compile_graph, find_cycle
+from phasegraph.core import compile_graph, declared_conflicts, find_cycle
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.spec import _schema as schema
 from phasegraph.spec._catalog import (
@@ -229,18 +228,11 @@ def _dependency_problems(
     workflow = compile_graph(
         model.GraphDef(name=doc.path, nodes=tuple(nodes), machines=model.EMPTY)
     )
-    problems = []
-    writers = [(index, node) for index, node in enumerate(nodes) if node.writes]
-    for (_, a), (index, b) in combinations(writers, 2):
-        shared = sorted(set(a.writes or ()) & set(b.writes or ()) - set(spec.reducers))
-        if shared and workflow.unordered(a.id, b.id):
-            text = (
-                f"nodes {a.id!r} and {b.id!r} may run at the same time and both write "
-                f"{', '.join(map(repr, shared))}: order them with `needs` or declare a reducer "
-                f"(reducers: {{{shared[0]}: append}})"
-            )
-            problems.append(doc.problem(("nodes", index, "writes"), text))
-    return problems
+    index = {node.id: position for position, node in enumerate(nodes)}
+    return [
+        doc.problem(("nodes", index[conflict.second], "writes"), conflict.message())
+        for conflict in declared_conflicts(nodes, spec.reducers, workflow)
+    ]
 
 
 def _middleware(spec: schema.GraphSpec, doc: Document) -> tuple[model.MiddlewareDef, ...]:

@@ -15,14 +15,13 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import ActionContext, build_shell_action
+from phasegraph.actions import DEFAULT_COMMAND_TIMEOUT, ActionContext, build_shell_action
 from phasegraph.errors import ActionError
 from phasegraph.model import EMPTY, ActionDef
 from phasegraph.tools._symbols import find_symbols
 
 __all__ = [
     "BUILTIN_TOOLS",
-    "DEFAULT_COMMAND_TIMEOUT",
     "Scope",
     "Tool",
     "ToolRefused",
@@ -32,9 +31,6 @@ __all__ = [
     "run_command",
     "write_file",
 ]
-
-DEFAULT_COMMAND_TIMEOUT = 60.0
-"""Seconds ``run_command`` lets a command run unless the call says otherwise."""
 
 
 class ToolRefused(Exception):
