@@ -101,6 +101,30 @@ def loop_machine(limit: int = 1000) -> MachineDef:
     )
 
 
+def review_machine() -> MachineDef:
+    """plan → review; confirm → build; reject → plan; timeout → parked; parked → build|plan."""
+    states = [
+        StateDef(name="plan", hook="plan"),
+        StateDef(name="review", hook="review"),
+        StateDef(name="parked", hook="parked"),
+        StateDef(name="build", hook="build"),
+        StateDef(name="done", final=NodeOutcome.SUCCESS),
+    ]
+    transitions = [
+        TransitionDef(trigger="ok", source=("plan",), dest="review"),
+        TransitionDef(trigger="confirm", source=("review", "parked"), dest="build"),
+        TransitionDef(trigger="reject", source=("review", "parked"), dest="plan"),
+        TransitionDef(trigger="timeout", source=("review",), dest="parked"),
+        TransitionDef(trigger="ok", source=("build",), dest="done"),
+    ]
+    return MachineDef(
+        name="review",
+        initial="plan",
+        states=MappingProxyType({s.name: s for s in states}),
+        transitions=tuple(transitions),
+    )
+
+
 def graph(
     nodes: Sequence[tuple[str, Sequence[str]]] | Sequence[NodeDef],
     *,

@@ -26,7 +26,7 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.events import EventBus, events_for
-from phasegraph.model import NodeStatus, RunState, RunStatus, StepRecord
+from phasegraph.model import NodeStatus, RunState, StepRecord
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
@@ -134,33 +134,33 @@ class Run:
     async def next(self) -> StepRecord | None:
         """Commit exactly one step and return it, or ``None`` if nothing more can happen.
 
+        What the step is comes from :meth:`StepBuilder.decide`, which replay asks too.
+
         Raises:
             StoreError: The commit failed; nothing of this step was written.
         """
-        step = None
-        if self._state.interrupts and not self._state.status.terminal:
-            # A passed deadline fires `timeout`, also on a run that is only waiting.
-            step = self._encoded(self._steps.expire(self._state))
-        if step is None and self._state.status is not RunStatus.RUNNING:
+        decided = self._steps.decide(self._state, self._to_launch)
+        if decided is None:
             return None
-        if step is None:
-            # Starting a node needs no action result, so it goes first (and fills free slots).
-            step = self._encoded(self._steps.start_next(self._state))
-        if step is None:
-            step = self._open_gate()
-        if step is None and len(self._to_launch) == 1 and not self._tasks:
+        if isinstance(decided, StepRecord):
+            if decided.node in self._to_launch:  # a gate opened (or failed to render)
+                self._to_launch.remove(decided.node)
+            return await self._commit_step(*_encode(decided))
+        return await self._commit_step(*await self._act())
+
+    async def _act(self) -> tuple[StepRecord, bytes]:
+        """Run the due actions and turn the first outcome into a step."""
+        if len(self._to_launch) == 1 and not self._tasks:
             # The only thing that can happen next is this action: await it inline.
             node_id = self._to_launch.pop()
-            step = self._apply(node_id, await self._invoke(*self._call(node_id)))
-        elif step is None:
-            self._launch_actions()
-            if self._tasks:
-                step = self._apply(*await self._wait_one())
-        if step is None:
-            step = self._encoded(self._steps.settle(self._state))
-        if step is None:
-            return None
-        return await self._commit_step(*step)
+            return self._apply(node_id, await self._invoke(*self._call(node_id)))
+        self._launch_actions()
+        if not self._tasks:
+            raise RunError(
+                f"run {self.run_id!r}: a node is running but no action is due for it",
+                run_id=self.run_id,
+            )
+        return self._apply(*await self._wait_one())
 
     async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
@@ -198,17 +198,6 @@ class Run:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
-
-    def _open_gate(self) -> tuple[StepRecord, bytes] | None:
-        """Put the first node that reached a human gate into waiting, if any."""
-        if not self._prepared.gates:
-            return None  # the usual case: skip the per-step hook lookups
-        for node_id in self._to_launch:
-            record = self._steps.open_gate(self._state, node_id)
-            if record is not None:
-                self._to_launch.remove(node_id)
-                return _encode(record)
-        return None
 
     # -- actions -----------------------------------------------------------------------
 
@@ -308,14 +297,12 @@ class Run:
                     codec.check_encodable(part, node_id=node_id)
                 raise
             except CodecError as exc:
-                failure = exc
+                # Only the trigger is kept: the rest of this result cannot be stored.
+                refused = ActionResult(trigger=result.trigger)
+                return _encode(steps.node_failed(state, node_id, exc, (), refused))
         except RunError as exc:
             failure = exc
         return _encode(steps.node_failed(state, node_id, failure, (), result))
-
-    @staticmethod
-    def _encoded(record: StepRecord | None) -> tuple[StepRecord, bytes] | None:
-        return None if record is None else _encode(record)
 
     # -- persistence -------------------------------------------------------------------
 

@@ -8,19 +8,20 @@ status, data); the first difference is reported as a :class:`Divergence`. Replay
 against a changed definition, this finds the first step where the new definition would
 have gone another way.
 
-The replay takes the interpreter's decisions in the interpreter's order: a ready node is
-started before any action result is taken, a node at a human gate waits, and the run
-status settles only when nothing runs. Replies and cancellations come from outside the
-run and are re-applied as recorded.
+Replies and cancellations come from outside the run and are re-applied as recorded.
 
-Limits: a result whose trigger was refused is recorded without its payload (re-fired with
-an empty one); an action that raised is re-fed as an error with the recorded message.
+The order of decisions is not re-implemented here: the interpreter and replay both ask
+:meth:`~phasegraph.run._steps.StepBuilder.decide`. Each record keeps what replay needs to
+feed a result again: its trigger, payload, output and data, with the raw update of any
+key a reducer combined.
+
+Limits: a result refused because part of it could not be stored is recorded with its
+trigger only; an action that raised is re-fed as an error with the recorded message.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -145,10 +146,11 @@ class _Replayer:
     """Holds the replayed state and reproduces one recorded step at a time."""
 
     def __init__(self, prepared: PreparedGraph, first: RunState) -> None:
-        self._prepared = prepared
         self._clock = _RecordedTime(first.updated_at)
         self._steps = StepBuilder(prepared, self._clock)
         self._state = _fit_nodes(first, prepared)
+        # Running nodes in the order they became due, as the interpreter keeps them.
+        self._due = [n for n, s in self._state.nodes.items() if s.status is NodeStatus.RUNNING]
 
     def step(self, recorded: StepRecord) -> Divergence | None:
         """Reproduce ``recorded`` and apply it, or say how the replay differs."""
@@ -165,7 +167,7 @@ class _Replayer:
         else:
             fields, produced = differing_fields(recorded, replayed), replayed
             if not fields:
-                self._state = self._steps.apply(self._state, replayed)
+                self._apply_step(replayed)
                 return None
             reason = f"the replayed step differs in {', '.join(fields)}"
         return Divergence(
@@ -177,57 +179,52 @@ class _Replayer:
             replayed=produced,
         )
 
+    def _apply_step(self, record: StepRecord) -> None:
+        self._state = self._steps.apply(self._state, record)
+        node = record.node
+        if node is None:
+            return
+        running = self._state.nodes[node].status is NodeStatus.RUNNING
+        if running and node not in self._due:
+            self._due.append(node)
+        elif not running and node in self._due:
+            self._due.remove(node)
+
     def _replay(self, recorded: StepRecord) -> StepRecord | str:
         """The step the interpreter would take here, given the recorded outside inputs."""
-        kind, node = recorded.kind, self._node(recorded.node)
-        if kind == "reply":
+        if recorded.kind == "reply":
             return self._reply(recorded)
-        if kind == "cancel":
+        if recorded.kind == "cancel":
             reason = next((str(e["message"]) for e in recorded.events if "message" in e), "")
             return self._steps.cancel(self._state, reason)
-        if kind == "fail" and node is not None and node.status is NodeStatus.WAITING:
-            return self._steps.expire(self._state) or "no interrupt deadline has passed here"
-        # The interpreter starts ready nodes before it takes any action result.
-        started = self._steps.start_next(self._state)
-        if started is not None:
-            return started
-        if kind == "start" or (node is not None and node.status is NodeStatus.PENDING):
-            return "the replayed definition starts no node here"
-        if kind == "status":
-            return self._settle()
-        if kind in ("transition", "fail", "wait"):
-            return self._run_node(recorded)
-        return f"replay cannot re-drive a step of kind {kind!r}"
+        acted = self._is_action_outcome(recorded)
+        decided = self._steps.decide(self._state, self._due, deadlines=not acted)
+        if decided is None:
+            return f"the replayed run has nothing more to do here (it is {self._state.status})"
+        if isinstance(decided, StepRecord):
+            return decided
+        if not acted:
+            return (
+                f"the replay would wait for the action of node {self._due[0]!r} here; "
+                f"the recorded run took a {recorded.kind!r} step"
+            )
+        return self._feed(recorded)
 
-    def _node(self, node_id: str | None) -> NodeState | None:
-        return None if node_id is None else self._state.nodes.get(node_id)
+    def _is_action_outcome(self, recorded: StepRecord) -> bool:
+        """Whether ``recorded`` is what a running node's action led to."""
+        node = None if recorded.node is None else self._state.nodes.get(recorded.node)
+        running = node is not None and node.status is NodeStatus.RUNNING
+        return running and recorded.kind in ("transition", "fail")
 
-    def _settle(self) -> StepRecord | str:
-        running = [n for n, s in self._state.nodes.items() if s.status is NodeStatus.RUNNING]
-        if running:
-            return f"the replay would wait for the action of node {running[0]!r}"
-        return self._steps.settle(self._state) or "the replayed run status does not change here"
-
-    def _run_node(self, recorded: StepRecord) -> StepRecord | str:
-        """Open the node's human gate, or feed it the recorded action result."""
+    def _feed(self, recorded: StepRecord) -> StepRecord:
+        """Give the node its recorded action outcome, as the interpreter took it."""
         node_id = recorded.node or ""
-        node = self._node(node_id)
-        if node is None or node.status is not NodeStatus.RUNNING:
-            status = "not in the replayed graph" if node is None else str(node.status)
-            return f"node {node_id!r} has no action to run in the replay (it is {status})"
-        gated = self._steps.open_gate(self._state, node_id)
-        if gated is not None:
-            return gated
-        if recorded.kind == "transition":
-            return self._apply(node_id, self._result(recorded))
-        if recorded.kind == "fail" and recorded.result.get("trigger"):
-            return self._apply(node_id, ActionResult(trigger=str(recorded.result["trigger"])))
-        if recorded.kind == "fail":
-            error = _RecordedError(recorded.nodes[node_id].error or "the action failed")
-            return self._steps.action_failed(self._state, node_id, error, recorded.events)
-        return f"node {node_id!r} waited for a human; the replayed definition runs an action"
+        if recorded.kind == "transition" or "trigger" in recorded.result:
+            return self._fire(node_id, self._result(recorded))
+        error = _RecordedError(recorded.nodes[node_id].error or "the action failed")
+        return self._steps.action_failed(self._state, node_id, error, recorded.events)
 
-    def _apply(self, node_id: str, result: ActionResult) -> StepRecord:
+    def _fire(self, node_id: str, result: ActionResult) -> StepRecord:
         """Fire a result as the interpreter does: a refused trigger fails the node."""
         try:
             return self._steps.transition(self._state, node_id, result, ())
@@ -241,27 +238,21 @@ class _Replayer:
             return "the replay has no pending interrupt for this reply"
         return self._steps.answer(self._state, answered, self._result(recorded))
 
-    def _result(self, recorded: StepRecord) -> ActionResult:
-        """The action result (or reply) that produced ``recorded``."""
-        return ActionResult(
-            trigger=recorded.trigger or "",
-            data=frozen_map(self._raw_data(recorded.data)),
-            payload=recorded.result.get("payload", EMPTY),
-            output=recorded.result.get("output", EMPTY),
-        )
+    @staticmethod
+    def _result(recorded: StepRecord) -> ActionResult:
+        """The action result (or reply) that produced ``recorded``, as it was returned.
 
-    def _raw_data(self, merged: Mapping[str, Any]) -> dict[str, Any]:
-        """Undo ``append`` reducers: records hold values after reducers, actions return items."""
-        reducers = self._prepared.definition.reducers
-        raw: dict[str, Any] = {}
-        for key, value in merged.items():
-            old = self._state.data.get(key)
-            raw[key] = value
-            if reducers.get(key) != "append" or not isinstance(old, list | tuple):
-                continue
-            if isinstance(value, list | tuple) and list(value[: len(old)]) == list(old):
-                raw[key] = list(value[len(old) :])
-        return raw
+        Data is recorded after reducers; the raw update of each reduced key is kept in
+        the record's result, so nothing has to be worked back out of a reducer.
+        """
+        result = recorded.result
+        raw = result.get("data", EMPTY)
+        return ActionResult(
+            trigger=recorded.trigger or str(result.get("trigger", "")),
+            data=frozen_map({**recorded.data, **raw}) if raw else recorded.data,
+            payload=result.get("payload", EMPTY),
+            output=result.get("output", EMPTY),
+        )
 
 
 def _fit_nodes(first: RunState, prepared: PreparedGraph) -> RunState:

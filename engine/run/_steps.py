@@ -11,10 +11,10 @@ gets a frontier built afresh.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final, final
 
 from phasegraph.actions import (
     ERROR_LOG_EVENT,
@@ -47,7 +47,22 @@ from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
 from phasegraph.run._prepare import PreparedGraph
 
-__all__ = ["StepBuilder"]
+__all__ = ["ACTION_DUE", "ActionDue", "Decision", "StepBuilder"]
+
+
+@final
+class ActionDue:
+    """The decision that the next step is the outcome of a running node's action."""
+
+    def __repr__(self) -> str:
+        return "ACTION_DUE"
+
+
+ACTION_DUE: Final = ActionDue()
+"""What :meth:`StepBuilder.decide` returns when only an action's outcome can come next."""
+
+Decision = StepRecord | ActionDue | None
+"""A step to commit, the word that an action's outcome is due, or ``None``: nothing to do."""
 
 _STATUS_FOR_OUTCOME = {
     None: NodeStatus.RUNNING,
@@ -68,6 +83,57 @@ class StepBuilder:
         self._concurrency = prepared.definition.concurrency
         self._frontier: Frontier | None = None
         self._frontier_of: Mapping[str, NodeState] = EMPTY
+        # The moment of the decision being made (see decide), or None between decisions.
+        self._decided_at: datetime | None = None
+
+    def decide(self, state: RunState, due: Iterable[str], *, deadlines: bool = True) -> Decision:
+        """What happens next in ``state``: the one order of decisions of every run.
+
+        The interpreter and replay both ask this, so they cannot disagree. In order:
+
+        1. a human gate whose deadline has passed fires ``timeout``;
+        2. a run that is not running stops here (``None``);
+        3. a ready node starts, if a concurrency slot is free;
+        4. a node that reached a human gate starts waiting;
+        5. if any node is running, its action's outcome is next (:data:`ACTION_DUE`): the
+           interpreter runs the action, replay feeds the recorded outcome;
+        6. otherwise the run's status settles (``None`` if it does not change).
+
+        Records built here carry one reading of the clock, taken as the decision starts,
+        so a replay that sets its clock to a recorded step's time decides as the run did.
+
+        Args:
+            state: The run state as of the last committed step.
+            due: Running nodes whose action has not started, in the order they became
+                due: the candidates for a human gate.
+            deadlines: Whether deadlines count. Replay passes ``False`` while it feeds a
+                recorded action outcome: the run had decided to wait for that action
+                before any deadline passed (otherwise the step would be the timeout).
+        """
+        self._decided_at = self._clock.now()
+        try:
+            return self._decide(state, due, deadlines)
+        finally:
+            self._decided_at = None
+
+    def _decide(self, state: RunState, due: Iterable[str], deadlines: bool) -> Decision:
+        if deadlines and state.interrupts and not state.status.terminal:
+            record = self.expire(state)
+            if record is not None:
+                return record
+        if state.status is not RunStatus.RUNNING:
+            return None
+        record = self.start_next(state)
+        if record is None and self._prepared.gates:  # the usual graph has no gates
+            record = next(filter(None, (self.open_gate(state, n) for n in due)), None)
+        if record is not None:
+            return record
+        if self._frontier_for(state).running:
+            return ACTION_DUE
+        return self.settle(state)
+
+    def _now(self) -> datetime:
+        return self._decided_at or self._clock.now()
 
     def apply(self, state: RunState, record: StepRecord) -> RunState:
         """The state after ``record`` (:func:`~phasegraph.model.apply_record`).
@@ -137,7 +203,7 @@ class StepBuilder:
         )
         data = merge_update(self._prepared, state, node_id, result.data)
         node = self._moved(current, step, steps=current.steps + 1, payload=result.payload)
-        summary = {"trigger": result.trigger, "payload": result.payload, "output": result.output}
+        summary = self._summary(result)
         return self._record(
             state,
             node_id,
@@ -147,11 +213,23 @@ class StepBuilder:
             source=current.path,
             trigger=result.trigger,
             dest=step.position.path,
-            result={k: v for k, v in summary.items() if v},
+            result=summary,
             data=data,
             events=events,
             logged=self._logged(node_id, current, result, events),
         )
+
+    def _summary(self, result: ActionResult) -> dict[str, Any]:
+        """What a record keeps of an action result: enough for replay to feed it again.
+
+        Data is recorded after reducers, so the raw update of each reduced key is kept
+        here too (replay needs what the action returned, not what the reducer made of it).
+        """
+        summary = {"trigger": result.trigger, "payload": result.payload, "output": result.output}
+        reducers = self._prepared.definition.reducers
+        if reducers and result.data:
+            summary["data"] = {k: v for k, v in result.data.items() if k in reducers}
+        return {key: value for key, value in summary.items() if value}
 
     def _logged(
         self,
@@ -163,7 +241,7 @@ class StepBuilder:
         """Error-log entries this step adds: a handled action error, and any the action logged."""
         if not events and result.trigger != ERROR_TRIGGER:
             return ()  # the usual step: nothing to log, so no clock reading either
-        time = self._clock.now()
+        time = self._now()
         entries = []
         if result.trigger == ERROR_TRIGGER:
             entries.append(
@@ -234,7 +312,7 @@ class StepBuilder:
             steps=current.steps,
             error=message,
         )
-        summary = {"trigger": result.trigger} if result is not None else {}
+        summary = self._summary(result) if result is not None else {}
         return self._record(
             state,
             node_id,
@@ -253,7 +331,7 @@ class StepBuilder:
         status = self._frontier_for(state).status(EMPTY, state.interrupts)
         if status is RunStatus.RUNNING or status is state.status:
             return None
-        return StepRecord(seq=state.seq + 1, time=self._clock.now(), kind="status", status=status)
+        return StepRecord(seq=state.seq + 1, time=self._now(), kind="status", status=status)
 
     # -- human gates and cancellation --------------------------------------------------
 
@@ -269,7 +347,7 @@ class StepBuilder:
         return None if gate is None else self._wait(state, node_id, hook, gate)
 
     def _wait(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
-        now = self._clock.now()
+        now = self._now()
         interrupt_id = f"{state.run_id}:{node_id}:{hook}"
         try:
             payload = render_payload(gate.payload, {**state.input, **state.data})
@@ -328,7 +406,7 @@ class StepBuilder:
 
     def expire(self, state: RunState) -> StepRecord | None:
         """Fire ``timeout`` on the first interrupt whose deadline has passed, if any."""
-        now = self._clock.now()
+        now = self._now()
         due = sorted(
             (i for i in state.interrupts.values() if i.deadline is not None and i.deadline <= now),
             key=lambda i: (i.deadline, i.id),
@@ -356,7 +434,7 @@ class StepBuilder:
         }
         return StepRecord(
             seq=state.seq + 1,
-            time=self._clock.now(),
+            time=self._now(),
             kind="cancel",
             nodes=MappingProxyType(nodes),
             status=RunStatus.CANCELLED,
@@ -396,7 +474,7 @@ class StepBuilder:
         interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
         # ``result`` is a fresh dict the record takes over (wrapped read-only, not copied).
-        time = self._clock.now()
+        time = self._now()
         nodes = {node_id: node}
         errors = logged
         if node.status is NodeStatus.FAILED:

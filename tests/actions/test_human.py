@@ -8,44 +8,16 @@ from types import MappingProxyType
 
 import pytest
 
-from builders import FakeClock, engine, graph, prepared, returning
+from builders import FakeClock, engine, graph, prepared, returning, review_machine
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.errors import IllegalTriggerError, RunStateError
 from phasegraph.model import (
     ActionDef,
-    MachineDef,
     NodeDef,
-    NodeOutcome,
     NodeStatus,
     RunStatus,
-    StateDef,
-    TransitionDef,
 )
 from phasegraph.store.memory import MemoryStore
-
-
-def review_machine() -> MachineDef:
-    """plan → review; confirm → build; reject → plan; timeout → parked; parked → build|plan."""
-    states = [
-        StateDef(name="plan", hook="plan"),
-        StateDef(name="review", hook="review"),
-        StateDef(name="parked", hook="parked"),
-        StateDef(name="build", hook="build"),
-        StateDef(name="done", final=NodeOutcome.SUCCESS),
-    ]
-    transitions = [
-        TransitionDef(trigger="ok", source=("plan",), dest="review"),
-        TransitionDef(trigger="confirm", source=("review", "parked"), dest="build"),
-        TransitionDef(trigger="reject", source=("review", "parked"), dest="plan"),
-        TransitionDef(trigger="timeout", source=("review",), dest="parked"),
-        TransitionDef(trigger="ok", source=("build",), dest="done"),
-    ]
-    return MachineDef(
-        name="review",
-        initial="plan",
-        states=MappingProxyType({s.name: s for s in states}),
-        transitions=tuple(transitions),
-    )
 
 
 def human(kind: str, **config) -> ActionDef:

@@ -275,7 +275,7 @@ async def test_replay_names_a_step_the_changed_graph_cannot_take():
     assert divergence is not None
     assert (divergence.seq, divergence.node, divergence.recorded.kind) == (2, "b", "start")
     assert divergence.replayed is None
-    assert "starts no node" in divergence.reason
+    assert "would wait for the action of node 'a'" in divergence.reason
     assert report.steps == 1
 
 
