@@ -37,6 +37,7 @@ DEFAULT_COMMAND_TIMEOUT = 60.0
 """Seconds ``run_command`` lets a command run unless the call says otherwise."""
 
 
+# Not a PhasegraphError: never escapes a tool call (it becomes a result the agent reads).
 class ToolRefused(Exception):
     """A tool call that cannot be served; becomes a structured error result.
 
