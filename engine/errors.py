@@ -1,33 +1,40 @@
 """The phasegraph exception tree.
 
-Every error phasegraph raises derives from :class:`PhasegraphError`, carries an
+Every error phasegraph raises derives from :class:`PhasegraphError` and carries its own
 :class:`ErrorCode` (which the CLI maps to an exit status and the server to an HTTP
 status) and structured context (location, run, node, seq)::
 
-    PhasegraphError
-    ├── SpecError(ValueError)            bad YAML / schema / cycle / unbound hook
-    ├── InputError(ValueError)           bad command-line or API argument (store URL, input)
-    ├── RunError(RuntimeError)
-    │   ├── IllegalTriggerError          trigger not legal in the current state
-    │   ├── BudgetExhaustedError         a budget would be exceeded
-    │   ├── ActionError                  an action could not run or returned garbage
-    │   ├── LoopDetectedError            an action kept repeating the same call
-    │   ├── DataConflictError            two unordered nodes wrote the same data key
-    │   ├── RunStateError                operation not allowed in the run's status
-    │   └── RunNotFoundError(LookupError)
-    ├── StoreError
-    │   ├── LeaseHeldError               another live writer holds the run
-    │   ├── LeaseLostError               our lease was taken over (fencing)
-    │   ├── SequenceConflictError        commit seq is not head + 1
-    │   └── StoreUnavailableError        driver connection failures and timeouts
-    └── CodecError(ValueError)
-        └── UnsupportedFormatError       snapshot written by a newer format
+    PhasegraphError                        phasegraph_error    any other phasegraph failure
+    ├── SpecError(ValueError)              spec_invalid        bad YAML / schema / cycle / hook
+    ├── InputError(ValueError)             bad_input           bad CLI or API argument
+    │   └── RequestError                   bad_request         malformed HTTP request field
+    ├── RunError(RuntimeError)             run_error           a run cannot proceed as asked
+    │   ├── IllegalTriggerError            illegal_trigger     trigger not legal in the state
+    │   ├── BudgetExhaustedError           budget_exhausted    a budget would be exceeded
+    │   ├── ActionError                    action_failed       action failed or returned garbage
+    │   ├── LoopDetectedError              loop_detected       an action repeats the same call
+    │   ├── DataConflictError              data_conflict       unordered nodes wrote one key
+    │   ├── RunStateError                  run_state           not allowed in the run's status
+    │   └── RunNotFoundError(LookupError)  run_not_found       no such run or seq
+    ├── StoreError                         store_error         the store refused an operation
+    │   ├── LeaseHeldError                 lease_held          another live writer holds the run
+    │   ├── LeaseLostError                 lease_lost          our lease was taken (fencing)
+    │   ├── SequenceConflictError          sequence_conflict   commit seq is not head + 1
+    │   └── StoreUnavailableError          store_unavailable   unreachable or closed, timeouts
+    └── CodecError(ValueError)             codec_error         bytes are not a phasegraph payload
+        └── UnsupportedFormatError         unsupported_format  written by a newer format
+
+:meth:`PhasegraphError.context` gives the fields that are set, JSON-ready: the server puts
+them in its problem bodies and the CLI in its ``--json`` error output. The test kit's
+``PropertyFailed`` stays outside the tree: it is a test verdict (an ``AssertionError``),
+never raised by a run, the CLI or the server.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, ClassVar
 
 __all__ = [
     "ActionError",
@@ -42,6 +49,7 @@ __all__ = [
     "LoopDetectedError",
     "PhasegraphError",
     "Problem",
+    "RequestError",
     "RunError",
     "RunNotFoundError",
     "RunStateError",
@@ -55,10 +63,13 @@ __all__ = [
 
 
 class ErrorCode(StrEnum):
-    """Stable machine-readable codes for every error family."""
+    """Stable machine-readable codes: one per class of the tree."""
 
+    PHASEGRAPH = "phasegraph_error"
     SPEC = "spec_invalid"
     INPUT = "bad_input"
+    BAD_REQUEST = "bad_request"
+    RUN = "run_error"
     ILLEGAL_TRIGGER = "illegal_trigger"
     BUDGET_EXHAUSTED = "budget_exhausted"
     ACTION_FAILED = "action_failed"
@@ -106,27 +117,46 @@ class PhasegraphError(Exception):
     """Root of every phasegraph error.
 
     Attributes:
-        code: The stable error code.
+        code: The stable error code of the class.
+        message: What went wrong.
+        location: Where in a definition file, when there is such a place.
         run_id: The run concerned, when there is one.
         node_id: The node concerned, when there is one.
         seq: The step concerned, when there is one.
     """
 
-    code: ErrorCode = ErrorCode.STORE
+    code: ClassVar[ErrorCode] = ErrorCode.PHASEGRAPH
 
     def __init__(
         self,
         message: str,
         *,
+        location: SourceLocation | None = None,
         run_id: str | None = None,
         node_id: str | None = None,
         seq: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.location = location
         self.run_id = run_id
         self.node_id = node_id
         self.seq = seq
+
+    def add_context(self, *, run_id: str) -> None:
+        """Name the run, for an error raised by a layer that does not know it."""
+        if self.run_id is None:
+            self.run_id = run_id
+
+    def context(self) -> dict[str, Any]:
+        """The structured fields that are set, as JSON-ready values."""
+        fields = {
+            "location": None if self.location is None else str(self.location),
+            "run_id": self.run_id,
+            "node_id": self.node_id,
+            "seq": self.seq,
+        }
+        return {key: value for key, value in fields.items() if value is not None}
 
 
 class SpecError(PhasegraphError, ValueError):
@@ -137,7 +167,16 @@ class SpecError(PhasegraphError, ValueError):
     def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
         self.problems = tuple(problems)
         lines = [str(p) for p in self.problems]
-        super().__init__("\n".join(lines) if lines else "invalid definition")
+        first = next((p.location for p in self.problems if p.location is not None), None)
+        super().__init__("\n".join(lines) if lines else "invalid definition", location=first)
+
+    def context(self) -> dict[str, Any]:
+        """The base fields (``location``: the first problem's) and every problem."""
+        problems = [
+            {"message": p.message, "location": None if p.location is None else str(p.location)}
+            for p in self.problems
+        ]
+        return {**super().context(), "problems": problems}
 
 
 class InputError(PhasegraphError, ValueError):
@@ -146,10 +185,29 @@ class InputError(PhasegraphError, ValueError):
     code = ErrorCode.INPUT
 
 
+class RequestError(InputError):
+    """An HTTP request is malformed; names each bad field.
+
+    Attributes:
+        fields: ``(field path, what is wrong)`` pairs, e.g. ``("body.input", "...")``.
+    """
+
+    code = ErrorCode.BAD_REQUEST
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        self.fields = tuple(fields)
+        super().__init__("; ".join(f"{where}: {what}" for where, what in self.fields))
+
+    def context(self) -> dict[str, Any]:
+        """The base fields and each bad field with what is wrong with it."""
+        problems = [{"field": field, "message": what} for field, what in self.fields]
+        return {**super().context(), "problems": problems}
+
+
 class RunError(PhasegraphError, RuntimeError):
     """A run cannot proceed as asked."""
 
-    code = ErrorCode.RUN_STATE
+    code = ErrorCode.RUN
 
 
 class IllegalTriggerError(RunError):
@@ -184,6 +242,10 @@ class IllegalTriggerError(RunError):
             node_id=node_id,
             run_id=run_id,
         )
+
+    def context(self) -> dict[str, Any]:
+        """The base fields and the triggers the state accepts."""
+        return {**super().context(), "legal_triggers": list(self.legal)}
 
 
 class BudgetExhaustedError(RunError):

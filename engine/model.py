@@ -492,7 +492,9 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
     """
     if record.seq != state.seq + 1:
         raise RunStateError(
-            f"step {record.seq} cannot follow step {state.seq}", run_id=state.run_id
+            f"step {record.seq} cannot follow step {state.seq}",
+            run_id=state.run_id,
+            seq=record.seq,
         )
     # Built field by field rather than with dataclasses.replace: this runs on every step.
     data, writers = state.data, state.writers

@@ -20,7 +20,7 @@ from phasegraph.cli import _errors as cli_errors
 from phasegraph.cli import _human as cli_human
 from phasegraph.cli import _runs as cli_runs
 from phasegraph.cli import _serve as cli_serve
-from phasegraph.cli._support import BAD_INPUT_CODES, EXIT_BAD_INPUT, EXIT_FAILED, Handler
+from phasegraph.cli._support import Handler, report_error
 from phasegraph.errors import PhasegraphError
 from phasegraph.store import DEFAULT_STORE_URL
 
@@ -76,8 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = asyncio.run(args.handler(args))
     except PhasegraphError as exc:
-        print(f"phasegraph: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT if exc.code in BAD_INPUT_CODES else EXIT_FAILED
+        return report_error(args, exc)
     except KeyboardInterrupt:
         print(
             "phasegraph: interrupted; committed steps are kept (resume to continue)",

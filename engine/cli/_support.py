@@ -9,21 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from phasegraph.api import Engine
-from phasegraph.errors import ErrorCode, InputError
+from phasegraph.errors import ErrorCode, InputError, PhasegraphError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
 from phasegraph.store import open_store
 from phasegraph.views import jsonable, run_summary, state_view
 
 __all__ = [
-    "BAD_INPUT_CODES",
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
+    "EXIT_FOR_CODE",
     "EXIT_OK",
     "EXIT_WAITING",
     "AddCommand",
@@ -34,24 +36,36 @@ __all__ = [
     "interrupt_lines",
     "lease_ttl",
     "parse_inputs",
+    "report_error",
     "with_engine",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_WAITING = 0, 1, 2, 3
 
-BAD_INPUT_CODES = frozenset(
+EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
     {
-        ErrorCode.SPEC,
-        ErrorCode.INPUT,
-        ErrorCode.RUN_NOT_FOUND,
-        ErrorCode.LEASE_HELD,
-        ErrorCode.STORE_UNAVAILABLE,
-        ErrorCode.CODEC,
-        ErrorCode.UNSUPPORTED_FORMAT,
-        ErrorCode.RUN_STATE,
+        ErrorCode.PHASEGRAPH: EXIT_FAILED,
+        ErrorCode.SPEC: EXIT_BAD_INPUT,
+        ErrorCode.INPUT: EXIT_BAD_INPUT,
+        ErrorCode.BAD_REQUEST: EXIT_BAD_INPUT,
+        ErrorCode.RUN: EXIT_FAILED,
+        ErrorCode.ILLEGAL_TRIGGER: EXIT_FAILED,
+        ErrorCode.BUDGET_EXHAUSTED: EXIT_FAILED,
+        ErrorCode.ACTION_FAILED: EXIT_FAILED,
+        ErrorCode.LOOP_DETECTED: EXIT_FAILED,
+        ErrorCode.DATA_CONFLICT: EXIT_FAILED,
+        ErrorCode.RUN_STATE: EXIT_BAD_INPUT,
+        ErrorCode.RUN_NOT_FOUND: EXIT_BAD_INPUT,
+        ErrorCode.STORE: EXIT_FAILED,
+        ErrorCode.LEASE_HELD: EXIT_BAD_INPUT,
+        ErrorCode.LEASE_LOST: EXIT_FAILED,
+        ErrorCode.SEQUENCE_CONFLICT: EXIT_FAILED,
+        ErrorCode.STORE_UNAVAILABLE: EXIT_BAD_INPUT,
+        ErrorCode.CODEC: EXIT_BAD_INPUT,
+        ErrorCode.UNSUPPORTED_FORMAT: EXIT_BAD_INPUT,
     }
 )
-"""Error codes that mean "the request was wrong" (exit 2) rather than "the run failed"."""
+"""Exit status for every error code: 2 when the request was wrong, 1 when a run failed."""
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 """An async command handler returning the exit status."""
@@ -75,6 +89,18 @@ def emit(args: argparse.Namespace, payload: Any, text: str) -> None:
         print(json.dumps(jsonable(payload), indent=2, sort_keys=True))
     elif text:
         print(text)
+
+
+def report_error(args: argparse.Namespace, exc: PhasegraphError) -> int:
+    """Print ``exc`` on stderr (with ``--json``, also as JSON on stdout); return its exit status.
+
+    The JSON is ``{"error": {"code", "message", ...}}`` plus whichever of ``location``,
+    ``run_id``, ``node_id``, ``seq`` (and the class's own fields) the error carries.
+    """
+    print(f"phasegraph: {exc}", file=sys.stderr)
+    if args.json:
+        emit(args, {"error": {"code": exc.code, "message": exc.message, **exc.context()}}, "")
+    return EXIT_FOR_CODE[exc.code]
 
 
 def parse_inputs(pairs: Sequence[str], input_file: str | None) -> dict[str, Any]:

@@ -52,7 +52,9 @@ def fork_state(
     changes = dict(patch or {})
     bad = [key for key in changes if not isinstance(key, str) or not key]
     if bad:
-        raise InputError(f"fork of run {source.run_id!r}: bad data keys {bad!r}")
+        raise InputError(
+            f"fork of run {source.run_id!r}: bad data keys {bad!r}", run_id=source.run_id
+        )
     codec.check_encodable(changes)
     # Interrupt ids embed the run id; the fork's replies quote the fork's id.
     interrupts = {

@@ -138,6 +138,7 @@ class _RecordedTime:
         return self.at
 
 
+# Not a PhasegraphError: it stands in for any exception, so it classifies as a foreign one.
 class _RecordedError(Exception):
     """Stands in for an exception an action raised: only its message was recorded."""
 

@@ -193,15 +193,19 @@ class StepBuilder:
         """
         current = state.nodes[node_id]
         definition = self._prepared.workflow.nodes[node_id]
-        step = self._prepared.machines.step(
-            definition.machine,
-            Position(path=current.path, counters=current.counters),
-            result.trigger,
-            node_id=node_id,
-            settings=definition.settings,
-            payload=result.payload,
-        )
-        data = merge_update(self._prepared, state, node_id, result.data)
+        try:
+            step = self._prepared.machines.step(
+                definition.machine,
+                Position(path=current.path, counters=current.counters),
+                result.trigger,
+                node_id=node_id,
+                settings=definition.settings,
+                payload=result.payload,
+            )
+            data = merge_update(self._prepared, state, node_id, result.data)
+        except RunError as exc:
+            exc.add_context(run_id=state.run_id)  # machines and merges know only the node
+            raise
         node = self._moved(current, step, steps=current.steps + 1, payload=result.payload)
         summary = self._summary(result)
         return self._record(

@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from phasegraph.api import Engine
-from phasegraph.errors import ErrorCode, IllegalTriggerError, PhasegraphError, SpecError
+from phasegraph.errors import ErrorCode, PhasegraphError
 from phasegraph.server import _control as server_control
 from phasegraph.server import _events as server_events
 from phasegraph.server import _routes as server_routes
@@ -33,7 +33,6 @@ from phasegraph.server._support import (
     GRAPHS,
     HUB,
     SETTINGS,
-    RequestError,
     ServerSettings,
     ok,
 )
@@ -43,9 +42,12 @@ __all__ = ["PUBLIC_PATHS", "STATUS_FOR", "ServerSettings", "create_app", "proble
 _log = logging.getLogger("phasegraph.server")
 
 STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
+    ErrorCode.PHASEGRAPH: 500,
     ErrorCode.SPEC: 400,
     ErrorCode.INPUT: 400,
+    ErrorCode.BAD_REQUEST: 400,
     ErrorCode.RUN_NOT_FOUND: 404,
+    ErrorCode.RUN: 409,
     ErrorCode.RUN_STATE: 409,
     ErrorCode.ILLEGAL_TRIGGER: 409,
     ErrorCode.BUDGET_EXHAUSTED: 409,
@@ -60,7 +62,7 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.CODEC: 500,
     ErrorCode.UNSUPPORTED_FORMAT: 500,
 }
-"""HTTP status for each error code (client input errors never reach the codec: 500)."""
+"""HTTP status for every error code (client input errors never reach the codec: 500)."""
 
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
 """Paths served without the bearer token (probes of load balancers and orchestrators)."""
@@ -86,35 +88,17 @@ def problem(
     return response
 
 
-def _context(exc: PhasegraphError) -> dict[str, Any]:
-    extra: dict[str, Any] = {
-        key: value
-        for key, value in (("run_id", exc.run_id), ("node_id", exc.node_id), ("seq", exc.seq))
-        if value is not None
-    }
-    if isinstance(exc, SpecError):
-        extra["problems"] = [
-            {"message": p.message, "location": str(p.location) if p.location else None}
-            for p in exc.problems
-        ]
-    elif isinstance(exc, RequestError):
-        extra["problems"] = [{"field": field, "message": what} for field, what in exc.fields]
-    elif isinstance(exc, IllegalTriggerError):
-        extra["legal_triggers"] = list(exc.legal)
-    return extra
-
-
 @web.middleware
 async def _problems(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map every error to one problem+json response: the only place that does."""
     try:
         return await handler(request)
     except PhasegraphError as exc:
-        status = STATUS_FOR.get(exc.code, 500)
+        status = STATUS_FOR[exc.code]
         if status >= 500:
             _log.error("%s %s failed: %s", request.method, request.path, exc)
         title = exc.code.replace("_", " ")
-        response = problem(status, title, exc.message, code=exc.code, extra=_context(exc))
+        response = problem(status, title, exc.message, code=exc.code, extra=exc.context())
         if status == 503:
             response.headers["Retry-After"] = "1"
         return response

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from phasegraph import codec
 from phasegraph.api import Engine
-from phasegraph.errors import CodecError, InputError
+from phasegraph.errors import CodecError, InputError, RequestError
 from phasegraph.model import RunState
 from phasegraph.run import PreparedGraph
 from phasegraph.server._exec import Executor
@@ -29,7 +29,6 @@ __all__ = [
     "HUB",
     "MAX_SEQ",
     "SETTINGS",
-    "RequestError",
     "ServerSettings",
     "check_fields",
     "encodable",
@@ -101,25 +100,13 @@ GRAPHS: Final = web.AppKey[dict[str, PreparedGraph]]("phasegraph.graphs")
 """Uploaded graphs by the SHA-256 of their text, so each text is parsed once (bounded)."""
 
 
-class RequestError(InputError):
-    """A request is malformed; names each bad field.
-
-    Attributes:
-        fields: ``(field path, what is wrong)`` pairs, e.g. ``("body.input", "...")``.
-    """
-
-    def __init__(self, fields: list[tuple[str, str]]) -> None:
-        self.fields = tuple(fields)
-        super().__init__("; ".join(f"{where}: {what}" for where, what in self.fields))
-
-
 def fail(where: str, what: str) -> NoReturn:
     """Raise a :class:`RequestError` for one field."""
     raise RequestError([(where, what)])
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+def _no_constants(name: str) -> NoReturn:
+    fail("body", f"not valid JSON ({name} is not valid JSON)")
 
 
 async def json_body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
@@ -136,6 +123,8 @@ async def json_body(request: web.Request, *, required: bool = True) -> dict[str,
         return {}
     try:
         value = json.loads(raw, parse_constant=_no_constants)
+    except RequestError:
+        raise  # already names the field (a NaN or Infinity constant)
     except (ValueError, RecursionError) as exc:
         fail("body", f"not valid JSON ({exc})")
     if not isinstance(value, dict):

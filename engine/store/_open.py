@@ -242,7 +242,9 @@ def check_commit(lease: Lease, commit: Commit) -> None:
             seq=commit.seq,
         )
     if commit.seq == 0 and commit.snapshot is None:
-        raise InputError(f"run {run_id!r}: the commit at seq 0 needs a snapshot", run_id=run_id)
+        raise InputError(
+            f"run {run_id!r}: the commit at seq 0 needs a snapshot", run_id=run_id, seq=0
+        )
 
 
 def check_page(limit: int, offset: int) -> None:

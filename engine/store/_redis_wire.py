@@ -25,9 +25,11 @@ import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 import hiredis
+
+from phasegraph.errors import StoreError
 
 __all__ = ["Arg", "RedisWire", "ReplyError", "WireOptions"]
 
@@ -95,8 +97,8 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Made only by create_connection / create_unix_connection: a stream transport.
+        self._transport = cast("asyncio.Transport", transport)
         self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)
 
     def data_received(self, data: bytes) -> None:
@@ -221,7 +223,7 @@ class RedisWire:
         if connection is not None and connection.broken is None:
             if connection.loop is not loop:
                 # Its socket belongs to that loop and cannot be closed from this one.
-                raise RuntimeError(
+                raise StoreError(
                     "this Redis connection is open on another event loop: use the store "
                     "from one loop, or close it (aclose) on its loop first"
                 )

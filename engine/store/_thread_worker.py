@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, final
 
+from phasegraph.errors import StoreUnavailableError
+
 __all__ = ["ThreadWorker"]
 
 T = TypeVar("T")
@@ -63,11 +65,11 @@ class ThreadWorker:
             What ``fn`` returned.
 
         Raises:
-            RuntimeError: :meth:`stop` was called.
+            StoreUnavailableError: :meth:`stop` was called.
             BaseException: Whatever ``fn`` raised.
         """
         if self._stopped:
-            raise RuntimeError(f"worker thread {self._name!r} is stopped")
+            raise StoreUnavailableError(f"worker thread {self._name!r} is stopped")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         if self._thread is None:

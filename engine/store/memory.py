@@ -119,7 +119,11 @@ class MemoryStore(Store):
             raise run_not_found_error(run_id, seq=target, head=run.head)
         index = bisect.bisect_right(run.snapshot_seqs, target) - 1
         if index < 0:
-            raise StoreError(f"run {run_id!r} has no snapshot at or below seq {target}")
+            raise StoreError(
+                f"run {run_id!r} has no snapshot at or below seq {target}",
+                run_id=run_id,
+                seq=target,
+            )
         snapshot_seq = run.snapshot_seqs[index]
         return StoredRun(
             meta=run.meta,

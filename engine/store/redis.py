@@ -84,11 +84,7 @@ class RedisStore(Store):
         ttl: float | None = None,
     ) -> None:
         self._where = redact_url(url)  # for messages: never show a password
-        try:
-            options = _wire_options(url)
-        except ValueError as exc:  # a bad option value, an unreadable certificate file
-            raise InputError(f"store URL {self._where}: {exc}") from None
-        self._wire = RedisWire(options)
+        self._wire = RedisWire(_wire_options(url, self._where))
         self._prefix = prefix
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(_ms(ttl))
@@ -159,7 +155,9 @@ class RedisStore(Store):
         if code == -2:
             raise run_not_found_error(run_id, seq=seq, head=int(reply[1]))
         if code == -3:
-            raise StoreError(f"run {run_id!r} has no snapshot at or below seq {seq}")
+            raise StoreError(
+                f"run {run_id!r} has no snapshot at or below seq {seq}", run_id=run_id, seq=seq
+            )
         return StoredRun(
             meta=_meta(run_id, reply[1:6]),
             seq=int(reply[6]),
@@ -324,12 +322,19 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _wire_options(url: str) -> WireOptions:
-    """Connection options from a store URL (already validated by ``open_store``)."""
-    found: dict[str, Any] = dict(parse_url(url))
+def _wire_options(url: str, where: str) -> WireOptions:
+    """Connection options from a store URL (its form already checked by ``open_store``).
+
+    Raises:
+        InputError: An option value is unusable (``where`` names the URL).
+    """
+    try:
+        found: dict[str, Any] = dict(parse_url(url))
+    except ValueError as exc:  # redis-py's own check of an option value
+        raise _unusable(where, exc) from None
     tls = None
     if urlsplit(url).scheme == "rediss":
-        tls = _tls_context(found)
+        tls = _tls_context(found, where)
     return WireOptions(
         host=str(found.get("host", "127.0.0.1")),
         port=int(found.get("port", 6379)),
@@ -344,16 +349,22 @@ def _wire_options(url: str) -> WireOptions:
     )
 
 
-def _tls_context(found: dict[str, Any]) -> ssl.SSLContext:
-    """TLS settings from ``ssl_*`` URL options (by default: verify the server)."""
+def _tls_context(found: dict[str, Any], where: str) -> ssl.SSLContext:
+    """TLS settings from ``ssl_*`` URL options (by default: verify the server).
+
+    Raises:
+        InputError: A certificate file cannot be read or loaded, or ``ssl_cert_reqs`` is
+            not a known level.
+    """
     cafile = found.get("ssl_ca_certs")
     try:
         context = ssl.create_default_context(cafile=cafile)
     except OSError as exc:
-        raise ValueError(f"cannot read ssl_ca_certs {cafile!r}: {exc.strerror or exc}") from None
+        why = f"cannot read ssl_ca_certs {cafile!r}: {exc.strerror or exc}"
+        raise _unusable(where, why) from None
     required = str(found.get("ssl_cert_reqs", "required")).lower()
     if required not in _CERT_REQS:
-        raise ValueError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
+        raise _unusable(where, f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
     context.check_hostname = bool(found.get("ssl_check_hostname", True)) and required != "none"
     context.verify_mode = _CERT_REQS[required]
     certfile = found.get("ssl_certfile")
@@ -361,8 +372,12 @@ def _tls_context(found: dict[str, Any]) -> ssl.SSLContext:
         try:
             context.load_cert_chain(certfile, found.get("ssl_keyfile"))
         except OSError as exc:  # ssl.SSLError is one too: a key that does not match, say
-            raise ValueError(f"cannot load ssl_certfile {certfile!r}: {exc}") from None
+            raise _unusable(where, f"cannot load ssl_certfile {certfile!r}: {exc}") from None
     return context
+
+
+def _unusable(where: str, why: object) -> InputError:
+    return InputError(f"store URL {where}: {why}")
 
 
 _CERT_REQS: Final = {

@@ -294,7 +294,11 @@ class SqliteStore(Store):
             (run_id, target),
         ).fetchone()
         if snap is None:
-            raise StoreError(f"run {run_id!r} has no snapshot at or below seq {target}")
+            raise StoreError(
+                f"run {run_id!r} has no snapshot at or below seq {target}",
+                run_id=run_id,
+                seq=target,
+            )
         records = conn.execute(
             "SELECT blob FROM records WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
             (run_id, snap[0], target),

@@ -45,7 +45,10 @@ _RUN_ID = "property-run"
 class PropertyFailed(AssertionError):
     """A generated property does not hold; the message names the node and its path.
 
-    An ``AssertionError`` so that pytest and hypothesis treat it as a test failure.
+    An ``AssertionError`` so that pytest and hypothesis report it as a test failure, and
+    not a :class:`~phasegraph.errors.PhasegraphError`: it is the test kit's verdict on the
+    user's definitions, raised only inside their tests, never by a run, the CLI or the
+    server, so no error code, exit status or HTTP status applies to it.
     """
 
 

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 
+# Not a PhasegraphError: never escapes a tool call (it becomes a result the agent reads).
 class ToolRefused(Exception):
     """A tool call that cannot be served; becomes a structured error result.
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from phasegraph.errors import StoreUnavailableError
+from phasegraph.errors import StoreError, StoreUnavailableError
 from phasegraph.store import open_store
 from phasegraph.store._redis_wire import RedisWire, ReplyError, WireOptions
 from phasegraph.store.redis import RedisStore
@@ -115,7 +115,7 @@ def test_a_wire_open_on_one_event_loop_refuses_another(redis_url: str) -> None:
     first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
     try:
         assert first.run_until_complete(wire.call("PING")) == b"PONG"
-        with pytest.raises(RuntimeError, match="another event loop"):
+        with pytest.raises(StoreError, match="another event loop"):
             second.run_until_complete(wire.call("PING"))
         first.run_until_complete(wire.aclose())
     finally:

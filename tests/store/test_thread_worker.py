@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from phasegraph.errors import StoreUnavailableError
 from phasegraph.store._thread_worker import ThreadWorker
 
 
@@ -64,7 +65,7 @@ async def test_stop_lets_queued_calls_finish_then_refuses_new_ones() -> None:
     worker.stop()
     worker.stop()
     assert await asyncio.gather(*pending) == list(range(5))
-    with pytest.raises(RuntimeError, match="stopped"):
+    with pytest.raises(StoreUnavailableError, match="stopped"):
         await worker.call(lambda: None)
 
 
