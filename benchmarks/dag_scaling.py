@@ -1,0 +1,107 @@
+"""How preparing and running a DAG scales with its size.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/dag_scaling.py [--sizes 10,100,1000,5000,20000] [--repeat 3]
+
+For each N, a graph of N no-op nodes is written as YAML: a root, N - 2 workers that need
+it (a team fanning out over N - 2 files) and a join that needs every worker. Measured,
+sizes interleaved round-robin, medians of ``--repeat`` rounds, each in a fresh child
+process so one size's garbage never lands on another's clock:
+
+- prepare: load the YAML, check it and compile it (``Engine.prepare``);
+- peak MB: the child's peak resident memory after preparing;
+- µs/node: the run on the memory store (every step committed), per node;
+- ratio: µs/node against the smallest size's, in the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def graph_yaml(size: int) -> str:
+    """The fan-out graph of ``size`` nodes (at least 3)."""
+    lines = ["graph: fanout", "concurrency: 8", "nodes:"]
+    bind = '{run: {python: "loop_actions:ok", triggers: [ok]}}'
+    workers = [f"w{index}" for index in range(size - 2)]
+    lines.append(f"  - {{id: root, machine: task, bind: {bind}}}")
+    lines += [f"  - {{id: {w}, machine: task, needs: [root], bind: {bind}}}" for w in workers]
+    lines.append(f"  - {{id: join, machine: task, needs: [{', '.join(workers)}], bind: {bind}}}")
+    return "\n".join(lines) + "\n"
+
+
+def child(size: int) -> dict[str, float]:
+    """One measurement in this process (run as ``--child N``)."""
+    import asyncio
+
+    sys.path.insert(0, str(HERE))
+    from phasegraph import Engine, open_store
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"fanout_{size}.yaml"
+        path.write_text(graph_yaml(size), encoding="utf-8")
+
+        async def measure() -> dict[str, float]:
+            async with open_store("memory://") as store:
+                engine = Engine(store)
+                started = time.perf_counter()
+                prepared = engine.prepare(path)
+                prepare_s = time.perf_counter() - started
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                started = time.perf_counter()
+                state = await engine.run(prepared)
+                run_s = time.perf_counter() - started
+            if str(state.status) != "completed":
+                raise SystemExit(f"the run of {size} nodes ended {state.status}")
+            return {"prepare": prepare_s, "peak_mb": peak, "us_node": run_s / size * 1e6}
+
+        return asyncio.run(measure())
+
+
+def sample(size: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(size)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,100,1000,5000")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rounds: list[dict[int, dict[str, float]]] = []
+    for _ in range(args.repeat):
+        rounds.append({size: sample(size) for size in sizes})
+    base = sizes[0]
+    print(f"| N | prepare (s) | peak MB | µs/node | ratio to N={base} |")
+    print("|---|---|---|---|---|")
+    for size in sizes:
+        prepare = statistics.median(r[size]["prepare"] for r in rounds)
+        peak = statistics.median(r[size]["peak_mb"] for r in rounds)
+        per_node = statistics.median(r[size]["us_node"] for r in rounds)
+        ratio = statistics.median(r[size]["us_node"] / r[base]["us_node"] for r in rounds)
+        print(f"| {size} | {prepare:.3f} | {peak:.0f} | {per_node:.0f} | {ratio:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
