@@ -11,6 +11,7 @@ status) and structured context (location, run, node, seq)::
     │   ├── IllegalTriggerError          trigger not legal in the current state
     │   ├── BudgetExhaustedError         a budget would be exceeded
     │   ├── ActionError                  an action could not run or returned garbage
+    │   │   └── ActionTimeoutError(TimeoutError)  an action ran past its deadline
     │   ├── LoopDetectedError            an action kept repeating the same call
     │   ├── DataConflictError            two unordered nodes wrote the same data key
     │   ├── RunStateError                operation not allowed in the run's status
@@ -31,6 +32,7 @@ from enum import StrEnum
 
 __all__ = [
     "ActionError",
+    "ActionTimeoutError",
     "BudgetExhaustedError",
     "CodecError",
     "DataConflictError",
@@ -196,6 +198,10 @@ class ActionError(RunError):
     """An action could not be run, or returned something that is not a result."""
 
     code = ErrorCode.ACTION_FAILED
+
+
+class ActionTimeoutError(ActionError, TimeoutError):
+    """An action ran past its deadline and was abandoned; classified ``timeout``."""
 
 
 class LoopDetectedError(RunError):
