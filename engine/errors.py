@@ -12,6 +12,7 @@ status) and structured context (location, run, node, seq)::
     │   ├── IllegalTriggerError            illegal_trigger     trigger not legal in the state
     │   ├── BudgetExhaustedError           budget_exhausted    a budget would be exceeded
     │   ├── ActionError                    action_failed       action failed or returned garbage
+    │   │   └── ActionTimeoutError(TimeoutError)  action_timeout  an action ran past its deadline
     │   ├── LoopDetectedError              loop_detected       an action repeats the same call
     │   ├── DataConflictError              data_conflict       unordered nodes wrote one key
     │   ├── RunStateError                  run_state           not allowed in the run's status
@@ -38,6 +39,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "ActionError",
+    "ActionTimeoutError",
     "BudgetExhaustedError",
     "CodecError",
     "DataConflictError",
@@ -73,6 +75,7 @@ class ErrorCode(StrEnum):
     ILLEGAL_TRIGGER = "illegal_trigger"
     BUDGET_EXHAUSTED = "budget_exhausted"
     ACTION_FAILED = "action_failed"
+    ACTION_TIMEOUT = "action_timeout"
     DATA_CONFLICT = "data_conflict"
     RUN_STATE = "run_state"
     RUN_NOT_FOUND = "run_not_found"
@@ -258,6 +261,12 @@ class ActionError(RunError):
     """An action could not be run, or returned something that is not a result."""
 
     code = ErrorCode.ACTION_FAILED
+
+
+class ActionTimeoutError(ActionError, TimeoutError):
+    """An action ran past its deadline and was abandoned; classified ``timeout``."""
+
+    code = ErrorCode.ACTION_TIMEOUT
 
 
 class LoopDetectedError(RunError):

@@ -1,9 +1,10 @@
 """Actions: what a bound hook runs, what it sees, what it returns, how its failure is told.
 
-The kinds are ``python:``, ``shell:`` and ``human:``; :class:`ActionContext` is what an
-action sees and :class:`ActionResult` what it returns.
+The kinds are ``python:``, ``shell:``, ``http:`` and ``human:``; :class:`ActionContext` is
+what an action sees and :class:`ActionResult` what it returns.
 
-May import :mod:`phasegraph.model` and :mod:`phasegraph.errors`.
+May import :mod:`phasegraph.model` and :mod:`phasegraph.errors`; owns aiohttp's client
+(``_http``, loaded only when a graph binds an ``http:`` action).
 """
 
 from __future__ import annotations

@@ -32,10 +32,20 @@ __all__ = [
 
 Builder = Callable[[ActionDef, Path | None], Action]
 
+
+def _build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
+    # aiohttp takes a noticeable share of start-up time: only a graph with an http binding
+    # loads it, when the graph is prepared.
+    from phasegraph.actions._http import build_http_action
+
+    return build_http_action(definition, base_dir)
+
+
 BUILDERS: Mapping[str, Builder] = MappingProxyType(
-    {"python": build_python_action, "shell": build_shell_action}
+    {"python": build_python_action, "shell": build_shell_action, "http": _build_http_action}
 )
-"""Action kind → builder. Read-only: kinds are part of the YAML format."""
+"""Action kind → builder. Read-only: kinds are part of the YAML format. ``human:``
+bindings build no callable: they are gates (:func:`~phasegraph.actions.build_gate`)."""
 
 
 def build_action(definition: ActionDef, base_dir: Path | None = None) -> Action:

@@ -12,7 +12,7 @@ import os
 import shlex
 import signal
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +33,59 @@ TAIL_CHARS = 2000
 _DEFAULT_EXIT = {"0": "ok", "default": "fail"}
 
 
-class _Values(dict[str, Any]):
-    def __missing__(self, key: str) -> Any:
-        known = ", ".join(sorted(self)) or "none"
-        raise ActionError(
-            f"template names {{{key}}} but the run has no such value (known: {known})"
-        )
+class _Values(Mapping[str, Any]):
+    """The values a template may name; naming a missing one is an :class:`ActionError`."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            known = ", ".join(sorted(self._values)) or "none"
+            raise ActionError(
+                f"template names {{{key}}} but the run has no such value (known: {known})"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
-def render(template: str, values: Mapping[str, Any]) -> str:
-    """Substitute ``{name}`` placeholders from ``values``; ``{{`` escapes a brace."""
-    return string.Formatter().vformat(template, (), _Values(values))
+class _Escaping(string.Formatter):
+    """Formats each placeholder as usual, then escapes it; the literal text stays as written."""
+
+    def __init__(self, escape: Callable[[str], str]) -> None:
+        super().__init__()
+        self._escape = escape
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return self._escape(super().format_field(value, format_spec))
+
+
+def render(
+    template: str, values: Mapping[str, Any], *, escape: Callable[[str], str] | None = None
+) -> str:
+    """Substitute ``{name}`` placeholders from ``values``; ``{{`` escapes a brace.
+
+    Args:
+        template: The template.
+        values: What placeholders may name (a mapping may raise its own
+            :class:`ActionError` for a missing name).
+        escape: Applied to each substituted value, e.g. percent-encoding for a URL.
+
+    Raises:
+        ActionError: A placeholder names a missing value, or the template is malformed.
+    """
+    formatter = string.Formatter() if escape is None else _Escaping(escape)
+    try:
+        return formatter.vformat(template, (), _Values(values))
+    except (LookupError, ValueError, AttributeError, TypeError) as exc:
+        # {0}, a lone brace, or {a.b} / {a[b]} that the value does not have.
+        raise ActionError(f"cannot fill template {template!r}: {exc}") from exc
 
 
 def _argv(command: str | Sequence[str], values: Mapping[str, Any]) -> list[str]:

@@ -52,6 +52,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.ILLEGAL_TRIGGER: EXIT_FAILED,
         ErrorCode.BUDGET_EXHAUSTED: EXIT_FAILED,
         ErrorCode.ACTION_FAILED: EXIT_FAILED,
+        ErrorCode.ACTION_TIMEOUT: EXIT_FAILED,
         ErrorCode.LOOP_DETECTED: EXIT_FAILED,
         ErrorCode.DATA_CONFLICT: EXIT_FAILED,
         ErrorCode.RUN_STATE: EXIT_BAD_INPUT,

@@ -52,6 +52,7 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.ILLEGAL_TRIGGER: 409,
     ErrorCode.BUDGET_EXHAUSTED: 409,
     ErrorCode.ACTION_FAILED: 409,
+    ErrorCode.ACTION_TIMEOUT: 409,
     ErrorCode.DATA_CONFLICT: 409,
     ErrorCode.LOOP_DETECTED: 409,
     ErrorCode.LEASE_HELD: 409,

@@ -170,6 +170,22 @@ def _graph_machines(
     return problems
 
 
+def _capture_problems(node: schema.NodeSpec, here: schema.Loc, doc: Document) -> list[Problem]:
+    """A ``capture:`` key the node's declared ``writes`` leave out (the run would refuse it)."""
+    if node.writes is None:
+        return []
+    return [
+        doc.problem(
+            (*here, "bind", hook, "capture"),
+            f"node {node.id!r}: the action bound to hook {hook!r} captures into {key!r}, "
+            f"which is not in the node's writes ({', '.join(node.writes) or 'none'}): "
+            f"add {key!r} to `writes`",
+        )
+        for hook, action in node.bind.items()
+        if (key := getattr(action, "capture", None)) is not None and key not in node.writes
+    ]
+
+
 def _node_problems(
     node: schema.NodeSpec, here: schema.Loc, doc: Document, resolver: Resolver
 ) -> list[Problem]:
@@ -326,6 +342,7 @@ def _graph(
     nodes = [_node_def(node, index, doc) for index, node in enumerate(spec.nodes)]
     for index, node in enumerate(spec.nodes):
         problems += _node_problems(node, ("nodes", index), doc, resolver)
+        problems += _capture_problems(node, ("nodes", index), doc)
     problems += _dependency_problems(spec, nodes, doc) + resolver.problems
     if problems:
         raise SpecError(_ordered(problems))

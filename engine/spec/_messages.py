@@ -19,10 +19,13 @@ from pydantic_core import ErrorDetails
 
 from phasegraph.spec._models import (
     ACTION_KINDS,
+    HEADER_PATTERN,
     ID_PATTERN,
     NAME_PATTERN,
     PREDICATE_PATTERN,
+    STATUS_PATTERN,
     TARGET_PATTERN,
+    URL_PATTERN,
     HttpAction,
     HumanAction,
     Loc,
@@ -37,6 +40,14 @@ _PATTERN_HINTS: Mapping[str, str] = {
     ID_PATTERN: "start with a letter and use only letters, digits, '_' and '-'",
     PREDICATE_PATTERN: "write budget:NAME, payload:KEY or setting:DOTTED.KEY",
     TARGET_PATTERN: 'write "package.module:function"',
+    STATUS_PATTERN: "write a status code (404), a class (4xx) or default",
+    URL_PATTERN: "write an absolute URL starting with http:// or https:// and its host",
+    HEADER_PATTERN: "use letters, digits and '-' (e.g. X-Request-Id)",
+}
+_PATTERN_NOUNS: Mapping[str, str] = {
+    STATUS_PATTERN: "status key",
+    URL_PATTERN: "URL",
+    HEADER_PATTERN: "header name",
 }
 
 
@@ -90,7 +101,7 @@ def issue_of(model: type[BaseModel], error: ErrorDetails) -> SpecIssue:
         text = _action_kind_message(value)
     elif kind == "string_pattern_mismatch":
         text = _pattern_message(str(value), str((error.get("ctx") or {}).get("pattern", "")))
-    elif kind.startswith("state_") or isinstance(value, Mapping | list):
+    elif kind.startswith("state_") or kind == "template" or isinstance(value, Mapping | list):
         text = error["msg"]
     else:
         text = f"{error['msg']} (got {value!r})"
@@ -100,7 +111,8 @@ def issue_of(model: type[BaseModel], error: ErrorDetails) -> SpecIssue:
 
 
 def _pattern_message(value: str, pattern: str) -> str:
-    text = f"{value!r} is not a valid name: {_PATTERN_HINTS.get(pattern, 'match ' + pattern)}"
+    noun = _PATTERN_NOUNS.get(pattern, "name")
+    text = f"{value!r} is not a valid {noun}: {_PATTERN_HINTS.get(pattern, 'match ' + pattern)}"
     if pattern == NAME_PATTERN and ("/" in value or "." in value):
         text += " ('/' and '.' are reserved for nested state paths such as parent/child)"
     return text

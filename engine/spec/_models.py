@@ -8,20 +8,32 @@ need the whole document, turns validation errors into messages and generates
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from itertools import combinations
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+)
 from pydantic_core import PydanticCustomError
 
 __all__ = [
     "ACTION_KINDS",
+    "HEADER_PATTERN",
     "ID_PATTERN",
     "NAME_PATTERN",
     "PREDICATE_PATTERN",
+    "STATUS_PATTERN",
     "TARGET_PATTERN",
+    "URL_PATTERN",
     "ActionSpec",
     "BudgetSpec",
     "GraphSpec",
@@ -47,7 +59,12 @@ _SOURCE_PATTERN = r"^(\*|[A-Za-z][A-Za-z0-9_]*)$"
 TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
 """A ``python:`` target: ``package.module:function``."""
 _EXIT_PATTERN = r"^(default|-?[0-9]+)$"
-_STATUS_PATTERN = r"^(default|[1-5][0-9][0-9])$"
+STATUS_PATTERN = r"^(default|[1-5][0-9][0-9]|[1-5]xx)$"
+"""An ``on_status`` key: a status code (``404``), a class (``4xx``) or ``default``."""
+URL_PATTERN = r"^https?://[^/?#]"
+"""An ``http:`` URL: absolute, ``http`` or ``https``, the host written out."""
+HEADER_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
+"""An HTTP header name (an RFC 9110 token)."""
 ACTION_KINDS = ("python", "shell", "http", "human")
 """The action kinds, in the order messages list them."""
 
@@ -81,7 +98,30 @@ def _string_keys(value: object) -> object:
 
 _StringKeys = BeforeValidator(_string_keys)
 _ExitMap = Annotated[dict[Annotated[str, Field(pattern=_EXIT_PATTERN)], _Name], _StringKeys]
-_StatusMap = Annotated[dict[Annotated[str, Field(pattern=_STATUS_PATTERN)], _Name], _StringKeys]
+_StatusMap = Annotated[dict[Annotated[str, Field(pattern=STATUS_PATTERN)], _Name], _StringKeys]
+
+
+def _well_formed(template: str) -> str:
+    """A ``{name}`` template ``str.format`` can read, naming values (not positions)."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise PydanticCustomError(
+            "template",
+            "{template} is not a valid template ({reason}): write {{ or }} for a literal brace",
+            {"template": repr(template), "reason": str(exc)},
+        ) from None
+    if any(not name or name[0].isdigit() for name in names):
+        raise PydanticCustomError(
+            "template",
+            "{template} has a positional placeholder ({} or {0}): name the value, e.g. {id}",
+            {"template": repr(template)},
+        )
+    return template
+
+
+_Template = Annotated[str, AfterValidator(_well_formed)]
+_Header = Annotated[str, Field(pattern=HEADER_PATTERN)]
 
 
 class _Spec(BaseModel):
@@ -214,22 +254,52 @@ class ShellAction(_ActionBase):
 
 
 class HttpRequest(_Spec):
-    """The request an http action sends."""
+    """The request an http action sends: url, headers and body are {name} templates."""
 
-    url: str = Field(min_length=1, description="URL (a template).")
+    url: Annotated[str, Field(pattern=URL_PATTERN), AfterValidator(_well_formed)] = Field(
+        description="Absolute http(s) URL; {name} values are percent-encoded into it."
+    )
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = Field(
         "GET", description="Verb."
     )
-    headers: dict[str, str] = Field({}, description="Request headers.")
-    body: Any = Field(None, description="Request body: a string as is, anything else as JSON.")
+    headers: dict[_Header, _Template] = Field(
+        {}, description="Request headers; values are templates over input and data."
+    )
+    headers_from_env: dict[_Header, _Template] = Field(
+        {},
+        description="Secret headers: values are templates over environment variables, e.g. "
+        "'Bearer {API_TOKEN}'; never written to the run's record.",
+    )
+    body: Any = Field(
+        None, description="Request body (templates): a string is sent as is, anything else as JSON."
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _headers_once(self) -> HttpRequest:
+        plain = {name.lower() for name in self.headers}
+        twice = [name for name in self.headers_from_env if name.lower() in plain]
+        if twice:
+            raise PydanticCustomError(
+                "header_twice",
+                "header {name} is in both headers and headers_from_env: keep one",
+                {"name": repr(twice[0])},
+            )
+        return self
 
 
 class HttpAction(_ActionBase):
-    """Send an HTTP request; the response status picks the trigger."""
+    """Send an HTTP request (redirects are not followed); the response status picks the trigger."""
 
+    timeout: float = Field(
+        30.0, gt=0, description="Seconds before the request is abandoned (a timeout error)."
+    )
     http: HttpRequest = Field(description="The request to send.")
     on_status: _StatusMap = Field(
-        {"200": "ok", "default": "fail"}, description="Status -> trigger."
+        {"2xx": "ok", "default": "fail"},
+        description="Status -> trigger: a code ('404'), then its class ('4xx'), then 'default'.",
+    )
+    capture: _NonEmpty | None = Field(
+        None, description="Data key that receives the response: parsed JSON, else its text."
     )
     triggers: list[_Name] | None = Field(None, description="Triggers (default: on_status values).")
 

@@ -270,6 +270,26 @@ def test_unordered_nodes_writing_the_same_key() -> None:
     assert "'log'" not in problem
 
 
+@pytest.mark.parametrize(
+    "action", ['{shell: "true", capture: reply}', '{http: {url: "http://h/x"}, capture: reply}']
+)
+def test_a_capture_key_outside_the_declared_writes(action: str) -> None:
+    """The run would refuse the write after the action ran: the loader refuses it first."""
+    text = (
+        f"nodes:\n  - id: a\n    machine: task\n    writes: [other]\n    bind: {{run: {action}}}\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_graph_text(text, name="g")
+    [problem] = [str(p) for p in info.value.problems]
+    assert problem.startswith("g:5:")
+    assert problem.endswith(
+        "node 'a': the action bound to hook 'run' captures into 'reply', which is not in the "
+        "node's writes (other): add 'reply' to `writes`"
+    )
+    declared = load_graph_text(text.replace("[other]", "[other, reply]"), name="g")
+    assert declared.nodes[0].writes == ("other", "reply")
+
+
 def test_graph_with_several_problems_reports_all_at_once() -> None:
     path = GRAPHS / "many_problems.yaml"
     found = problems(load_graph, path)

@@ -188,6 +188,14 @@ def _action(action: dict[str, Any]) -> schema.Checked[schema.GraphSpec]:
         ({"http": {"url": "http://h/x", "method": "POST"}}, "http", ("ok", "fail")),
         ({"http": {"url": "http://h/x"}, "on_status": {404: "missing"}}, "http", ("missing",)),
         (
+            {
+                "http": {"url": "https://h/{id}"},
+                "on_status": {"2xx": "ok", 404: "gone", "5xx": "x"},
+            },
+            "http",
+            ("ok", "gone", "x"),
+        ),
+        (
             {"human": "review", "triggers": ["confirm", "reject", "timeout"]},
             "human",
             ("confirm", "reject", "timeout"),
@@ -252,6 +260,66 @@ def test_a_coding_task_review_timeout_parks_the_run(
     (interrupt,) = state.interrupts.values()
     assert interrupt.id == f"{run_id}:spec:spec_review_parked"
     assert interrupt.parked is True
+
+
+@pytest.mark.parametrize(
+    ("request_", "where", "expected"),
+    [
+        (
+            {"url": "ftp://h/x"},
+            ("url",),
+            "'ftp://h/x' is not a valid URL: write an absolute URL starting with http:// or "
+            "https:// and its host",
+        ),
+        (
+            {"url": "{base}/x"},
+            ("url",),
+            "'{base}/x' is not a valid URL",
+        ),
+        (
+            {"url": "http://h/{id"},
+            ("url",),
+            "'http://h/{id' is not a valid template (expected '}' before end of string): "
+            "write {{ or }} for a literal brace",
+        ),
+        (
+            {"url": "http://h/x", "headers": {"X-Id": "{0}"}},
+            ("headers", "X-Id"),
+            "'{0}' has a positional placeholder ({} or {0}): name the value, e.g. {id}",
+        ),
+        (
+            {"url": "http://h/x", "headers_from_env": {"Bad Name": "{TOKEN}"}},
+            ("headers_from_env", "Bad Name"),
+            "'Bad Name' is not a valid header name",
+        ),
+        (
+            {
+                "url": "http://h/x",
+                "headers": {"authorization": "x"},
+                "headers_from_env": {"Authorization": "Bearer {TOKEN}"},
+            },
+            (),
+            "header 'Authorization' is in both headers and headers_from_env: keep one",
+        ),
+    ],
+)
+def test_http_requests_are_checked_before_any_run(
+    request_: dict[str, Any], where: tuple[str, ...], expected: str
+) -> None:
+    [issue] = _action({"http": request_}).issues
+    assert issue.loc == ("nodes", 0, "bind", "run", "http", *where)
+    assert expected in issue.message
+
+
+def test_http_status_keys_and_the_default_timeout() -> None:
+    [issue] = _action({"http": {"url": "http://h/x"}, "on_status": {"2xy": "ok"}}).issues
+    assert "'2xy' is not a valid status key: write a status code (404), a class (4xx)" in (
+        issue.message
+    )
+    spec = _action({"http": {"url": "http://h/x"}}).spec
+    assert spec is not None
+    dumped = spec.nodes[0].bind["run"].model_dump()
+    assert (dumped["timeout"], dumped["on_status"]) == (30.0, {"2xx": "ok", "default": "fail"})
 
 
 def test_shell_exit_keys_become_strings() -> None:

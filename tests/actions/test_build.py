@@ -1,0 +1,68 @@
+"""Every action kind the graph format accepts is one ``run`` can build: check never passes
+what run refuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from http_kit import Server
+from phasegraph.actions import BUILDERS
+from phasegraph.analysis import Severity, check
+from phasegraph.api import Engine
+from phasegraph.model import RunStatus
+from phasegraph.spec._models import ACTION_KINDS
+from phasegraph.store import open_store
+
+GATES = {"human"}
+"""Kinds that build a gate for the interpreter rather than a callable."""
+
+
+def sample(kind: str, server: Server) -> dict[str, Any]:
+    """A binding of ``kind`` for the ``task`` machine's ``run`` hook."""
+    samples: dict[str, dict[str, Any]] = {
+        "python": {"python": "phasegraph.graphs.hello:plan", "triggers": ["ok"]},
+        "shell": {"shell": [sys.executable, "-c", "pass"]},
+        "http": {"http": {"url": server.url + "/text"}},
+        "human": {"human": "review", "triggers": ["ok", "fail"]},
+    }
+    return samples[kind]  # a new kind needs a sample here
+
+
+def test_every_kind_has_a_builder_or_is_a_gate() -> None:
+    assert set(BUILDERS) | GATES == set(ACTION_KINDS)
+    assert not set(BUILDERS) & GATES
+
+
+@pytest.mark.parametrize("kind", ACTION_KINDS)
+async def test_a_graph_using_each_kind_checks_and_runs(
+    kind: str, server: Server, tmp_path: Path
+) -> None:
+    path = tmp_path / f"{kind}.yaml"
+    graph = {"nodes": [{"id": "step", "machine": "task", "bind": {"run": sample(kind, server)}}]}
+    path.write_text(yaml.safe_dump(graph), encoding="utf-8")
+    report = check(path)
+    assert report.kind == "graph"
+    assert [f for f in report.findings if f.severity is Severity.ERROR] == []
+    async with open_store("memory://") as store:
+        engine = Engine(store)
+        state = await engine.run(path)
+        if kind in GATES:
+            assert state.status is RunStatus.WAITING
+            [interrupt] = state.interrupts
+            state = await engine.reply(state.run_id, interrupt, "ok")
+    assert state.status is RunStatus.COMPLETED, state.nodes["step"].error
+
+
+def test_importing_phasegraph_leaves_aiohttp_unloaded() -> None:
+    """The http action loads aiohttp when a graph binds one, not on import."""
+    code = "import sys, phasegraph, phasegraph.actions; print('aiohttp' in sys.modules)"
+    shown = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert shown.strip() == "False"
