@@ -1,4 +1,4 @@
-"""Shared pieces of the command line: exit codes, output, inputs, engine set-up.
+"""Shared pieces of the command line: running a command, exit codes, output, inputs.
 
 Exit status: 0 run completed (or command succeeded), 1 run failed, 2 bad input (bad
 file, unknown run, unreachable store, ...), 3 run waiting or parked.
@@ -7,14 +7,17 @@ file, unknown run, unreachable store, ...), 3 run waiting or parked.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from phasegraph.api import Engine
-from phasegraph.errors import ErrorCode, InputError
+from phasegraph.cli._commands import Handler
+from phasegraph.errors import ErrorCode, InputError, PhasegraphError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
 from phasegraph.store import open_store
@@ -26,14 +29,13 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_WAITING",
-    "AddCommand",
-    "Handler",
     "emit",
     "exit_for",
     "finished",
     "interrupt_lines",
     "lease_ttl",
     "parse_inputs",
+    "run_command",
     "with_engine",
 ]
 
@@ -53,11 +55,25 @@ BAD_INPUT_CODES = frozenset(
 )
 """Error codes that mean "the request was wrong" (exit 2) rather than "the run failed"."""
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
-"""An async command handler returning the exit status."""
 
-AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
-"""Registers a sub-command (name, handler, help) with the common options; returns its parser."""
+def run_command(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a command's handler to its end and return the process's exit status.
+
+    A :class:`~phasegraph.errors.PhasegraphError` becomes one line on stderr and exit 2
+    (bad input) or 1; Ctrl-C becomes exit 130.
+    """
+    try:
+        code = asyncio.run(handler(args))
+    except PhasegraphError as exc:
+        print(f"phasegraph: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT if exc.code in BAD_INPUT_CODES else EXIT_FAILED
+    except KeyboardInterrupt:
+        print(
+            "phasegraph: interrupted; committed steps are kept (resume to continue)",
+            file=sys.stderr,
+        )
+        return 130
+    return code
 
 
 def exit_for(status: RunStatus) -> int:
