@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from types import MappingProxyType
 
-from phasegraph.analysis import FORMATS, Report, check, diagram
-from phasegraph.cli._support import EXIT_FAILED, EXIT_OK, AddCommand
+from phasegraph.analysis import Report, check, diagram
+from phasegraph.cli._commands import Handlers
+from phasegraph.cli._support import EXIT_FAILED, EXIT_OK
 
-__all__ = ["register"]
+__all__ = ["HANDLERS"]
 
 
 def _plural(count: int, word: str) -> str:
@@ -48,26 +50,10 @@ async def _cmd_diagram(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(add: AddCommand) -> None:
-    """Add this module's commands to the parser."""
-    check_cmd = add(
-        "check",
-        _cmd_check,
-        "check machines and graphs without running them: problems, unreachable states, "
-        "loops no budget bounds, states that cannot finish (exit 1 on errors)",
-    )
-    check_cmd.add_argument(
-        "targets",
-        nargs="+",
-        metavar="FILE|NAME",
-        help="a YAML file (a machine has `states:`, a graph `nodes:`) or a built-in name",
-    )
-    draw = add(
-        "diagram",
-        _cmd_diagram,
-        "draw a machine's states or a graph's layers as Mermaid (renders on GitHub) or dot",
-    )
-    draw.add_argument("target", metavar="FILE|NAME", help="a YAML file or a built-in name")
-    draw.add_argument(
-        "--format", choices=FORMATS, default=FORMATS[0], help="output format (default mermaid)"
-    )
+HANDLERS: Handlers = MappingProxyType(
+    {
+        "check": _cmd_check,
+        "diagram": _cmd_diagram,
+    }
+)
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

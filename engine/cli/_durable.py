@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from phasegraph.api import Engine
+from phasegraph.cli._commands import Handlers
 from phasegraph.cli._support import (
     EXIT_FAILED,
     EXIT_OK,
-    AddCommand,
     emit,
     parse_inputs,
     with_engine,
@@ -16,7 +17,7 @@ from phasegraph.cli._support import (
 from phasegraph.model import StepRecord
 from phasegraph.run import ReplayReport, report_view
 
-__all__ = ["register"]
+__all__ = ["HANDLERS"]
 
 
 async def _cmd_fork(args: argparse.Namespace) -> int:
@@ -89,27 +90,10 @@ def _describe(record: StepRecord) -> str:
     return "; ".join(parts)
 
 
-def register(add: AddCommand) -> None:
-    """Add this module's commands to the parser."""
-    fork = add("fork", _cmd_fork, "start a new run from any committed step of a run")
-    fork.add_argument("run", help="the run id to fork")
-    fork.add_argument(
-        "--at", type=int, default=None, metavar="SEQ", help="the step to fork from (default: head)"
-    )
-    fork.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a top-level data key in the new run (JSON if it parses); repeatable",
-    )
-    replay = add(
-        "replay",
-        _cmd_replay,
-        "re-drive a run's history with its recorded action results (no action runs) and "
-        "report 'identical' or the first divergence; exit 0 identical, 1 diverged",
-    )
-    replay.add_argument("run", help="the run id")
-    replay.add_argument(
-        "--graph", help="replay against this graph file (find where a changed graph diverges)"
-    )
+HANDLERS: Handlers = MappingProxyType(
+    {
+        "fork": _cmd_fork,
+        "replay": _cmd_replay,
+    }
+)
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

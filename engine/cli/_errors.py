@@ -8,13 +8,15 @@ complete successfully (the failure was overcome by a retry or a reflection).
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from phasegraph.api import Engine
-from phasegraph.cli._support import EXIT_OK, AddCommand, emit, with_engine
+from phasegraph.cli._commands import Handlers
+from phasegraph.cli._support import EXIT_OK, emit, with_engine
 from phasegraph.model import ErrorRecord, RunState
 from phasegraph.views import error_rows, recovered_nodes, run_summary
 
-__all__ = ["register", "render_errors"]
+__all__ = ["HANDLERS", "render_errors"]
 
 
 def render_errors(state: RunState, node: str | None = None) -> str:
@@ -55,8 +57,5 @@ async def _cmd_errors(args: argparse.Namespace) -> int:
     return await with_engine(args, body)
 
 
-def register(add: AddCommand) -> None:
-    """Add the ``errors`` command to the parser."""
-    errors = add("errors", _cmd_errors, "show a run's error log: failures, recoveries, emergencies")
-    errors.add_argument("run", help="the run id")
-    errors.add_argument("--node", help="only the records of this node")
+HANDLERS: Handlers = MappingProxyType({"errors": _cmd_errors})
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from phasegraph.api import Engine
+from phasegraph.cli._commands import Handlers
 from phasegraph.cli._progress import progress_for
-from phasegraph.cli._support import AddCommand, emit, finished, parse_inputs, with_engine
+from phasegraph.cli._support import emit, finished, parse_inputs, with_engine
 
-__all__ = ["register"]
+__all__ = ["HANDLERS"]
 
 
 def _trigger_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
@@ -42,22 +44,10 @@ async def _cmd_cancel(args: argparse.Namespace) -> int:
     return await with_engine(args, body)
 
 
-def register(add: AddCommand) -> None:
-    """Add this module's commands to the parser."""
-    reply = add("reply", _cmd_reply, "answer a run's pending interrupt and continue the run")
-    reply.add_argument("run", help="the run id")
-    reply.add_argument("--id", required=True, help="the interrupt id (see 'phasegraph status RUN')")
-    choice = reply.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--confirm", action="store_true", help="fire 'confirm'")
-    choice.add_argument("--reject", metavar="FEEDBACK", help="fire 'reject' with this feedback")
-    choice.add_argument("--trigger", metavar="NAME", help="fire any trigger the state accepts")
-    reply.add_argument(
-        "--data",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a data update sent with the reply (JSON if it parses); repeatable",
-    )
-    cancel = add("cancel", _cmd_cancel, "cancel a waiting, parked or abandoned run")
-    cancel.add_argument("run", help="the run id")
-    cancel.add_argument("--reason", default="cancelled by request", help="recorded on each node")
+HANDLERS: Handlers = MappingProxyType(
+    {
+        "reply": _cmd_reply,
+        "cancel": _cmd_cancel,
+    }
+)
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

@@ -1,39 +1,21 @@
 """The ``phasegraph`` command line: parse, call the engine, render, exit with a status.
 
-Each ``cli_*`` module registers its own commands; this module builds the parser, runs the
-chosen command and maps errors to one line on stderr and an exit status (see
-:mod:`phasegraph.cli._support`).
+The parser is built from :data:`phasegraph.cli._commands.COMMANDS` alone; the chosen
+command's module is imported only after parsing, so ``--help`` and ``--version`` never
+load the engine. Running a handler and mapping its errors to one line on stderr and an
+exit status is :func:`phasegraph.cli._support.run_command`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import sys
 from collections.abc import Sequence
 
 from phasegraph import __version__
-from phasegraph.cli import _definitions as cli_definitions
-from phasegraph.cli import _durable as cli_durable
-from phasegraph.cli import _errors as cli_errors
-from phasegraph.cli import _human as cli_human
-from phasegraph.cli import _runs as cli_runs
-from phasegraph.cli import _serve as cli_serve
-from phasegraph.cli._support import Handler, report_error
-from phasegraph.errors import PhasegraphError
-from phasegraph.store import DEFAULT_STORE_URL
+from phasegraph.cli._commands import COMMANDS, DEFAULT_STORE_URL, Handler
 
 __all__ = ["build_parser", "main"]
-
-_COMMAND_MODULES = (
-    cli_runs,
-    cli_human,
-    cli_definitions,
-    cli_durable,
-    cli_errors,
-    cli_serve,
-)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -50,7 +32,7 @@ def _common() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every command."""
+    """The argument parser for every command (importing none of their modules)."""
     parser = argparse.ArgumentParser(
         prog="phasegraph",
         description="Run explicit state-machine workflows with a durable snapshot per step.",
@@ -59,28 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"phasegraph {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common()
-
-    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        command.set_defaults(handler=handler)
-        return command
-
-    for module in _COMMAND_MODULES:
-        module.register(add)
+    for command in COMMANDS:
+        parsed = sub.add_parser(
+            command.name, parents=[common], help=command.help, description=command.help
+        )
+        command.arguments(parsed)
+        parsed.set_defaults(load_handler=command.handler)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``phasegraph`` console script."""
     args = build_parser().parse_args(argv)
-    try:
-        code: int = asyncio.run(args.handler(args))
-    except PhasegraphError as exc:
-        return report_error(args, exc)
-    except KeyboardInterrupt:
-        print(
-            "phasegraph: interrupted; committed steps are kept (resume to continue)",
-            file=sys.stderr,
-        )
-        return 130
-    return code
+    handler: Handler = args.load_handler()  # imports the command's module, and the engine with it
+    # Imported here, not at the top, for the same reason: it needs the engine.
+    from phasegraph.cli._support import run_command
+
+    return run_command(handler, args)

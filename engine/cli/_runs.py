@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import MappingProxyType
 
 from phasegraph.api import Engine
+from phasegraph.cli._commands import Handlers
 from phasegraph.cli._progress import progress_for
 from phasegraph.cli._support import (
     EXIT_OK,
-    AddCommand,
     emit,
     finished,
     interrupt_lines,
@@ -21,7 +22,7 @@ from phasegraph.model import RunState, RunStatus
 from phasegraph.spec import builtin_graphs, builtin_machines, load_graph, load_machine
 from phasegraph.views import record_view, run_summary, state_view
 
-__all__ = ["register"]
+__all__ = ["HANDLERS"]
 
 
 async def _cmd_run(args: argparse.Namespace) -> int:
@@ -138,44 +139,15 @@ async def _approve_all(engine: Engine, state: RunState) -> RunState:
 _MAX_APPROVALS = 100
 
 
-def register(add: AddCommand) -> None:
-    """Add this module's commands to the parser."""
-    run = add("run", _cmd_run, "start a run of a graph and drive it to the end (or a wait)")
-    run.add_argument("graph", help="a built-in graph name (see 'phasegraph graphs') or a YAML path")
-    run.add_argument(
-        "--input",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an input value (JSON if it parses, else a string); repeatable",
-    )
-    run.add_argument("--input-file", metavar="FILE", help="a JSON object of input values")
-    run.add_argument("--run-id", help="use this run id instead of a generated one")
-    run.add_argument(
-        "--approve",
-        action="store_true",
-        help="answer every review gate with 'confirm' (for demos and CI)",
-    )
-    resume = add("resume", _cmd_resume, "continue a run from its last committed step")
-    resume.add_argument("run", help="the run id")
-    resume.add_argument("--graph", help="use this graph file instead of the recorded one")
-    resume.add_argument(
-        "--allow-changed-graph",
-        action="store_true",
-        help="continue even if the graph changed since the run started",
-    )
-    status = add("status", _cmd_status, "show one run, or list runs")
-    status.add_argument("run", nargs="?", help="the run id (omit to list runs)")
-    status.add_argument("--status", choices=[s.value for s in RunStatus], help="list only these")
-    status.add_argument("--limit", type=int, default=20, help="how many runs to list")
-    history = add("history", _cmd_history, "list a run's committed steps")
-    history.add_argument("run", help="the run id")
-    history.add_argument("--from", dest="start", type=int, default=0, metavar="SEQ")
-    history.add_argument(
-        "--to", dest="stop", type=int, default=None, metavar="SEQ", help="stop before this seq"
-    )
-    show = add("show", _cmd_show, "print a run's full snapshot (at the head or any step)")
-    show.add_argument("run", help="the run id")
-    show.add_argument("--at", type=int, default=None, metavar="SEQ", help="the step to show")
-    add("machines", _cmd_machines, "list the built-in machines")
-    add("graphs", _cmd_graphs, "list the built-in graphs")
+HANDLERS: Handlers = MappingProxyType(
+    {
+        "run": _cmd_run,
+        "resume": _cmd_resume,
+        "status": _cmd_status,
+        "history": _cmd_history,
+        "show": _cmd_show,
+        "machines": _cmd_machines,
+        "graphs": _cmd_graphs,
+    }
+)
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

@@ -11,21 +11,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import os
 import signal
 import sys
 from pathlib import Path
+from types import MappingProxyType
 
 from aiohttp import web
 
 from phasegraph.api import Engine
-from phasegraph.cli._support import EXIT_OK, AddCommand, lease_ttl
+from phasegraph.cli._commands import Handlers
+from phasegraph.cli._support import EXIT_OK, lease_ttl
 from phasegraph.errors import InputError
 from phasegraph.run import RunOptions
 from phasegraph.server import ServerSettings, create_app
 from phasegraph.store import open_store, redact_url
 
-__all__ = ["register"]
+__all__ = ["HANDLERS"]
 
 
 def _loopback(host: str) -> bool:
@@ -81,60 +82,5 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
-    return int(text)
-
-
-def register(add: AddCommand) -> None:
-    """Add the ``serve`` command to the parser."""
-    serve = add("serve", _cmd_serve, "serve the HTTP API: runs, events, replies (until Ctrl-C)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    serve.add_argument("--port", type=int, default=8321, help="port (default %(default)s; 0: any)")
-    serve.add_argument(
-        "--token",
-        default=os.environ.get("PHASEGRAPH_TOKEN"),
-        help="bearer token clients must send (env PHASEGRAPH_TOKEN, which keeps it out of ps)",
-    )
-    serve.add_argument(
-        "--insecure-no-token",
-        action="store_true",
-        help="allow a non-loopback --host without a token (only behind an authenticating proxy)",
-    )
-    serve.add_argument(
-        "--allow-python",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="MODULE",
-        help="modules python: actions of uploaded graphs may import (exact names)",
-    )
-    serve.add_argument(
-        "--allow-shell", action="store_true", help="accept shell: actions in uploaded graphs"
-    )
-    serve.add_argument(
-        "--max-runs", type=_count, default=64, help="runs stepped at once (default %(default)s)"
-    )
-    serve.add_argument(
-        "--lease-ttl",
-        type=_positive,
-        default=None,
-        help="seconds a run's lease outlives a crashed server (default: env "
-        "PHASEGRAPH_LEASE_TTL, else 30)",
-    )
-    serve.add_argument(
-        "--upload-dir",
-        default=str(Path(".phasegraph") / "uploads"),
-        help="where uploaded graphs are kept (default %(default)s)",
-    )
+HANDLERS: Handlers = MappingProxyType({"serve": _cmd_serve})
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

@@ -1,4 +1,4 @@
-"""Shared pieces of the command line: exit codes, output, inputs, engine set-up.
+"""Shared pieces of the command line: running a command, exit codes, output, inputs.
 
 Exit status: 0 run completed (or command succeeded), 1 run failed, 2 bad input (bad
 file, unknown run, unreachable store, ...), 3 run waiting or parked.
@@ -7,6 +7,7 @@ file, unknown run, unreachable store, ...), 3 run waiting or parked.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from phasegraph.api import Engine
+from phasegraph.cli._commands import Handler
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
@@ -28,8 +30,6 @@ __all__ = [
     "EXIT_FOR_CODE",
     "EXIT_OK",
     "EXIT_WAITING",
-    "AddCommand",
-    "Handler",
     "emit",
     "exit_for",
     "finished",
@@ -37,6 +37,7 @@ __all__ = [
     "lease_ttl",
     "parse_inputs",
     "report_error",
+    "run_command",
     "with_engine",
 ]
 
@@ -68,11 +69,25 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
 )
 """Exit status for every error code: 2 when the request was wrong, 1 when a run failed."""
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
-"""An async command handler returning the exit status."""
 
-AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
-"""Registers a sub-command (name, handler, help) with the common options; returns its parser."""
+def run_command(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a command's handler to its end and return the process's exit status.
+
+    A :class:`~phasegraph.errors.PhasegraphError` becomes one line on stderr (and, with
+    ``--json``, an error object on stdout) and the exit status of its code
+    (:data:`EXIT_FOR_CODE`); Ctrl-C becomes exit 130.
+    """
+    try:
+        code = asyncio.run(handler(args))
+    except PhasegraphError as exc:
+        return report_error(args, exc)
+    except KeyboardInterrupt:
+        print(
+            "phasegraph: interrupted; committed steps are kept (resume to continue)",
+            file=sys.stderr,
+        )
+        return 130
+    return code
 
 
 def exit_for(status: RunStatus) -> int:

@@ -1,0 +1,336 @@
+"""The table of commands: name, help, arguments, and the module that runs each.
+
+Building the parser from this table imports none of the engine: ``phasegraph --help``,
+``--version`` and ``<command> --help`` cost little more than a bare Python start. A command's
+module (and with it the engine and its libraries) is imported only when that command
+runs, by the loader function its row names. For the same reason, the few engine
+constants the options need are copied here; ``tests/cli/test_commands.py`` keeps each
+copy equal to its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_STORE_URL",
+    "DIAGRAM_FORMATS",
+    "RUN_STATUSES",
+    "Command",
+    "Handler",
+    "Handlers",
+]
+
+Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+"""An async command handler returning the exit status."""
+
+Handlers = Mapping[str, Handler]
+"""A command module's handlers by command name (its ``HANDLERS``)."""
+
+DEFAULT_STORE_URL = "sqlite:///.phasegraph/runs.db"
+"""Copy of :data:`phasegraph.store.DEFAULT_STORE_URL`."""
+
+DIAGRAM_FORMATS = ("mermaid", "dot")
+"""Copy of :data:`phasegraph.analysis.FORMATS`; the first is the default."""
+
+RUN_STATUSES = ("running", "waiting", "parked", "completed", "failed", "cancelled")
+"""Copy of the values of :class:`phasegraph.model.RunStatus`, in definition order."""
+
+
+# A plain class, not a dataclass: importing dataclasses (and inspect) would add a good
+# part of --help's whole cost.
+class Command:
+    """One row of the table: what ``--help`` shows, the arguments, where the code lives."""
+
+    __slots__ = ("arguments", "help", "load", "name")
+
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        arguments: Callable[[argparse.ArgumentParser], None],
+        load: Callable[[], Handlers],
+    ) -> None:
+        self.name = name
+        """The sub-command's name."""
+        self.help = help_text
+        """One line for ``phasegraph --help``; also the command's own description."""
+        self.arguments = arguments
+        """Adds the command's own arguments (the common options are added for it)."""
+        self.load = load
+        """Imports the command's module and returns its handlers."""
+
+    def handler(self) -> Handler:
+        """The command's handler, importing its module now if it is not loaded yet."""
+        return self.load()[self.name]
+
+
+# Loaders: each imports one command module when one of its commands runs.
+
+
+def _runs() -> Handlers:
+    from phasegraph.cli import _runs as module
+
+    return module.HANDLERS
+
+
+def _human() -> Handlers:
+    from phasegraph.cli import _human as module
+
+    return module.HANDLERS
+
+
+def _definitions() -> Handlers:
+    from phasegraph.cli import _definitions as module
+
+    return module.HANDLERS
+
+
+def _durable() -> Handlers:
+    from phasegraph.cli import _durable as module
+
+    return module.HANDLERS
+
+
+def _errors() -> Handlers:
+    from phasegraph.cli import _errors as module
+
+    return module.HANDLERS
+
+
+def _serve() -> Handlers:
+    from phasegraph.cli import _serve as module
+
+    return module.HANDLERS
+
+
+# Arguments of each command, in the order of the table.
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """Commands that take only the common options."""
+
+
+def _repeatable_pairs(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    parser.add_argument(flag, action="append", default=[], metavar="KEY=VALUE", help=help_text)
+
+
+def _run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "graph", help="a built-in graph name (see 'phasegraph graphs') or a YAML path"
+    )
+    _repeatable_pairs(
+        parser, "--input", "an input value (JSON if it parses, else a string); repeatable"
+    )
+    parser.add_argument("--input-file", metavar="FILE", help="a JSON object of input values")
+    parser.add_argument("--run-id", help="use this run id instead of a generated one")
+    parser.add_argument(
+        "--approve",
+        action="store_true",
+        help="answer every review gate with 'confirm' (for demos and CI)",
+    )
+
+
+def _resume(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("--graph", help="use this graph file instead of the recorded one")
+    parser.add_argument(
+        "--allow-changed-graph",
+        action="store_true",
+        help="continue even if the graph changed since the run started",
+    )
+
+
+def _status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", nargs="?", help="the run id (omit to list runs)")
+    parser.add_argument("--status", choices=RUN_STATUSES, help="list only these")
+    parser.add_argument("--limit", type=int, default=20, help="how many runs to list")
+
+
+def _history(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="start at this seq (default 0)",
+    )
+    parser.add_argument(
+        "--to", dest="stop", type=int, default=None, metavar="SEQ", help="stop before this seq"
+    )
+
+
+def _show(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("--at", type=int, default=None, metavar="SEQ", help="the step to show")
+
+
+def _reply(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--id", required=True, help="the interrupt id (see 'phasegraph status RUN')"
+    )
+    choice = parser.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--confirm", action="store_true", help="fire 'confirm'")
+    choice.add_argument("--reject", metavar="FEEDBACK", help="fire 'reject' with this feedback")
+    choice.add_argument("--trigger", metavar="NAME", help="fire any trigger the state accepts")
+    _repeatable_pairs(
+        parser, "--data", "a data update sent with the reply (JSON if it parses); repeatable"
+    )
+
+
+def _cancel(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("--reason", default="cancelled by request", help="recorded on each node")
+
+
+def _check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "targets",
+        nargs="+",
+        metavar="FILE|NAME",
+        help="a YAML file (a machine has `states:`, a graph `nodes:`) or a built-in name",
+    )
+
+
+def _diagram(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="FILE|NAME", help="a YAML file or a built-in name")
+    parser.add_argument(
+        "--format",
+        choices=DIAGRAM_FORMATS,
+        default=DIAGRAM_FORMATS[0],
+        help="output format (default mermaid)",
+    )
+
+
+def _fork(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id to fork")
+    parser.add_argument(
+        "--at", type=int, default=None, metavar="SEQ", help="the step to fork from (default: head)"
+    )
+    _repeatable_pairs(
+        parser, "--set", "set a top-level data key in the new run (JSON if it parses); repeatable"
+    )
+
+
+def _replay(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--graph", help="replay against this graph file (find where a changed graph diverges)"
+    )
+
+
+def _errors_of(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("--node", help="only the records of this node")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    return int(text)
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    parser.add_argument("--port", type=int, default=8321, help="port (default %(default)s; 0: any)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("PHASEGRAPH_TOKEN"),
+        help="bearer token clients must send (env PHASEGRAPH_TOKEN, which keeps it out of ps)",
+    )
+    parser.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="allow a non-loopback --host without a token (only behind an authenticating proxy)",
+    )
+    parser.add_argument(
+        "--allow-python",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="MODULE",
+        help="modules python: actions of uploaded graphs may import (exact names)",
+    )
+    parser.add_argument(
+        "--allow-shell", action="store_true", help="accept shell: actions in uploaded graphs"
+    )
+    parser.add_argument(
+        "--max-runs", type=_count, default=64, help="runs stepped at once (default %(default)s)"
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        type=_positive,
+        default=None,
+        help="seconds a run's lease outlives a crashed server (default: env "
+        "PHASEGRAPH_LEASE_TTL, else 30)",
+    )
+    parser.add_argument(
+        "--upload-dir",
+        default=str(Path(".phasegraph") / "uploads"),
+        help="where uploaded graphs are kept (default %(default)s)",
+    )
+
+
+COMMANDS = (
+    Command("run", "start a run of a graph and drive it to the end (or a wait)", _run, _runs),
+    Command("resume", "continue a run from its last committed step", _resume, _runs),
+    Command("status", "show one run, or list runs", _status, _runs),
+    Command("history", "list a run's committed steps", _history, _runs),
+    Command("show", "print a run's full snapshot (at the head or any step)", _show, _runs),
+    Command("machines", "list the built-in machines", _no_arguments, _runs),
+    Command("graphs", "list the built-in graphs", _no_arguments, _runs),
+    Command("reply", "answer a run's pending interrupt and continue the run", _reply, _human),
+    Command("cancel", "cancel a waiting, parked or abandoned run", _cancel, _human),
+    Command(
+        "check",
+        "check machines and graphs without running them: problems, unreachable states, "
+        "loops no budget bounds, states that cannot finish (exit 1 on errors)",
+        _check,
+        _definitions,
+    ),
+    Command(
+        "diagram",
+        "draw a machine's states or a graph's layers as Mermaid (renders on GitHub) or dot",
+        _diagram,
+        _definitions,
+    ),
+    Command("fork", "start a new run from any committed step of a run", _fork, _durable),
+    Command(
+        "replay",
+        "re-drive a run's history with its recorded action results (no action runs) and "
+        "report 'identical' or the first divergence; exit 0 identical, 1 diverged",
+        _replay,
+        _durable,
+    ),
+    Command(
+        "errors",
+        "show a run's error log: failures, recoveries, emergencies",
+        _errors_of,
+        _errors,
+    ),
+    Command(
+        "serve",
+        "serve the HTTP API: runs, events, replies (until Ctrl-C)",
+        _serve_arguments,
+        _serve,
+    ),
+)
+"""Every command, in the order ``phasegraph --help`` lists them."""

@@ -1,0 +1,108 @@
+"""Asking the command line for help or its version imports none of the engine.
+
+Each case runs the CLI in a fresh interpreter and reads what ended up in ``sys.modules``,
+so a module-level import anywhere on the way (``phasegraph/__init__.py``, the parser, a
+command module) shows up here, whatever the clock says.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import phasegraph
+from builders import cli_argv
+from phasegraph.cli._commands import COMMANDS
+
+HEAVY = frozenset(
+    {
+        "aiohttp",
+        "hiredis",
+        "jsonschema",
+        "msgpack",
+        "msgspec",
+        "networkx",
+        "pydantic",
+        "redis",
+        "rich",
+        "transitions",
+        "yaml",
+    }
+)
+"""The third-party libraries the engine and its command modules import."""
+
+PARSER_MODULES = frozenset(
+    {"phasegraph", "phasegraph.cli", "phasegraph.cli._main", "phasegraph.cli._commands"}
+)
+"""The phasegraph modules that building the parser may import."""
+
+_MARK = "--- modules ---"
+_PROBE = f"""
+import sys
+from phasegraph.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+names = sorted(sys.modules)
+print({_MARK!r}, code, *names, sep="\\n")
+"""
+
+
+def _run(*args: str) -> tuple[str, int, set[str]]:
+    """Run ``phasegraph ARGS`` in a fresh interpreter: its output, exit status, modules."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=True
+    )
+    output, _, tail = done.stdout.partition(f"{_MARK}\n")
+    code, *names = tail.split()
+    return output, int(code), set(names)
+
+
+def _top_level(names: set[str]) -> set[str]:
+    return {name.partition(".")[0] for name in names}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--version",), ("--help",), *((command.name, "--help") for command in COMMANDS)],
+    ids=" ".join,
+)
+def test_help_and_version_import_no_engine(args: tuple[str, ...]) -> None:
+    output, code, names = _run(*args)
+    assert code == 0
+    assert output  # the help or version text was printed
+    assert _top_level(names) & HEAVY == set()
+    assert {name for name in names if name.startswith("phasegraph")} <= PARSER_MODULES
+
+
+def test_version_is_the_packages() -> None:
+    output, code, _ = _run("--version")
+    assert (output, code) == (f"phasegraph {phasegraph.__version__}\n", 0)
+
+
+def test_a_command_imports_its_module_only_when_it_runs() -> None:
+    # The control for the cases above: the probe does see what a real command imports.
+    output, code, names = _run("status", "--store", "memory://")
+    assert (output, code) == ("no runs\n", 0)
+    assert "phasegraph.cli._runs" in names
+    assert "phasegraph.api" in names
+    assert "phasegraph.cli._serve" not in names  # another command's module
+
+
+def test_console_script_version_imports_no_engine() -> None:
+    # The installed script's own wrapper, not just main(): -X importtime names every
+    # module it imports, one per stderr line ending in "| name".
+    argv = cli_argv("--version")
+    if argv[0] == sys.executable:
+        argv = argv[1:]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, check=True
+    )
+    assert done.stdout == f"phasegraph {phasegraph.__version__}\n"
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
+    assert "phasegraph.cli._main" in imported
+    assert _top_level(imported) & HEAVY == set()
+    assert {name for name in imported if name.startswith("phasegraph")} <= PARSER_MODULES
