@@ -4,8 +4,14 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/dag_scaling.py [--sizes 10,100,1000,5000,20000] [--repeat 3]
 
-For each N, a graph of N no-op nodes is written as YAML: a root, N - 2 workers that need
-it (a team fanning out over N - 2 files) and a join that needs every worker. Measured,
+For each N, a graph of N no-op nodes is written as YAML, in one of two shapes:
+
+- ``fanout``: a root, N - 2 workers that need it (a team fanning out over N - 2 files)
+  and a join that needs every worker;
+- ``layered``: rows of 10, each node needing two nodes of the row before (every node
+  has about N / 2 transitive ancestors: what made preparing quadratic).
+
+Measured,
 sizes interleaved round-robin, medians of ``--repeat`` rounds, each in a fresh child
 process so one size's garbage never lands on another's clock:
 
@@ -30,10 +36,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def graph_yaml(size: int) -> str:
-    """The fan-out graph of ``size`` nodes (at least 3)."""
+BIND = '{run: {python: "loop_actions:ok", triggers: [ok]}}'
+
+
+def graph_yaml(size: int, shape: str = "fanout") -> str:
+    """The graph of ``size`` nodes (at least 3) in ``shape``."""
+    if shape == "layered":
+        return _layered(size)
     lines = ["graph: fanout", "concurrency: 8", "nodes:"]
-    bind = '{run: {python: "loop_actions:ok", triggers: [ok]}}'
+    bind = BIND
     workers = [f"w{index}" for index in range(size - 2)]
     lines.append(f"  - {{id: root, machine: task, bind: {bind}}}")
     lines += [f"  - {{id: {w}, machine: task, needs: [root], bind: {bind}}}" for w in workers]
@@ -41,7 +52,15 @@ def graph_yaml(size: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def child(size: int) -> dict[str, float]:
+def _layered(size: int) -> str:
+    lines = ["graph: layered", "concurrency: 8", "nodes:"]
+    for index in range(size):
+        needs = f", needs: [n{index - 10}, n{index - 10 + (index + 1) % 10}]" if index >= 10 else ""
+        lines.append(f"  - {{id: n{index}, machine: task{needs}, bind: {BIND}}}")
+    return "\n".join(lines) + "\n"
+
+
+def child(size: int, shape: str) -> dict[str, float]:
     """One measurement in this process (run as ``--child N``)."""
     import asyncio
 
@@ -50,7 +69,7 @@ def child(size: int) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"fanout_{size}.yaml"
-        path.write_text(graph_yaml(size), encoding="utf-8")
+        path.write_text(graph_yaml(size, shape), encoding="utf-8")
 
         async def measure() -> dict[str, float]:
             async with open_store("memory://") as store:
@@ -69,9 +88,9 @@ def child(size: int) -> dict[str, float]:
         return asyncio.run(measure())
 
 
-def sample(size: int) -> dict[str, float]:
+def sample(size: int, shape: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(size)],
+        [sys.executable, __file__, "--child", str(size), "--shape", shape],
         check=True,
         capture_output=True,
         text=True,
@@ -83,16 +102,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,5000")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--shape", choices=["fanout", "layered"], default="layered")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, args.shape)))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     rounds: list[dict[int, dict[str, float]]] = []
     for _ in range(args.repeat):
-        rounds.append({size: sample(size) for size in sizes})
+        rounds.append({size: sample(size, args.shape) for size in sizes})
     base = sizes[0]
+    print(f"shape {args.shape}, medians of {args.repeat} rounds")
     print(f"| N | prepare (s) | peak MB | µs/node | ratio to N={base} |")
     print("|---|---|---|---|---|")
     for size in sizes:

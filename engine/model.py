@@ -6,12 +6,13 @@ changes are returned as new values, never applied in place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from math import isqrt
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, final
 
 from phasegraph.errors import RunStateError, SourceLocation
 
@@ -19,6 +20,7 @@ __all__ = [
     "EMPTY",
     "ActionDef",
     "BudgetDef",
+    "ChunkedMap",
     "ErrorRecord",
     "GraphDef",
     "Interrupt",
@@ -37,6 +39,7 @@ __all__ = [
     "empty_field",
     "frozen_map",
     "nested_machines",
+    "updated_map",
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -60,6 +63,83 @@ def frozen_map(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     if not values:
         return EMPTY
     return MappingProxyType(dict(values))
+
+
+V = TypeVar("V")
+
+
+@final
+class ChunkedMap(Mapping[str, V]):
+    """A read-only map that a step updates by a few keys without copying the rest.
+
+    The keys, in sorted order, are cut into about √n chunks; an update copies only the
+    chunks it touches and shares every other one with the map it came from, so a run of
+    n nodes pays O(√n) per step rather than O(n). Chunks hold runs of sorted keys, so a
+    codec can encode the map chunk by chunk, in canonical order, and keep the bytes of
+    chunks no step touched (:attr:`chunks` exposes them; each is never changed).
+    """
+
+    __slots__ = ("_chunks", "_where")
+
+    def __init__(self, chunks: tuple[Mapping[str, V], ...], where: Mapping[str, int]) -> None:
+        self._chunks = chunks
+        self._where = where
+
+    @classmethod
+    def of(cls, items: Mapping[str, V]) -> ChunkedMap[V]:
+        """A chunked copy of ``items``."""
+        keys = sorted(items)
+        size = max(16, isqrt(len(keys)))
+        chunks = tuple(
+            MappingProxyType({key: items[key] for key in keys[start : start + size]})
+            for start in range(0, len(keys), size)
+        )
+        where = MappingProxyType({key: index // size for index, key in enumerate(keys)})
+        return cls(chunks, where)
+
+    @property
+    def chunks(self) -> tuple[Mapping[str, V], ...]:
+        """The chunks, in key order; a chunk no update touched is the same object."""
+        return self._chunks
+
+    def updated(self, changes: Mapping[str, V]) -> ChunkedMap[V]:
+        """This map with ``changes`` applied (a new key rebuilds the chunks)."""
+        where = self._where
+        touched: dict[int, dict[str, V]] = {}
+        for key, value in changes.items():
+            index = where.get(key)
+            if index is None:
+                return ChunkedMap.of({**self, **changes})
+            touched.setdefault(index, {})[key] = value
+        chunks = list(self._chunks)
+        for index, values in touched.items():
+            chunks[index] = MappingProxyType({**chunks[index], **values})
+        return ChunkedMap(tuple(chunks), where)
+
+    def __getitem__(self, key: str) -> V:
+        return self._chunks[self._where[key]][key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._chunks:
+            yield from chunk
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __repr__(self) -> str:
+        return f"ChunkedMap({dict(self)!r})"
+
+
+def updated_map(values: Mapping[str, V], changes: Mapping[str, V]) -> Mapping[str, V]:
+    """``values`` with ``changes`` applied, sharing what did not change (a :class:`ChunkedMap`)."""
+    if not changes:
+        return values
+    if isinstance(values, ChunkedMap):
+        return values.updated(changes)
+    return ChunkedMap.of({**values, **changes})
 
 
 class RunStatus(StrEnum):
@@ -420,7 +500,8 @@ class RunState:
         nodes: Node id → node state.
         interrupts: Pending interrupts by id.
         errors: The error log, oldest first.
-        writers: Data key → the nodes that have written it (for conflict detection).
+        writers: Data key → the node that wrote it last, as a 1-tuple (for conflict
+            detection; snapshots of older versions list every writer, the last one last).
         created_at: When the run was created.
         updated_at: When ``seq`` was committed.
     """
@@ -511,7 +592,7 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
         status=record.status,
         input=state.input,
         data=data,
-        nodes=MappingProxyType({**state.nodes, **record.nodes}) if record.nodes else state.nodes,
+        nodes=updated_map(state.nodes, record.nodes),
         interrupts=state.interrupts if record.interrupts is None else record.interrupts,
         errors=state.errors + record.errors if record.errors else state.errors,
         writers=writers,
@@ -523,9 +604,9 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
 def _add_writer(
     writers: Mapping[str, tuple[str, ...]], node: str, keys: Mapping[str, Any]
 ) -> Mapping[str, tuple[str, ...]]:
-    updated = dict(writers)
-    for key in keys:
-        known = updated.get(key, ())
-        if node not in known:
-            updated[key] = (*known, node)
-    return MappingProxyType(updated)
+    # Only the last writer of a key matters to the write-conflict rule (the writers so far
+    # form a chain), so that is all that is kept: the map stays as small as the data.
+    changed = [key for key in keys if writers.get(key, ())[-1:] != (node,)]
+    if not changed:
+        return writers
+    return MappingProxyType({**writers, **dict.fromkeys(changed, (node,))})

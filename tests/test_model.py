@@ -1,9 +1,20 @@
 """Model invariants that the hot path relies on."""
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from phasegraph.model import RunState, RunStatus, StepRecord, apply_record
+from hypothesis import given
+from hypothesis import strategies as st
+
+from phasegraph.model import (
+    ChunkedMap,
+    RunState,
+    RunStatus,
+    StepRecord,
+    apply_record,
+    updated_map,
+)
 
 
 def test_apply_record_carries_every_field_it_does_not_change() -> None:
@@ -20,3 +31,26 @@ def test_apply_record_carries_every_field_it_does_not_change() -> None:
             assert getattr(after, name) == changed[name]
         else:
             assert getattr(after, name) is marker, name
+
+
+@given(
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=80),
+    st.lists(st.dictionaries(st.text(max_size=4), st.integers(), max_size=5), max_size=6),
+)
+def test_chunked_map_updates_like_a_dict_and_shares_what_did_not_change(
+    start: dict[str, int], updates: list[dict[str, int]]
+) -> None:
+    expected = dict(start)
+    current: Mapping[str, int] = ChunkedMap.of(start)
+    for changes in updates:
+        before = current
+        expected.update(changes)
+        current = updated_map(current, changes)
+        assert dict(current) == expected
+        assert list(current) == sorted(expected)  # canonical order, chunk by chunk
+        assert len(current) == len(expected)
+        assert all(key in current for key in expected)
+        assert isinstance(current, ChunkedMap) and isinstance(before, ChunkedMap)
+        if changes and set(changes) <= set(before):
+            untouched = [c for c in before.chunks if not set(c) & set(changes)]
+            assert all(any(c is d for d in current.chunks) for c in untouched)

@@ -106,6 +106,7 @@ PUBLIC = {
         "compile_machines",
         "declared_conflicts",
         "find_cycle",
+        "shared_keys",
         "write_conflict",
     ],
     "phasegraph.run": [

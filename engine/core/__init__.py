@@ -20,7 +20,12 @@ from phasegraph.core._machine import (
     compile_machine,
     compile_machines,
 )
-from phasegraph.core._writes import WriteConflict, declared_conflicts, write_conflict
+from phasegraph.core._writes import (
+    WriteConflict,
+    declared_conflicts,
+    shared_keys,
+    write_conflict,
+)
 
 __all__ = [
     "CompiledMachine",
@@ -35,5 +40,6 @@ __all__ = [
     "compile_machines",
     "declared_conflicts",
     "find_cycle",
+    "shared_keys",
     "write_conflict",
 ]

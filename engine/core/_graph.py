@@ -64,8 +64,10 @@ class WorkflowGraph:
         needs: Node id → direct prerequisites, each once, in ``order``.
         dependents: Node id → the nodes that directly need it, in ``order``.
         position: Node id → its index in ``order``.
-        descendants: Node id → every node that (transitively) needs it.
-        ancestors: Node id → every node it (transitively) needs.
+
+    Compiling costs O(nodes + edges) time and memory. Whether one node (transitively)
+    needs another is answered on demand (:meth:`unordered`, :meth:`descendants`): most
+    graphs never ask, and one that does pays for the nodes it asks about only.
     """
 
     definition: GraphDef
@@ -75,12 +77,38 @@ class WorkflowGraph:
     needs: Mapping[str, tuple[str, ...]]
     dependents: Mapping[str, tuple[str, ...]]
     position: Mapping[str, int]
-    descendants: Mapping[str, frozenset[str]]
-    ancestors: Mapping[str, frozenset[str]]
 
     def unordered(self, a: str, b: str) -> bool:
         """Whether ``a`` and ``b`` may run concurrently (neither needs the other)."""
-        return a != b and b not in self.descendants[a] and b not in self.ancestors[a]
+        if a == b:
+            return False
+        first, second = (a, b) if self.position[a] < self.position[b] else (b, a)
+        # Only a node earlier in ``order`` can be needed by a later one.
+        return not self._needs(second, first)
+
+    def descendants(self, node_id: str) -> list[str]:
+        """Every node that (transitively) needs ``node_id``, in ``order``."""
+        found = self._search(node_id, len(self.order))
+        return sorted(found, key=self.position.__getitem__)
+
+    def _needs(self, later: str, earlier: str) -> bool:
+        """Whether ``later`` transitively needs ``earlier`` (searched from ``earlier``)."""
+        return later in self._search(earlier, self.position[later] + 1)
+
+    def _search(self, start: str, bound: int) -> set[str]:
+        """The nodes that transitively need ``start`` among the first ``bound`` of ``order``.
+
+        A node can only be needed by nodes after it in ``order``, so the search never
+        looks past ``bound``: asking about two nearby nodes stays cheap in a large graph.
+        """
+        found: set[str] = set()
+        stack, position, dependents = [start], self.position, self.dependents
+        while stack:
+            for dependent in dependents[stack.pop()]:
+                if dependent not in found and position[dependent] < bound:
+                    found.add(dependent)
+                    stack.append(dependent)
+        return found
 
 
 def _succeeded(state: NodeState) -> bool:
@@ -256,6 +284,4 @@ def compile_graph(definition: GraphDef) -> WorkflowGraph:
             {n: tuple(sorted(dag.successors(n), key=ranks.__getitem__)) for n in order}
         ),
         position=MappingProxyType(ranks),
-        descendants=MappingProxyType({n: frozenset(nx.descendants(dag, n)) for n in dag.nodes}),
-        ancestors=MappingProxyType({n: frozenset(nx.ancestors(dag, n)) for n in dag.nodes}),
     )

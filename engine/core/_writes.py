@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import pairwise
 
 from phasegraph.core._graph import WorkflowGraph
 from phasegraph.model import NodeDef
 
-__all__ = ["WriteConflict", "declared_conflicts", "write_conflict"]
+__all__ = ["WriteConflict", "declared_conflicts", "shared_keys", "write_conflict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,37 +44,51 @@ class WriteConflict:
         )
 
 
-def declared_conflicts(
-    nodes: Iterable[NodeDef], reducers: Mapping[str, str], workflow: WorkflowGraph
-) -> list[WriteConflict]:
-    """Every pair of unordered nodes whose declared ``writes`` share a key without a reducer.
+def shared_keys(nodes: Iterable[NodeDef], reducers: Mapping[str, str]) -> dict[str, list[str]]:
+    """Keys that two or more nodes declare in ``writes`` with no reducer → those nodes.
 
-    Nodes are grouped by key first, so the pairs compared are only those that share a key.
-    Conflicts are listed in graph order of the second node, then the first.
+    Cheap (no graph needed): a graph where this is empty cannot have a declared conflict.
     """
-    order = {node.id: index for index, node in enumerate(nodes)}
     writers: defaultdict[str, list[str]] = defaultdict(list)
-    for node in sorted((n for n in nodes if n.writes), key=lambda n: order[n.id]):
+    for node in nodes:
         for key in dict.fromkeys(node.writes or ()):
             if key not in reducers:
                 writers[key].append(node.id)
+    return {key: ids for key, ids in writers.items() if len(ids) > 1}
+
+
+def declared_conflicts(
+    nodes: Iterable[NodeDef], reducers: Mapping[str, str], workflow: WorkflowGraph
+) -> list[WriteConflict]:
+    """Unordered nodes whose declared ``writes`` share a key without a reducer.
+
+    The writers of a key are safe exactly when they form a chain, each needing the one
+    before it, so only neighbours in graph order are compared: each key costs as many
+    reachability questions as it has writers, never one per pair. Every key that breaks
+    the rule is reported, at each place its chain breaks, in declaration order.
+    """
+    listed = list(nodes)
+    declared = {node.id: index for index, node in enumerate(listed)}
     shared: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
-    for key, ids in writers.items():
-        for a, b in combinations(ids, 2):
-            if workflow.unordered(a, b):
-                shared[(a, b)].append(key)
-    pairs = sorted(shared, key=lambda pair: (order[pair[1]], order[pair[0]]))
+    for key, ids in shared_keys(listed, reducers).items():
+        chain = sorted(ids, key=workflow.position.__getitem__)
+        for pair in pairwise(chain):
+            if workflow.unordered(*pair):
+                first, second = sorted(pair, key=declared.__getitem__)
+                shared[(first, second)].append(key)
+    pairs = sorted(shared, key=lambda pair: (declared[pair[1]], declared[pair[0]]))
     return [WriteConflict(a, b, tuple(sorted(shared[(a, b)]))) for a, b in pairs]
 
 
 def write_conflict(
-    workflow: WorkflowGraph, earlier_writers: Iterable[str], node_id: str, key: str
+    workflow: WorkflowGraph, last_writer: str | None, node_id: str, key: str
 ) -> WriteConflict | None:
-    """The conflict, if ``node_id`` writing ``key`` after ``earlier_writers`` is one.
+    """The conflict, if ``node_id`` writing ``key`` after ``last_writer`` is one.
 
-    Only for keys without a reducer; the caller knows the graph's reducers.
+    Comparing with the last writer is enough: the writers so far form a chain (or the
+    run would have failed already), and a node that comes after the chain's last link
+    comes after all of it. Only for keys without a reducer; the caller knows them.
     """
-    for other in earlier_writers:
-        if other != node_id and workflow.unordered(other, node_id):
-            return WriteConflict(other, node_id, (key,))
-    return None
+    if last_writer is None or not workflow.unordered(last_writer, node_id):
+        return None
+    return WriteConflict(last_writer, node_id, (key,))

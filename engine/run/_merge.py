@@ -52,7 +52,8 @@ def merge_update(
 
 
 def _check_conflict(prepared: PreparedGraph, state: RunState, node_id: str, key: str) -> None:
-    conflict = write_conflict(prepared.workflow, state.writers.get(key, ()), node_id, key)
+    last = state.writers.get(key, ())[-1:]
+    conflict = write_conflict(prepared.workflow, last[0] if last else None, node_id, key)
     if conflict is not None:
         raise DataConflictError(conflict.message(), node_id=node_id)
 

@@ -519,6 +519,6 @@ class StepBuilder:
             node_id: NodeState(
                 status=NodeStatus.SKIPPED, error=f"skipped: {failed!r} failed upstream"
             )
-            for node_id in self._prepared.workflow.descendants[failed]
+            for node_id in self._prepared.workflow.descendants(failed)
             if state.nodes[node_id].status is NodeStatus.PENDING
         }

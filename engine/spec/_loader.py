@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph import model
-from phasegraph.core import compile_graph, declared_conflicts, find_cycle
+from phasegraph.core import compile_graph, declared_conflicts, find_cycle, shared_keys
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.spec import _schema as schema
 from phasegraph.spec._catalog import (
@@ -241,6 +241,8 @@ def _dependency_problems(
         return [doc.problem(("nodes", first), text)]
     if len({node.id for node in nodes}) != len(nodes):
         return []  # duplicate ids are reported already; the DAG would be ambiguous
+    if not shared_keys(nodes, spec.reducers):
+        return []  # the usual graph: no key is declared twice, no DAG to compile here
     workflow = compile_graph(
         model.GraphDef(name=doc.path, nodes=tuple(nodes), machines=model.EMPTY)
     )
