@@ -43,6 +43,7 @@ LIBRARIES = (
     "apache-burr",
     "transitions",
     "msgpack",
+    "msgspec",
     "redis",
     "hiredis",
 )

@@ -21,7 +21,6 @@ from typing import Any, Final, TypeVar
 
 import jsonschema
 
-from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
@@ -36,7 +35,7 @@ from phasegraph.run import (
     SystemClock,
     TimeOrderedIds,
     create_run,
-    decode_stored,
+    decode_history,
     first_commit,
     fork_state,
     initial_state,
@@ -307,9 +306,7 @@ class Engine:
         # Read every blob first, then decode them in one synchronous block: no await
         # inside it, so the collector can be paused while thousands of records are built.
         stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
-        decode = codec.decode_record
-        with codec.collector_paused():
-            return [decode_stored(run_id, seq, blob, decode) for seq, blob in stored]
+        return decode_history(run_id, stored)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0

@@ -121,6 +121,7 @@ PUBLIC = {
         "SystemClock",
         "TimeOrderedIds",
         "create_run",
+        "decode_history",
         "decode_stored",
         "differing_fields",
         "first_commit",

@@ -1,7 +1,7 @@
 """Run states and step records ⇄ bytes: the strict, versioned, canonical msgpack codec.
 
 The only place that knows the wire format (``specs/snapshot-format.md``). Owns
-``msgpack``. May import :mod:`phasegraph.model` and :mod:`phasegraph.errors`.
+``msgspec``. May import :mod:`phasegraph.model` and :mod:`phasegraph.errors`.
 """
 
 from __future__ import annotations

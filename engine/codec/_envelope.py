@@ -5,39 +5,48 @@ Every payload is one msgpack map, the envelope ``{"body": ..., "kind": ..., "v":
 ``"snapshot"`` (a :class:`~phasegraph.model.RunState`) or ``"record"`` (a
 :class:`~phasegraph.model.StepRecord`). ``specs/snapshot-format.md`` documents every field.
 
-Map keys are sorted at every level, so equal values give identical bytes. User data may
-hold only None, bool, int (64-bit), float, str, bytes, list/tuple, dict with str keys and
-aware datetimes (read back as lists, dicts and UTC datetimes); anything else is a
-:class:`CodecError`, with no ``str()`` fallback, no pickle, no import on decode. A newer
-``v`` raises :class:`UnsupportedFormatError`; an older one goes through the migrations.
+msgspec writes and reads the bytes, with the layout of :mod:`~phasegraph.codec._wire`.
+Map keys are sorted at every level (``order="sorted"``), so equal values give identical
+bytes. User data may hold only the types of :mod:`~phasegraph.codec._values`; anything
+else is a :class:`CodecError`, with no ``str()`` fallback, no pickle, no import on decode.
 
-This module owns msgpack, the envelope and the versions; the body layout lives in
-:mod:`~phasegraph.codec._layout`, the user-data type table in
-:mod:`~phasegraph.codec._values`, and the fast decoder of step records (the history path)
-in :mod:`~phasegraph.codec._records`.
+Decoding takes one typed msgspec call when the payload is of the current version and
+valid, the usual case. Anything else — an older version, a newer one, bytes that are not
+valid — goes the checked way: the envelope is read untyped and checked in the order the
+spec gives (a newer ``v`` raises :class:`UnsupportedFormatError` whatever the body holds),
+an older body goes through the migrations, and a bad body is named field by field.
 """
 
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from types import MappingProxyType
-from typing import Any, Final
+from enum import Enum
+from types import MappingProxyType, NoneType, UnionType
+from typing import Any, Final, Generic, TypeVar, Union, get_args, get_origin
 
-import msgpack
+import msgspec
 
 from phasegraph import model
-from phasegraph.codec._layout import RECORD, SNAPSHOT
-from phasegraph.codec._records import decode_record_body
 from phasegraph.codec._values import (
     MAX_DEPTH,
     Unencodable,
-    canonical,
-    canonical_map,
     check_plain,
     encode_failure,
+    plain_map,
+    plain_value,
     type_name,
+)
+from phasegraph.codec._wire import (
+    Record,
+    Snapshot,
+    Wire,
+    record_wire,
+    run_state,
+    snapshot_wire,
+    step_record,
 )
 from phasegraph.errors import CodecError, UnsupportedFormatError
 
@@ -64,18 +73,31 @@ raises :class:`CodecError` for a body it cannot upgrade."""
 _MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({})
 """Version ``n`` → the migration from ``n`` to ``n + 1``. Empty until format 2 exists."""
 
+_B = TypeVar("_B")
+
+
+class _Envelope(msgspec.Struct, Generic[_B], forbid_unknown_fields=True):
+    body: _B
+    kind: str
+    v: int
+
+
+def _reject_ext(code: int, data: memoryview) -> Any:
+    raise CodecError(f"unknown msgpack extension type {code} (phasegraph uses only -1, time)")
+
+
+_ENCODE: Final = msgspec.msgpack.Encoder(order="sorted").encode
+_DECODE_ANY: Final = msgspec.msgpack.Decoder(ext_hook=_reject_ext).decode
+_DECODE_SNAPSHOT: Final = msgspec.msgpack.Decoder(_Envelope[Snapshot], ext_hook=_reject_ext).decode
+_DECODE_RECORD: Final = msgspec.msgpack.Decoder(_Envelope[Record], ext_hook=_reject_ext).decode
+# What msgspec raises for a value it cannot write, and for bytes it cannot read (a
+# UnicodeDecodeError is a ValueError; RecursionError: nested deeper than the stack allows).
+_ENCODE_ERRORS: Final = (TypeError, ValueError, OverflowError)
+_DECODE_ERRORS: Final = (msgspec.DecodeError, ValueError, TypeError, OverflowError, RecursionError)
 _ENVELOPE: Final = frozenset({"body", "kind", "v"})
-# What msgpack raises for a value it cannot pack or bytes it cannot unpack.
-_PACK_ERRORS: Final = (TypeError, ValueError, OverflowError)
-_UNPACK_ERRORS: Final = (msgpack.UnpackException, ValueError, TypeError, OverflowError)
 
 
-def _packb(value: Any) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=True, datetime=True)
-    return packed
-
-
-# --------------------------------------------------------------------------- public API
+# --------------------------------------------------------------------------- encoding
 
 
 def encode_snapshot(state: model.RunState) -> bytes:
@@ -86,8 +108,8 @@ def encode_snapshot(state: model.RunState) -> bytes:
             message names the field and the key path.
     """
     try:
-        return _packb({"body": SNAPSHOT.encode(state), "kind": "snapshot", "v": FORMAT_VERSION})
-    except _PACK_ERRORS as exc:  # Unencodable too: it is a ValueError
+        return _ENCODE(_Envelope(snapshot_wire(state), "snapshot", FORMAT_VERSION))
+    except _ENCODE_ERRORS as exc:  # Unencodable too: it is a ValueError
         what = f"the snapshot of run {state.run_id!r} at step {state.seq}"
         raise encode_failure(exc, what, run_id=state.run_id, seq=state.seq) from None
 
@@ -100,8 +122,8 @@ def encode_record(record: model.StepRecord) -> bytes:
             message names the step, the node, the field and the key path.
     """
     try:
-        return _packb({"body": RECORD.encode(record), "kind": "record", "v": FORMAT_VERSION})
-    except _PACK_ERRORS as exc:
+        return _ENCODE(_Envelope(record_wire(record), "record", FORMAT_VERSION))
+    except _ENCODE_ERRORS as exc:
         what = f"step {record.seq}" + (f" of node {record.node!r}" if record.node else "")
         raise encode_failure(exc, what, node_id=record.node, seq=record.seq) from None
 
@@ -113,8 +135,8 @@ def encode_value(value: Any) -> bytes:
         CodecError: The value is outside the type table.
     """
     try:
-        return _packb(canonical(value, 0))
-    except _PACK_ERRORS as exc:
+        return _ENCODE(plain_value(value, 0))
+    except _ENCODE_ERRORS as exc:
         raise encode_failure(exc, "the value") from None
 
 
@@ -130,61 +152,92 @@ def check_encodable(values: Mapping[str, Any], *, node_id: str | None = None) ->
             key, the path inside its value and the offending Python type.
     """
     try:
-        _packb(canonical_map(values, 0))
-    except _PACK_ERRORS as exc:
+        _ENCODE(plain_map(values, 0))
+    except _ENCODE_ERRORS as exc:
         if isinstance(exc, Unencodable):
             key = exc.key
         else:  # msgpack's own limits (int range, UTF-8): find the key it refuses
-            key = next((key for key in values if not _packs(values[key])), None)
+            key = next((key for key in values if not _encodes(values[key])), None)
         what = "a key" if key is None else f"the value of key {key!r}"
         who = f"node {node_id!r}: " if node_id else ""
         raise encode_failure(exc, who + what, node_id=node_id) from None
 
 
-def _packs(value: Any) -> bool:
+def _encodes(value: Any) -> bool:
     try:
-        _packb(canonical(value, 1))
-    except _PACK_ERRORS:
+        _ENCODE(plain_value(value, 1))
+    except _ENCODE_ERRORS:
         return False
     return True
 
 
-def _reject_ext(code: int, data: bytes) -> Any:
-    raise CodecError(f"unknown msgpack extension type {code} (phasegraph uses only -1, time)")
+# --------------------------------------------------------------------------- decoding
+
+
+def decode_snapshot(data: bytes) -> model.RunState:
+    """Decode snapshot bytes back into the exact run state that was encoded.
+
+    Raises:
+        UnsupportedFormatError: The snapshot was written by a newer format version.
+        CodecError: The bytes are not a snapshot of a format this phasegraph reads.
+    """
+    try:
+        envelope = _DECODE_SNAPSHOT(data)
+    except _DECODE_ERRORS:
+        pass  # not the usual case: the checked way below says why
+    else:
+        if envelope.v == FORMAT_VERSION and envelope.kind == "snapshot":
+            return run_state(envelope.body)
+    return run_state(_checked(data, "snapshot", Snapshot))
+
+
+def decode_record(data: bytes) -> model.StepRecord:
+    """Decode step-record bytes back into the exact record that was encoded.
+
+    Raises:
+        UnsupportedFormatError: The record was written by a newer format version.
+        CodecError: The bytes are not a step record of a format this phasegraph reads.
+    """
+    try:
+        envelope = _DECODE_RECORD(data)
+    except _DECODE_ERRORS:
+        pass
+    else:
+        if envelope.v == FORMAT_VERSION and envelope.kind == "record":
+            return step_record(envelope.body)
+    return step_record(_checked(data, "record", Record))
+
+
+def decode_value(data: bytes) -> Any:
+    """Decode bytes written by :func:`encode_value` (sequences come back as lists).
+
+    Raises:
+        CodecError: The bytes are not one msgpack value of the supported types.
+    """
+    value = _unpack(data)
+    if type(value) is dict or type(value) is list:
+        check_plain(value, 0, "the value")
+    return value
 
 
 def _unpack(data: bytes) -> Any:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise CodecError(f"expected bytes to decode, got {type_name(data)}")
     try:
-        return msgpack.unpackb(
-            data, raw=False, strict_map_key=True, timestamp=3, ext_hook=_reject_ext
-        )
+        return _DECODE_ANY(data)
     except CodecError:
         raise
-    except _UNPACK_ERRORS as exc:
+    except RecursionError:
+        raise CodecError(f"not valid msgpack: nested deeper than {MAX_DEPTH} levels") from None
+    except _DECODE_ERRORS as exc:
         raise CodecError(f"not valid msgpack: {exc}") from None
 
 
-def _upgrade(kind: str, body: Any, old: int, table: Mapping[int, _Migration], new: int) -> Any:
-    """Apply the migrations ``old → old + 1 → … → new`` from ``table`` to ``body``, in order."""
-    for step in range(old, new):
-        migrate = table.get(step)
-        if migrate is None:
-            raise CodecError(f"no migration from format version {step} to {step + 1}")
-        try:
-            body = migrate(kind, body)
-        except CodecError:
-            raise
-        except (LookupError, TypeError, ValueError) as exc:  # a body too broken to upgrade
-            raise CodecError(
-                f"cannot migrate a {kind} from format version {step}: {exc!r}"
-            ) from None
-    return body
+_W = TypeVar("_W", bound=Wire)
 
 
-def _open(data: bytes, kind: str) -> Any:
-    """Validate the envelope and return its body, upgraded to :data:`FORMAT_VERSION`."""
+def _checked(data: bytes, kind: str, layout: type[_W]) -> _W:
+    """The body of a payload of any version, checked step by step as the spec orders it."""
     envelope = _unpack(data)
     if type(envelope) is not dict:
         raise CodecError(
@@ -207,41 +260,122 @@ def _open(data: bytes, kind: str) -> Any:
         )
     if envelope["kind"] != kind:
         raise CodecError(f"not a phasegraph {kind}: the envelope holds a {envelope['kind']!r}")
-    if version == FORMAT_VERSION:  # the usual case: nothing to migrate
-        return envelope["body"]
-    return _upgrade(kind, envelope["body"], version, _MIGRATIONS, FORMAT_VERSION)
+    body = _upgrade(kind, envelope["body"], version, _MIGRATIONS, FORMAT_VERSION)
+    try:
+        return msgspec.convert(body, layout)
+    except msgspec.ValidationError as exc:
+        problem = exc
+    raise _explain(problem, layout, f"the {kind} body")  # outside: msgspec's error not chained
 
 
-def decode_snapshot(data: bytes) -> model.RunState:
-    """Decode snapshot bytes back into the exact run state that was encoded.
-
-    Raises:
-        UnsupportedFormatError: The snapshot was written by a newer format version.
-        CodecError: The bytes are not a snapshot of a format this phasegraph reads.
-    """
-    return SNAPSHOT.decode(_open(data, "snapshot"), "the snapshot body")
-
-
-def decode_record(data: bytes) -> model.StepRecord:
-    """Decode step-record bytes back into the exact record that was encoded.
-
-    Raises:
-        UnsupportedFormatError: The record was written by a newer format version.
-        CodecError: The bytes are not a step record of a format this phasegraph reads.
-    """
-    return decode_record_body(_open(data, "record"))
+def _upgrade(kind: str, body: Any, old: int, table: Mapping[int, _Migration], new: int) -> Any:
+    """Apply the migrations ``old → old + 1 → … → new`` from ``table`` to ``body``, in order."""
+    for step in range(old, new):
+        migrate = table.get(step)
+        if migrate is None:
+            raise CodecError(f"no migration from format version {step} to {step + 1}")
+        try:
+            body = migrate(kind, body)
+        except CodecError:
+            raise
+        except (LookupError, TypeError, ValueError) as exc:  # a body too broken to upgrade
+            raise CodecError(
+                f"cannot migrate a {kind} from format version {step}: {exc!r}"
+            ) from None
+    return body
 
 
-def decode_value(data: bytes) -> Any:
-    """Decode bytes written by :func:`encode_value` (sequences come back as lists).
+# --------------------------------------------------------------------------- messages
+# msgspec says what is wrong and where, in wire keys: "Expected `int`, got `str` - at
+# `$.ns[...].n`". The path is walked through the layout to name the model field instead
+# ("node.steps must be of type int, not str"); a message of another form is kept as is.
 
-    Raises:
-        CodecError: The bytes are not one msgpack value of the supported types.
-    """
-    value = _unpack(data)
-    if type(value) is dict or type(value) is list:
-        check_plain(value, 0, "the value")
-    return value
+_PATH_STEP: Final = re.compile(r"\.([^.\[]+)|\[[^\]]*\]")
+_EXPECTED: Final = re.compile(r"Expected `(.+)`, got `(.+)`")
+_ENUM: Final = re.compile(r"Invalid enum value (.+)")
+_FIELD: Final = re.compile(r"Object (missing required|contains unknown) field `(.+)`")
+_WIRE_NAMES: Final = {"object": "map", "array": "list", "null": "nil"}
+
+
+def _explain(exc: msgspec.ValidationError, layout: type[Wire], label: str) -> CodecError:
+    """The model-level message of a msgspec validation error in a body of ``layout``."""
+    problem, _, where = str(exc).partition(" - at ")
+    on_key = where.startswith("`key` in ")
+    path = where.removeprefix("`key` in ").strip("`")
+    kind: Any = layout  # the type at the bad value, and the one holding it
+    holder: Any = None
+    try:
+        for step in _PATH_STEP.finditer(path, 1):
+            if step.group(1) is None:  # [...] or [0]: a map's value or a list's item
+                kind, holder = _items(kind), kind
+            else:  # .key: a field of a map of the format
+                wire = _optional(kind)
+                spec = next(f for f in msgspec.structs.fields(wire) if f.encode_name == step[1])
+                kind, holder, label = spec.type, None, f"{wire.what()}.{spec.name}"
+    except (LookupError, StopIteration, TypeError, ValueError):  # a path of another form
+        return CodecError(f"{label} is invalid: {exc}")
+    if on_key:
+        return CodecError(f"{label} has a map key that is not a str")
+    if holder is not None and not (isinstance(kind, type) and issubclass(kind, Wire)):
+        kind = holder  # a scalar inside a list or map: say what the whole should be
+    if found := _ENUM.fullmatch(problem):
+        return CodecError(f"{label} must be {_describe(kind)}, found {found[1]}")
+    if found := _FIELD.fullmatch(problem):
+        what = "missing" if found[1] == "missing required" else "unknown"
+        return CodecError(f"{label} must be {_describe(kind)}; {what} key {found[2]!r}")
+    if found := _EXPECTED.fullmatch(problem):
+        got = _WIRE_NAMES.get(found[2], found[2])
+        return CodecError(
+            f"{label} must be {_describe(kind)}, "
+            + (f"found {got} in it" if kind is holder else f"not {got}")
+        )
+    return CodecError(f"{label} is invalid: {problem}")
+
+
+def _optional(kind: Any) -> Any:
+    """``X`` of ``X | None``; any other type as it is."""
+    if get_origin(kind) in (Union, UnionType):
+        (kind,) = (arg for arg in get_args(kind) if arg is not NoneType)
+    return kind
+
+
+def _items(kind: Any) -> Any:
+    """The type of the values of a ``dict``, or of the items of a ``list``/``tuple``."""
+    return get_args(_optional(kind))[-1 if get_origin(_optional(kind)) is dict else 0]
+
+
+def _describe(kind: Any) -> str:
+    """What a value of ``kind`` must be, as messages say it (``a list of str``)."""
+    inner = _optional(kind)
+    if inner is not kind:
+        return f"{_describe(inner)} or nil"
+    if isinstance(kind, type) and issubclass(kind, Wire):
+        keys = ", ".join(field.encode_name for field in msgspec.structs.fields(kind))
+        return f"{_a(kind.what())} map of {keys}"
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "one of " + ", ".join(str(member.value) for member in kind)
+    if get_origin(kind) in (dict, list, tuple):
+        return _a(_noun(kind))
+    return f"of type {_noun(kind)}"
+
+
+def _noun(kind: Any, s: str = "") -> str:
+    """A value of ``kind`` as a noun (``map of str to int``); ``s`` makes a map or list plural."""
+    if isinstance(kind, type) and issubclass(kind, Wire):
+        return f"{kind.what()} map{s}"
+    if get_origin(kind) is dict:
+        items = _items(kind)
+        return f"map{s}" if items is Any else f"map{s} of str to {_noun(items, 's')}"
+    if get_origin(kind) in (list, tuple):
+        return f"list{s} of {_noun(_items(kind), 's')}"
+    return str(getattr(kind, "__name__", kind))
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
+# --------------------------------------------------------------------------- bulk decoding
 
 
 @contextmanager
@@ -250,10 +384,9 @@ def collector_paused() -> Iterator[None]:
 
     Decoding allocates several container objects per payload, none of them in a cycle,
     and the collector starts on allocation counts: while a long history is decoded it
-    runs over and over, re-scanning records that cannot be garbage (a third of the time
-    of a 10,000-record read). msgpack's documentation recommends the same for large
-    unpacks. Keep the block synchronous, with no ``await`` and no user code in it: the
-    pause is process-wide. A collector that was already off stays off.
+    runs over and over, re-scanning records that cannot be garbage. Keep the block
+    synchronous, with no ``await`` and no user code in it: the pause is process-wide. A
+    collector that was already off stays off.
     """
     if not gc.isenabled():
         yield

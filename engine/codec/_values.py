@@ -1,16 +1,18 @@
 """User data on the wire: the closed type table, checked on encode and on decode.
 
 User data (run data, inputs, payloads, results, event fields) may hold only None, bool,
-int, float, str, bytes, list/tuple, dict with str keys and aware datetimes, nested at
-most :data:`MAX_DEPTH` deep. Encoding returns the value with every dict key-sorted (so
-equal values give equal bytes) or raises :class:`Unencodable` naming where the offending
-value sits; decoding rejects what msgpack lets through but the encoder never writes.
-msgpack itself stays in :mod:`phasegraph.codec._envelope`: this module sees plain Python values.
+int, float, str, bytes, list/tuple, dict (or read-only mapping) with str keys and aware
+datetimes, nested at most :data:`MAX_DEPTH` deep. msgspec would write much more (sets,
+dataclasses, UUIDs, ...), so everything is checked here first: :func:`plain_map` returns
+the value as it is written (the same object in the usual case) or raises
+:class:`Unencodable` naming where the offending value sits; :func:`check_plain` refuses
+what msgpack can carry but the encoder never writes (non-str keys, deeper nests).
+This module sees plain Python values only; msgspec stays in the envelope module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final
@@ -19,25 +21,29 @@ from phasegraph.errors import CodecError
 
 __all__ = [
     "MAX_DEPTH",
-    "STR",
     "Unencodable",
     "aware",
-    "canonical",
-    "canonical_map",
     "check_plain",
     "encode_failure",
+    "plain_map",
+    "plain_value",
     "type_name",
 ]
 
 MAX_DEPTH: Final = 100
 """How deeply lists and dicts may nest inside one user-data value."""
 
-STR: Final = frozenset({str})
-"""For the one-call check ``STR.issuperset(map(type, items))``: every item is a str."""
-
+_STR: Final = frozenset({str})
 _SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes})
 _CONTAINERS: Final = frozenset({dict, list})
 _SUPPORTED: Final = "None, bool, int, float, str, bytes, list, tuple, dict, aware datetime"
+# Subclasses of these (enum members and such) are written as their plain base value.
+_BASES: Final[tuple[tuple[type, Callable[[Any], Any]], ...]] = (
+    (str, str.__str__),
+    (int, int.__int__),
+    (float, float.__float__),
+    (bytes, bytes.__bytes__),
+)
 
 
 def type_name(value: object) -> str:
@@ -75,42 +81,44 @@ def encode_failure(exc: Exception, what: str, **context: Any) -> CodecError:
     return CodecError(f"{what} cannot be encoded: {reason}", **context)
 
 
-def canonical(value: Any, depth: int) -> Any:
-    """Return ``value`` with every dict sorted by key, or raise :class:`Unencodable`."""
+def plain_value(value: Any, depth: int) -> Any:
+    """``value`` as msgspec writes it, or raise :class:`Unencodable`.
+
+    The same object when it needs no change; read-only mappings become dicts and
+    subclasses of the scalar types their base value. msgspec sorts the keys.
+    """
     kind = type(value)
     if kind in _SCALARS:
         return value
     if depth > MAX_DEPTH:
         raise Unencodable(f"nested deeper than {MAX_DEPTH} levels")
     if kind is dict or kind is MappingProxyType or isinstance(value, dict):
-        return canonical_map(value, depth)
+        return plain_map(value, depth)
     if kind is list or kind is tuple or isinstance(value, list | tuple):
-        return _canonical_list(value, depth)
+        return _plain_items(value, depth)
     if kind is datetime:
         return aware(value, "")
-    if isinstance(value, str | int | float | bytes):  # enum members and such: packed as the base
-        return value
+    for base, plain in _BASES:
+        if isinstance(value, base):
+            return plain(value)
     raise Unencodable(f"{type_name(value)} is not a supported type (supported: {_SUPPORTED})")
 
 
-def canonical_map(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
-    """A key-sorted copy of a user-data map; see :func:`canonical`."""
-    try:
-        keys = sorted(value)
-    except TypeError:  # keys of mixed types; refused just below
-        keys = list(value)
-    if not STR.issuperset(map(type, keys)):  # one C-speed check for the usual all-str case
-        for key in keys:
+def plain_map(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
+    """A user-data map as a dict of plain values; see :func:`plain_value`."""
+    if _STR.issuperset(map(type, value)) and _SCALARS.issuperset(map(type, value.values())):
+        return value if type(value) is dict else dict(value)  # the usual, flat case
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if type(key) is not str:
             if not isinstance(key, str):
                 raise Unencodable(f"key {key!r} ({type_name(key)}) is not a str")
-    out: dict[str, Any] = {}
-    for key in keys:
-        item = value[key]
+            key = str.__str__(key)  # a subclass of str: its plain str
         if type(item) in _SCALARS:  # the common case, without a call
             out[key] = item
             continue
         try:
-            out[key] = canonical(item, depth + 1)
+            out[key] = plain_value(item, depth + 1)
         except Unencodable as exc:
             exc.path.append(f"[{key!r}]")
             exc.key = key
@@ -118,16 +126,16 @@ def canonical_map(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
     return out
 
 
-def _canonical_list(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+def _plain_items(value: list[Any] | tuple[Any, ...], depth: int) -> list[Any] | tuple[Any, ...]:
     if _SCALARS.issuperset(map(type, value)):
-        return value  # msgpack writes a tuple as an array, like a list
+        return value  # msgspec writes a tuple as an array, like a list
     out: list[Any] = []
     for index, item in enumerate(value):
         if type(item) in _SCALARS:
             out.append(item)
             continue
         try:
-            out.append(canonical(item, depth + 1))
+            out.append(plain_value(item, depth + 1))
         except Unencodable as exc:
             exc.path.append(f"[{index}]")
             raise
@@ -155,7 +163,7 @@ def aware(value: Any, label: str) -> Any:
 
 
 def check_plain(value: dict[Any, Any] | list[Any], depth: int, label: str) -> None:
-    """Reject what msgpack lets through but the encoder never writes: bytes keys, deep nests.
+    """Refuse what msgpack can carry but the encoder never writes: non-str keys, deep nests.
 
     Raises:
         CodecError: Named after ``label`` (``record.data``).
@@ -164,7 +172,7 @@ def check_plain(value: dict[Any, Any] | list[Any], depth: int, label: str) -> No
         raise CodecError(f"{label} is nested deeper than {MAX_DEPTH} levels")
     items: Iterable[Any] = value
     if type(value) is dict:
-        if not STR.issuperset(map(type, value)):
+        if not _STR.issuperset(map(type, value)):
             raise CodecError(f"{label} has a map key that is not a str")
         items = value.values()
     if not _CONTAINERS.isdisjoint(map(type, items)):  # descend only where there is something

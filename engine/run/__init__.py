@@ -22,7 +22,7 @@ from phasegraph.run._replay import (
     replay_history,
     report_view,
 )
-from phasegraph.run._stored import decode_stored, first_commit, rebuild, run_meta
+from phasegraph.run._stored import decode_history, decode_stored, first_commit, rebuild, run_meta
 
 __all__ = [
     "REDUCERS",
@@ -36,6 +36,7 @@ __all__ = [
     "SystemClock",
     "TimeOrderedIds",
     "create_run",
+    "decode_history",
     "decode_stored",
     "differing_fields",
     "first_commit",

@@ -6,7 +6,7 @@ commit that creates a run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from phasegraph import codec
@@ -14,7 +14,7 @@ from phasegraph.errors import CodecError
 from phasegraph.model import RunState, StepRecord, apply_record
 from phasegraph.store.base import Commit, RunMeta, StoredRun
 
-__all__ = ["decode_stored", "first_commit", "rebuild", "run_meta"]
+__all__ = ["decode_history", "decode_stored", "first_commit", "rebuild", "run_meta"]
 
 
 T = TypeVar("T")
@@ -44,11 +44,36 @@ def decode_stored(run_id: str, seq: int, blob: bytes, decode: Callable[[bytes], 
         return decode(blob)
     except CodecError as exc:
         what = "snapshot" if decode is codec.decode_snapshot else "step record"
-        raise type(exc)(
-            f"run {run_id!r}: the {what} at seq {seq} cannot be read: {exc.message}",
-            run_id=run_id,
-            seq=seq,
-        ) from exc
+        raise _unreadable(run_id, seq, what, exc) from exc
+
+
+def decode_history(run_id: str, stored: Sequence[tuple[int, bytes]]) -> list[StepRecord]:
+    """Decode the ``(seq, record bytes)`` of a history read, in one synchronous block.
+
+    The collector is paused while thousands of records are built (see
+    :func:`~phasegraph.codec.collector_paused`), and the loop calls the codec directly.
+
+    Raises:
+        CodecError: A record is corrupt or of a newer format; the message names the run
+            and the seq.
+    """
+    records: list[StepRecord] = []
+    append, decode = records.append, codec.decode_record
+    with codec.collector_paused():
+        for seq, blob in stored:
+            try:
+                append(decode(blob))
+            except CodecError as exc:
+                raise _unreadable(run_id, seq, "step record", exc) from exc
+    return records
+
+
+def _unreadable(run_id: str, seq: int, what: str, exc: CodecError) -> CodecError:
+    return type(exc)(
+        f"run {run_id!r}: the {what} at seq {seq} cannot be read: {exc.message}",
+        run_id=run_id,
+        seq=seq,
+    )
 
 
 def first_commit(state: RunState, record: StepRecord) -> Commit:

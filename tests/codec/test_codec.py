@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 from builders import REPO, TESTS
 from phasegraph import codec
 from phasegraph.codec import _envelope as codec_envelope
-from phasegraph.codec import _layout as codec_layout
+from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import (
     ErrorRecord,
@@ -409,12 +410,12 @@ def test_golden_objects_set_every_field() -> None:
             assert getattr(value, field.name) != default_of(field), field.name
 
 
-SHAPES = [
-    (codec_layout.SNAPSHOT, RunState, "## Snapshot body"),
-    (codec_layout.RECORD, StepRecord, "## Step record body"),
-    (codec_layout.NODE, NodeState, "### Node state"),
-    (codec_layout.INTERRUPT, Interrupt, "### Interrupt"),
-    (codec_layout.ERROR, ErrorRecord, "### Error record"),
+LAYOUTS = [
+    (codec_wire.Snapshot, RunState, "## Snapshot body"),
+    (codec_wire.Record, StepRecord, "## Step record body"),
+    (codec_wire.Node, NodeState, "### Node state"),
+    (codec_wire.Interrupt, Interrupt, "### Interrupt"),
+    (codec_wire.Error, ErrorRecord, "### Error record"),
 ]
 
 
@@ -426,13 +427,14 @@ def spec_table(heading: str) -> dict[str, str]:
     return {key.strip().strip("`"): name.strip().strip("`") for key, name in rows}
 
 
-@pytest.mark.parametrize(("shape", "cls", "heading"), SHAPES)
+@pytest.mark.parametrize(("layout", "cls", "heading"), LAYOUTS)
 def test_wire_layout_covers_the_model_and_matches_the_spec(
-    shape: Any, cls: type, heading: str
+    layout: type[msgspec.Struct], cls: type, heading: str
 ) -> None:
-    layout = shape.layout
-    assert sorted(layout.values()) == sorted(field.name for field in dataclasses.fields(cls))
-    assert spec_table(heading) == layout
+    wire = {field.encode_name: field.name for field in msgspec.structs.fields(layout)}
+    assert sorted(wire.values()) == sorted(field.name for field in dataclasses.fields(cls))
+    assert spec_table(heading) == wire
+    assert list(wire) == sorted(wire)  # declared in wire-key order, as the spec lists them
 
 
 # --------------------------------------------------------------------------- decoded types
@@ -595,18 +597,18 @@ def test_random_bytes_never_raise_anything_but_codec_error(data: bytes) -> None:
             decode(data)
 
 
-FLIP_CASES: list[tuple[bytes, Callable[[bytes], Any], type]] = [
-    (codec.encode_snapshot(golden_state()), codec.decode_snapshot, RunState),
-    (codec.encode_record(golden_record()), codec.decode_record, StepRecord),
+FLIP_CASES: list[tuple[bytes, Callable[[Any], bytes], Callable[[bytes], Any], type]] = [
+    (codec.encode_snapshot(golden_state()), codec.encode_snapshot, codec.decode_snapshot, RunState),
+    (codec.encode_record(golden_record()), codec.encode_record, codec.decode_record, StepRecord),
 ]
 
 
 @FAST
 @given(st.sampled_from(FLIP_CASES), st.data())
 def test_bit_flips_decode_or_raise_codec_error(
-    case: tuple[bytes, Callable[[bytes], Any], type], data: st.DataObject
+    case: tuple[bytes, Callable[[Any], bytes], Callable[[bytes], Any], type], data: st.DataObject
 ) -> None:
-    blob, decode, cls = case
+    blob, encode, decode, cls = case
     bit = data.draw(st.integers(0, len(blob) * 8 - 1))
     flipped = bytearray(blob)
     flipped[bit // 8] ^= 1 << (bit % 8)
@@ -615,6 +617,7 @@ def test_bit_flips_decode_or_raise_codec_error(
     except CodecError:
         return
     assert type(decoded) is cls  # no checksum: a flip inside a value can go unnoticed
+    assert decode(encode(decoded)) == decoded  # but what decodes is a value like any other
 
 
 @FAST
@@ -767,3 +770,80 @@ def test_encode_value_refuses_unknown_types() -> None:
         codec.encode_value({"k": frozenset()})
     with pytest.raises(CodecError, match="64-bit"):
         codec.encode_value(-(2**63) - 1)
+
+
+class Word(str):
+    """A str subclass, like the members of a StrEnum."""
+
+
+def test_subclasses_and_read_only_maps_are_written_as_their_plain_values() -> None:
+    odd = {
+        Word("k"): MappingProxyType(
+            {"s": Word("x"), "n": NodeStatus.RUNNING, "r": RunStatus.FAILED}
+        ),
+        "t": (True, MappingProxyType({})),
+    }
+    plain = {"k": {"n": "running", "r": "failed", "s": "x"}, "t": [True, {}]}
+    codec.check_encodable(odd)
+    assert codec.encode_value(odd) == codec.encode_value(plain)
+    assert codec.decode_value(codec.encode_value(odd)) == plain
+    record = StepRecord(seq=1, time=T0, kind="k", data=MappingProxyType(odd))
+    twin = StepRecord(seq=1, time=T0, kind="k", data=MappingProxyType(plain))
+    assert codec.encode_record(record) == codec.encode_record(twin)
+
+
+@pytest.mark.parametrize("text", ["2025-03-01T09:30:15Z", "2025-03-01"])
+def test_a_timestamp_written_as_text_is_refused(text: str) -> None:
+    """msgspec reads RFC 3339 text as a datetime; the format allows only the timestamp."""
+    body = raw_body(codec.encode_record(golden_record()))
+    body["t"] = text
+    with pytest.raises(CodecError, match=r"^record\.time must be of type datetime, not str$"):
+        codec.decode_record(envelope(v=1, kind="record", body=body))
+    body = raw_body(codec.encode_snapshot(golden_state()))
+    body["i"]["run-0001:review:spec_review"]["dl"] = text
+    with pytest.raises(CodecError, match=r"interrupt\.deadline must be of type datetime or nil"):
+        codec.decode_snapshot(envelope(v=1, kind="snapshot", body=body))
+
+
+def test_an_unknown_extension_inside_user_data_is_a_codec_error() -> None:
+    body = raw_body(codec.encode_record(golden_record()))
+    body["d"] = {"k": msgpack.ExtType(7, b"x")}
+    with pytest.raises(CodecError, match="unknown msgpack extension type 7"):
+        codec.decode_record(envelope(v=1, kind="record", body=body))
+
+
+def test_nesting_deeper_than_the_stack_is_a_codec_error() -> None:
+    deep = b"\x91" * 100_000 + b"\x00"
+    for decode in (codec.decode_snapshot, codec.decode_record, codec.decode_value):
+        with pytest.raises(CodecError, match="not valid msgpack"):
+            decode(deep)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("q", "7", "record.seq must be of type int, not str"),
+        ("n", 3, "record.node must be of type str or nil, not int"),
+        ("s", "sleeping", "record.status must be one of running, waiting, parked, completed"),
+        ("src", ["a", 1], "record.source must be a list of str, found int in it"),
+        ("ns", {"n": {"s": "pending"}}, "record.nodes must be a node map of c, e, n, o, p, pl"),
+        ("ns", [], "record.nodes must be a map of str to node maps, not list"),
+        ("ev", [1], "record.events must be a list of maps, found int in it"),
+        ("e", [1], "record.errors must be an error map of m, n, r, s, sv, t, x, not int"),
+        (
+            "i",
+            {"g": {}},
+            "record.interrupts must be an interrupt map of ca, dl, id, k, n, p, pk; missing",
+        ),
+        ("r", {1: 2}, "record.result has a map key that is not a str"),
+        ("zz", 1, "the record body must be a record map of d, dst, e, ev, i, k, n, ns, q, r"),
+    ],
+)
+def test_refused_record_fields_are_named_by_their_model_field(
+    field: str, value: Any, message: str
+) -> None:
+    body = raw_body(codec.encode_record(golden_record()))
+    body[field] = value
+    with pytest.raises(CodecError) as caught:
+        codec.decode_record(envelope(v=1, kind="record", body=body))
+    assert str(caught.value).startswith(message)

@@ -1,10 +1,13 @@
-"""Tests for phasegraph.codec._records: the fast record decoder agrees with the strict shape.
+"""Tests of step-record decoding: the one-call typed decode and the checked way agree.
 
-The strict reference is the table-driven shape, :data:`phasegraph.codec._layout.RECORD`,
-behind the full envelope checks. On every input — valid records of every kind, bodies
-with a field changed to anything, truncated or bit-flipped bytes, other versions — the
-fast decoder must give the same record (same types throughout) or raise the same error
-class with the same message; never any other exception.
+``decode_record`` takes one typed msgspec call when the payload is of the current version
+and valid; anything else goes the checked way (the envelope read untyped and checked in
+the spec's order, then the body converted with the same layout). The reference here is
+the checked way alone. On every input — valid records of every kind, bodies with a field
+changed to anything, truncated or bit-flipped bytes, other versions — ``decode_record``
+must give the same record (same types throughout) or raise the same error class with the
+same message; never any other exception. Whatever decodes re-encodes to bytes that
+decode to it again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
-import msgpack
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -34,8 +37,7 @@ from test_codec import (
 
 from phasegraph import codec
 from phasegraph.codec import _envelope as codec_envelope
-from phasegraph.codec import _records as codec_records
-from phasegraph.codec._layout import ERROR, INTERRUPT, NODE, RECORD
+from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import NodeState, NodeStatus, StepRecord
 
@@ -69,10 +71,20 @@ def outcome(decode: Callable[[Any], Any], data: Any) -> tuple[Any, ...]:
     return "decoded", value, shape(value)
 
 
-def strict_record(data: bytes) -> StepRecord:
-    """The reference: every envelope check in order, then the table-driven shape."""
-    decoded: StepRecord = RECORD.decode(codec_envelope._open(data, "record"), "the record body")
-    return decoded
+def checked_record(data: bytes) -> StepRecord:
+    """The reference: every envelope check in the spec's order, then the layout."""
+    return codec_wire.step_record(codec_envelope._checked(data, "record", codec_wire.Record))
+
+
+def wire_keys(layout: type[msgspec.Struct]) -> list[str]:
+    return sorted(field.encode_name for field in msgspec.structs.fields(layout))
+
+
+def assert_stable(record: StepRecord) -> None:
+    """A decoded record is made of model types and survives another round trip."""
+    assert type(record) is StepRecord
+    again = codec.decode_record(codec.encode_record(record))
+    assert (again, shape(again)) == (record, shape(record))
 
 
 def loop_record(seq: int) -> StepRecord:
@@ -100,23 +112,21 @@ def loop_record(seq: int) -> StepRecord:
 
 
 @pytest.mark.parametrize("record", [loop_record(7), golden_record()], ids=["loop", "golden"])
-def test_fast_path_builds_what_the_shape_builds(record: StepRecord) -> None:
-    body = raw_body(codec.encode_record(record))
-    fast = codec_records._record(body)  # raises if the fast path turned the body down
-    assert fast == record
-    assert shape(fast) == shape(RECORD.decode(body, "the record body"))
+def test_typed_decode_builds_what_the_checked_way_builds(record: StepRecord) -> None:
+    data = codec.encode_record(record)
+    decoded = codec.decode_record(data)
+    assert decoded == record
+    assert shape(decoded) == shape(checked_record(data))
 
 
 @FAST
 @given(step_records_of_every_kind())
-def test_every_kind_round_trips_through_the_fast_path(record: StepRecord) -> None:
+def test_every_kind_round_trips(record: StepRecord) -> None:
     data = codec.encode_record(record)
     decoded = codec.decode_record(data)
     assert decoded == record
-    assert shape(decoded) == shape(strict_record(data))
+    assert shape(decoded) == shape(checked_record(data))
     assert codec.encode_record(decoded) == data
-    # Whatever the encoder writes is usual: taken by the fast path itself, not handed back.
-    assert codec_records._record(raw_body(data)) == record
 
 
 # --------------------------------------------------------------------------- corrupt input
@@ -140,7 +150,7 @@ PLACES = ["field", "drop", "extra", "node", "node drop", "error", "interrupt", "
 def corrupted(body: dict[str, Any], place: str, key: int, value: Any) -> dict[str, Any]:
     """``body`` with one thing changed at ``place`` (``key`` picks which field)."""
     body = dict(body)
-    fields = sorted(RECORD.wire_keys)
+    fields = wire_keys(codec_wire.Record)
     if place == "field":
         body[fields[key % len(fields)]] = value
     elif place == "drop":
@@ -148,18 +158,18 @@ def corrupted(body: dict[str, Any], place: str, key: int, value: Any) -> dict[st
     elif place == "extra":
         body["zz"] = value
     elif place.startswith("node"):
-        node, wires = dict(NODE_BODY), sorted(NODE.wire_keys)
+        node, wires = dict(NODE_BODY), wire_keys(codec_wire.Node)
         if place == "node drop":
             del node[wires[key % len(wires)]]
         else:
             node[wires[key % len(wires)]] = value
         body["ns"] = {**body["ns"], "extra-node": node}
     elif place == "error":
-        error, wires = dict(ERROR_BODY), sorted(ERROR.wire_keys)
+        error, wires = dict(ERROR_BODY), wire_keys(codec_wire.Error)
         error[wires[key % len(wires)]] = value
         body["e"] = [error]
     elif place == "interrupt":
-        item, wires = dict(INTERRUPT_BODY), sorted(INTERRUPT.wire_keys)
+        item, wires = dict(INTERRUPT_BODY), wire_keys(codec_wire.Interrupt)
         item[wires[key % len(wires)]] = value
         body["i"] = {"gate": item}
     else:
@@ -174,19 +184,15 @@ def corrupted(body: dict[str, Any], place: str, key: int, value: Any) -> dict[st
     st.integers(0, 100),
     odd_values(),
 )
-def test_fast_and_strict_agree_on_any_changed_field(
+def test_any_changed_field_decodes_the_same_both_ways_or_is_refused(
     record: StepRecord, place: str, key: int, value: Any
 ) -> None:
     body = corrupted(raw_body(codec.encode_record(record)), place, key, value)
     data = envelope(v=codec.FORMAT_VERSION, kind="record", body=body)
-    expected = outcome(strict_record, data)
-    assert outcome(codec.decode_record, data) == expected
-    try:
-        fast = codec_records._record(msgpack.unpackb(data, timestamp=3)["body"])
-    except CodecError:
-        return  # turned down: decode_record went to the shape, checked just above
-    assert expected[0] == "decoded"
-    assert (fast, shape(fast)) == expected[1:]
+    result = outcome(codec.decode_record, data)
+    assert result == outcome(checked_record, data)
+    if result[0] == "decoded":
+        assert_stable(result[1])
 
 
 def every_corruption(data: bytes) -> list[bytes]:
@@ -200,9 +206,26 @@ def every_corruption(data: bytes) -> list[bytes]:
 
 
 @pytest.mark.parametrize("record", [loop_record(7), golden_record()], ids=["loop", "golden"])
-def test_fast_and_strict_agree_on_truncated_and_flipped_bytes(record: StepRecord) -> None:
+def test_truncated_and_flipped_bytes_decode_the_same_both_ways_or_are_refused(
+    record: StepRecord,
+) -> None:
     for data in every_corruption(codec.encode_record(record)):
-        assert outcome(codec.decode_record, data) == outcome(strict_record, data), data
+        result = outcome(codec.decode_record, data)
+        assert result == outcome(checked_record, data), data
+        if result[0] == "decoded":
+            assert_stable(result[1])
+
+
+def test_truncated_and_flipped_snapshots_decode_the_same_both_ways_or_are_refused() -> None:
+    def checked(data: bytes) -> Any:
+        return codec_wire.run_state(codec_envelope._checked(data, "snapshot", codec_wire.Snapshot))
+
+    for data in every_corruption(codec.encode_snapshot(golden_state())):
+        result = outcome(codec.decode_snapshot, data)
+        assert result == outcome(checked, data), data
+        if result[0] == "decoded":
+            again = codec.decode_snapshot(codec.encode_snapshot(result[1]))
+            assert (again, shape(again)) == result[1:]
 
 
 @pytest.mark.parametrize(
@@ -218,23 +241,23 @@ def test_fast_and_strict_agree_on_truncated_and_flipped_bytes(record: StepRecord
         ({"body": {"q": 1}}, CodecError, "must be a record map"),
     ],
 )
-def test_bad_envelopes_raise_the_strict_error(
+def test_bad_envelopes_raise_the_checked_error(
     fields: dict[str, Any], error: type[CodecError], fragment: str
 ) -> None:
     body = raw_body(codec.encode_record(loop_record(3)))
     data = envelope(**{"body": body, "kind": "record", "v": codec.FORMAT_VERSION, **fields})
-    expected = outcome(strict_record, data)
+    expected = outcome(checked_record, data)
     assert expected[:2] == ("refused", error)
     assert fragment in expected[2]
     assert outcome(codec.decode_record, data) == expected
 
 
-def test_a_refused_body_names_the_strict_field_without_fast_path_context() -> None:
+def test_a_refused_body_names_the_field_without_msgspec_context() -> None:
     body = raw_body(codec.encode_record(loop_record(3)))
     body["ns"]["loop"]["n"] = "three"
     with pytest.raises(CodecError, match=r"^node\.steps must be of type int, not str$") as caught:
         codec.decode_record(envelope(v=1, kind="record", body=body))
-    assert caught.value.__context__ is None  # the fast path's refusal is not chained in
+    assert caught.value.__context__ is None  # neither refusal of msgspec is chained in
 
 
 # --------------------------------------------------------------------------- bulk decoding

@@ -1,0 +1,435 @@
+"""The wire layout: one msgspec ``Struct`` per table of ``specs/snapshot-format.md``.
+
+Each struct mirrors one table of the spec: its fields are the model's attribute names,
+written under the short wire keys (``field(name=...)``), in wire-key order. msgspec
+checks the layout on decode (every key present, no unknown key, every value of its
+type); this module converts between the structs and the frozen :mod:`phasegraph.model`
+values, and adds what msgspec does not check: user data against the type table
+(:mod:`phasegraph.codec._values`) and timestamps. Timestamps are typed ``Any`` on
+purpose: a ``datetime`` field would also accept an RFC 3339 string, which the format
+does not allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from itertools import repeat
+from operator import call
+from types import MappingProxyType, MemberDescriptorType
+from typing import Any, Final, TypeVar
+
+from msgspec import Struct, field
+
+from phasegraph import model
+from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map, type_name
+from phasegraph.errors import CodecError
+
+__all__ = [
+    "Error",
+    "Interrupt",
+    "Node",
+    "Record",
+    "Snapshot",
+    "record_wire",
+    "run_state",
+    "snapshot_wire",
+    "step_record",
+]
+
+_T = TypeVar("_T")
+_W = TypeVar("_W")
+
+
+class Wire(Struct, forbid_unknown_fields=True):
+    """A map of the format; ``what`` is its name in error messages (``node.steps``)."""
+
+    @classmethod
+    def what(cls) -> str:
+        """The name of this map in messages: the class name in lower case."""
+        return cls.__name__.lower()
+
+
+class Node(Wire):
+    """A :class:`~phasegraph.model.NodeState` (spec: *Node state*)."""
+
+    counters: dict[str, int] = field(name="c")
+    error: str | None = field(name="e")
+    steps: int = field(name="n")
+    outcome: model.NodeOutcome | None = field(name="o")
+    path: tuple[str, ...] = field(name="p")
+    payload: dict[str, Any] = field(name="pl")
+    status: model.NodeStatus = field(name="s")
+
+
+class Interrupt(Wire):
+    """A :class:`~phasegraph.model.Interrupt` (spec: *Interrupt*)."""
+
+    created_at: Any = field(name="ca")  # timestamp or nil
+    deadline: Any = field(name="dl")  # timestamp or nil
+    id: str = field(name="id")
+    kind: str = field(name="k")
+    node: str = field(name="n")
+    payload: dict[str, Any] = field(name="p")
+    parked: bool = field(name="pk")
+
+
+class Error(Wire):
+    """An :class:`~phasegraph.model.ErrorRecord` (spec: *Error record*)."""
+
+    message: str = field(name="m")
+    node: str = field(name="n")
+    recovered: bool = field(name="r")
+    state: str = field(name="s")
+    severity: str = field(name="sv")
+    time: Any = field(name="t")  # timestamp
+    details: dict[str, Any] = field(name="x")
+
+
+class Snapshot(Wire):
+    """A :class:`~phasegraph.model.RunState` (spec: *Snapshot body*)."""
+
+    created_at: Any = field(name="ca")  # timestamp
+    data: dict[str, Any] = field(name="d")
+    errors: list[Error] = field(name="e")
+    graph: str = field(name="g")
+    graph_digest: str = field(name="gd")
+    graph_source: str = field(name="gs")
+    interrupts: dict[str, Interrupt] = field(name="i")
+    run_id: str = field(name="id")
+    input: dict[str, Any] = field(name="in")
+    nodes: dict[str, Node] = field(name="ns")
+    seq: int = field(name="q")
+    status: model.RunStatus = field(name="s")
+    updated_at: Any = field(name="ua")  # timestamp
+    writers: dict[str, tuple[str, ...]] = field(name="w")
+
+
+class Record(Wire):
+    """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*)."""
+
+    data: dict[str, Any] = field(name="d")
+    dest: tuple[str, ...] = field(name="dst")
+    errors: list[Error] = field(name="e")
+    events: list[dict[str, Any]] = field(name="ev")
+    interrupts: dict[str, Interrupt] | None = field(name="i")
+    kind: str = field(name="k")
+    node: str | None = field(name="n")
+    nodes: dict[str, Node] = field(name="ns")
+    seq: int = field(name="q")
+    result: dict[str, Any] = field(name="r")
+    status: model.RunStatus = field(name="s")
+    source: tuple[str, ...] = field(name="src")
+    time: Any = field(name="t")  # timestamp
+    trigger: str | None = field(name="tr")
+
+
+# --------------------------------------------------------------------------- model → wire
+# Fields the model types precisely (ids, seqs, enums, paths, counters) are trusted
+# (``mypy --strict`` checks the callers); user data and datetimes are checked. An
+# Unencodable collects the path to the bad value on its way out.
+
+
+def _user(value: Mapping[str, Any], label: str) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        return plain_map(value, 0)
+    except Unencodable as exc:
+        exc.path.append(label)
+        raise
+
+
+def _map(items: Mapping[str, _T], wire: Callable[[_T], _W], label: str) -> dict[str, _W]:
+    out = {}
+    for key, item in items.items():
+        try:
+            out[key] = wire(item)
+        except Unencodable as exc:
+            exc.path.append(f"{label}[{key!r}]")
+            raise
+    return out
+
+
+def _list(items: tuple[_T, ...], wire: Callable[[_T], _W], label: str) -> list[_W]:
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append(wire(item))
+        except Unencodable as exc:
+            exc.path.append(f"{label}[{index}]")
+            raise
+    return out
+
+
+def _time(value: datetime | None, label: str) -> datetime | None:
+    return None if value is None else aware(value, label)
+
+
+def _node_wire(node: model.NodeState) -> Node:
+    return Node(
+        counters=dict(node.counters),
+        error=node.error,
+        steps=node.steps,
+        outcome=node.outcome,
+        path=node.path,
+        payload=_user(node.payload, ".payload"),
+        status=node.status,
+    )
+
+
+def _interrupt_wire(item: model.Interrupt) -> Interrupt:
+    return Interrupt(
+        created_at=_time(item.created_at, ".created_at"),
+        deadline=_time(item.deadline, ".deadline"),
+        id=item.id,
+        kind=item.kind,
+        node=item.node,
+        payload=_user(item.payload, ".payload"),
+        parked=item.parked,
+    )
+
+
+def _error_wire(error: model.ErrorRecord) -> Error:
+    return Error(
+        message=error.message,
+        node=error.node,
+        recovered=error.recovered,
+        state=error.state,
+        severity=error.severity,
+        time=aware(error.time, ".time"),
+        details=_user(error.details, ".details"),
+    )
+
+
+def snapshot_wire(state: model.RunState) -> Snapshot:
+    """The wire form of a run state.
+
+    Raises:
+        Unencodable: A user value is outside the type table or a datetime is naive.
+    """
+    return Snapshot(
+        created_at=aware(state.created_at, ".created_at"),
+        data=_user(state.data, ".data"),
+        errors=_list(state.errors, _error_wire, ".errors"),
+        graph=state.graph,
+        graph_digest=state.graph_digest,
+        graph_source=state.graph_source,
+        interrupts=_map(state.interrupts, _interrupt_wire, ".interrupts"),
+        run_id=state.run_id,
+        input=_user(state.input, ".input"),
+        nodes=_map(state.nodes, _node_wire, ".nodes"),
+        seq=state.seq,
+        status=state.status,
+        updated_at=aware(state.updated_at, ".updated_at"),
+        writers=dict(state.writers),
+    )
+
+
+def record_wire(record: model.StepRecord) -> Record:
+    """The wire form of a step record (once per step: the hot path).
+
+    Raises:
+        Unencodable: A user value is outside the type table or a datetime is naive.
+    """
+    interrupts = record.interrupts
+    return Record(
+        data=_user(record.data, ".data"),
+        dest=record.dest,
+        errors=_list(record.errors, _error_wire, ".errors") if record.errors else [],
+        events=_list(record.events, _event_wire, ".events") if record.events else [],
+        interrupts=None if interrupts is None else _map(interrupts, _interrupt_wire, ".interrupts"),
+        kind=record.kind,
+        node=record.node,
+        nodes=_map(record.nodes, _node_wire, ".nodes"),
+        seq=record.seq,
+        result=_user(record.result, ".result"),
+        status=record.status,
+        source=record.source,
+        time=aware(record.time, ".time"),
+        trigger=record.trigger,
+    )
+
+
+def _event_wire(event: Mapping[str, Any]) -> dict[str, Any]:
+    return _user(event, "")
+
+
+# --------------------------------------------------------------------------- wire → model
+# msgspec has checked the layout; what is left is user data and timestamps. The label
+# names the field in messages (``record.data``).
+
+_CONTAINERS: Final = frozenset({dict, list})
+_EMPTY: Final = model.EMPTY
+
+
+def _frozen(value: dict[str, Any], label: str) -> Mapping[str, Any]:
+    """A user-data map from the wire, checked, as a read-only view (no copy: it is ours)."""
+    if not value:
+        return _EMPTY
+    if not _CONTAINERS.isdisjoint(map(type, value.values())):  # nested: check it all
+        check_plain(value, 0, label)
+    return MappingProxyType(value)
+
+
+def _view(value: dict[str, Any]) -> Mapping[str, Any]:
+    """A map of engine values (already typed by msgspec) as a read-only view."""
+    return MappingProxyType(value) if value else _EMPTY
+
+
+def _when(value: Any, label: str) -> datetime:
+    if type(value) is not datetime:
+        raise CodecError(f"{label} must be of type datetime, not {type_name(value)}")
+    return value
+
+
+def _when_or_none(value: Any, label: str) -> datetime | None:
+    if value is not None and type(value) is not datetime:
+        raise CodecError(f"{label} must be of type datetime or nil, not {type_name(value)}")
+    return value
+
+
+def _builder(cls: type[_T], *names: str) -> Callable[[tuple[Any, ...]], _T]:
+    """A constructor of ``cls`` from its field values in ``names`` order, without ``__init__``.
+
+    A history read builds thousands of records and node states. A frozen dataclass's
+    ``__init__`` sets each field with a bytecode call to ``object.__setattr__``; this
+    stores straight into the slots from C (``map``), about twice as fast. That is the same
+    only while ``__init__`` does nothing else, so it is checked here, at import: a slotted
+    dataclass, every field named once, no ``__post_init__``.
+    """
+    fields = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    slots = [cls.__dict__.get(name) for name in names]
+    setters = tuple(slot.__set__ for slot in slots if isinstance(slot, MemberDescriptorType))
+    if sorted(names) != sorted(fields) or len(setters) != len(names):
+        raise TypeError(f"the record decoder no longer matches {cls.__qualname__}")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"the record decoder no longer matches {cls.__qualname__}")
+    consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
+    new, count = object.__new__, len(names)
+
+    def build(values: tuple[Any, ...]) -> _T:
+        obj: _T = new(cls)
+        consume(map(call, setters, repeat(obj, count), values))
+        return obj
+
+    return build
+
+
+_new_node: Final = _builder(
+    model.NodeState, "status", "path", "outcome", "counters", "steps", "error", "payload"
+)
+_new_record: Final = _builder(
+    model.StepRecord,
+    *("seq", "time", "kind", "node", "source", "trigger", "dest", "result", "data", "nodes"),
+    *("status", "errors", "interrupts", "events"),
+)
+
+
+def _node_state(wire: Node) -> model.NodeState:
+    counters, payload = wire.counters, wire.payload
+    return _new_node(
+        (
+            wire.status,
+            wire.path,
+            wire.outcome,
+            MappingProxyType(counters) if counters else _EMPTY,
+            wire.steps,
+            wire.error,
+            _frozen(payload, "node.payload") if payload else _EMPTY,
+        )
+    )
+
+
+def _nodes(nodes: dict[str, Node]) -> Mapping[str, model.NodeState]:
+    if not nodes:
+        return _EMPTY
+    # zip/map rather than a comprehension: no extra frame per record (Python 3.11).
+    return MappingProxyType(dict(zip(nodes, map(_node_state, nodes.values()), strict=True)))
+
+
+def _interrupt(wire: Interrupt) -> model.Interrupt:
+    return model.Interrupt(
+        id=wire.id,
+        node=wire.node,
+        kind=wire.kind,
+        payload=_frozen(wire.payload, "interrupt.payload"),
+        deadline=_when_or_none(wire.deadline, "interrupt.deadline"),
+        created_at=_when_or_none(wire.created_at, "interrupt.created_at"),
+        parked=wire.parked,
+    )
+
+
+def _interrupts(items: dict[str, Interrupt]) -> Mapping[str, model.Interrupt]:
+    return _view({key: _interrupt(item) for key, item in items.items()})
+
+
+def _error(wire: Error) -> model.ErrorRecord:
+    return model.ErrorRecord(
+        time=_when(wire.time, "error.time"),
+        node=wire.node,
+        state=wire.state,
+        message=wire.message,
+        severity=wire.severity,
+        recovered=wire.recovered,
+        details=_frozen(wire.details, "error.details"),
+    )
+
+
+def run_state(wire: Snapshot) -> model.RunState:
+    """The run state a snapshot struct holds.
+
+    Raises:
+        CodecError: User data or a timestamp is invalid; the message names the field.
+    """
+    return model.RunState(
+        run_id=wire.run_id,
+        graph=wire.graph,
+        graph_source=wire.graph_source,
+        graph_digest=wire.graph_digest,
+        seq=wire.seq,
+        status=wire.status,
+        input=_frozen(wire.input, "snapshot.input"),
+        data=_frozen(wire.data, "snapshot.data"),
+        nodes=_nodes(wire.nodes),
+        interrupts=_interrupts(wire.interrupts),
+        errors=tuple(map(_error, wire.errors)),
+        writers=_view(wire.writers),
+        created_at=_when(wire.created_at, "snapshot.created_at"),
+        updated_at=_when(wire.updated_at, "snapshot.updated_at"),
+    )
+
+
+def step_record(wire: Record) -> model.StepRecord:
+    """The step record a record struct holds (once per record of a history read).
+
+    Raises:
+        CodecError: User data or a timestamp is invalid; the message names the field.
+    """
+    result, data, errors, interrupts, events = (
+        wire.result,
+        wire.data,
+        wire.errors,
+        wire.interrupts,
+        wire.events,
+    )
+    return _new_record(
+        (
+            wire.seq,
+            _when(wire.time, "record.time"),
+            wire.kind,
+            wire.node,
+            wire.source,
+            wire.trigger,
+            wire.dest,
+            _frozen(result, "record.result") if result else _EMPTY,
+            _frozen(data, "record.data") if data else _EMPTY,
+            _nodes(wire.nodes),
+            wire.status,
+            tuple(map(_error, errors)) if errors else (),
+            None if interrupts is None else _interrupts(interrupts),
+            tuple(_frozen(event, "record.events") for event in events) if events else (),
+        )
+    )
