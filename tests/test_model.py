@@ -50,7 +50,8 @@ def test_chunked_map_updates_like_a_dict_and_shares_what_did_not_change(
         assert list(current) == sorted(expected)  # canonical order, chunk by chunk
         assert len(current) == len(expected)
         assert all(key in current for key in expected)
-        assert isinstance(current, ChunkedMap) and isinstance(before, ChunkedMap)
+        assert isinstance(current, ChunkedMap)
+        assert isinstance(before, ChunkedMap)
         if changes and set(changes) <= set(before):
             untouched = [c for c in before.chunks if not set(c) & set(changes)]
             assert all(any(c is d for d in current.chunks) for c in untouched)
