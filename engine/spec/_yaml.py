@@ -1,6 +1,7 @@
 """Read YAML documents, within limits, and remember where every node of them is.
 
-The only module that imports ``yaml``. A document is parsed by a SafeLoader subclass that
+With :mod:`._fastyaml`, the only modules that import ``yaml``. A document that needs it
+(anchors, aliases, tags, refusals) is parsed by a SafeLoader subclass that
 records the mark (line and column) of every node and every mapping key by its key path,
 and every key that repeats, so later checks can name ``path:line:col`` for any part of
 the document. Problems of reading and parsing come back as located
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 
 from phasegraph.errors import Problem, SourceLocation, SpecError
+from phasegraph.spec._fastyaml import FastRead, read_fast
 
 __all__ = [
     "Document",
@@ -323,27 +325,39 @@ def parse_text(
         The document (None when it is not a mapping, not YAML or past a limit) and every
         problem found.
     """
-    loader = _MarkedLoader(text, shown, limits or YamlLimits())
+    limits = limits or YamlLimits()
+    fast = read_fast(text, limits.max_depth)
+    if fast is not None:
+        data, node_marks, key_marks, duplicates = fast
+    else:
+        read = _read_marked(text, shown, limits)
+        if isinstance(read, list):
+            return None, read
+        data, node_marks, key_marks, duplicates = read
+    twice = "duplicate key {!r}: it would silently replace the earlier one; keep one"
+    problems = [Problem(twice.format(key), location(shown, mark)) for key, mark in duplicates]
+    if not isinstance(data, dict):
+        found = "an empty file" if data is None else f"a {type(data).__name__}"
+        needs = "`initial:` and `states:`" if what == "machine" else "`nodes:`"
+        message = f"a {what} file is a mapping with {needs}, not {found}"
+        return None, [*problems, Problem(message, location(shown, node_marks.get(())))]
+    return Document(shown, data, node_marks, key_marks), problems
+
+
+def _read_marked(text: str, shown: str, limits: YamlLimits) -> FastRead | list[Problem]:
+    """Read with the full loader (anchors, aliases, tags, refusals); problems if it fails."""
+    loader = _MarkedLoader(text, shown, limits)
     try:
         data = loader.load_marked()
     except SpecError as exc:
-        return None, list(exc.problems)
+        return list(exc.problems)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         detail = " ".join(
             str(x) for x in (getattr(exc, "problem", exc), getattr(exc, "context", "")) if x
         )
         message = f"YAML syntax error: {detail}; check indentation, quotes and brackets"
-        return None, [Problem(message, location(shown, mark))]
+        return [Problem(message, location(shown, mark))]
     finally:
         loader.dispose()
-    twice = "duplicate key {!r}: it would silently replace the earlier one; keep one"
-    problems = [
-        Problem(twice.format(key), location(shown, mark)) for key, mark in loader.duplicates
-    ]
-    if not isinstance(data, dict):
-        found = "an empty file" if data is None else f"a {type(data).__name__}"
-        needs = "`initial:` and `states:`" if what == "machine" else "`nodes:`"
-        message = f"a {what} file is a mapping with {needs}, not {found}"
-        return None, [*problems, Problem(message, location(shown, loader.node_marks.get(())))]
-    return Document(shown, data, loader.node_marks, loader.key_marks), problems
+    return data, loader.node_marks, loader.key_marks, loader.duplicates
