@@ -30,17 +30,12 @@ from phasegraph.errors import (
     RunNotFoundError,
     SequenceConflictError,
 )
-from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, Store
 
 __all__ = [
     "ACCEPTED_URL_FORMS",
     "DEFAULT_STORE_URL",
     "FINISHED_STATUSES",
-    "Commit",
-    "Lease",
-    "RunMeta",
-    "Store",
-    "StoredRun",
     "check_commit",
     "check_page",
     "check_ttl",
