@@ -83,6 +83,7 @@ PUBLIC = {
     "phasegraph.codec": [
         "FORMAT_VERSION",
         "MAX_DEPTH",
+        "SnapshotCache",
         "check_encodable",
         "collector_paused",
         "decode_record",

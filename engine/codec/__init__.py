@@ -9,6 +9,7 @@ from __future__ import annotations
 from phasegraph.codec._envelope import (
     FORMAT_VERSION,
     MAX_DEPTH,
+    SnapshotCache,
     check_encodable,
     collector_paused,
     decode_record,
@@ -22,6 +23,7 @@ from phasegraph.codec._envelope import (
 __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
+    "SnapshotCache",
     "check_encodable",
     "collector_paused",
     "decode_record",

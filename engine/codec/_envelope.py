@@ -30,6 +30,7 @@ from typing import Any, Final, Generic, TypeVar, Union, get_args, get_origin
 import msgspec
 
 from phasegraph import model
+from phasegraph.codec._chunks import SnapshotCache
 from phasegraph.codec._values import (
     MAX_DEPTH,
     Unencodable,
@@ -43,6 +44,7 @@ from phasegraph.codec._wire import (
     Record,
     Snapshot,
     Wire,
+    node_map_wire,
     record_wire,
     run_state,
     snapshot_wire,
@@ -53,6 +55,7 @@ from phasegraph.errors import CodecError, UnsupportedFormatError
 __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
+    "SnapshotCache",
     "check_encodable",
     "collector_paused",
     "decode_record",
@@ -100,15 +103,23 @@ _ENVELOPE: Final = frozenset({"body", "kind", "v"})
 # --------------------------------------------------------------------------- encoding
 
 
-def encode_snapshot(state: model.RunState) -> bytes:
+def encode_snapshot(state: model.RunState, cache: SnapshotCache | None = None) -> bytes:
     """Encode a whole run state as canonical snapshot bytes.
+
+    Args:
+        state: The run state.
+        cache: The run's :class:`SnapshotCache`: node chunks unchanged since the last
+            snapshot it saw are spliced in rather than encoded again (same bytes).
 
     Raises:
         CodecError: A value is outside the type table or a datetime is naive; the
             message names the field and the key path.
     """
     try:
-        return _ENCODE(_Envelope(snapshot_wire(state), "snapshot", FORMAT_VERSION))
+        nodes = None
+        if cache is not None and isinstance(state.nodes, model.ChunkedMap):
+            nodes = cache.nodes(state.nodes, lambda chunk: _ENCODE(node_map_wire(chunk)))
+        return _ENCODE(_Envelope(snapshot_wire(state, nodes), "snapshot", FORMAT_VERSION))
     except _ENCODE_ERRORS as exc:  # Unencodable too: it is a ValueError
         what = f"the snapshot of run {state.run_id!r} at step {state.seq}"
         raise encode_failure(exc, what, run_id=state.run_id, seq=state.seq) from None

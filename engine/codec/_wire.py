@@ -180,6 +180,15 @@ def _node_wire(node: model.NodeState) -> Node:
     )
 
 
+def node_map_wire(nodes: Mapping[str, model.NodeState]) -> dict[str, Node]:
+    """The wire form of (part of) a node map.
+
+    Raises:
+        Unencodable: A node's payload is outside the type table.
+    """
+    return _map(nodes, _node_wire, ".nodes")
+
+
 def _interrupt_wire(item: model.Interrupt) -> Interrupt:
     return Interrupt(
         created_at=_time(item.created_at, ".created_at"),
@@ -204,8 +213,12 @@ def _error_wire(error: model.ErrorRecord) -> Error:
     )
 
 
-def snapshot_wire(state: model.RunState) -> Snapshot:
+def snapshot_wire(state: model.RunState, nodes: Any = None) -> Snapshot:
     """The wire form of a run state.
+
+    Args:
+        state: The run state.
+        nodes: The node map already encoded (a ``msgspec.Raw``), or ``None`` to encode it.
 
     Raises:
         Unencodable: A user value is outside the type table or a datetime is naive.
@@ -220,7 +233,7 @@ def snapshot_wire(state: model.RunState) -> Snapshot:
         interrupts=_map(state.interrupts, _interrupt_wire, ".interrupts"),
         run_id=state.run_id,
         input=_user(state.input, ".input"),
-        nodes=_map(state.nodes, _node_wire, ".nodes"),
+        nodes=_map(state.nodes, _node_wire, ".nodes") if nodes is None else nodes,
         seq=state.seq,
         status=state.status,
         updated_at=aware(state.updated_at, ".updated_at"),

@@ -81,6 +81,8 @@ class Run:
         self._clock = clock
         self._bus = bus
         self._steps = StepBuilder(prepared, clock)
+        # Node chunks of the last snapshot: a checkpoint re-encodes only what changed.
+        self._snapshots = codec.SnapshotCache()
         self._tasks: dict[str, asyncio.Task[_Done]] = {}
         # Set by the first action task to finish while _wait_one sleeps.
         self._waiter: asyncio.Future[None] | None = None
@@ -312,7 +314,7 @@ class Run:
         snapshot = None
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):
-            snapshot = codec.encode_snapshot(state)
+            snapshot = codec.encode_snapshot(state, self._snapshots)
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:
             await self._store.commit(self._lease, commit)
