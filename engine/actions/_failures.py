@@ -21,7 +21,7 @@ def classify_error(error: BaseException) -> dict[str, Any]:
 
     Timeouts are ``timeout``, action/provider failures ``llm_failure`` (both retryable);
     anything else is ``internal_error`` and not retryable. Callers never pass
-    cancellation: it propagates instead of being classified.
+    cancellation: it cancels the run, or propagates, instead of being classified.
     """
     if isinstance(error, TimeoutError):
         code, retryable = "timeout", True

@@ -280,8 +280,11 @@ def build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
             async with asyncio.timeout(timeout):
                 response = await _exchange(request)
         except TimeoutError as exc:
-            message = f"{request.shown}: no complete response within {timeout:g} s"
-            raise ActionTimeoutError(message) from exc
+            message = (
+                f"action of node {ctx.node_id!r} ran past its timeout of {timeout:g} s: "
+                f"{request.shown} sent no complete response"
+            )
+            raise ActionTimeoutError(message, run_id=ctx.run_id, node_id=ctx.node_id) from exc
         trigger = _trigger(on_status, response.status, request)
         data = {str(capture): _captured(response, request)} if capture else {}
         output = {

@@ -1,19 +1,33 @@
-"""``python:`` actions: call ``module:function`` (async, or sync in a worker thread)."""
+"""``python:`` actions: call ``module:function`` (async, or sync in a worker thread).
+
+A binding's ``timeout`` is a deadline for the whole call. An async function is cancelled
+at the deadline. A sync function runs in a daemon thread of its own, and the node fails at
+the deadline all the same; the thread cannot be killed, so it runs on until the function
+returns, its late result discarded (being a daemon, it does not keep the process alive).
+With ``thread: false`` the function blocks the event loop and cannot be interrupted: the
+deadline is checked when it returns, and a late result is discarded likewise. Either way
+the action raises :class:`~phasegraph.errors.ActionTimeoutError`, which the ``error``
+trigger classifies as ``timeout`` (retryable: a fallback chain retries it).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from phasegraph.actions._base import Action, ActionContext, ActionResult
-from phasegraph.errors import ActionError, Problem, SpecError
+from phasegraph.errors import ActionError, ActionTimeoutError, Problem, SpecError
 from phasegraph.model import ActionDef, frozen_map
 
 __all__ = ["build_python_action", "coerce_result"]
@@ -76,6 +90,79 @@ def coerce_result(value: Any, where: str) -> ActionResult:
     )
 
 
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller gave up (deadline or cancellation): drop the late result
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
+
+
+async def _in_thread(function: Callable[[ActionContext], Any], ctx: ActionContext) -> Any:
+    """Call ``function`` in a daemon thread; abandoning the await abandons the thread.
+
+    Unlike ``asyncio.to_thread``, a call still running when its node gave up on it holds
+    no pooled worker and does not delay the process's exit.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        value, error = None, None
+        try:
+            value = context.run(function, ctx)
+        except BaseException as exc:  # handed to the awaiting task, which re-raises it
+            error = exc
+        # The loop may be closed by now (the process is ending): nobody waits any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, value, error)
+
+    threading.Thread(
+        target=work, name=f"phasegraph:{ctx.run_id}:{ctx.node_id}", daemon=True
+    ).start()
+    return await future
+
+
+def _timed_out(ctx: ActionContext, limit: float) -> ActionTimeoutError:
+    return ActionTimeoutError(
+        f"action of node {ctx.node_id!r} ran past its timeout of {limit:g} s",
+        run_id=ctx.run_id,
+        node_id=ctx.node_id,
+    )
+
+
+async def _within(
+    limit: float, call: Callable[[ActionContext], Awaitable[Any]], ctx: ActionContext
+) -> Any:
+    """Await ``call(ctx)``, cancelled at the deadline (a ``TimeoutError`` of its own passes)."""
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            return await call(ctx)
+    except TimeoutError as exc:
+        if not deadline.expired():
+            raise
+        raise _timed_out(ctx, limit) from exc
+
+
+def _blocking(
+    function: Callable[[ActionContext], Any], limit: float | None
+) -> Callable[[ActionContext], Awaitable[Any]]:
+    """Call ``function`` on the event loop; past ``limit``, its result is discarded."""
+
+    async def call(ctx: ActionContext) -> Any:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        value = function(ctx)
+        if limit is not None and loop.time() - started > limit:
+            raise _timed_out(ctx, limit)
+        return value
+
+    return call
+
+
 def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
     """Import the target once and return the action that calls it.
 
@@ -89,16 +176,18 @@ def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
         raise SpecError(
             [Problem(f"cannot import python action {target!r}: {exc}", definition.location)]
         ) from exc
-    is_async = inspect.iscoroutinefunction(function)
-    in_thread = bool(definition.config.get("thread", True))
+    limit = definition.config.get("timeout")
+    invoke: Callable[[ActionContext], Awaitable[Any]]
+    if inspect.iscoroutinefunction(function):
+        invoke = function
+    elif definition.config.get("thread", True):
+        invoke = functools.partial(_in_thread, function)
+    else:
+        invoke = _blocking(function, limit)
+        limit = None  # nothing can interrupt it: _blocking checks the deadline afterwards
 
     async def call(ctx: ActionContext) -> ActionResult:
-        if is_async:
-            value = await function(ctx)
-        elif in_thread:
-            value = await asyncio.to_thread(function, ctx)
-        else:
-            value = function(ctx)
+        value = await (invoke(ctx) if limit is None else _within(float(limit), invoke, ctx))
         return coerce_result(value, f"python action {target!r}")
 
     return call

@@ -29,6 +29,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     run_input = parse_inputs(args.input, args.input_file)
 
     async def body(engine: Engine) -> int:
+        # Chosen here, so that an interrupted run can be named (see run_command).
+        args.run_id = args.run_id or engine.ids.new_run_id()
         with progress_for(engine.bus, quiet=args.quiet or args.json):
             state = await engine.run(args.graph, run_input, run_id=args.run_id)
             if args.approve:

@@ -1,7 +1,8 @@
 """Shared pieces of the command line: running a command, exit codes, output, inputs.
 
-Exit status: 0 run completed (or command succeeded), 1 run failed, 2 bad input (bad
-file, unknown run, unreachable store, ...), 3 run waiting or parked.
+Exit status: 0 run completed (or command succeeded), 1 run failed or cancelled, 2 bad
+input (bad file, unknown run, unreachable store, ...), 3 run waiting or parked, 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from phasegraph.api import Engine
-from phasegraph.cli._commands import Handler
+from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
@@ -28,12 +30,14 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "EXIT_FOR_CODE",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_WAITING",
     "emit",
     "exit_for",
     "finished",
     "interrupt_lines",
+    "interrupted",
     "lease_ttl",
     "parse_inputs",
     "report_error",
@@ -42,6 +46,8 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_WAITING = 0, 1, 2, 3
+EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C: the shells' status for a process ended by SIGINT (128 + 2)."""
 
 EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
     {
@@ -75,19 +81,38 @@ def run_command(handler: Handler, args: argparse.Namespace) -> int:
 
     A :class:`~phasegraph.errors.PhasegraphError` becomes one line on stderr (and, with
     ``--json``, an error object on stdout) and the exit status of its code
-    (:data:`EXIT_FOR_CODE`); Ctrl-C becomes exit 130.
+    (:data:`EXIT_FOR_CODE`). Ctrl-C cancels the handler at its current await; nothing
+    more is committed, and one line says how to resume the run (exit 130).
     """
     try:
         code = asyncio.run(handler(args))
     except PhasegraphError as exc:
         return report_error(args, exc)
     except KeyboardInterrupt:
-        print(
-            "phasegraph: interrupted; committed steps are kept (resume to continue)",
-            file=sys.stderr,
-        )
-        return 130
+        print(f"phasegraph: {interrupted(args)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
+
+
+_DRIVING: Final = frozenset({"run", "resume", "reply"})
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    """What an interrupted command says: the run's last step is kept, and how to go on.
+
+    Only the commands that drive a run name one: ``run`` (its ``args.run_id``, chosen
+    before the run starts), ``resume`` and ``reply`` (their ``args.run``).
+    """
+    run_id = getattr(args, "run_id", None) or getattr(args, "run", None)
+    if getattr(args, "command", None) not in _DRIVING or not run_id:
+        return "interrupted"
+    command = ["phasegraph", "resume", run_id]
+    if args.store != DEFAULT_STORE_URL:
+        command += ["--store", args.store]
+    return (
+        f"interrupted; run {run_id} keeps its committed steps: "
+        f"continue it with '{shlex.join(command)}'"
+    )
 
 
 def exit_for(status: RunStatus) -> int:

@@ -155,14 +155,20 @@ class Run:
         if len(self._to_launch) == 1 and not self._tasks:
             # The only thing that can happen next is this action: await it inline.
             node_id = self._to_launch.pop()
-            return self._apply(node_id, await self._invoke(*self._call(node_id)))
-        self._launch_actions()
-        if not self._tasks:
-            raise RunError(
-                f"run {self.run_id!r}: a node is running but no action is due for it",
-                run_id=self.run_id,
-            )
-        return self._apply(*await self._wait_one())
+            done = await self._invoke(*self._call(node_id))
+        else:
+            self._launch_actions()
+            if not self._tasks:
+                raise RunError(
+                    f"run {self.run_id!r}: a node is running but no action is due for it",
+                    run_id=self.run_id,
+                )
+            node_id, done = await self._wait_one()
+        if isinstance(done.error, asyncio.CancelledError):
+            await self._stop_actions()
+            reason = f"cancelled by the action of node {node_id!r}"
+            return _encode(self._steps.cancel(self._state, reason))
+        return self._apply(node_id, done)
 
     async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
@@ -193,13 +199,17 @@ class Run:
                 f"run {self.run_id!r} already {self._state.status}; nothing to cancel",
                 run_id=self.run_id,
             )
+        await self._stop_actions()
+        return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+
+    async def _stop_actions(self) -> None:
+        """Cancel the in-flight actions and forget the due ones: their results are dropped."""
         tasks = list(self._tasks.values())
         self._tasks.clear()
         self._to_launch.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
 
     # -- actions -----------------------------------------------------------------------
 
@@ -251,8 +261,12 @@ class Run:
     async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Done:
         try:
             result = await action(ctx)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # this task is being cancelled: the process or its caller is stopping
+            # Nobody cancelled the task: the action raised it, and so cancels the run.
+            return _Done(None, exc, tuple(events))
         except Exception as exc:  # every action failure is data for the step, not a crash
             return _Done(None, exc, tuple(events))
         return _Done(result, None, tuple(events))

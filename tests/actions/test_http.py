@@ -210,7 +210,10 @@ async def test_a_missing_environment_variable_fails_naming_it(
 async def test_a_request_past_its_timeout_is_abandoned_as_a_timeout(server: Server) -> None:
     with pytest.raises(ActionTimeoutError) as caught:
         await call({"http": {"url": server.url + "/slow?key=abc"}, "timeout": 0.2})
-    assert str(caught.value) == f"GET {server.url}/slow: no complete response within 0.2 s"
+    assert str(caught.value) == (
+        f"action of node 'call' ran past its timeout of 0.2 s: "
+        f"GET {server.url}/slow sent no complete response"
+    )
     classified = classify_error(caught.value)
     assert (classified["error_code"], classified["retryable"]) == ("timeout", True)
 
@@ -228,7 +231,10 @@ async def test_a_fallback_chain_retries_after_a_timeout(server: Server) -> None:
     assert server.calls["flaky"] == 2
     failed, retried = state.errors  # the classified error, then the recovery's warning
     assert failed.details["error_code"] == "timeout"
-    assert failed.message == f"GET {server.url}/flaky: no complete response within 1 s"
+    assert failed.message == (
+        f"action of node 'call' ran past its timeout of 1 s: "
+        f"GET {server.url}/flaky sent no complete response"
+    )
     assert retried.message.startswith("retry 1 of 1 after timeout: ")
 
 

@@ -270,16 +270,17 @@ async def test_recovery_and_emergency_write_error_log_records():
     assert not any(r.recovered for r in state.errors)
 
 
-async def test_cancellation_propagates_and_is_never_classified():
-    """000/U3 "main fails (TaskCancelledError) → propagates as-is (NOT routed to
-    Emergency)"."""
+async def test_cancellation_cancels_the_run_and_is_never_classified():
+    """000/U3 "main fails (TaskCancelledError) → NOT routed to Emergency": the action
+    cancelled itself, so the run ends cancelled where it stood."""
     async with MemoryStore() as store:
         eng = engine(store)
         definition = chain_graph()
-        with pytest.raises(asyncio.CancelledError):
-            await eng.run(prepared(definition, chain_actions(script([asyncio.CancelledError()]))))
-        state = await eng.get("run-1")
+        actions = chain_actions(script([asyncio.CancelledError()]))
+        state = await eng.run(prepared(definition, actions))
+    assert state.status is RunStatus.CANCELLED
     assert state.nodes["work"].path == ("main",)
+    assert state.nodes["work"].status is NodeStatus.CANCELLED
     assert state.errors == ()
     assert "error" not in state.data
 
@@ -376,23 +377,23 @@ def test_chain_terminates_within_budget_and_matches_reference(
     retries=st.integers(3, 4),
 )
 def test_emergency_never_classifies_a_cancellation(before, retries):
-    """Property: whatever failed before, a cancellation raised by the main work propagates
-    out of the run; nothing classifies it, nothing reaches the emergency."""
+    """Property: whatever failed before, a cancellation raised by the main work cancels
+    the run; nothing classifies it, nothing reaches the emergency."""
     steps = [_FAILURES[o][0]() for o in before] + [asyncio.CancelledError()]
 
     async def scenario():
         async with MemoryStore() as store:
             eng = engine(store)
             definition = chain_graph(budgets={"retries": retries})
-            with pytest.raises(asyncio.CancelledError):
-                await eng.run(prepared(definition, chain_actions(script(steps))))
+            await eng.run(prepared(definition, chain_actions(script(steps))))
             return await eng.get("run-1"), await eng.history("run-1")
 
     state, history = asyncio.run(scenario())
     trail = path_trail(history, "work")
     assert "emergency" not in trail
     assert "reraise" not in trail
-    assert state.nodes["work"].status is NodeStatus.RUNNING
+    assert state.nodes["work"].status is NodeStatus.CANCELLED
+    assert history[-1].kind == "cancel"
     assert not any("Cancelled" in str(r.details) for r in state.errors)
     assert "error" not in state.data
 
