@@ -19,8 +19,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import jsonschema
-
 from phasegraph.actions import ActionResult
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
@@ -43,7 +41,7 @@ from phasegraph.run import (
     rebuild,
     replay_history,
 )
-from phasegraph.spec import load_graph
+from phasegraph.spec import input_validator, load_graph
 from phasegraph.store.base import Lease, RunMeta, Store
 
 __all__ = ["Engine", "GraphSource"]
@@ -404,7 +402,7 @@ def _is_path(source: str | Path) -> bool:
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
     if definition.input_schema is None:
         return
-    validator = jsonschema.Draft202012Validator(dict(definition.input_schema))
+    validator = input_validator(definition.input_schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))
     if problems:
         lines = [

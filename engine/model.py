@@ -6,6 +6,8 @@ changes are returned as new values, never applied in place.
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +20,7 @@ from phasegraph.errors import RunStateError, SourceLocation
 
 __all__ = [
     "EMPTY",
+    "TEMPLATE_MAX_CHARS",
     "ActionDef",
     "BudgetDef",
     "ChunkedMap",
@@ -39,11 +42,54 @@ __all__ = [
     "empty_field",
     "frozen_map",
     "nested_machines",
+    "template_parts",
     "updated_map",
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 """A shared read-only empty mapping."""
+
+TEMPLATE_MAX_CHARS = 1024 * 1024
+"""The longest text a template may render to (a value can be large; the output is capped)."""
+
+
+_PLACEHOLDER = re.compile(r"([^.\[\]]+)((?:\[[^.\[\]]+\])*)")
+"""``name`` then any number of ``[key]`` lookups into mappings; never ``.attr``."""
+
+
+def template_parts(template: str) -> list[tuple[str, tuple[str, ...] | None]]:
+    """Split a ``{name}`` template into (literal text, placeholder path or ``None``) parts.
+
+    A placeholder is a plain name, maybe followed by ``[key]`` lookups into mappings
+    (``{reply[id]}``); the path is the name then the keys. ``{{`` and ``}}`` are literal
+    braces. Anything more that ``str.format`` reads (``{a.b}``, ``{a!r}``, ``{a:>99}``)
+    is refused: it would reach into a value's attributes or make output of any size.
+
+    Raises:
+        ValueError: The template is malformed or a placeholder is more than a name and
+            keys; the message says which and what to write instead.
+    """
+    parts: list[tuple[str, tuple[str, ...] | None]] = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            parts.append((literal, None))
+            continue
+        suffix = (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+        shown = "{" + name + suffix + "}"
+        if not name or name[0].isdigit():
+            raise ValueError(f"{shown} is a positional placeholder: name the value, e.g. {{id}}")
+        if conversion or spec:
+            raise ValueError(f"{shown} has a conversion or format spec: write plain {{{name}}}")
+        matched = _PLACEHOLDER.fullmatch(name)
+        if matched is None:
+            raise ValueError(
+                f"{shown} reaches into a value: write {{name}} or {{name[key]}} (a key of a "
+                "mapping); attributes are not filled"
+            )
+        keys = tuple(key[1:-1] for key in re.findall(r"\[[^\]]*\]", matched.group(2)))
+        parts.append((literal, (matched.group(1), *keys)))
+    return parts
+
 
 PATH_SEPARATOR = "/"
 """Joins nested state names into one path string; state names may not contain it."""

@@ -146,6 +146,7 @@ PUBLIC = {
         "builtin_graphs",
         "builtin_machines",
         "graph_source",
+        "input_validator",
         "is_name",
         "load_graph",
         "load_graph_text",

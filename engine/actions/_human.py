@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from phasegraph.actions._shell import render
-from phasegraph.model import ActionDef, empty_field
+from phasegraph.errors import ActionError
+from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, empty_field
 
 __all__ = ["TIMEOUT_TRIGGER", "HumanGate", "build_gate", "render_payload"]
 
@@ -53,11 +54,28 @@ def build_gate(definition: ActionDef) -> HumanGate:
 
 
 def render_payload(value: Any, values: Mapping[str, Any]) -> Any:
-    """Fill ``{name}`` templates in every string of ``value`` (recursively)."""
+    """Fill ``{name}`` templates in every string of ``value`` (recursively).
+
+    Raises:
+        ActionError: A template cannot be filled, or all the strings filled come to more
+            than :data:`~phasegraph.model.TEMPLATE_MAX_CHARS` characters.
+    """
+    budget = [TEMPLATE_MAX_CHARS]
+    return _filled(value, values, budget)
+
+
+def _filled(value: Any, values: Mapping[str, Any], budget: list[int]) -> Any:
     if isinstance(value, str):
-        return render(value, values)
+        text = render(value, values)
+        budget[0] -= len(text)
+        if budget[0] < 0:  # each string fits, but together they would make a huge payload
+            raise ActionError(
+                f"the rendered payload is longer than {TEMPLATE_MAX_CHARS} characters: "
+                "pass smaller values"
+            )
+        return text
     if isinstance(value, Mapping):
-        return {str(k): render_payload(v, values) for k, v in value.items()}
+        return {str(k): _filled(v, values, budget) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [render_payload(v, values) for v in value]
+        return [_filled(v, values, budget) for v in value]
     return value

@@ -11,14 +11,13 @@ import contextlib
 import os
 import shlex
 import signal
-import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from phasegraph.actions._base import Action, ActionContext, ActionResult
 from phasegraph.errors import ActionError
-from phasegraph.model import ActionDef, frozen_map
+from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, frozen_map, template_parts
 
 __all__ = ["DEFAULT_COMMAND_TIMEOUT", "build_shell_action", "render"]
 
@@ -55,21 +54,13 @@ class _Values(Mapping[str, Any]):
         return len(self._values)
 
 
-class _Escaping(string.Formatter):
-    """Formats each placeholder as usual, then escapes it; the literal text stays as written."""
-
-    def __init__(self, escape: Callable[[str], str]) -> None:
-        super().__init__()
-        self._escape = escape
-
-    def format_field(self, value: Any, format_spec: str) -> str:
-        return self._escape(super().format_field(value, format_spec))
-
-
 def render(
     template: str, values: Mapping[str, Any], *, escape: Callable[[str], str] | None = None
 ) -> str:
     """Substitute ``{name}`` placeholders from ``values``; ``{{`` escapes a brace.
+
+    Only plain names are filled (see :func:`~phasegraph.model.template_parts`), and the
+    output is capped at :data:`~phasegraph.model.TEMPLATE_MAX_CHARS`.
 
     Args:
         template: The template.
@@ -78,14 +69,38 @@ def render(
         escape: Applied to each substituted value, e.g. percent-encoding for a URL.
 
     Raises:
-        ActionError: A placeholder names a missing value, or the template is malformed.
+        ActionError: A placeholder names a missing value, the template is malformed, or
+            the output would be too long.
     """
-    formatter = string.Formatter() if escape is None else _Escaping(escape)
     try:
-        return formatter.vformat(template, (), _Values(values))
-    except (LookupError, ValueError, AttributeError, TypeError) as exc:
-        # {0}, a lone brace, or {a.b} / {a[b]} that the value does not have.
-        raise ActionError(f"cannot fill template {template!r}: {exc}") from exc
+        parts = template_parts(template)
+    except ValueError as exc:
+        raise ActionError(f"cannot fill template {template!r:.200}: {exc}") from None
+    found, size = _Values(values), 0
+    pieces: list[str] = []
+    for literal, name in parts:
+        pieces.append(literal)
+        if name is not None:
+            value = _lookup(found, name)
+            pieces.append(escape(value) if escape is not None else value)
+        size += len(literal) + (len(pieces[-1]) if name is not None else 0)
+        if size > TEMPLATE_MAX_CHARS:
+            raise ActionError(
+                f"template {template!r:.200} renders to more than {TEMPLATE_MAX_CHARS} "
+                "characters: pass a smaller value"
+            )
+    return "".join(pieces)
+
+
+def _lookup(values: Mapping[str, Any], path: tuple[str, ...]) -> str:
+    """The text of ``values[name][key]...``: keys index mappings only, never objects."""
+    value = values[path[0]]
+    for depth, key in enumerate(path[1:], start=1):
+        if not isinstance(value, Mapping) or key not in value:
+            shown = path[0] + "".join(f"[{part}]" for part in path[1:depth])
+            raise ActionError(f"template names {shown}[{key}] but {shown} has no key {key!r}")
+        value = value[key]
+    return str(value)
 
 
 def _argv(command: str | Sequence[str], values: Mapping[str, Any]) -> list[str]:

@@ -248,6 +248,11 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _env_list(name: str) -> list[str]:
+    """A comma-separated environment variable as a list (empty when unset)."""
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=8321, help="port (default %(default)s; 0: any)")
@@ -255,6 +260,22 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--token",
         default=os.environ.get("PHASEGRAPH_TOKEN"),
         help="bearer token clients must send (env PHASEGRAPH_TOKEN, which keeps it out of ps)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=_env_list("PHASEGRAPH_ALLOWED_HOSTS"),
+        metavar="NAME",
+        help="another Host name clients may use, e.g. a proxy's (repeatable; env "
+        "PHASEGRAPH_ALLOWED_HOSTS, comma-separated)",
+    )
+    parser.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=_env_list("PHASEGRAPH_ALLOWED_ORIGINS"),
+        metavar="ORIGIN",
+        help="a web origin (scheme://host[:port]) whose pages may call the server "
+        "(repeatable; env PHASEGRAPH_ALLOWED_ORIGINS, comma-separated)",
     )
     parser.add_argument(
         "--insecure-no-token",

@@ -47,6 +47,9 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
         )
     return ServerSettings(
         token=token,
+        host=args.host,
+        allowed_hosts=frozenset(args.allowed_host),
+        allowed_origins=frozenset(args.allowed_origin),
         allow_python_modules=frozenset(args.allow_python),
         allow_shell=args.allow_shell,
         max_concurrent_runs=args.max_runs,

@@ -2,6 +2,7 @@
 
 :func:`create_app` builds it. Routes only parse, call the engine (through the
 :class:`~phasegraph.server._exec.Executor` for anything that steps a run) and render JSON;
+requests a web page could have made are refused first (:mod:`~phasegraph.server._guard`);
 errors are mapped in one middleware from :class:`~phasegraph.errors.ErrorCode` to an HTTP
 status with an ``application/problem+json`` body. ``specs/openapi.yaml`` describes every
 route. Runs the server starts, resumes or is answered about execute as tasks it owns, under
@@ -27,6 +28,7 @@ from phasegraph.server import _events as server_events
 from phasegraph.server import _routes as server_routes
 from phasegraph.server._exec import Executor, ExecutorOptions
 from phasegraph.server._feed import EventHub
+from phasegraph.server._guard import browser_guard
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,
@@ -191,7 +193,8 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
         The application, ready for ``web.AppRunner`` or ``web.run_app``.
     """
     config = settings or ServerSettings()
-    middlewares = [_problems] + ([_auth(config.token)] if config.token else [])
+    guard = browser_guard(config.host, config.allowed_hosts, config.allowed_origins)
+    middlewares = [_problems, guard] + ([_auth(config.token)] if config.token else [])
     app = web.Application(middlewares=middlewares, client_max_size=config.max_body_bytes)
     app[ENGINE] = engine
     app[SETTINGS] = config

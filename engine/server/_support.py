@@ -55,6 +55,12 @@ class ServerSettings:
 
     Attributes:
         token: Bearer token every request but health checks must present (``None``: none).
+        host: The address or name the server is bound to; requests must name it (or
+            ``localhost``, ``127.0.0.1`` or ``[::1]`` for a loopback bind) as their ``Host``.
+        allowed_hosts: More ``Host`` values accepted (``name`` for any port, or
+            ``name:port``), e.g. the name a reverse proxy forwards.
+        allowed_origins: Origins (``scheme://host[:port]``) whose web pages may call the
+            server; requests with any other ``Origin`` header are refused.
         allow_python_modules: Modules ``python:`` actions of uploaded graphs may import.
         allow_shell: Whether uploaded graphs may use ``shell:`` actions.
         max_concurrent_runs: Runs stepped at once; the others wait for a slot.
@@ -70,6 +76,9 @@ class ServerSettings:
     """
 
     token: str | None = None
+    host: str = "127.0.0.1"
+    allowed_hosts: frozenset[str] = frozenset()
+    allowed_origins: frozenset[str] = frozenset()
     allow_python_modules: frozenset[str] = frozenset()
     allow_shell: bool = False
     max_concurrent_runs: int = 64

@@ -2,8 +2,8 @@
 
 Files are read with line numbers and checked against the formats, then converted into
 frozen :mod:`phasegraph.model` definitions; built-in ones are found by name. Owns ``yaml``
-and ``pydantic``/``jsonschema`` (the format checks). May import :mod:`phasegraph.core`,
-:mod:`phasegraph.model` and :mod:`phasegraph.errors`.
+and ``pydantic``/``jsonschema`` (the format checks), and ``re2`` (input patterns). May
+import :mod:`phasegraph.core`, :mod:`phasegraph.model` and :mod:`phasegraph.errors`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from phasegraph.spec._catalog import (
     is_name,
 )
+from phasegraph.spec._input import input_validator
 from phasegraph.spec._loader import (
     YamlLimits,
     builtin_graphs,
@@ -28,6 +29,7 @@ __all__ = [
     "builtin_graphs",
     "builtin_machines",
     "graph_source",
+    "input_validator",
     "is_name",
     "load_graph",
     "load_graph_text",

@@ -6,19 +6,28 @@ there instead, as a raw validator error. So it is checked here, once: the schema
 pass the meta-schema, and every ``$ref`` must be a JSON pointer into the same schema
 (``#/...``) that resolves, without any chain of references leading back into a schema
 that contains it (a recursive schema could make validation recurse without end).
+
+Run input comes from clients, so the schema's regular expressions (``pattern``,
+``patternProperties``) are matched with RE2, in time linear in the input: Python's
+backtracking ``re`` can take exponential time on a pattern like ``^(a+)+$``. A pattern
+RE2 cannot compile (backreferences, lookaround) is refused when the graph loads, located
+at its own line. :func:`input_validator` is the validator runs use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import jsonschema
+import jsonschema.protocols
+import re2
 
 from phasegraph.errors import Problem, SourceLocation
 
-__all__ = ["input_schema_problems"]
+__all__ = ["input_schema_problems", "input_validator"]
 
 _Pointer = tuple[str | int, ...]
 _DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
@@ -28,13 +37,17 @@ _ELSEWHERE = ("$dynamicRef", "$recursiveRef")
 
 
 def input_schema_problems(
-    schema: Mapping[str, Any], where: SourceLocation | None = None
+    schema: Mapping[str, Any],
+    where: SourceLocation | None = None,
+    locate: Callable[[tuple[str | int, ...]], SourceLocation] | None = None,
 ) -> list[Problem]:
     """What is wrong with a graph's ``input:`` schema (nothing when it is sound).
 
     Args:
         schema: The JSON Schema the run input must satisfy.
         where: Where the problems are located (the ``input:`` key).
+        locate: Where a place inside the schema is (a key path from ``input:``), for
+            problems that have a place of their own (a regular expression).
 
     Returns:
         One problem per fault; the message names the place inside the schema.
@@ -44,6 +57,14 @@ def input_schema_problems(
     except jsonschema.SchemaError as exc:
         text = f"{_shown(tuple(exc.absolute_path))}: not a valid JSON Schema: {exc.message}"
         return [Problem(text, where)]
+    found = [
+        Problem(text, locate(place) if locate is not None else where)
+        for place, text in _pattern_problems(schema)
+    ]
+    if {"unevaluatedProperties", "patternProperties"} <= _schema_keys(schema):
+        # jsonschema finds the evaluated keys with ``re``; RE2 is used everywhere else.
+        text = "input: unevaluatedProperties with patternProperties is not accepted: use "
+        found.append(Problem(text + "additionalProperties", where))
     messages: list[str] = []
     refs: list[tuple[_Pointer, _Pointer]] = []
     for here, keyword, value in _keywords(schema):
@@ -70,7 +91,120 @@ def input_schema_problems(
             f"{_shown(cycle[0][0])}: a recursive $ref is not accepted ({why}): write the "
             "nesting out to a fixed depth"
         )
-    return [Problem(text, where) for text in messages]
+    return found + [Problem(text, where) for text in messages]
+
+
+def input_validator(schema: Mapping[str, Any]) -> jsonschema.protocols.Validator:
+    """A JSON Schema 2020-12 validator for run input that matches patterns with RE2.
+
+    The schema must have passed :func:`input_schema_problems`.
+    """
+    validator: jsonschema.protocols.Validator = _LinearValidator(dict(schema))
+    return validator
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is reported as a problem, not logged
+
+
+@functools.lru_cache(maxsize=256)
+def _regex(pattern: str) -> Any:
+    """The compiled RE2 form of ``pattern`` (raises ``re2.error`` if RE2 cannot read it)."""
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _pattern_problems(schema: Mapping[str, Any]) -> Iterator[tuple[_Pointer, str]]:
+    """Every regular expression in the schema that RE2 cannot compile, with its place."""
+    stack: list[tuple[_Pointer, Any]] = [((), schema)]
+    while stack:
+        here, value = stack.pop()
+        if isinstance(value, Mapping):
+            pattern = value.get("pattern")
+            if isinstance(pattern, str):
+                yield from _refused(pattern, (*here, "pattern"))
+            if isinstance(value.get("patternProperties"), Mapping):
+                for key in value["patternProperties"]:
+                    yield from _refused(str(key), (*here, "patternProperties", str(key)))
+            stack += [((*here, str(k)), v) for k, v in value.items() if k not in _DATA_KEYWORDS]
+        elif isinstance(value, list):
+            stack += [((*here, i), item) for i, item in enumerate(value)]
+
+
+def _schema_keys(schema: Mapping[str, Any]) -> set[str]:
+    """Every key of every mapping in ``schema`` outside data keywords (iteratively)."""
+    keys: set[str] = set()
+    stack: list[Any] = [schema]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            keys.update(str(key) for key in value)
+            stack += [item for key, item in value.items() if key not in _DATA_KEYWORDS]
+        elif isinstance(value, list):
+            stack += value
+    return keys
+
+
+def _refused(pattern: str, place: _Pointer) -> Iterator[tuple[_Pointer, str]]:
+    try:
+        _regex(pattern)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        yield (
+            place,
+            (
+                f"{_shown(place)}: pattern {pattern!r} is not accepted ({reason}): patterns are "
+                "matched in linear time, without backreferences or lookaround"
+            ),
+        )
+
+
+def _pattern(
+    validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _regex(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    # jsonschema's own keyword matches patternProperties with ``re``: redone with RE2.
+    if not validator.is_type(instance, "object"):
+        return
+    patterns = [_regex(p) for p in schema.get("patternProperties", {})]
+    extras = [
+        key
+        for key in instance
+        if key not in schema.get("properties", {})
+        and not any(regex.search(key) for regex in patterns)
+    ]
+    if validator.is_type(additional, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], additional, path=key)
+    elif additional is False and extras:
+        shown = ", ".join(repr(key) for key in sorted(extras))
+        yield jsonschema.ValidationError(f"additional properties are not allowed ({shown})")
+
+
+_LinearValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
+)
 
 
 def _keywords(schema: Mapping[str, Any]) -> Iterator[tuple[_Pointer, str, str]]:

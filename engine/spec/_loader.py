@@ -338,7 +338,9 @@ def _graph(
         raise SpecError(_ordered(problems))
     doc, spec = replace(doc, locate=checked.locate), checked.spec
     if spec.input is not None:
-        problems += input_schema_problems(spec.input, doc.at(("input",)))
+        problems += input_schema_problems(
+            spec.input, doc.at(("input",)), lambda place: doc.at(("input", *place))
+        )
     resolver = Resolver(builtin_files("states"))
     problems += _graph_machines(spec, doc, folder, resolver)
     nodes = [_node_def(node, index, doc) for index, node in enumerate(spec.nodes)]

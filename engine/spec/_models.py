@@ -8,7 +8,6 @@ need the whole document, turns validation errors into messages and generates
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from itertools import combinations
 from typing import Annotated, Any, Literal
@@ -24,6 +23,8 @@ from pydantic import (
     Tag,
 )
 from pydantic_core import PydanticCustomError
+
+from phasegraph.model import template_parts
 
 __all__ = [
     "ACTION_KINDS",
@@ -102,25 +103,34 @@ _StatusMap = Annotated[dict[Annotated[str, Field(pattern=STATUS_PATTERN)], _Name
 
 
 def _well_formed(template: str) -> str:
-    """A ``{name}`` template ``str.format`` can read, naming values (not positions)."""
+    """A ``{name}`` template: plain names only (no attributes, indexes, specs, positions)."""
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        template_parts(template)
     except ValueError as exc:
         raise PydanticCustomError(
             "template",
-            "{template} is not a valid template ({reason}): write {{ or }} for a literal brace",
-            {"template": repr(template), "reason": str(exc)},
+            "{template} is not a valid template: {reason} (write {{ or }} for a literal brace)",
+            {"template": repr(template)[:200], "reason": str(exc)},
         ) from None
-    if any(not name or name[0].isdigit() for name in names):
-        raise PydanticCustomError(
-            "template",
-            "{template} has a positional placeholder ({} or {0}): name the value, e.g. {id}",
-            {"template": repr(template)},
-        )
     return template
 
 
+def _templates_within(value: Any) -> Any:
+    """Check every string inside ``value`` (a payload or body) as a template."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            _well_formed(item)
+        elif isinstance(item, Mapping):
+            stack += list(item.values())
+        elif isinstance(item, list):
+            stack += item
+    return value
+
+
 _Template = Annotated[str, AfterValidator(_well_formed)]
+_Templates = AfterValidator(_templates_within)
 _Header = Annotated[str, Field(pattern=HEADER_PATTERN)]
 
 
@@ -237,9 +247,11 @@ _Command = Annotated[
 class ShellAction(_ActionBase):
     """Run a command without a shell: an argv list, or one string split like a shell does."""
 
-    shell: _Command = Field(description="argv list or command line; {name} templates.")
-    cwd: str | None = Field(None, description="Working directory (a template).")
-    env: dict[str, str] = Field({}, description="Extra environment variables (templates).")
+    shell: Annotated[_Command, _Templates] = Field(
+        description="argv list or command line; {name} templates."
+    )
+    cwd: _Template | None = Field(None, description="Working directory (a template).")
+    env: dict[str, _Template] = Field({}, description="Extra environment variables (templates).")
     on_exit: _ExitMap = Field({"0": "ok", "default": "fail"}, description="Exit status -> trigger.")
     timeout_trigger: _Name | None = Field(
         None, description="Trigger on timeout (default: default)."
@@ -270,7 +282,7 @@ class HttpRequest(_Spec):
         description="Secret headers: values are templates over environment variables, e.g. "
         "'Bearer {API_TOKEN}'; never written to the run's record.",
     )
-    body: Any = Field(
+    body: Annotated[Any, _Templates] = Field(
         None, description="Request body (templates): a string is sent as is, anything else as JSON."
     )
 
@@ -311,7 +323,9 @@ class HumanAction(_ActionBase):
     """Pause the run on an interrupt until someone replies (or the timeout fires)."""
 
     human: _Ident = Field(description="The interrupt kind, e.g. review.")
-    payload: dict[str, Any] = Field({}, description="What the answerer sees.")
+    payload: Annotated[dict[str, Any], _Templates] = Field(
+        {}, description="What the answerer sees; strings are {name} templates."
+    )
     park: bool = Field(False, description="While it waits, the run is parked (not waiting).")
     triggers: list[_Name] | None = Field(None, description="Replies accepted (and timeout).")
 

@@ -331,7 +331,9 @@ async def test_errors_map_to_statuses_with_problem_bodies(tmp_path: Path) -> Non
         assert missing.status == 404
         assert (await missing.json())["code"] == "run_not_found"
         assert (await client.get("/runs/nope/events")).status == 404
-        bad_json = await client.post("/runs", data=b"{not json")
+        bad_json = await client.post(
+            "/runs", data=b"{not json", headers={"Content-Type": "application/json"}
+        )
         assert bad_json.status == 400
         bad_input = await client.post("/runs", json={"graph": "hello", "input": {"who": 3}})
         assert bad_input.status == 400

@@ -279,13 +279,14 @@ def test_a_coding_task_review_timeout_parks_the_run(
         (
             {"url": "http://h/{id"},
             ("url",),
-            "'http://h/{id' is not a valid template (expected '}' before end of string): "
-            "write {{ or }} for a literal brace",
+            "'http://h/{id' is not a valid template: expected '}' before end of string "
+            "(write {{ or }} for a literal brace)",
         ),
         (
             {"url": "http://h/x", "headers": {"X-Id": "{0}"}},
             ("headers", "X-Id"),
-            "'{0}' has a positional placeholder ({} or {0}): name the value, e.g. {id}",
+            "'{0}' is not a valid template: {0} is a positional placeholder: name the value, "
+            "e.g. {id} (write {{ or }} for a literal brace)",
         ),
         (
             {"url": "http://h/x", "headers_from_env": {"Bad Name": "{TOKEN}"}},
