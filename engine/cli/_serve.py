@@ -67,8 +67,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, args.host, args.port)
-            await site.start()
+            await _listen(web.TCPSite(runner, args.host, args.port), args.host, args.port)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -83,6 +82,19 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
         finally:
             await runner.cleanup()
     return EXIT_OK
+
+
+async def _listen(site: web.TCPSite, host: str, port: int) -> None:
+    """Start listening; a port that cannot be had is bad input, said in one line."""
+    try:
+        await site.start()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if "error while attempting to bind" in reason:
+            reason = reason.rsplit(": ", 1)[-1]
+        raise InputError(
+            f"cannot listen on {host}:{port}: {reason}; choose another --port or --host"
+        ) from None
 
 
 HANDLERS: Handlers = MappingProxyType({"serve": _cmd_serve})

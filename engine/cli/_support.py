@@ -32,6 +32,7 @@ __all__ = [
     "EXIT_FOR_CODE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE_CLOSED",
     "EXIT_WAITING",
     "emit",
     "exit_for",
@@ -47,6 +48,8 @@ __all__ = [
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_WAITING = 0, 1, 2, 3
 EXIT_INTERRUPTED: Final = 130
+EXIT_PIPE_CLOSED: Final = 141
+"""The reader of the output went away (``phasegraph history RUN | head``): 128 + SIGPIPE."""
 """Ctrl-C: the shells' status for a process ended by SIGINT (128 + 2)."""
 
 EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
@@ -91,6 +94,12 @@ def run_command(handler: Handler, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"phasegraph: {interrupted(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader has all it wanted. Point stdout at /dev/null so that flushing it at
+        # exit cannot fail a second time, and end quietly, as other tools in a pipe do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
     return code
 
 
