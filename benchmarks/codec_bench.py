@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import statistics
 import subprocess
@@ -38,27 +39,22 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from phasegraph import Engine, codec, open_store
 from phasegraph.model import (
-    ErrorRecord,
-    Interrupt,
-    NodeOutcome,
-    NodeState,
-    NodeStatus,
     RunState,
-    RunStatus,
-    StepRecord,
 )
 from phasegraph.run import decode_history, decode_stored
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # the run states the codec tests use, every field set
+from payloads import T0, golden_record, golden_state, loop_record  # noqa: E402
+
 GRAPH = Path(__file__).with_name("loop.yaml")
-T0 = datetime(2025, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
 
 
 def old_codec(rev: str, into: Path) -> ModuleType:
@@ -86,106 +82,9 @@ def old_codec(rev: str, into: Path) -> ModuleType:
 # --------------------------------------------------------------------------- payloads
 
 
-def loop_record(seq: int = 7) -> StepRecord:
-    """A record as the loop of ``loop.yaml`` writes it: what a history read is made of."""
-    node = NodeState(
-        status=NodeStatus.RUNNING,
-        path=("work",),
-        counters=MappingProxyType({"steps": seq}),
-        steps=seq - 1,
-    )
-    return StepRecord(
-        seq=seq,
-        time=T0 + timedelta(milliseconds=seq),
-        kind="transition",
-        node="loop",
-        source=("work",),
-        trigger="again",
-        dest=("work",),
-        result=MappingProxyType({"trigger": "again"}),
-        nodes=MappingProxyType({"loop": node}),
-    )
-
-
-def small_state(data: dict[str, Any] | None = None) -> RunState:
-    """A run state with every field set; ``data`` replaces its data."""
-    return RunState(
-        run_id="run-0001",
-        graph="review",
-        graph_source="graphs/review.yaml",
-        graph_digest="sha256:5f1d",
-        seq=7,
-        status=RunStatus.WAITING,
-        input=MappingProxyType({"task": "fix the build", "limits": {"think": 7}}),
-        data=MappingProxyType(
-            data
-            if data is not None
-            else {"plan": ["read", "edit", "test"], "score": 0.75, "when": T0, "ok": True}
-        ),
-        nodes=MappingProxyType(
-            {
-                "plan": NodeState(
-                    status=NodeStatus.COMPLETED,
-                    path=("done",),
-                    outcome=NodeOutcome.SUCCESS,
-                    counters=MappingProxyType({"think": 3}),
-                    steps=4,
-                ),
-                "review": NodeState(
-                    status=NodeStatus.WAITING,
-                    path=("review_pending", "ask"),
-                    counters=MappingProxyType({"verify": 1}),
-                    steps=2,
-                    payload=MappingProxyType({"feedback": "add tests"}),
-                ),
-            }
-        ),
-        interrupts=MappingProxyType(
-            {
-                "gate": Interrupt(
-                    id="gate",
-                    node="review",
-                    kind="review",
-                    payload=MappingProxyType({"spec": "v2", "files": ["a.py"]}),
-                    deadline=T0 + timedelta(minutes=30),
-                    created_at=T0,
-                )
-            }
-        ),
-        errors=(
-            ErrorRecord(
-                time=T0,
-                node="plan",
-                state="think",
-                message="provider timed out",
-                details=MappingProxyType({"error_code": "timeout"}),
-            ),
-        ),
-        writers=MappingProxyType({"plan": ("plan",), "score": ("plan", "review")}),
-        created_at=T0,
-        updated_at=T0 + timedelta(seconds=1),
-    )
-
-
-def full_record() -> StepRecord:
-    """A record with every field set (errors, interrupts, events, nested data)."""
-    state = small_state()
-    return StepRecord(
-        seq=8,
-        time=T0,
-        kind="transition",
-        node="review",
-        source=("review_pending", "ask"),
-        trigger="confirm",
-        dest=("executing",),
-        result=MappingProxyType({"trigger": "confirm", "payload": {"ok": True}}),
-        data=MappingProxyType({"approved": True, "reviewer": "ana"}),
-        nodes=MappingProxyType({"review": NodeState(status=NodeStatus.RUNNING)}),
-        status=RunStatus.RUNNING,
-        errors=state.errors,
-        interrupts=state.interrupts,
-        events=(MappingProxyType({"type": "reply", "id": "gate"}),),
-    )
+def with_data(data: dict[str, Any]) -> RunState:
+    """The tests' run state with every field set, holding ``data``."""
+    return dataclasses.replace(golden_state(), data=MappingProxyType(data))
 
 
 def documents(count: int = 500) -> dict[str, Any]:
@@ -232,10 +131,10 @@ def codec_cases(old: ModuleType) -> dict[str, dict[str, Callable[[], Any]]]:
     """Case name → {"old": call, "new": call}; checks both write and read the same."""
     payloads: list[tuple[str, str, Any]] = [
         ("record", "loop record", loop_record()),
-        ("record", "full record", full_record()),
-        ("snapshot", "small state", small_state()),
-        ("snapshot", "100 KB state, 500 documents", small_state(documents())),
-        ("snapshot", "100 KB state, one string", small_state({"text": "x" * 100 * 1024})),
+        ("record", "full record", golden_record()),
+        ("snapshot", "small state", golden_state()),
+        ("snapshot", "100 KB state, 500 documents", with_data(documents())),
+        ("snapshot", "100 KB state, one string", with_data({"text": "x" * 100 * 1024})),
     ]
     cases: dict[str, dict[str, Callable[[], Any]]] = {}
     for kind, name, value in payloads:

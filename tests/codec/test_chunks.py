@@ -7,8 +7,8 @@ from types import MappingProxyType
 
 from hypothesis import given
 from hypothesis import strategies as st
-from test_codec import golden_state
 
+from payloads import golden_state
 from phasegraph import codec
 from phasegraph.codec import _chunks
 from phasegraph.model import ChunkedMap, NodeState, NodeStatus, updated_map

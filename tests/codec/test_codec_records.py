@@ -15,8 +15,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 from collections.abc import Callable, Mapping
-from datetime import timedelta
-from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -25,21 +23,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_codec import (
     FAST,
-    T0,
     envelope,
-    golden_record,
-    golden_state,
     raw_body,
     step_records,
     texts,
     user_values,
 )
 
+from payloads import golden_record, golden_state, loop_record
 from phasegraph import codec
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
-from phasegraph.model import NodeState, NodeStatus, StepRecord
+from phasegraph.model import StepRecord
 
 KINDS = ["created", "start", "transition", "fail", "wait", "reply", "cancel", "status"]
 """Every step-record kind the engine writes (``StepRecord.kind``)."""
@@ -85,27 +81,6 @@ def assert_stable(record: StepRecord) -> None:
     assert type(record) is StepRecord
     again = codec.decode_record(codec.encode_record(record))
     assert (again, shape(again)) == (record, shape(record))
-
-
-def loop_record(seq: int) -> StepRecord:
-    """A record as a looping node writes it: the common case on a history read."""
-    node = NodeState(
-        status=NodeStatus.RUNNING,
-        path=("work",),
-        counters=MappingProxyType({"steps": seq}),
-        steps=seq - 1,
-    )
-    return StepRecord(
-        seq=seq,
-        time=T0 + timedelta(milliseconds=seq),
-        kind="transition",
-        node="loop",
-        source=("work",),
-        trigger="again",
-        dest=("work",),
-        result=MappingProxyType({"trigger": "again"}),
-        nodes=MappingProxyType({"loop": node}),
-    )
 
 
 # --------------------------------------------------------------------------- valid records

@@ -1,0 +1,138 @@
+"""Run states and records with every field set: shared by the codec tests and its benchmark.
+
+The golden files in ``tests/golden/`` are these values encoded: change them and the golden
+bytes change with them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
+
+from phasegraph.model import (
+    ErrorRecord,
+    Interrupt,
+    NodeOutcome,
+    NodeState,
+    NodeStatus,
+    RunState,
+    RunStatus,
+    StepRecord,
+)
+
+T0 = datetime(2025, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
+T1 = datetime(2025, 3, 1, 11, 0, tzinfo=timezone(timedelta(hours=2)))  # non-UTC offset
+
+
+def golden_state() -> RunState:
+    """A run state with every field set to something other than its default."""
+    return RunState(
+        run_id="run-0001",
+        graph="review",
+        graph_source="graphs/review.yaml",
+        graph_digest="sha256:5f1d",
+        seq=7,
+        status=RunStatus.WAITING,
+        input=MappingProxyType({"task": "fix the build", "limits": {"think": 7}}),
+        data=MappingProxyType(
+            {
+                "plan": ["read", "edit", "test"],
+                "score": 0.75,
+                "blob": b"\x00\xff",
+                "when": T1,
+                "nested": {"b": None, "a": True, "n": -(2**40)},
+            }
+        ),
+        nodes=MappingProxyType(
+            {
+                "plan": NodeState(
+                    status=NodeStatus.COMPLETED,
+                    path=("done",),
+                    outcome=NodeOutcome.SUCCESS,
+                    counters=MappingProxyType({"think": 3}),
+                    steps=4,
+                ),
+                "review": NodeState(
+                    status=NodeStatus.WAITING,
+                    path=("review_pending", "ask"),
+                    counters=MappingProxyType({"verify": 1, "reflect": 0}),
+                    steps=2,
+                    error="timeout once",
+                    payload=MappingProxyType({"feedback": "add tests"}),
+                ),
+            }
+        ),
+        interrupts=MappingProxyType(
+            {
+                "run-0001:review:spec_review": Interrupt(
+                    id="run-0001:review:spec_review",
+                    node="review",
+                    kind="review",
+                    payload=MappingProxyType({"spec": "v2", "files": ["a.py"]}),
+                    deadline=T1 + timedelta(minutes=30),
+                    created_at=T1,
+                    parked=True,
+                )
+            }
+        ),
+        errors=(
+            ErrorRecord(
+                time=T0,
+                node="plan",
+                state="think",
+                message="provider timed out",
+                severity="warning",
+                recovered=True,
+                details=MappingProxyType({"error_code": "timeout", "retryable": True}),
+            ),
+        ),
+        writers=MappingProxyType({"plan": ("plan",), "score": ("plan", "review")}),
+        created_at=T0,
+        updated_at=T1,
+    )
+
+
+def golden_record() -> StepRecord:
+    """A step record with every field set to something other than its default."""
+    state = golden_state()
+    return StepRecord(
+        seq=8,
+        time=T1 + timedelta(seconds=1),
+        kind="transition",
+        node="review",
+        source=("review_pending", "ask"),
+        trigger="confirm",
+        dest=("executing",),
+        result=MappingProxyType({"trigger": "confirm", "payload": {"ok": True}, "output": None}),
+        data=MappingProxyType({"approved": True, "reviewer": "ana"}),
+        nodes=MappingProxyType(
+            {"review": NodeState(status=NodeStatus.RUNNING, path=("executing",))}
+        ),
+        status=RunStatus.COMPLETED,
+        errors=state.errors,
+        interrupts=MappingProxyType({}),
+        events=(
+            MappingProxyType({"type": "spec_review_reply", "id": "run-0001:review:spec_review"}),
+        ),
+    )
+
+
+def loop_record(seq: int = 7) -> StepRecord:
+    """A record as a looping node writes it: the common case on a history read."""
+    node = NodeState(
+        status=NodeStatus.RUNNING,
+        path=("work",),
+        counters=MappingProxyType({"steps": seq}),
+        steps=seq - 1,
+    )
+    return StepRecord(
+        seq=seq,
+        time=T0 + timedelta(milliseconds=seq),
+        kind="transition",
+        node="loop",
+        source=("work",),
+        trigger="again",
+        dest=("work",),
+        result=MappingProxyType({"trigger": "again"}),
+        nodes=MappingProxyType({"loop": node}),
+    )
