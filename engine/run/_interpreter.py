@@ -302,7 +302,6 @@ class Run:
                 f"action returned {type(result).__name__}, not an ActionResult"
             )
             return _encode(steps.action_failed(state, node_id, error, done.events))
-        failure: PhasegraphError
         try:
             record = steps.transition(state, node_id, result, done.events)
             return record, codec.encode_record(record)
@@ -317,8 +316,7 @@ class Run:
                 refused = ActionResult(trigger=result.trigger)
                 return _encode(steps.node_failed(state, node_id, exc, (), refused))
         except RunError as exc:
-            failure = exc
-        return _encode(steps.node_failed(state, node_id, failure, (), result))
+            return _encode(steps.node_failed(state, node_id, exc, (), result))
 
     # -- persistence -------------------------------------------------------------------
 

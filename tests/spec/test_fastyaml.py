@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,10 @@ def test_every_shipped_and_fixture_file_reads_the_same(path: Path) -> None:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         return
-    _agree(text)
+    if not _agree(text):
+        # Only anchors and aliases, or a syntax error, send a file to the full loader.
+        full = _read_marked(text, "doc", YamlLimits())
+        assert isinstance(full, list) or re.search(r"[&*][A-Za-z_]", text), path
 
 
 def test_the_common_graph_is_read_fast_and_the_rest_is_left() -> None:
