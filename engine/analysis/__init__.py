@@ -25,6 +25,7 @@ from phasegraph.analysis._diagram import (
     graph_diagram,
     machine_diagram,
 )
+from phasegraph.analysis._findings import github_annotation
 
 __all__ = [
     "FORMATS",
@@ -38,6 +39,7 @@ __all__ = [
     "analyze_machine",
     "check",
     "diagram",
+    "github_annotation",
     "graph_diagram",
     "machine_diagram",
     "machine_family",

@@ -15,14 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from phasegraph.analysis._rules import (
-    Code,
-    Finding,
-    Severity,
-    analyze_graph,
-    analyze_machine,
-    step_bound,
-)
+from phasegraph.analysis._findings import Code, Finding, Severity
+from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_bound
+from phasegraph.analysis._runnable import graph_run_findings, machine_file_findings
 from phasegraph.errors import InputError, Problem, SourceLocation, SpecError
 from phasegraph.model import MachineDef
 from phasegraph.spec import (
@@ -194,8 +189,12 @@ def check(target: str | Path) -> Report:
         if resolved.kind == "machine":
             root, family = machine_family(resolved.source)
             findings = analyze_machine(root.name, family)
+            if isinstance(resolved.source, Path):
+                findings += machine_file_findings(root, family, resolved.source)
         elif resolved.kind == "graph":
-            findings = analyze_graph(load_graph(resolved.source))
+            definition = load_graph(resolved.source)
+            findings = analyze_graph(definition)
+            findings += graph_run_findings(definition, str(resolved.source))
         else:
             message = (
                 "cannot tell what this file is: a machine file has top-level `states:` (and "

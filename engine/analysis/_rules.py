@@ -29,11 +29,12 @@ gives :func:`step_bound`, the most steps a node can take.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
+from phasegraph.analysis._explore import Explorer as SpaceExplorer
+from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
+from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core import find_cycle
 from phasegraph.errors import SourceLocation
 from phasegraph.model import EMPTY, GraphDef, MachineDef, NodeDef
@@ -46,65 +47,6 @@ __all__ = [
     "analyze_machine",
     "step_bound",
 ]
-
-
-class Severity(StrEnum):
-    """How bad a finding is: errors fail ``phasegraph check`` (exit 1), warnings do not."""
-
-    ERROR = "error"
-    WARNING = "warning"
-
-
-class Code(StrEnum):
-    """Stable codes of findings (the ``code`` field of ``--json`` output)."""
-
-    INVALID = "invalid-definition"
-    YAML = "yaml-syntax"
-    UNREACHABLE = "unreachable-state"
-    NO_FINAL = "no-final-path"
-    UNBOUNDED = "unbounded-cycle"
-    OUTCOME_NOT_ACCEPTED = "outcome-not-accepted"
-    CANNOT_LEAVE = "hook-cannot-leave"
-    TRIGGER_NOT_ACCEPTED = "trigger-not-accepted"
-    UNBOUND_HOOK = "unbound-hook"
-    UNKNOWN_HOOK = "unknown-hook"
-    UNKNOWN_BUDGET = "unknown-budget"
-    UNKNOWN_MACHINE = "unknown-machine"
-    NESTING_CYCLE = "nested-recursion"
-    DAG_CYCLE = "dag-cycle"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finding:
-    """One thing ``check`` found, and where.
-
-    Attributes:
-        severity: Error or warning.
-        code: What kind of finding it is.
-        message: What is wrong and how to fix it.
-        location: The file, line and column it is about, when known.
-    """
-
-    severity: Severity
-    code: Code
-    message: str
-    location: SourceLocation | None = None
-
-    def __str__(self) -> str:
-        where = f"{self.location}: " if self.location else ""
-        return f"{where}{self.severity}: {self.message}"
-
-    def to_json(self) -> dict[str, Any]:
-        """The finding as a JSON object (``file``/``line``/``column`` may be null)."""
-        where = self.location
-        return {
-            "severity": str(self.severity),
-            "code": str(self.code),
-            "message": self.message,
-            "file": where.path if where else None,
-            "line": where.line if where else None,
-            "column": where.column if where else None,
-        }
 
 
 # --------------------------------------------------------------------------- machines
@@ -210,14 +152,32 @@ def _nesting_findings(explorer: Explorer, machine: MachineDef, explored: Explore
     return findings
 
 
-def _machine_findings(explorer: Explorer, machine: MachineDef) -> list[Finding]:
+def _machine_findings(
+    explorer: Explorer, spaces: SpaceExplorer, machine: MachineDef
+) -> tuple[list[Finding], Proofs]:
     explored = explorer.explore(machine.name)
-    return [
-        *_budget_findings(machine),
-        *_reach_findings(machine, explored),
-        *_loop_findings(machine, explored),
-        *_nesting_findings(explorer, machine, explored),
+    budget_findings = _budget_findings(machine)
+    # Guards naming what is not declared cannot be evaluated: report those alone.
+    proofs = (
+        Proofs({}, complete=False)
+        if budget_findings
+        else machine_proofs(spaces, machine, explored.reachable)
+    )
+    proved = [
+        finding
+        for key, finding in proofs.findings.items()
+        # A state the flat rules already show cannot finish is reported once, by them.
+        if not (key[0] == "live" and key[2] not in explored.finishing)
     ]
+    findings = [
+        *budget_findings,
+        *_reach_findings(machine, explored),
+        *_nesting_findings(explorer, machine, explored),
+        *proved,
+    ]
+    if not proofs.complete:  # exploration could not prove loops bounded or not
+        findings += _loop_findings(machine, explored)
+    return findings, proofs
 
 
 def analyze_machine(name: str, machines: Mapping[str, MachineDef]) -> list[Finding]:
@@ -231,7 +191,12 @@ def analyze_machine(name: str, machines: Mapping[str, MachineDef]) -> list[Findi
         The findings, in no particular order.
     """
     explorer = Explorer(machines)
-    return [f for m in explorer.family(name) for f in _machine_findings(explorer, machines[m])]
+    spaces = SpaceExplorer(machines)
+    return [
+        f
+        for m in explorer.family(name)
+        for f in _machine_findings(explorer, spaces, machines[m])[0]
+    ]
 
 
 # --------------------------------------------------------------------------- graphs
@@ -250,15 +215,22 @@ def analyze_graph(definition: GraphDef) -> list[Finding]:
         text = f"dependency cycle: {' -> '.join(cycle)}; remove one of these `needs`"
         findings.append(_error(Code.DAG_CYCLE, text, where))
     explorer = Explorer(definition.machines)
+    spaces = SpaceExplorer(definition.machines)
+    known: set[tuple[str, ...]] = set()
     for machine in definition.machines.values():
-        findings += _machine_findings(explorer, machine)
+        found, proofs = _machine_findings(explorer, spaces, machine)
+        findings += found
+        known |= set(proofs.findings)
     for node in definition.nodes:
         if node.machine not in definition.machines:
             text = f"node {node.id!r} uses unknown machine {node.machine!r}"
             findings.append(_error(Code.UNKNOWN_MACHINE, text, node.location))
             continue
         findings += _binding_findings(node, explorer)
-        findings += _node_flow_findings(node, definition, explorer.explore(node.machine))
+        flow = _node_flow_findings(node, definition, explorer.explore(node.machine))
+        findings += flow
+        if not flow:  # a node that cannot finish even ignoring guards says enough
+            findings += node_proofs(node, definition.machines, known.__contains__)
     return findings
 
 

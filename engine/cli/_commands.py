@@ -198,6 +198,14 @@ def _check(parser: argparse.ArgumentParser) -> None:
         metavar="FILE|NAME",
         help="a YAML file (a machine has `states:`, a graph `nodes:`) or a built-in name",
     )
+    parser.add_argument(
+        "--strict", action="store_true", help="fail (exit 1) on warnings as well as errors"
+    )
+    parser.add_argument(
+        "--annotations",
+        choices=("github",),
+        help="print one CI annotation line per finding (github: ::error file=...,line=...::)",
+    )
 
 
 def _diagram(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import json
 import sys
 from types import MappingProxyType
 
-from phasegraph.analysis import Report, check, diagram
+from phasegraph.analysis import Report, check, diagram, github_annotation
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._support import EXIT_FAILED, EXIT_OK
 
@@ -23,22 +23,27 @@ async def _cmd_check(args: argparse.Namespace) -> int:
     # anything is reported.
     reports: list[Report] = [check(target) for target in args.targets]
     errors = sum(r.errors for r in reports)
+    warnings = sum(r.warnings for r in reports)
+    if args.annotations == "github":
+        for report in reports:
+            for finding in report.findings:
+                print(github_annotation(finding))
     if args.json:
         findings = [
             {**f.to_json(), "target": r.target, "kind": r.kind} for r in reports for f in r.findings
         ]
         print(json.dumps(findings, indent=2, sort_keys=True))
-    else:
+    elif args.annotations is None:
         for report in reports:
             for finding in report.findings:
                 print(finding)
-        warnings = sum(r.warnings for r in reports)
+        strict = " (--strict: warnings fail)" if args.strict and warnings else ""
         print(
             f"checked {_plural(len(reports), 'definition')}: {_plural(errors, 'error')}, "
-            f"{_plural(warnings, 'warning')}",
+            f"{_plural(warnings, 'warning')}{strict}",
             file=sys.stdout,
         )
-    return EXIT_FAILED if errors else EXIT_OK
+    return EXIT_FAILED if errors or (args.strict and warnings) else EXIT_OK
 
 
 async def _cmd_diagram(args: argparse.Namespace) -> int:

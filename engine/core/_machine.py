@@ -206,14 +206,37 @@ class CompiledMachine:
         routes = self._routes.get((state, trigger))
         if routes is None:
             raise IllegalTriggerError(trigger, state, self._legal[state], node_id=guard.node_id)
-        for route in routes:
-            # transitions' Condition.check: the callable's result must equal the target.
-            for check, wanted in route.checks:
-                if check(guard) != wanted:
-                    break
-            else:
-                return route.dest
-        raise self._refused(state, trigger, guard)
+        chosen = _first_open(routes, guard)
+        if chosen < 0:
+            raise self._refused(state, trigger, guard)
+        return routes[chosen].dest
+
+    def choose(
+        self,
+        state: str,
+        trigger: str,
+        *,
+        counters: Mapping[str, int],
+        limits: Mapping[str, int],
+        payload: Mapping[str, Any] = EMPTY,
+        settings: Mapping[str, Any] = EMPTY,
+    ) -> tuple[int, str] | None:
+        """Which candidate transition :meth:`fire` would take, without firing it.
+
+        For analysis (``phasegraph check`` explores every guard value with it): the same
+        routing table and guards as :meth:`fire`, at the outermost level (no prefix).
+
+        Returns:
+            The candidate's index among the transitions declared for ``trigger`` from
+            ``state`` (declaration order) and its destination; ``None`` when every
+            candidate is refused or ``trigger`` is not declared from ``state``.
+        """
+        routes = self._routes.get((state, trigger))
+        if routes is None:
+            return None
+        guard = _Guard("", counters, limits, payload, settings, "")
+        chosen = _first_open(routes, guard)
+        return None if chosen < 0 else (chosen, routes[chosen].dest)
 
     def fire_via_library(self, state: str, trigger: str, guard: _Guard) -> str:
         """Like :meth:`fire`, but through ``transitions``' own ``trigger`` (slow).
@@ -245,6 +268,18 @@ class CompiledMachine:
             reason="was refused by every guard (a condition failed or a budget is spent)",
             node_id=guard.node_id,
         )
+
+
+def _first_open(routes: tuple[_Route, ...], guard: _Guard) -> int:
+    """Index of the first route whose checks all hold, or -1."""
+    for index, route in enumerate(routes):
+        # transitions' Condition.check: the callable's result must equal the target.
+        for check, wanted in route.checks:
+            if check(guard) != wanted:
+                break
+        else:
+            return index
+    return -1
 
 
 def _budget_left(budget: str) -> Predicate:

@@ -34,7 +34,7 @@ BROKEN, FIXED = CHECK / "broken", CHECK / "fixed"
 CASES = [
     ("unreachable.yaml", Code.UNREACHABLE, Severity.WARNING, 6),
     ("trap.yaml", Code.NO_FINAL, Severity.ERROR, 6),
-    ("retry_unbounded.yaml", Code.UNBOUNDED, Severity.WARNING, 5),
+    ("retry_unbounded.yaml", Code.UNBOUNDED, Severity.ERROR, 5),
     ("spin.yaml", Code.UNBOUNDED, Severity.ERROR, 6),
     ("nested_outcome.yaml", Code.OUTCOME_NOT_ACCEPTED, Severity.ERROR, 5),
     ("unknown_budget.yaml", Code.UNKNOWN_BUDGET, Severity.ERROR, 11),
@@ -96,11 +96,15 @@ def test_a_loop_through_a_spend_on_state_is_bounded() -> None:
         ),
         states=MappingProxyType({k: v for k, v in machine.states.items() if k != "exhausted"}),
     )
-    assert analyze_machine("loop", {"loop": unguarded}) == []
+    # Bounded, but once `steps` is spent every guard refuses `again`: the node fails.
+    [gap] = analyze_machine("loop", {"loop": unguarded})
+    assert gap.code is Code.GUARD_GAP
+    assert "budget steps spent" in gap.message
+    assert "(--again--> work) x" in gap.message
     free = replace(unguarded, budgets=MappingProxyType({}))
     [finding] = analyze_machine("loop", {"loop": free})
     assert finding.code is Code.UNBOUNDED
-    assert finding.severity is Severity.WARNING
+    assert finding.severity is Severity.ERROR
 
 
 # --------------------------------------------------------------------------- rules on code
@@ -268,7 +272,7 @@ def test_cli_check_warnings_only_exit_0(capsys: pytest.CaptureFixture[str]) -> N
 def test_cli_check_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check", "--json", str(BROKEN / "stays.yaml")]) == 1
     findings = json.loads(capsys.readouterr().out)
-    assert {f["code"] for f in findings} == {"hook-cannot-leave", "no-final-path"}
+    assert {f["code"] for f in findings} == {"hook-cannot-leave", "no-final-path", "guard-gap"}
     first = findings[0]
     assert {"severity", "code", "message", "file", "line", "column"} <= set(first)
     assert first["file"] == str(BROKEN / "stays.yaml")
