@@ -70,6 +70,7 @@ PUBLIC = {
         "analyze_machine",
         "check",
         "diagram",
+        "github_annotation",
         "graph_diagram",
         "machine_diagram",
         "machine_family",
