@@ -7,7 +7,9 @@ command (redis-py's asyncio client), this saves the per-command pool, lock and t
 bookkeeping on every step, and a thousand concurrent runs share one socket instead of
 opening a thousand: their commits reach the server pipelined.
 
-Commands written while one callback of the event loop runs are sent in one write.
+A command sent while no other is in flight is written at once (a single run's commit
+costs no extra event-loop turn); commands sent while others are in flight are queued and
+those of one event-loop turn sent in one write (many runs' commits share a system call).
 Replies are parsed by ``hiredis``. A connection that breaks fails every command in
 flight with :class:`ConnectionError`; the next command reconnects. A reply overdue by
 the socket timeout aborts the connection (:class:`TimeoutError` for those in flight).
@@ -23,7 +25,7 @@ import collections
 import contextlib
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast, final
 
@@ -31,7 +33,7 @@ import hiredis
 
 from phasegraph.errors import StoreError
 
-__all__ = ["Arg", "RedisWire", "ReplyError", "WireOptions"]
+__all__ = ["Arg", "RedisWire", "ReplyError", "WireOptions", "pack", "pack_parts"]
 
 Arg = bytes | str | int | float
 
@@ -69,13 +71,22 @@ class WireOptions:
     tls: ssl.SSLContext | None = None
 
 
-def _pack(args: Sequence[Arg]) -> bytes:
-    """One command in the Redis protocol: an array of bulk strings."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+# hiredis's stub types the argument as a one-item tuple; it takes any number of items.
+_pack_command = cast("Callable[[tuple[Arg, ...]], bytes]", hiredis.pack_command)
+
+
+def pack(args: Sequence[Arg]) -> bytes:
+    """One command in the Redis protocol: an array of bulk strings (packed in C)."""
+    return _pack_command(tuple(args))
+
+
+def pack_parts(args: Sequence[Arg]) -> bytes:
+    """``args`` as bulk strings without the array header: pieces of a command packed ahead.
+
+    A command is its array header (``*<count>`` and CRLF), then the parts of every argument.
+    """
+    packed = _pack_command(tuple(args))
+    return packed[packed.index(b"\r\n") + 2 :]
 
 
 @final
@@ -125,16 +136,29 @@ class _Connection(asyncio.Protocol):
     # -- sending
     def send(self, commands: Sequence[bytes]) -> list[asyncio.Future[Any]]:
         """Queue packed commands; their futures resolve with the replies, in order."""
+        return [self.send_one(command) for command in commands]
+
+    def send_one(self, command: bytes) -> asyncio.Future[Any]:
+        """Queue one packed command (as :meth:`send`); its future resolves with the reply."""
         if self.broken is not None:
             raise self.broken
-        if not self._pending:
+        future = self.loop.create_future()
+        idle = not self._pending  # then nothing is queued either
+        self._pending.append(future)
+        if idle:
             self._progress = time.monotonic()
-        futures = [self.loop.create_future() for _ in commands]
-        self._pending.extend(futures)
+            if self._transport is not None:
+                self._transport.write(command)  # nobody to share a write with: send now
+                return future
         if not self._outgoing:
             self.loop.call_soon(self._flush)
-        self._outgoing.extend(commands)
-        return futures
+        self._outgoing.append(command)
+        return future
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the socket's send buffer is over its high-water mark."""
+        return not self._writable.is_set()
 
     async def writable(self) -> None:
         """Wait while the socket's send buffer is over its high-water mark."""
@@ -196,17 +220,29 @@ class RedisWire:
             ConnectionError: The connection broke or could not be opened.
             TimeoutError: No reply within the timeout (the connection is dropped).
         """
-        connection = await self._ready()
-        (future,) = connection.send((_pack(args),))
-        await connection.writable()
+        return await self.call_packed(pack(args))
+
+    async def call_packed(self, command: bytes) -> Any:
+        """As :meth:`call`, for a command already packed (:func:`pack`, :func:`pack_parts`)."""
+        connection = self._connection
+        if (
+            connection is None
+            or connection.broken is not None
+            or connection.loop is not asyncio.get_running_loop()
+        ):
+            connection = await self._ready()
+        future = connection.send_one(command)
+        if connection.blocked:
+            await connection.writable()
         return await future
 
-    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Send several commands in one write and return their replies, in order."""
+    async def call_many(self, commands: Sequence[Sequence[Arg] | bytes]) -> list[Any]:
+        """Send several commands (argument lists, or packed) and return their replies."""
         if not commands:
             return []
         connection = await self._ready()
-        futures = connection.send([_pack(args) for args in commands])
+        packed = [c if isinstance(c, bytes) else pack(c) for c in commands]
+        futures = connection.send(packed)
         await connection.writable()
         return list(await asyncio.gather(*futures))
 
@@ -272,7 +308,7 @@ class RedisWire:
             steps.append(("SELECT", str(options.db)))
         if options.client_name:
             steps.append(("CLIENT", "SETNAME", options.client_name))
-        replies = await asyncio.gather(*connection.send([_pack(step) for step in steps]))
+        replies = await asyncio.gather(*connection.send([pack(step) for step in steps]))
         for step, reply in zip(steps, replies, strict=True):
             if isinstance(reply, ReplyError):
                 connection.close(ConnectionError(f"{step[0]} refused: {reply}"))

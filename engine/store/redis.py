@@ -53,7 +53,14 @@ from phasegraph.store._open import (
     sequence_conflict_error,
 )
 from phasegraph.store._redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
-from phasegraph.store._redis_wire import Arg, RedisWire, ReplyError, WireOptions
+from phasegraph.store._redis_wire import (
+    Arg,
+    RedisWire,
+    ReplyError,
+    WireOptions,
+    pack,
+    pack_parts,
+)
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
 
 __all__ = ["RedisStore"]
@@ -64,6 +71,8 @@ _COMMIT_BACKOFF: Final = (0.05, 0.15, 0.4, 1.2)
 _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
+_COMMIT_ARGS: Final = 11  # ARGV of the COMMIT script
+_HEADS_KEPT: Final = 4096  # runs whose packed commit head is kept
 
 
 @final
@@ -88,6 +97,7 @@ class RedisStore(Store):
         self._prefix = prefix
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(_ms(ttl))
+        self._commit_heads: dict[str, bytes] = {}  # run id -> packed EVALSHA, script, keys
         self._closed = False
 
     @property
@@ -129,11 +139,10 @@ class RedisStore(Store):
         whose reply was lost is found already written and succeeds.
         """
         check_commit(lease, commit)
-        args = self._commit_args(lease, commit)
-        keys = (*self.run_keys(lease.run_id), self._index)
+        command = self._commit_command(lease, commit)
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                reply = await self._eval(COMMIT, keys, args)
+                reply = await self._eval_packed(COMMIT, command)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
@@ -219,6 +228,7 @@ class RedisStore(Store):
         return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
 
     def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
+        # _COMMIT_ARGS values, in the order of the COMMIT script's ARGV.
         meta, snapshot = commit.meta, commit.snapshot
         # '' leaves expiry alone (no retention), '0' persists, else the expiry in ms.
         finished = meta.status in FINISHED_STATUSES
@@ -230,14 +240,31 @@ class RedisStore(Store):
             lease.run_id,
         )
 
+    def _commit_command(self, lease: Lease, commit: Commit) -> bytes:
+        """The commit's EVALSHA, packed; the part fixed per run (script, keys) is cached."""
+        head = self._commit_heads.get(lease.run_id)
+        if head is None:
+            if len(self._commit_heads) >= _HEADS_KEPT:
+                self._commit_heads.clear()  # a bound, not a cache policy: refilled on use
+            keys = (*self.run_keys(lease.run_id), self._index)
+            count = 3 + len(keys) + _COMMIT_ARGS
+            fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
+            head = self._commit_heads[lease.run_id] = b"*%d\r\n%s" % (count, fixed)
+        return head + pack_parts(self._commit_args(lease, commit))
+
     async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
         """Run a script by its digest, loading it first if the server does not have it.
 
         Connection errors are raised as they are (the caller decides about retrying);
         an error reply becomes a :class:`StoreError`.
         """
-        command = ("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args)
-        reply = await self._wire.call(*command)
+        return await self._eval_packed(
+            script, pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
+        )
+
+    async def _eval_packed(self, script: str, command: bytes) -> list[Any]:
+        """As :meth:`_eval`, for the packed EVALSHA of ``script``."""
+        reply = await self._wire.call_packed(command)
         if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
             # A new server, a restart or SCRIPT FLUSH: load it and send again.
             loaded, reply = await self._wire.call_many((("SCRIPT", "LOAD", script), command))

@@ -1,10 +1,18 @@
 """The embedded store: one SQLite file in WAL mode, on the stdlib ``sqlite3`` driver.
 
-One dedicated worker thread owns the connection; every store call is one hop to it
-(:class:`~phasegraph.store._thread_worker.ThreadWorker`) doing one transaction, so a
-commit costs one hop and one ``BEGIN IMMEDIATE … COMMIT``. Lease checks use
-``time.time()`` of the calling machine, which every process sharing the file agrees on.
-Each statement is prepared once per connection (the driver keeps them in its cache).
+Commits go through a group commit (:mod:`phasegraph.store._group_commit`): the commits
+of concurrent runs queued in one event-loop turn share one ``BEGIN IMMEDIATE … COMMIT``,
+written on the event-loop thread when SQLite grants the write lock at once (no thread
+hop), else on the worker thread, which waits for it. Reads, leases and commits that must
+wait are one hop each to a dedicated worker thread
+(:class:`~phasegraph.store._thread_worker.ThreadWorker`), one transaction each. One
+connection serves both threads, one at a time (a lock). With ``synchronous=full`` the
+fsync of a commit written at once blocks the event loop for its duration; that is the
+price of a commit durable on return without a hop.
+
+Lease checks use ``time.time()`` of the calling machine, which every process sharing the
+file agrees on. Each statement is prepared once per connection (the driver keeps them in
+its cache).
 
 Layout (:mod:`phasegraph.store._sqlite_layout`; schema version :data:`SCHEMA_VERSION`,
 kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
@@ -18,19 +26,21 @@ kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
 A commit changes about three pages (a ``records`` leaf, the ``runs`` leaf and the index
 leaf), and each page it changes is a whole frame the WAL must write.
 
-A call whose awaiting task is cancelled still finishes its transaction in the worker;
-commits are idempotent, so retrying such a commit is safe.
+A call whose awaiting task is cancelled still finishes its transaction; commits are
+idempotent, so retrying such a commit is safe.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final, TypeVar, final
 
 from phasegraph.errors import InputError, PhasegraphError, StoreError, StoreUnavailableError
+from phasegraph.store._group_commit import GroupCommit, Outcomes
 from phasegraph.store._open import (
     check_commit,
     check_page,
@@ -49,6 +59,9 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 T = TypeVar("T")
 
 _BUSY_TIMEOUT: Final = 5.0  # seconds to wait for another process's write lock
+_WAIT: Final = f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}"
+_NO_WAIT: Final = "PRAGMA busy_timeout = 0"  # the connection's setting between calls
+_LOCKED: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _HISTORY_BATCH: Final = 256  # rows in the first history batch ...
 _HISTORY_BATCH_MAX: Final = 4096  # ... growing 4x per batch up to this many
 _META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
@@ -70,9 +83,16 @@ class SqliteStore(Store):
             raise InputError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self._path = path.absolute()  # fixed now, whatever the cwd is at first use
         self._synchronous = synchronous
-        self._conn: sqlite3.Connection | None = None  # touched only by the worker thread
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # held by whichever thread is using _conn
         self._worker = ThreadWorker("phasegraph-sqlite")
+        self._group: GroupCommit[tuple[Lease, Commit]] = GroupCommit(
+            self._worker, self._commit_now, self._commit_waiting
+        )
         self._closed = False
+        # Runs whose lease this store took and has not released: with one, a commit is
+        # written at once; with more, commits wait a turn to share a transaction.
+        self._writers: set[str] = set()
 
     @property
     def path(self) -> Path:
@@ -82,7 +102,9 @@ class SqliteStore(Store):
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
         """Take the run's lease; see :meth:`Store.acquire`."""
         check_ttl(ttl)
-        return await self._call(self._acquire, run_id, owner, ttl)
+        lease = await self._call(self._acquire, run_id, owner, ttl)
+        self._writers.add(run_id)
+        return lease
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend a lease we hold; see :meth:`Store.renew`."""
@@ -91,12 +113,18 @@ class SqliteStore(Store):
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up if it is still ours; see :meth:`Store.release`."""
+        self._writers.discard(lease.run_id)
         await self._call(self._release, lease)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
-        """Write one step in one transaction; see :meth:`Store.commit`."""
+        """Write one step, in a transaction it may share with concurrent runs' commits.
+
+        See :meth:`Store.commit`; a refused commit is refused alone.
+        """
         check_commit(lease, commit)
-        await self._call(self._commit, lease, commit)
+        if self._closed:
+            raise self._closed_error()
+        await self._group.submit((lease, commit), alone=len(self._writers) <= 1)
 
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
         """Read a run at ``seq`` (default: head); see :meth:`Store.read`."""
@@ -136,6 +164,7 @@ class SqliteStore(Store):
         if self._closed:
             return
         self._closed = True
+        await self._group.idle()  # commits already accepted are written first
         if not self._worker.started:
             return
         try:
@@ -152,32 +181,87 @@ class SqliteStore(Store):
         (up to the busy timeout) instead of failing halfway; readers begin DEFERRED.
         """
         if self._closed:
-            raise StoreUnavailableError(f"the SQLite store {str(self._path)!r} is closed")
+            raise self._closed_error()
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
         return await self._worker.call(self._in_transaction, begin, fn, args)
+
+    def _closed_error(self) -> StoreUnavailableError:
+        return StoreUnavailableError(f"the SQLite store {str(self._path)!r} is closed")
+
+    def _failed(self, exc: sqlite3.Error) -> StoreUnavailableError:
+        return StoreUnavailableError(f"SQLite store {str(self._path)!r} failed: {exc}")
+
+    # ------------------------------------------------------------- commits
+
+    def _commit_now(self, items: Sequence[tuple[Lease, Commit]]) -> Outcomes | None:
+        """Write a batch on this thread if that needs no waiting, else return ``None``."""
+        conn = self._conn
+        if conn is None or not self._lock.acquire(blocking=False):
+            return None  # not connected yet, or the worker is using the connection
+        try:
+            try:
+                conn.execute("BEGIN IMMEDIATE")  # busy_timeout is 0: never waits
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode in _LOCKED:
+                    return None  # another process is writing: the worker will wait
+                raise self._failed(exc) from exc
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from exc
+            return self._write_begun(conn, items)
+        finally:
+            self._lock.release()
+
+    def _commit_waiting(self, items: Sequence[tuple[Lease, Commit]]) -> Outcomes:
+        """Write a batch, waiting for the write lock (on the worker thread)."""
+        return self._in_transaction("BEGIN IMMEDIATE", _write_batch, (items,))
+
+    def _write_begun(
+        self, conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]
+    ) -> Outcomes:
+        """Write a batch in the transaction just begun, and end it."""
+        try:
+            outcomes = _write_batch(conn, items)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise self._failed(exc) from exc
+            raise
+        return outcomes
 
     # ------------------------------------------------------------- worker-thread side
 
     def _in_transaction(self, begin: str, fn: Callable[..., T], args: tuple[object, ...]) -> T:
-        try:
-            conn = self._conn if self._conn is not None else self._connect()
-            conn.execute(begin)
+        with self._lock:
             try:
-                result = fn(conn, *args)
-            except BaseException:
-                conn.execute("ROLLBACK")
+                conn = self._conn if self._conn is not None else self._connect()
+                conn.execute(_WAIT)
+                try:
+                    conn.execute(begin)
+                    try:
+                        result = fn(conn, *args)
+                    except BaseException:
+                        conn.execute("ROLLBACK")
+                        raise
+                    conn.execute("COMMIT")
+                finally:
+                    conn.execute(_NO_WAIT)
+                return result
+            except PhasegraphError:
                 raise
-            conn.execute("COMMIT")
-            return result
-        except PhasegraphError:
-            raise
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(f"SQLite store {str(self._path)!r} failed: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from exc
 
     def _connect(self) -> sqlite3.Connection:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT, isolation_level=None)
+            conn = sqlite3.connect(
+                self._path,
+                timeout=_BUSY_TIMEOUT,
+                isolation_level=None,
+                check_same_thread=False,  # the event-loop thread writes batches too
+            )
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailableError(
                 f"cannot open SQLite store {str(self._path)!r}: {exc}"
@@ -200,9 +284,10 @@ class SqliteStore(Store):
         return conn
 
     def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     @staticmethod
     def _acquire(conn: sqlite3.Connection, run_id: str, owner: str, ttl: float) -> Lease:
@@ -339,6 +424,39 @@ class SqliteStore(Store):
             sql + " ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?", params
         ).fetchall()
         return [_row_meta(row) for row in rows]
+
+
+def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]) -> Outcomes:
+    """Write each commit of a batch in the open transaction; one outcome per commit.
+
+    A refusal writes nothing, so it needs no undoing. A commit that fails halfway in a
+    batch of several is rolled back to its savepoint and fails alone; alone in its
+    batch, its error ends the transaction.
+    """
+    if len(items) == 1:
+        return [_commit_or_refusal(conn, *items[0])]
+    outcomes: Outcomes = []
+    for lease, commit in items:
+        conn.execute("SAVEPOINT one_commit")
+        try:
+            outcomes.append(_commit_or_refusal(conn, lease, commit))
+        except sqlite3.Error as exc:
+            if not conn.in_transaction:
+                raise  # SQLite ended the whole transaction: every commit fails
+            conn.execute("ROLLBACK TO one_commit")
+            outcomes.append(StoreUnavailableError(f"SQLite commit failed: {exc}"))
+        conn.execute("RELEASE one_commit")
+    return outcomes
+
+
+def _commit_or_refusal(
+    conn: sqlite3.Connection, lease: Lease, commit: Commit
+) -> PhasegraphError | None:
+    try:
+        SqliteStore._commit(conn, lease, commit)
+    except PhasegraphError as exc:  # refused: meant for this commit's caller alone
+        return exc
+    return None
 
 
 def _refuse_commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:

@@ -128,17 +128,17 @@ async def test_a_commit_whose_reply_was_lost_is_retried_and_found_written(
     lease = await store.acquire("r", "w", 30)
     await store.commit(lease, make_commit("r", 0))
     wire = store._wire  # white-box: lose exactly one reply, after the script ran
-    forward = wire.call
+    forward = wire.call_packed
     sent: list[str] = []
 
-    async def lose_first_reply(*args: Any) -> Any:
-        sent.append(str(args[0]))
-        reply = await forward(*args)
+    async def lose_first_reply(command: bytes) -> Any:
+        sent.append(command.split(b"\r\n")[2].decode())  # *<n>, $<len>, the name
+        reply = await forward(command)
         if len(sent) == 1:
             raise ConnectionError("connection lost before the reply")
         return reply
 
-    monkeypatch.setattr(wire, "call", lose_first_reply)
+    monkeypatch.setattr(wire, "call_packed", lose_first_reply)
     await store.commit(lease, make_commit("r", 1))
     assert sent == ["EVALSHA", "EVALSHA"]  # the retry found the step already written
     monkeypatch.undo()
