@@ -101,8 +101,8 @@ class GroupCommit(Generic[T]):
 
     async def idle(self) -> None:
         """Wait until every submitted item has been written (or refused)."""
-        if self._loop is None:
-            return
+        if self._loop is not asyncio.get_running_loop():
+            return  # nothing open here (a batch of another loop settles on that loop)
         future = self._loop.create_future()
         self._idle.append(future)
         await future
