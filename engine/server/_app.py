@@ -26,6 +26,8 @@ from phasegraph.errors import ErrorCode, PhasegraphError
 from phasegraph.server import _control as server_control
 from phasegraph.server import _events as server_events
 from phasegraph.server import _routes as server_routes
+from phasegraph.server import _shape as server_shape
+from phasegraph.server import _ui as server_ui
 from phasegraph.server._exec import Executor, ExecutorOptions
 from phasegraph.server._feed import EventHub
 from phasegraph.server._guard import browser_guard
@@ -68,7 +70,9 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
 """HTTP status for every error code (client input errors never reach the codec: 500)."""
 
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
-"""Paths served without the bearer token (probes of load balancers and orchestrators)."""
+"""Paths served without the bearer token (probes of load balancers and orchestrators).
+
+The run viewer's files under ``/ui`` need none either: the page asks for the token."""
 
 _READY_PROBE: Final = 5.0
 _KEPT_HEADERS: Final = ("WWW-Authenticate", "Allow", "Retry-After")
@@ -124,8 +128,8 @@ def _auth(token: str) -> Any:
 
     @web.middleware
     async def bearer(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in PUBLIC_PATHS:
-            return await handler(request)
+        if request.path in PUBLIC_PATHS or server_ui.is_ui_path(request.path):
+            return await handler(request)  # the viewer's files hold no data
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):  # constant time: no guessing by timing
             raise web.HTTPUnauthorized(
@@ -206,6 +210,8 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
             *server_routes.routes(),
             *server_control.routes(),
             *server_events.routes(),
+            *server_shape.routes(),
+            *server_ui.routes(),
         ]
     )
     app.cleanup_ctx.append(_lifetime)

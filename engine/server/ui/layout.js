@@ -1,0 +1,286 @@
+// Layered drawings as SVG: the run's DAG (columns = the graph's layers) and a node's
+// machine (columns = distance from the initial state). A few barycenter sweeps order each
+// column to cut crossings; edges are curves, backward and same-column ones bow below.
+
+import { s } from "./dom.js";
+
+const CHAR = 7.2; // average width of a 12 px sans-serif character
+const GAP_X = 56;
+const GAP_Y = 18;
+let drawings = 0; // unique marker ids when several SVGs share the page
+
+/** Ranks of a machine's states: shortest distance from the initial state. */
+export function machineRanks(machine) {
+  const rank = new Map([[machine.initial, 0]]);
+  const queue = [machine.initial];
+  while (queue.length) {
+    const state = queue.shift();
+    for (const t of machine.transitions) {
+      if (t.source.includes(state) && !rank.has(t.dest)) {
+        rank.set(t.dest, rank.get(state) + 1);
+        queue.push(t.dest);
+      }
+    }
+  }
+  const deepest = Math.max(0, ...rank.values());
+  for (const state of machine.states) if (!rank.has(state.name)) rank.set(state.name, deepest + 1);
+  return rank;
+}
+
+/** Columns of ids ordered to reduce crossings. */
+function order(ids, rank, edges) {
+  const columns = [];
+  for (const id of ids) (columns[rank.get(id)] ||= []).push(id);
+  const filled = columns.filter(Boolean);
+  const position = new Map();
+  const place = () => filled.forEach((col) => col.forEach((id, i) => position.set(id, i)));
+  place();
+  const mean = (list) => (list.length ? list.reduce((a, b) => a + b, 0) / list.length : null);
+  for (let sweep = 0; sweep < 4; sweep++) {
+    const forward = sweep % 2 === 0;
+    const sequence = forward ? filled : [...filled].reverse();
+    for (const col of sequence.slice(1)) {
+      const weight = new Map();
+      for (const id of col) {
+        const near = edges
+          .filter(([a, b]) => (forward ? b === id && a !== id : a === id && b !== id))
+          .map(([a, b]) => position.get(forward ? a : b));
+        weight.set(id, mean(near) ?? position.get(id));
+      }
+      col.sort((a, b) => weight.get(a) - weight.get(b));
+      col.forEach((id, i) => position.set(id, i));
+    }
+  }
+  return filled;
+}
+
+/**
+ * Lay out boxes: items = [{id, lines: [text…]}], edges = [[from, to, label]], rank = Map.
+ * The gap after a column is wide enough for the labels of the edges leaving it.
+ * Returns {box: Map(id → {x, y, w, h})}.
+ */
+function place(items, edges, rank, top) {
+  const byId = new Map(items.map((item) => [item.id, item]));
+  const columns = order(items.map((i) => i.id), rank, edges);
+  const box = new Map();
+  const heights = columns.map((col) =>
+    col.reduce((sum, id) => sum + 10 + byId.get(id).lines.length * 16 + GAP_Y, -GAP_Y),
+  );
+  const tallest = Math.max(...heights, 0);
+  const column = new Map();
+  columns.forEach((col, c) => col.forEach((id) => column.set(id, c)));
+  let x = 0;
+  columns.forEach((col, c) => {
+    const w = Math.max(...col.map((id) => Math.max(...byId.get(id).lines.map((l) => l.length)) * CHAR + 22));
+    let y = top + (tallest - heights[c]) / 2;
+    for (const id of col) {
+      const hgt = 10 + byId.get(id).lines.length * 16;
+      box.set(id, { x, y, w, h: hgt });
+      y += hgt + GAP_Y;
+    }
+    const labels = edges.filter(([a, b]) => column.get(a) === c && column.get(b) > c).map(([, , l]) => (l || "").length);
+    x += w + Math.max(GAP_X, Math.max(0, ...labels) * CHAR * 0.92 + 24);
+  });
+  return { box };
+}
+
+function curve(from, to, bow) {
+  if (from === to) {
+    const x = from.x + from.w / 2;
+    return { d: `M${x - 10},${from.y} C${x - 26},${from.y - 30} ${x + 26},${from.y - 30} ${x + 10},${from.y}`, lx: x, ly: from.y - 27 };
+  }
+  if (to.x > from.x) {
+    const x1 = from.x + from.w;
+    const y1 = from.y + from.h / 2;
+    const x2 = to.x;
+    const y2 = to.y + to.h / 2;
+    const mid = (x1 + x2) / 2;
+    return { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`, lx: mid, ly: (y1 + y2) / 2 - 4 };
+  }
+  if (to.x === from.x) {
+    // Within one column: out of the right side, bow right, back into the right side.
+    const x = from.x + Math.max(from.w, to.w);
+    const y1 = from.y + from.h / 2;
+    const y2 = to.y + to.h / 2;
+    const out = x + 30 + bow * 10;
+    return { d: `M${from.x + from.w},${y1} C${out},${y1} ${out},${y2} ${to.x + to.w},${y2}`, lx: out - 4, ly: (y1 + y2) / 2 + 4, anchor: "start" };
+  }
+  // Backward: leave from the bottom, bow below, enter from the bottom.
+  const x1 = from.x + from.w / 2;
+  const y1 = from.y + from.h;
+  const x2 = to.x + to.w / 2;
+  const y2 = to.y + to.h;
+  const depth = Math.max(y1, y2) + 26 + bow * 14;
+  return { d: `M${x1},${y1} C${x1},${depth} ${x2},${depth} ${x2},${y2}`, lx: (x1 + x2) / 2, ly: depth - 3 };
+}
+
+/** An SVG with an arrowhead marker; `finish(extent)` sizes it to what was drawn. */
+function svgFrame(label) {
+  const id = `arrow${++drawings}`;
+  const svg = s("svg", { class: "diagram", role: "group", "aria-label": label });
+  svg.append(
+    s("defs", {}, s("marker", { id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+      s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))),
+  );
+  const finish = (extent) => {
+    const x = Math.floor(extent.x1 - 8);
+    const y = Math.floor(extent.y1 - 8);
+    const w = Math.ceil(extent.x2 - x + 8);
+    const hgt = Math.ceil(extent.y2 - y + 8);
+    svg.setAttribute("viewBox", `${x} ${y} ${w} ${hgt}`);
+    svg.setAttribute("width", w);
+    svg.setAttribute("height", hgt);
+  };
+  return { svg, marker: `url(#${id})`, finish };
+}
+
+/** The extent of the boxes, grown by `grow`. */
+function extentOf(layout) {
+  const extent = { x1: Infinity, y1: Infinity, x2: -Infinity, y2: -Infinity };
+  for (const b of layout.box.values()) grow(extent, b.x, b.y, b.x + b.w, b.y + b.h);
+  if (!layout.box.size) grow(extent, 0, 0, 100, 40);
+  return extent;
+}
+
+function grow(extent, x1, y1, x2, y2) {
+  extent.x1 = Math.min(extent.x1, x1);
+  extent.y1 = Math.min(extent.y1, y1);
+  extent.x2 = Math.max(extent.x2, x2);
+  extent.y2 = Math.max(extent.y2, y2);
+}
+
+function drawEdges(svg, layout, edges, marker, extent) {
+  let bows = 0;
+  for (const [a, b, label] of edges) {
+    const from = layout.box.get(a);
+    const to = layout.box.get(b);
+    if (!from || !to) continue;
+    const backward = a !== b && to.x <= from.x;
+    const path = curve(from, to, backward ? bows++ : 0);
+    svg.append(s("path", { d: path.d, class: `edge${backward ? " back" : ""}`, "marker-end": marker }));
+    if (backward) grow(extent, path.lx, path.ly - 20, path.lx + 40, path.ly + 8);
+    if (label) {
+      const anchor = path.anchor || "middle";
+      svg.append(s("text", { x: path.lx, y: path.ly, class: "edge-label", "text-anchor": anchor }, label));
+      const width = label.length * CHAR * 0.92;
+      const left = anchor === "start" ? path.lx : path.lx - width / 2;
+      grow(extent, left, path.ly - 12, left + width, path.ly + 4);
+    }
+  }
+}
+
+/**
+ * The run's DAG. nodes: {id: {machine, needs}}, layers: [[id…]…]; view(id) → {status, state}.
+ * onPick(id) is called on click or Enter/Space. Returns {svg, update(view), select(id)}.
+ */
+export function drawDag(shape, view, onPick) {
+  const rank = new Map();
+  shape.layers.forEach((layer, i) => layer.forEach((id) => rank.set(id, i)));
+  const ids = shape.layers.flat();
+  const lines = (id) => [id, `${shape.nodes[id].machine} · ${view(id).state || "—"}`];
+  const items = ids.map((id) => ({ id, lines: [id, `${shape.nodes[id].machine} · ${longestState(shape, id)}`] }));
+  const edges = ids.flatMap((id) => shape.nodes[id].needs.map((need) => [need, id, ""]));
+  const layout = place(items, edges, rank, 24);
+  const { svg, marker, finish } = svgFrame("The run's graph: one column per layer");
+  const extent = extentOf(layout);
+  shape.layers.forEach((layer, i) => {
+    const first = layout.box.get(layer[0]);
+    if (first) svg.append(s("text", { x: first.x, y: 12, class: "layer-label" }, `layer ${i}`));
+  });
+  grow(extent, 0, 0, 0, 0);
+  drawEdges(svg, layout, edges, marker, extent);
+  const groups = new Map();
+  for (const id of ids) {
+    const b = layout.box.get(id);
+    const title = s("title");
+    const second = s("text", { x: b.x + 10, y: b.y + 37, class: "node-sub" });
+    const group = s("g", { class: "node", tabindex: 0, role: "button", "data-node": id,
+      onclick: () => onPick(id),
+      onkeydown: (e) => {
+        if (e.key === "Enter" || e.key === " ") {
+          e.preventDefault();
+          onPick(id);
+        }
+      } },
+    title,
+    s("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 7 }),
+    s("text", { x: b.x + 10, y: b.y + 19, class: "node-id" }, id),
+    second);
+    groups.set(id, { group, title, second });
+    svg.append(group);
+  }
+  const update = (viewOf) => {
+    for (const [id, parts] of groups) {
+      const v = viewOf(id);
+      parts.group.setAttribute("class", `node st-${v.status}`);
+      parts.group.setAttribute("aria-label", `node ${id}: ${v.status}, state ${v.state || "none"}`);
+      parts.title.textContent = `${id}: ${v.status}${v.outcome ? ` (${v.outcome})` : ""}`;
+      parts.second.textContent = lines(id)[1];
+    }
+  };
+  const select = (picked) => {
+    for (const [id, parts] of groups) parts.group.classList.toggle("picked", id === picked);
+  };
+  update(view);
+  finish(extent);
+  return { svg, update, select };
+}
+
+function longestState(shape, id) {
+  const machine = shape.machines[shape.nodes[id].machine];
+  if (!machine) return "—";
+  return machine.states.map((st) => st.name).reduce((a, b) => (b.length > a.length ? b : a), "—");
+}
+
+function guardText(t) {
+  const parts = [...t.conditions, ...t.unless.map((c) => `not ${c}`)];
+  return parts.length ? ` [${parts.join(", ")}]` : "";
+}
+
+/** A machine's diagram with `current` highlighted and `visited` states marked. */
+export function drawMachine(name, machine, current, visited = new Set()) {
+  const rank = machineRanks(machine);
+  const items = machine.states.map((st) => ({
+    id: st.name,
+    lines: [st.name, st.final ? `final: ${st.final}` : st.machine ? `runs ${st.machine}` : st.hook ? `hook ${st.hook}` : ""].filter(Boolean),
+  }));
+  const merged = new Map();
+  for (const t of machine.transitions) {
+    for (const source of t.source) {
+      const key = `${source}\u0000${t.dest}`;
+      const label = `${t.trigger}${guardText(t)}`;
+      merged.set(key, merged.has(key) ? `${merged.get(key)}, ${label}` : label);
+    }
+  }
+  const edges = [...merged].map(([key, label]) => [...key.split("\u0000"), label]);
+  const layout = place(items, edges, rank, 0);
+  const { svg, marker, finish } = svgFrame(`Machine ${name}; current state ${current || "none"}`);
+  const extent = extentOf(layout);
+  drawEdges(svg, layout, edges, marker, extent);
+  const start = layout.box.get(machine.initial);
+  if (start) {
+    // The initial state: a dot with an arrow into its left side.
+    const y = start.y + start.h / 2;
+    svg.append(s("circle", { cx: start.x - 22, cy: y, r: 4, class: "start" }));
+    svg.append(s("path", { d: `M${start.x - 18},${y} L${start.x},${y}`, class: "edge", "marker-end": marker }));
+    grow(extent, start.x - 28, y, start.x, y);
+  }
+  for (const st of machine.states) {
+    const b = layout.box.get(st.name);
+    const classes = ["state"];
+    if (st.final) classes.push(`final fin-${st.final}`);
+    if (visited.has(st.name)) classes.push("visited");
+    if (st.name === current) classes.push("current");
+    const group = s("g", { class: classes.join(" ") },
+      s("title", {}, st.description || st.name),
+      s("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 10 }),
+      s("text", { x: b.x + 10, y: b.y + 19, class: "node-id" }, st.name));
+    if (st.final) group.append(s("rect", { x: b.x + 3, y: b.y + 3, width: b.w - 6, height: b.h - 6, rx: 8, class: "inner" }));
+    const sub = items.find((i) => i.id === st.name).lines[1];
+    if (sub) group.append(s("text", { x: b.x + 10, y: b.y + 37, class: "node-sub" }, sub));
+    svg.append(group);
+  }
+  finish(extent);
+  return svg;
+}
+

@@ -1,0 +1,551 @@
+// One run: header and actions, open gates, the DAG live, a node's machine, the step
+// timeline, a step's detail (result, data delta, snapshot, fork), the error log and replay.
+// The event stream only says "something was committed": each batch triggers one refresh
+// of the run view and of the history after the last step shown.
+
+import { api, ApiError, enc, follow } from "./api.js";
+import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.js";
+import { drawDag, drawMachine } from "./layout.js";
+
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+const FIRST_PAGE = 300; // steps shown at first; older ones on request
+const PAGE = 1000; // the history route's largest page
+const LAST_OF_STEP = 999999999; // the largest event index: "after every event of that step"
+
+const path = (states) => (states && states.length ? states.join(" / ") : "—");
+
+export function showRun(main, runId) {
+  const base = `/runs/${enc(runId)}`;
+  const state = {
+    run: null,
+    shape: null,
+    records: [], // ascending seq, contiguous from `first`
+    first: 0,
+    errors: [],
+    pick: { node: null, seq: null },
+    gateKey: null,
+  };
+  let stream = null;
+  let closed = false;
+  let busy = false;
+  let again = false;
+
+  const title = h("h1", {}, "Run ", h("span", { class: "mono" }, runId));
+  const meta = h("p", { class: "meta" });
+  const live = h("span", { class: "live", role: "status" });
+  const actions = h("div", { class: "actions" });
+  const message = h("p", { class: "message", role: "status", "aria-live": "polite" });
+  const gates = h("section", { class: "gates", "aria-label": "Open gates" });
+  const dagNote = h("p", { class: "muted" });
+  const dagBox = h("div", { class: "dag-box" });
+  const rows = h("tbody");
+  const stepsBox = h("div", { class: "table-wrap" });
+  const earlier = h("button", { type: "button", class: "link", hidden: true, onclick: loadEarlier }, "Show earlier steps");
+  const nodePanel = h("section", { class: "panel", "aria-label": "Node" });
+  const stepPanel = h("section", { class: "panel", "aria-label": "Step" },
+    h("h2", {}, "Step"), h("p", { class: "muted" }, "Pick a step to see its action result, the data it changed and the run's snapshot at that step, and to fork a new run from there."));
+  const errors = h("div");
+  const replayOut = h("div", { class: "replay-out" });
+  let dag = null;
+
+  fill(main, 
+    h("p", {}, h("a", { href: "#/" }, "← All runs")),
+    h("header", { class: "run-head" }, title, meta, live, actions),
+    message,
+    gates,
+    h("section", { class: "panel", "aria-labelledby": "dag-h" }, h("h2", { id: "dag-h" }, "Graph"), dagNote, dagBox),
+    nodePanel,
+    h("div", { class: "columns" },
+      h("section", { class: "panel timeline", "aria-labelledby": "steps-h" },
+        h("h2", { id: "steps-h" }, "Steps"),
+        earlier,
+        h(stepsBox, {}, h("table", { class: "steps" },
+          h("thead", {}, h("tr", {},
+            h("th", { scope: "col", class: "num" }, "Seq"), h("th", { scope: "col" }, "Time"),
+            h("th", { scope: "col" }, "Node"), h("th", { scope: "col" }, "from → trigger → to"),
+            h("th", { scope: "col", class: "num" }, "Took"))),
+          rows))),
+      stepPanel),
+    h("section", { class: "panel", "aria-labelledby": "errors-h" }, h("h2", { id: "errors-h" }, "Error log"), errors),
+    h("section", { class: "panel", "aria-labelledby": "replay-h" }, h("h2", { id: "replay-h" }, "Replay"),
+      h("p", { class: "muted" }, "Re-drive the recorded steps through the machines (no action runs) and report the first step that comes out differently."),
+      h("button", { type: "button", onclick: replay }, "Replay this run"), replayOut),
+  );
+
+  const say = (text, isError = false) => {
+    message.textContent = text;
+    message.className = isError ? "message error" : "message";
+  };
+  const fail = (error) => say(error instanceof ApiError ? problemText(error) : String(error), true);
+
+  // ------------------------------------------------------------------ loading
+
+  async function historyFrom(start, stop) {
+    const records = [];
+    let next = start;
+    while (next !== null && (stop === undefined || next < stop)) {
+      const limit = stop === undefined ? PAGE : Math.min(PAGE, stop - next);
+      const page = await api(`${base}/history?start=${next}&limit=${limit}`);
+      records.push(...page.records);
+      next = page.next_start;
+    }
+    return records;
+  }
+
+  async function start() {
+    try {
+      const run = await api(base);
+      let shape = null;
+      let shapeError = null;
+      try {
+        shape = await api(`${base}/graph`);
+      } catch (error) {
+        shapeError = error;
+      }
+      state.first = Math.max(0, run.seq - FIRST_PAGE + 1);
+      state.records = await historyFrom(state.first);
+      state.errors = (await api(`${base}/errors`)).errors;
+      if (closed) return;
+      state.run = run;
+      state.shape = shape || flatShape(run);
+      dagNote.textContent = shapeError
+        ? `The graph's drawing is not available (${problemText(shapeError)}); nodes are shown without their edges.`
+        : shape.changed ? "The graph's definition changed since this run started: the drawing shows the current one." : "";
+      state.pick.node = defaultNode(run, state.shape);
+      dag = drawDag(state.shape, nodeView, pickNode);
+      fill(dagBox, dag.svg);
+      renderAll();
+      if (!TERMINAL.has(run.status)) startStream();
+      else showLive("ended");
+    } catch (error) {
+      if (!closed) {
+        fill(main, h("p", {}, h("a", { href: "#/" }, "← All runs")), h("h1", {}, `Run ${runId}`),
+          h("p", { class: "error", role: "alert" }, problemText(error)));
+      }
+    }
+  }
+
+  async function refresh() {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      const run = await api(base);
+      const last = state.records.length ? state.records[state.records.length - 1].seq : state.first - 1;
+      const added = await historyFrom(last + 1);
+      if (run.error_count !== state.errors.length) state.errors = (await api(`${base}/errors`)).errors;
+      if (closed) return;
+      state.run = run;
+      state.records.push(...added);
+      renderAll(added);
+    } catch (error) {
+      if (!closed) fail(error);
+    } finally {
+      busy = false;
+      if (again && !closed) {
+        again = false;
+        refresh();
+      }
+    }
+  }
+
+  async function loadEarlier() {
+    const stop = state.first;
+    const from = Math.max(0, stop - FIRST_PAGE);
+    try {
+      const older = await historyFrom(from, stop);
+      state.records.unshift(...older);
+      state.first = from;
+      renderTimeline();
+    } catch (error) {
+      fail(error);
+    }
+  }
+
+  // ---------------------------------------------------------------- rendering
+
+  function nodeView(id) {
+    return (state.run && state.run.nodes[id]) || { status: "pending", state: "" };
+  }
+
+  function renderAll(added) {
+    renderHead();
+    renderGates();
+    dag.update(nodeView);
+    dag.select(state.pick.node);
+    if (added === undefined) renderTimeline();
+    else appendRows(added);
+    renderErrors();
+    renderNode(false);
+  }
+
+  function renderHead() {
+    const run = state.run;
+    fill(title, "Run ", h("span", { class: "mono" }, run.run_id), " ", badge(run.status));
+    fill(meta,
+      h("span", {}, "graph ", h("strong", {}, run.graph)), " · ",
+      h("span", {}, `step ${run.seq}`), " · ",
+      h("span", {}, run.summary), " · ",
+      h("span", {}, `started ${when(run.created_at)}`), " · ",
+      h("span", {}, `updated ${when(run.updated_at)}`),
+      forkedFrom(),
+    );
+    if (TERMINAL.has(run.status)) showLive("ended");
+    const buttons = [];
+    if (run.status === "running" && !run.driving) {
+      buttons.push(h("button", { type: "button", onclick: () => act("resume", {}, "Resumed: the server drives the run.") }, "Resume"));
+    }
+    if (!TERMINAL.has(run.status)) buttons.push(h("button", { type: "button", class: "danger", onclick: askCancel }, "Cancel run…"));
+    if (state.records.length) {
+      buttons.push(h("button", { type: "button", onclick: () => pickStep(state.records[state.records.length - 1].seq, true) }, "Fork…"));
+    }
+    if (actions.dataset.key !== buttons.map((b) => b.textContent).join("|")) {
+      fill(actions, buttons);
+      actions.dataset.key = buttons.map((b) => b.textContent).join("|");
+    }
+  }
+
+  function forkedFrom() {
+    const origin = state.first === 0 && state.records.length ? state.records[0].result : {};
+    if (!origin.forked_from) return "";
+    return [" · forked from ", h("a", { href: `#/runs/${enc(origin.forked_from)}` }, origin.forked_from), ` at step ${origin.at}`];
+  }
+
+  function showLive(what, error) {
+    const text = {
+      live: "● live",
+      reconnecting: "reconnecting…",
+      ended: "finished",
+      stopped: `not following (${error ? problemText(error) : "stopped"})`,
+    }[what];
+    live.textContent = text || what;
+    live.className = `live is-${what}`;
+  }
+
+  async function act(route, body, done) {
+    try {
+      await api(`${base}/${route}`, { method: "POST", body });
+      say(done);
+      await refresh();
+      restartStream();
+    } catch (error) {
+      fail(error);
+    }
+  }
+
+  function startStream() {
+    // Follow from the last step shown: the stream sends only what comes after it.
+    const last = state.records.length ? state.records[state.records.length - 1].seq : state.run.seq;
+    stream = follow(runId, `${last}-${LAST_OF_STEP}`, {
+      events: () => refresh(),
+      state: (what, error) => {
+        showLive(what, error);
+        if (what === "ended" || what === "stopped") stream = null;
+      },
+      ended: async () => {
+        // Ask the server itself: a refresh already under way may hold an older view.
+        const run = await api(base);
+        refresh();
+        return !TERMINAL.has(run.status);
+      },
+    });
+  }
+
+  function restartStream() {
+    // A resumed or answered run may have been followed to its end already: follow again.
+    if (!stream && !closed && !TERMINAL.has(state.run.status)) startStream();
+  }
+
+  function askCancel() {
+    const reason = h("input", { id: "cancel-reason", type: "text", placeholder: "why (optional)", maxlength: 1000 });
+    const box = h("form", { class: "inline-form", onsubmit: async (e) => {
+      e.preventDefault();
+      await act("cancel", reason.value.trim() ? { reason: reason.value.trim() } : {}, "The run was cancelled.");
+      box.remove();
+    } },
+    h("label", { for: "cancel-reason" }, "Reason"), " ", reason, " ",
+    h("button", { type: "submit", class: "danger" }, "Cancel the run"), " ",
+    h("button", { type: "button", onclick: () => box.remove() }, "Keep it running"));
+    actions.after(box);
+    reason.focus();
+  }
+
+  // --------------------------------------------------------------------- gates
+
+  function legalTriggers(node) {
+    const shape = state.shape;
+    const view = state.run.nodes[node];
+    if (!shape.nodes[node] || !view || !view.path.length) return null;
+    let machine = shape.machines[shape.nodes[node].machine];
+    for (const name of view.path.slice(0, -1)) {
+      const nested = machine && machine.states.find((st) => st.name === name);
+      machine = nested && nested.machine ? shape.machines[nested.machine] : null;
+    }
+    if (!machine) return null;
+    const here = view.path[view.path.length - 1];
+    return [...new Set(machine.transitions.filter((t) => t.source.includes(here)).map((t) => t.trigger))];
+  }
+
+  function gateTriggers(interrupt) {
+    const hook = interrupt.id.split(":").pop();
+    const bound = state.shape.nodes[interrupt.node];
+    const declared = (bound && bound.hooks[hook] && bound.hooks[hook].triggers) || [];
+    const legal = legalTriggers(interrupt.node);
+    if (!legal) return declared;
+    const both = declared.filter((t) => legal.includes(t));
+    return both.length ? both : legal;
+  }
+
+  function renderGates() {
+    const open = state.run.interrupts;
+    const key = open.map((i) => i.id).join("|");
+    if (key === state.gateKey) return; // keep what the user is typing
+    state.gateKey = key;
+    fill(gates, ...open.map((interrupt, n) => gateCard(interrupt, n)));
+  }
+
+  function gateCard(interrupt, n) {
+    const feedback = h("textarea", { id: `feedback-${n}`, rows: 2, placeholder: "optional: sent as payload.feedback" });
+    const status = h("p", { class: "message", role: "status" });
+    const answer = async (trigger, buttons) => {
+      buttons.forEach((b) => (b.disabled = true));
+      status.textContent = `Sending ${trigger}…`;
+      const text = feedback.value.trim();
+      try {
+        await api(`${base}/reply`, { method: "POST", body: { interrupt_id: interrupt.id, trigger, payload: text ? { feedback: text } : {} } });
+        status.textContent = `Answered ${trigger}.`;
+        say(`Gate ${interrupt.id} answered with ${trigger}.`);
+        await refresh();
+        restartStream();
+      } catch (error) {
+        status.textContent = error instanceof ApiError ? problemText(error) : String(error);
+        status.className = "message error";
+        buttons.forEach((b) => (b.disabled = false));
+      }
+    };
+    const buttons = [];
+    for (const trigger of gateTriggers(interrupt)) {
+      buttons.push(h("button", { type: "button", class: "trigger", "data-trigger": trigger, onclick: () => answer(trigger, buttons) }, trigger));
+    }
+    return h("article", { class: `gate${interrupt.parked ? " parked" : ""}`, "aria-labelledby": `gate-h-${n}` },
+      h("h2", { id: `gate-h-${n}` }, interrupt.parked ? "Parked: " : "Waiting: ", interrupt.kind, " at node ", h("strong", {}, interrupt.node)),
+      h("p", { class: "muted" }, `asked ${when(interrupt.created_at)}`,
+        interrupt.deadline ? ` · times out ${when(interrupt.deadline)}` : "", " · id ", h("span", { class: "mono" }, interrupt.id)),
+      json(interrupt.payload),
+      h("label", { for: `feedback-${n}` }, "Feedback"), feedback,
+      h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? buttons : h("span", { class: "muted" }, "This gate declares no triggers.")),
+      status);
+  }
+
+  // ------------------------------------------------------------------ timeline
+
+  function row(record, previous) {
+    // How long the step took: since the node's previous step (its action ran in between),
+    // or since the run's previous step for a node's first one.
+    const took = previous ? new Date(record.time) - new Date(previous.time) : NaN;
+    const move = record.trigger || record.source.length || record.dest.length
+      ? [path(record.source), h("span", { class: "trig" }, ` → ${record.trigger || record.kind} → `), path(record.dest)]
+      : h("span", { class: "muted" }, record.kind);
+    const tr = h("tr", { "data-seq": record.seq, class: record.seq === state.pick.seq ? "picked" : "" },
+      h("td", { class: "num" }, h("button", { type: "button", class: "link seq", onclick: () => pickStep(record.seq) }, String(record.seq))),
+      h("td", { class: "mono" }, clock(record.time)),
+      h("td", {}, record.node || "—"),
+      h("td", {}, move, record.errors.length ? h("span", { class: "err-dot", title: "errors logged" }, " !") : ""),
+      h("td", { class: "num" }, duration(took)));
+    tr.addEventListener("click", (e) => {
+      if (e.target.tagName !== "BUTTON") pickStep(record.seq);
+    });
+    return tr;
+  }
+
+  function previousOf(index) {
+    const record = state.records[index];
+    for (let i = index - 1; i >= 0; i--) if (state.records[i].node === record.node) return state.records[i];
+    return state.records[index - 1];
+  }
+
+  function renderTimeline() {
+    fill(rows, ...state.records.map((r, i) => row(r, previousOf(i))));
+    earlier.hidden = state.first === 0;
+    stepsBox.scrollTop = stepsBox.scrollHeight;
+  }
+
+  function appendRows(added) {
+    // Keep following the newest steps unless the user scrolled up to read older ones.
+    const atEnd = stepsBox.scrollTop + stepsBox.clientHeight >= stepsBox.scrollHeight - 30;
+    const before = state.records.length - added.length;
+    added.forEach((record, i) => rows.append(row(record, previousOf(before + i))));
+    if (atEnd) stepsBox.scrollTop = stepsBox.scrollHeight;
+  }
+
+  // -------------------------------------------------------------------- detail
+
+  function pickNode(id) {
+    state.pick.node = id;
+    dag.select(id);
+    renderNode(true);
+  }
+
+  function renderNode(focus) {
+    const id = state.pick.node;
+    const view = state.run.nodes[id];
+    const shape = state.shape.nodes[id];
+    if (!view || !shape) {
+      fill(nodePanel, h("h2", {}, "Node"), h("p", { class: "muted" }, "Pick a node in the graph."));
+      return;
+    }
+    const key = `${id}|${view.state}|${view.status}|${view.steps}`;
+    if (!focus && nodePanel.dataset.key === key) return;
+    nodePanel.dataset.key = key;
+    const diagrams = [];
+    let machineName = shape.machine;
+    view.path.forEach((here, level) => {
+      const machine = state.shape.machines[machineName];
+      if (!machine) return;
+      const visited = new Set(state.records.filter((r) => r.node === id).flatMap((r) => [r.source[level], r.dest[level]]).filter(Boolean));
+      diagrams.push(h("h3", {}, level ? `Nested machine ${machineName}` : `Machine ${machineName}`),
+        h("div", { class: "machine-box" }, drawMachine(machineName, machine, here, visited)));
+      const nested = machine.states.find((st) => st.name === here);
+      machineName = nested && nested.machine;
+    });
+    if (!view.path.length && state.shape.machines[machineName]) {
+      diagrams.push(h("h3", {}, `Machine ${machineName}`), h("div", { class: "machine-box" }, drawMachine(machineName, state.shape.machines[machineName], null)));
+    }
+    const heading = h("h2", { tabindex: -1 }, "Node ", h("span", { class: "mono" }, id));
+    fill(nodePanel, heading, h("div", { class: "node-body" }, h("div", {},
+      h("dl", { class: "facts" },
+        h("dt", {}, "status"), h("dd", {}, badge(view.status), view.outcome ? ` outcome ${view.outcome}` : ""),
+        h("dt", {}, "state"), h("dd", { class: "mono" }, path(view.path)),
+        h("dt", {}, "steps"), h("dd", {}, String(view.steps)),
+        h("dt", {}, "needs"), h("dd", {}, shape.needs.length ? shape.needs.join(", ") : "—"),
+        Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
+        view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
+      h("p", { class: "muted small" }, "In the diagram: the current state is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
+    h("div", { class: "machines" }, diagrams)));
+    if (focus) heading.focus();
+  }
+
+  async function pickStep(seq, forking = false) {
+    const record = state.records.find((r) => r.seq === seq);
+    if (!record) return;
+    state.pick.seq = seq;
+    if (record.node && record.node !== state.pick.node) {
+      state.pick.node = record.node;
+      dag.select(record.node);
+      renderNode(false);
+    }
+    for (const tr of rows.querySelectorAll("tr")) tr.classList.toggle("picked", Number(tr.dataset.seq) === seq);
+    const snapshot = h("div", {}, h("p", { class: "muted" }, "Loading the snapshot…"));
+    const patch = h("textarea", { id: "fork-patch", rows: 3, placeholder: '{"key": "new value"}', spellcheck: "false" });
+    const forkStatus = h("p", { class: "message", role: "status" });
+    const heading = h("h2", { tabindex: -1 }, `Step ${seq}`);
+    fill(stepPanel, heading,
+      h("dl", { class: "facts" },
+        h("dt", {}, "time"), h("dd", {}, when(record.time), " ", h("span", { class: "muted" }, clock(record.time))),
+        h("dt", {}, "kind"), h("dd", {}, record.kind),
+        h("dt", {}, "node"), h("dd", {}, record.node || "—"),
+        h("dt", {}, "move"), h("dd", { class: "mono" }, `${path(record.source)} → ${record.trigger || record.kind} → ${path(record.dest)}`),
+        h("dt", {}, "run after"), h("dd", {}, badge(record.status))),
+      h("h3", {}, "Action result"), Object.keys(record.result).length ? json(record.result) : h("p", { class: "muted" }, "none"),
+      h("h3", {}, "Data changed"), Object.keys(record.data).length ? json(record.data) : h("p", { class: "muted" }, "nothing"),
+      record.errors.length ? [h("h3", {}, "Errors logged"), json(record.errors)] : [],
+      record.events.length ? [h("h3", {}, "Events"), json(record.events)] : [],
+      h("details", { open: true }, h("summary", {}, `Snapshot at step ${seq}`), snapshot),
+      h("form", { class: "fork", onsubmit: async (e) => {
+        e.preventDefault();
+        let data;
+        try {
+          data = patch.value.trim() ? JSON.parse(patch.value) : undefined;
+          if (data !== undefined && (typeof data !== "object" || Array.isArray(data) || data === null)) throw new Error("the patch must be a JSON object");
+        } catch (error) {
+          forkStatus.textContent = `Data patch: ${error.message}`;
+          forkStatus.className = "message error";
+          return;
+        }
+        try {
+          const forked = await api(`${base}/fork`, { method: "POST", body: data ? { at_seq: seq, data } : { at_seq: seq } });
+          location.hash = `#/runs/${enc(forked.run_id)}`;
+        } catch (error) {
+          forkStatus.textContent = problemText(error);
+          forkStatus.className = "message error";
+        }
+      } },
+      h("h3", {}, `Fork from step ${seq}`),
+      h("p", { class: "muted small" }, "A new run starts from this step's state, with the patch merged into its data per top-level key; this run is only read."),
+      h("label", { for: "fork-patch" }, "Data patch (JSON object, optional)"), patch,
+      h("button", { type: "submit" }, "Fork"), forkStatus));
+    (forking ? patch : heading).focus();
+    try {
+      const snap = await api(`${base}/snapshot?seq=${seq}`);
+      fill(snapshot, 
+        h("p", { class: "muted small" }, `status ${snap.status} · ${snap.summary}`),
+        h("h4", {}, "Data"), json(snap.data),
+        h("h4", {}, "Nodes"),
+        h("ul", { class: "plain" }, Object.entries(snap.nodes).map(([id, n]) =>
+          h("li", {}, h("strong", {}, id), " ", badge(n.status), " ", h("span", { class: "mono" }, path(n.path))))));
+    } catch (error) {
+      fill(snapshot, h("p", { class: "error" }, problemText(error)));
+    }
+  }
+
+  // -------------------------------------------------------- errors and replay
+
+  function renderErrors() {
+    if (errors.dataset.count === String(state.errors.length)) return;
+    errors.dataset.count = String(state.errors.length);
+    if (!state.errors.length) {
+      fill(errors, h("p", { class: "muted" }, "No errors logged."));
+      return;
+    }
+    fill(errors, h("div", { class: "table-wrap" }, h("table", { class: "errors" },
+      h("thead", {}, h("tr", {}, ["Time", "Node", "State", "Severity", "Recovered", "Message"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, state.errors.map((e) => h("tr", { class: e.recovered ? "" : "unrecovered" },
+        h("td", { class: "mono" }, clock(e.time)), h("td", {}, e.node), h("td", { class: "mono" }, e.state),
+        h("td", {}, e.severity), h("td", {}, e.recovered ? "yes" : "no"),
+        h("td", {}, e.message, Object.keys(e.details || {}).length ? h("details", {}, h("summary", {}, "details"), json(e.details)) : "")))))));
+  }
+
+  async function replay() {
+    fill(replayOut, h("p", { class: "muted" }, "Replaying…"));
+    try {
+      const report = await api(`${base}/replay`, { method: "POST" });
+      const note = report.graph_changed ? h("p", { class: "muted" }, "The graph's definition changed since the run started; the replay used the current one.") : "";
+      if (report.identical) {
+        fill(replayOut, h("p", { class: "ok" }, `Identical: replay reproduced all ${report.steps} steps up to step ${report.head}.`), note);
+        return;
+      }
+      const d = report.divergence;
+      fill(replayOut, 
+        h("p", { class: "error" }, `Diverges at step ${d.seq}${d.node ? ` (node ${d.node})` : ""}: ${d.reason}`),
+        d.fields.length ? h("p", {}, `Fields that differ: ${d.fields.join(", ")}`) : "",
+        note,
+        h("div", { class: "columns" }, h("div", {}, h("h3", {}, "Recorded"), json(d.recorded)),
+          h("div", {}, h("h3", {}, "Replayed"), d.replayed ? json(d.replayed) : h("p", { class: "muted" }, "no step"))));
+    } catch (error) {
+      fill(replayOut, h("p", { class: "error" }, problemText(error)));
+    }
+  }
+
+  start();
+  return () => {
+    closed = true;
+    if (stream) stream.close();
+  };
+}
+
+function flatShape(run) {
+  const ids = Object.keys(run.nodes);
+  return {
+    layers: [ids],
+    nodes: Object.fromEntries(ids.map((id) => [id, { machine: "?", needs: [], hooks: {} }])),
+    machines: {},
+  };
+}
+
+function defaultNode(run, shape) {
+  if (run.interrupts.length) return run.interrupts[0].node;
+  const ids = shape.layers.flat();
+  return ids.find((id) => run.nodes[id] && run.nodes[id].status === "running") || ids[0] || null;
+}

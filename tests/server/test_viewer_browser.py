@@ -1,0 +1,259 @@
+"""The run viewer in a real browser: the system's headless Chromium driven by Playwright.
+
+One ``phasegraph serve`` (the real command, in a subprocess, with a token and a SQLite
+store) and one browser serve the whole module. The page is used as a person would: type
+the token, read the runs list, open a run, watch steps arrive, click a gate's trigger.
+Screenshots land in ``build/screenshots/`` (kept by CI). Without Chromium or Playwright
+these tests skip, except under ``CI=true``, where they fail: CI installs both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_server import FIXTURES
+
+from builders import REPO, cli_argv
+
+CHROMIUM = os.environ.get("PHASEGRAPH_TEST_CHROMIUM", "/usr/bin/chromium")
+SHOTS = REPO / "build" / "screenshots"
+TOKEN = "viewer-token"
+VIEWER = (FIXTURES / "viewer.yaml").read_text(encoding="utf-8")
+WAIT_MS = 15_000  # how long a page may take to show what a step committed
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: CI must run the browser tests (see .ci/run)")
+    pytest.skip(reason)
+
+
+@dataclass
+class Served:
+    """The server under test: its URL and a small client for setting up runs."""
+
+    url: str
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        request = urllib.request.Request(self.url + path, data, headers, method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def start(self, **run_input: Any) -> str:
+        body = {"graph_yaml": VIEWER, "input": {"topic": "viewer", **run_input}}
+        run_id: str = self.call("POST", "/runs", body)["run_id"]
+        return run_id
+
+    def wait_for(self, run_id: str, status: str) -> dict[str, Any]:
+        # Polls the server; the bound is a failure guard for a stuck run, not a speed limit.
+        for _ in range(3000):
+            view: dict[str, Any] = self.call("GET", f"/runs/{run_id}")
+            if view["status"] == status:
+                return view
+            time.sleep(0.01)
+        raise AssertionError(f"run {run_id} never reached {status}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("viewer")
+    argv = cli_argv(
+        "serve",
+        "--port",
+        "0",
+        "--token",
+        TOKEN,
+        "--store",
+        f"sqlite:///{folder / 'runs.db'}",
+        "--upload-dir",
+        str(folder / "uploads"),
+        "--allow-python",
+        "gate_actions",
+        "--allow-python",
+        "phasegraph.concerns.spec",
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
+    }
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as server:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        match = re.search(r"http://\S+", line)
+        assert match, (
+            f"serve printed {line!r}; stderr: {server.stderr.read() if server.stderr else ''}"
+        )
+        try:
+            yield Served(match[0])
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
+    with sync_playwright() as playwright:
+        # The system's Chromium: Playwright never downloads a browser here.
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, served: Served) -> Iterator[Any]:
+    """A fresh tab (empty sessionStorage) at 1280 by 800 that has given the token."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = context.new_page()
+    tab.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.goto(served.url + "/ui")
+    tab.fill("#token", TOKEN)
+    tab.click("text=Use token")
+    tab.wait_for_selector("table.runs")
+    try:
+        yield tab
+    finally:
+        context.close()
+    assert errors == [], errors  # no script error on any page the test visited
+
+
+def shot(tab: Any, name: str) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / name
+    tab.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")  # shown with -s; CI lists the folder after the tests
+    return path
+
+
+def test_a_missing_or_wrong_token_is_said_plainly(browser: Any, served: Served) -> None:
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.set_default_timeout(WAIT_MS)
+    try:
+        tab.goto(served.url + "/ui")
+        tab.wait_for_selector("text=This server needs a token.")
+        tab.fill("#token", "wrong")
+        tab.keyboard.press("Enter")  # the form works from the keyboard
+        tab.wait_for_selector("text=The server refused this token: check it and try again.")
+        assert tab.locator("table.runs").count() == 0
+    finally:
+        context.close()
+
+
+def test_the_list_shows_runs_and_waiting_runs_stand_out(page: Any, served: Served) -> None:
+    waiting = served.start(loops=0)
+    served.wait_for(waiting, "waiting")
+    done = served.call("POST", "/runs", {"graph": "hello", "input": {"who": "list"}})["run_id"]
+    served.wait_for(done, "completed")
+
+    page.reload()  # the list also refreshes itself every few seconds; no need to wait
+    row = page.locator(f"tr:has(a:text-is('{waiting}'))")
+    row.wait_for()
+    assert "attention" in (row.get_attribute("class") or "")
+    assert row.locator(".badge").inner_text() == "waiting"
+    assert page.locator(f"tr:has(a:text-is('{done}')) .badge").inner_text() == "completed"
+    assert "waiting for an answer" in page.locator(".attention-banner").inner_text()
+    shot(page, "runs-list.png")
+
+    page.select_option("#f-graph", "hello")  # filters the runs loaded
+    page.locator(f"a:text-is('{waiting}')").wait_for(state="detached")
+    assert page.locator(f"a:text-is('{done}')").count() == 1
+    page.select_option("#f-status", "waiting")  # asks the server for waiting runs only
+    page.locator("text=No run of this graph among those loaded.").wait_for()
+    page.select_option("#f-graph", "")
+    page.locator(f"a:text-is('{waiting}')").wait_for()
+    assert page.locator(f"a:text-is('{done}')").count() == 0
+
+
+def test_committed_steps_appear_without_a_reload(page: Any, served: Served) -> None:
+    # The loops step every 50 ms while the gate holds the run open: it stays `running`, so
+    # only the event stream can bring the page its new steps.
+    run_id = served.start(loops=5000, delay=0.05)
+    served.wait_for(run_id, "running")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    page.locator(".gate").wait_for()
+    page.evaluate("window.notReloaded = true")
+    shown = int(page.locator("table.steps tbody tr").last.get_attribute("data-seq"))
+    page.locator(f"tr[data-seq='{shown + 3}']").wait_for()
+    assert page.evaluate("window.notReloaded") is True
+    assert page.locator("h1 .badge").inner_text() == "running"
+    assert page.locator(".live").inner_text() == "\N{BLACK CIRCLE} live"
+    page.locator("g.node.st-running[data-node='a']").wait_for()
+    assert "st-waiting" in (page.locator("g.node[data-node='spec']").get_attribute("class") or "")
+    shot(page, "run-running-dag.png")
+
+    # The keyboard reaches a step; Enter opens its detail and the snapshot at that seq.
+    page.focus(f"tr[data-seq='{shown}'] button.seq")
+    page.keyboard.press("Enter")
+    page.locator(f"h2:text-is('Step {shown}')").wait_for()
+    page.locator(f"summary:text-is('Snapshot at step {shown}')").wait_for()
+
+    served.call("POST", f"/runs/{run_id}/cancel", {"reason": "test over"})
+    page.locator("h1 .badge.st-cancelled").wait_for()
+
+
+def test_a_gate_answered_with_a_click_lets_the_run_complete(page: Any, served: Served) -> None:
+    run_id = served.start(loops=3)
+    served.wait_for(run_id, "waiting")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    gate = page.locator(".gate")
+    gate.wait_for()
+    assert "spec for viewer" in gate.locator("pre").inner_text()  # the payload is shown
+    triggers = gate.locator("button.trigger").all_inner_texts()
+    assert triggers == ["confirm", "reject"]  # the gate's own triggers
+    assert "st-pending" in (page.locator("g.node[data-node='build']").get_attribute("class") or "")
+    shot(page, "run-waiting-gate.png")
+
+    gate.locator("textarea").fill("looks right")
+    gate.locator("button.trigger", has_text="confirm").click()
+    page.locator("h1 .badge.st-completed").wait_for()
+    page.locator(".live.is-ended").wait_for()  # the stream ended with the run
+    for node in ("spec", "a", "b", "build", "total"):
+        assert "st-completed" in (
+            page.locator(f"g.node[data-node='{node}']").get_attribute("class") or ""
+        )
+    record = served.call("GET", f"/runs/{run_id}/history?limit=1000")["records"]
+    reply = next(r for r in record if r["kind"] == "reply")
+    assert reply["result"]["payload"] == {"feedback": "looks right"}
+    shot(page, "run-completed.png")
+
+    # A narrow window: nothing spills sideways out of the page.
+    page.set_viewport_size({"width": 420, "height": 800})
+    page.locator("g.node[data-node='b']").focus()
+    page.keyboard.press("Enter")
+    page.locator("h2:has-text('Node b')").wait_for()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "run-narrow.png")
