@@ -238,9 +238,9 @@ def _outcome_findings(
         return
     reached = {config.state for space in spaces for config in space.parent}
     outcomes = {o for space in spaces for o in space.outcomes}
-    flat_reachable = set(flat)
+    del flat  # a final state nothing leads to is as unreachable as a guarded one
     for state in machine.states.values():
-        if state.final is None or state.name in reached or state.name not in flat_reachable:
+        if state.final is None or state.name in reached:
             continue
         lost = "" if str(state.final) in outcomes else f", and no run of it can end {state.final}"
         text = (

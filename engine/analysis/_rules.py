@@ -78,7 +78,9 @@ def _budget_findings(machine: MachineDef) -> list[Finding]:
     return findings
 
 
-def _reach_findings(machine: MachineDef, explored: Explored) -> list[Finding]:
+def _reach_findings(
+    machine: MachineDef, explored: Explored, *, finals_proved: bool = False
+) -> list[Finding]:
     """Unreachable states, and reachable states from which no final state can be reached."""
     findings = []
     if not any(state.final for state in machine.states.values()):
@@ -88,6 +90,8 @@ def _reach_findings(machine: MachineDef, explored: Explored) -> list[Finding]:
         return [_error(Code.NO_FINAL, text, machine.location)]
     for state in machine.states.values():
         if state.name not in explored.reachable:
+            if finals_proved and state.final is not None:
+                continue  # reported as an unreachable outcome by exploration
             text = (
                 f"state {state.name!r} of machine {machine.name!r} cannot be reached from "
                 f"{machine.initial!r}: add a transition into it or remove it"
@@ -171,7 +175,7 @@ def _machine_findings(
     ]
     findings = [
         *budget_findings,
-        *_reach_findings(machine, explored),
+        *_reach_findings(machine, explored, finals_proved=proofs.complete),
         *_nesting_findings(explorer, machine, explored),
         *proved,
     ]

@@ -91,6 +91,12 @@ def _definitions() -> Handlers:
     return module.HANDLERS
 
 
+def _testing() -> Handlers:
+    from phasegraph.cli import _testing as module
+
+    return module.HANDLERS
+
+
 def _durable() -> Handlers:
     from phasegraph.cli import _durable as module
 
@@ -218,6 +224,17 @@ def _diagram(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _test(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="GRAPH|MACHINE", help="a YAML file or a built-in name")
+    _repeatable_pairs(
+        parser, "--input", "an input value for the runs (JSON if it parses); repeatable"
+    )
+    parser.add_argument("--input-file", metavar="FILE", help="a JSON object of input values")
+    parser.add_argument(
+        "--no-crash", action="store_true", help="skip crash-equivalence (it runs the actions)"
+    )
+
+
 def _fork(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id to fork")
     parser.add_argument(
@@ -340,6 +357,13 @@ COMMANDS = (
         "draw a machine's states or a graph's layers as Mermaid (renders on GitHub) or dot",
         _diagram,
         _definitions,
+    ),
+    Command(
+        "test",
+        "prove a graph's properties: liveness, termination bound, reachable outcomes, and "
+        "crash-equivalence of its own actions (exit 1 if one fails)",
+        _test,
+        _testing,
     ),
     Command("fork", "start a new run from any committed step of a run", _fork, _durable),
     Command(

@@ -16,6 +16,7 @@ from phasegraph.testing._contract import (
     make_commit,
     redis_server,
 )
+from phasegraph.testing._crash import CrashReport, Difference, crash_equivalence
 from phasegraph.testing._machines import (
     PROPERTIES,
     Outcome,
@@ -29,22 +30,33 @@ from phasegraph.testing._machines import (
     outcomes,
     scripted_actions,
 )
+from phasegraph.testing._stateful import MachineStateMachine, machine_state_machine
+from phasegraph.testing._verify import PropertyResult, graph_test, machine_test, verify
 
 __all__ = [
     "PROPERTIES",
     "REDIS_URL_ENV",
+    "CrashReport",
+    "Difference",
+    "MachineStateMachine",
     "Outcome",
     "PropertyFailed",
+    "PropertyResult",
     "PropertyStats",
     "PropertyTest",
     "Script",
     "StoreContract",
+    "crash_equivalence",
     "graph_outcomes",
     "graph_properties",
+    "graph_test",
     "isolated_redis_store",
     "machine_properties",
+    "machine_state_machine",
+    "machine_test",
     "make_commit",
     "outcomes",
     "redis_server",
     "scripted_actions",
+    "verify",
 ]

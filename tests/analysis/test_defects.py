@@ -1,6 +1,7 @@
-"""The planted-defect and mutation suite: `phasegraph check --strict` must catch each
-defect a real author makes, each mutant of a shipped machine, and pass every correct
-definition (no false positives). Run through the real command line in a subprocess."""
+"""The planted-defect and mutation suite: `phasegraph check --strict` and `phasegraph
+test` must catch each defect a real author makes, each mutant of a shipped machine, and
+pass every correct definition (no false positives). Run in fresh interpreters, the
+command line as CI runs it."""
 
 from __future__ import annotations
 
@@ -39,6 +40,32 @@ PLANTED = [
     ("shadowed_builtin/parent.yaml", "shadowed-machine-file"),
 ]
 
+# Defects only running the graph's own actions finds (check passes them).
+RUN_ONLY = [("keeps_state.yaml", "crash-equivalence")]
+
+# Which `phasegraph test` property fails for each planted defect (None: test passes it;
+# the shadowed file is a warning, which only `check --strict` fails on).
+TEST_PROPERTY = {
+    "gap_payload.yaml": "liveness",
+    "gap_budget.yaml": "liveness",
+    "gap_setting.yaml": "liveness",
+    "shadowed.yaml": "check",
+    "dead.yaml": "outcomes",
+    "unbounded_loop.yaml": "termination",
+    "budget_on_final.yaml": "termination",
+    "outcome_unreachable.yaml": "outcomes",
+    "overlap.yaml": "check",
+    "nested_gap.yaml": "liveness",
+    "gate_timeout.yaml": "check",
+    "capture_race.yaml": "check",
+    "unknown_middleware.yaml": "check",
+    "misspelt_phase.yaml": "check",
+    "empty_tools.yaml": "check",
+    "unimportable.yaml": "check",
+    "shadowed_builtin/parent.yaml": None,
+    "keeps_state.yaml": "crash-equivalence",
+}
+
 # (shipped machine, regex, replacement, the finding code that must report the mutant)
 MUTANTS = [
     (
@@ -64,7 +91,7 @@ MUTANTS = [
         "quality_loop",
         r"\{trigger: pass, source: verify, dest: completed\}",
         "{trigger: pass, source: verify, dest: reflect}",
-        "unreachable-state",
+        "outcome-unreachable",
     ),
     (
         "fallback_chain",
@@ -152,6 +179,30 @@ def mutants(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[int, set[obj
     return [found[str(path)] for path in paths]
 
 
+@pytest.fixture(scope="module")
+def tested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    """`phasegraph test` (verify) on every planted defect and mutant: failed properties."""
+    folder = tmp_path_factory.mktemp("tested")
+    paths = [str(DEFECTS / name) for name in TEST_PROPERTY]
+    paths += [
+        str(_mutant(tmp_path_factory.mktemp("tmutant"), name, pattern, replacement))
+        for name, pattern, replacement, _ in MUTANTS
+    ]
+    script = (
+        "import json, sys\n"
+        "from phasegraph.testing import verify\n"
+        "print(json.dumps({t: [r.name for r in verify(t) if not r.ok] for t in sys.argv[1:]}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *paths],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=folder,
+    )
+    return {target: set(failed) for target, failed in json.loads(done.stdout).items()}
+
+
 def _by_file(paths: list[Path]) -> dict[str, tuple[int, set[object]]]:
     """Each file checked alone (its exit status), but in one interpreter for speed."""
     script = (
@@ -225,3 +276,28 @@ def test_check_strict_fails_on_a_warning_and_annotates_it_for_ci() -> None:
     assert strict.returncode == 1
     [line] = strict.stdout.splitlines()
     assert line.startswith(f"::warning file={target},line=5,col=3,title=shadowed-machine-file::")
+
+
+@pytest.mark.parametrize(("name", "prop"), sorted(TEST_PROPERTY.items()))
+def test_phasegraph_test_catches_each_planted_defect(
+    tested: dict[str, set[str]], name: str, prop: str | None
+) -> None:
+    failed = tested[str(DEFECTS / name)]
+    if prop is None:
+        assert failed == set()
+    else:
+        assert prop in failed, failed
+
+
+def test_phasegraph_test_catches_every_mutant(tested: dict[str, set[str]]) -> None:
+    mutated = [failed for target, failed in tested.items() if "tmutant" in target]
+    assert len(mutated) == len(MUTANTS)
+    assert all(mutated), mutated
+
+
+def test_check_passes_what_only_running_the_actions_finds(
+    planted: dict[str, tuple[int, set[object]]],
+) -> None:
+    """keeps_state loads, prepares and explores clean: only crash-equivalence finds it."""
+    found = _by_file([DEFECTS / name for name, _ in RUN_ONLY])
+    assert all(status == 0 for status, _ in found.values())

@@ -1,0 +1,286 @@
+"""Crash-equivalence with the graph's own actions.
+
+A run resumed after a crash must end as an uninterrupted one does.
+
+The engine guarantees that everything committed is never redone and that an action whose
+step was not committed runs again (at least once). A graph keeps that promise only if
+its actions keep no state outside the run: an action that counts its calls in a global,
+appends to a file or reads the clock behaves differently when it runs again, and a run
+resumed after a crash ends with different data than one that never stopped. ``replay``
+cannot see this (it re-uses recorded results) and the property kit cannot either (it
+replaces the actions); this check runs the real ones.
+
+:func:`crash_equivalence` runs the graph once uninterrupted, then once per commit with a
+crash injected just before that commit (the step's action has run, its commit is lost)
+and resumed from the store by a fresh interpreter. Each node's steps (trigger, state
+reached, data written) and the final data are compared with the uninterrupted run's; the
+first difference is reported with the crash point that caused it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from phasegraph.api import Engine
+from phasegraph.model import StepRecord
+from phasegraph.run import PreparedGraph, RunOptions, prepare
+from phasegraph.spec import load_graph
+from phasegraph.store import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.memory import MemoryStore
+
+__all__ = ["CrashReport", "Difference", "crash_equivalence"]
+
+_RUN_ID = "crash-equivalence"
+_MAX_COMMITS = 500  # a graph that commits more than this in one run is cut short
+
+
+class _InjectedCrash(Exception):
+    """Raised instead of the commit a crash is injected before."""
+
+
+class _CrashingStore(Store):
+    """A memory store that loses its ``crash_at``-th commit (raising instead), once."""
+
+    def __init__(self, crash_at: int | None) -> None:
+        self._inner = MemoryStore()
+        self.crash_at = crash_at
+        self.commits = 0
+
+    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
+        return await self._inner.acquire(run_id, owner, ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        return await self._inner.renew(lease, ttl)
+
+    async def release(self, lease: Lease) -> None:
+        await self._inner.release(lease)
+
+    async def commit(self, lease: Lease, commit: Commit) -> None:
+        self.commits += 1
+        if self.crash_at is not None and self.commits == self.crash_at:
+            self.crash_at = None  # the resumed run commits normally
+            raise _InjectedCrash(f"crash injected before commit {self.commits}")
+        await self._inner.commit(lease, commit)
+
+    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
+        return await self._inner.read(run_id, seq)
+
+    def history(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        return self._inner.history(run_id, start=start, stop=stop)
+
+    async def list_runs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunMeta]:
+        return await self._inner.list_runs(status=status, limit=limit, offset=offset)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _FixedClock:
+    """One instant for every reading: records of two runs compare equal."""
+
+    def now(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """The first place a run resumed after a crash differs from the uninterrupted run.
+
+    Attributes:
+        crash_before: The commit the crash was injected before (1 is the run's creation,
+            so crashes start at 2); 0 when two uninterrupted runs already differ.
+        node: The node whose steps differ (``None``: the final data or status differ).
+        step: The node's step index (1-based) that differs.
+        expected: What the uninterrupted run did there.
+        actual: What the resumed run did there.
+    """
+
+    crash_before: int
+    node: str | None
+    step: int
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        where = f"node {self.node!r}, step {self.step}" if self.node else "the final run"
+        if self.crash_before == 0:
+            head = f"two uninterrupted runs of the same input differ at {where}"
+            labels = ("first run: ", "second run:")
+        else:
+            head = f"after a crash before commit {self.crash_before} and a resume, {where} differs"
+            labels = ("uninterrupted:", "resumed:     ")
+        return (
+            f"{head}:\n  {labels[0]} {self.expected}\n  {labels[1]} {self.actual}\n"
+            "an action keeps state outside the run (a global, a file, the clock...) or is "
+            "not deterministic: a resumed run re-runs the action of the lost step and must "
+            "get the same result; keep that state in the run's data instead"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CrashReport:
+    """What :func:`crash_equivalence` found.
+
+    Attributes:
+        commits: Commits of the uninterrupted run (each is a crash point).
+        crashes: Crash points tried.
+        first: The first difference found, or ``None`` when every resumed run matched.
+        status: How the uninterrupted run ended.
+        varying: Where two uninterrupted runs wrote different data (the crashed runs
+            were then compared on triggers and states only), or ``None``.
+    """
+
+    commits: int
+    crashes: int
+    first: Difference | None
+    status: str
+    varying: Difference | None = None
+
+
+def _steps(records: list[StepRecord]) -> dict[str, list[str]]:
+    steps: dict[str, list[str]] = {}
+    for record in records:
+        if record.node is None or record.kind == "created":
+            continue
+        text = f"{record.kind}"
+        if record.trigger is not None:
+            text += f" --{record.trigger}-->"
+        if record.dest:
+            text += " " + "/".join(record.dest)
+        if record.data:
+            text += f" writes {json.dumps(_plain(record.data), sort_keys=True, default=repr)}"
+        steps.setdefault(record.node, []).append(text)
+    return steps
+
+
+async def _drive(engine: Engine, prepared: PreparedGraph, run_input: Mapping[str, Any]) -> None:
+    try:
+        async with engine.start(prepared, run_input, run_id=_RUN_ID) as run:
+            for _ in range(_MAX_COMMITS):
+                if await run.next() is None:
+                    return
+    except _InjectedCrash:
+        pass
+    async with engine.open(_RUN_ID, graph=prepared) as run:
+        for _ in range(_MAX_COMMITS):
+            if await run.next() is None:
+                return
+
+
+async def _one(
+    prepared: PreparedGraph, run_input: Mapping[str, Any], crash_at: int | None
+) -> _Trial:
+    store = _CrashingStore(crash_at)
+    async with store:
+        engine = Engine(store, options=RunOptions(owner="crash-equivalence"), clock=_FixedClock())
+        await _drive(engine, prepared, run_input)
+        state = await engine.get(_RUN_ID)
+        history = await engine.history(_RUN_ID)
+    data = json.dumps(_plain(state.data), sort_keys=True, default=repr)
+    return _Trial(str(state.status), data, _steps(list(history)), store.commits)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _trial(source: str, run_input: Mapping[str, Any], crash_at: int | None) -> _Trial:
+    """One run in a process of its own (forked): module globals start as imported."""
+    # The fork may copy a running event loop's marker from the parent: clear it.
+    asyncio.events._set_running_loop(None)
+    prepared = prepare(load_graph(source), source)
+    return asyncio.run(_one(prepared, run_input, crash_at))
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    status: str
+    data: str
+    steps: Mapping[str, list[str]]
+    commits: int
+
+
+def _first_difference(
+    crash_before: int, straight: _Trial, other: _Trial, *, shape_only: bool
+) -> Difference | None:
+    expected, actual = straight.steps, other.steps
+    for node in [*expected, *(n for n in actual if n not in expected)]:
+        ours, theirs = expected.get(node, []), actual.get(node, [])
+        for index in range(max(len(ours), len(theirs))):
+            a = ours[index] if index < len(ours) else "(no such step)"
+            b = theirs[index] if index < len(theirs) else "(no such step)"
+            if shape_only:
+                a, b = a.partition(" writes ")[0], b.partition(" writes ")[0]
+            if a != b:
+                return Difference(crash_before, node, index + 1, a, b)
+    if straight.status != other.status or (not shape_only and straight.data != other.data):
+        return Difference(
+            crash_before,
+            None,
+            0,
+            f"{straight.status} with data {straight.data}",
+            f"{other.status} with data {other.data}",
+        )
+    return None
+
+
+def crash_equivalence(source: str, run_input: Mapping[str, Any] | None = None) -> CrashReport:
+    """Compare uninterrupted runs with runs crashed before each commit and resumed.
+
+    Every run happens in a fresh process forked from this one (where fork exists), so an
+    action's module globals start as imported each time, as after a real restart. When
+    two uninterrupted runs already write different data (an action that is not
+    deterministic, e.g. one making a temporary folder), the crashed runs are compared on
+    their triggers and states only, and the report says so.
+
+    Args:
+        source: The graph: a built-in name or a file path.
+        run_input: The run's input.
+    """
+    given = dict(run_input or {})
+    run = _runner()
+    straight = run(source, given, None)
+    again = run(source, given, None)
+    varying = _first_difference(0, straight, again, shape_only=False)
+    shape_only = varying is not None
+    found = _first_difference(0, straight, again, shape_only=True)
+    if found is not None:
+        return CrashReport(straight.commits, 0, found, straight.status, varying)
+    # Commit 1 creates the run: a crash before it leaves nothing to resume.
+    for crash_at in range(2, straight.commits + 1):
+        resumed = run(source, given, crash_at)
+        found = _first_difference(crash_at, straight, resumed, shape_only=shape_only)
+        if found is not None:
+            return CrashReport(straight.commits, crash_at - 1, found, straight.status, varying)
+    crashes = max(straight.commits - 1, 0)
+    return CrashReport(straight.commits, crashes, None, straight.status, varying)
+
+
+Runner = Callable[[str, Mapping[str, Any], "int | None"], _Trial]
+
+
+def _runner() -> Runner:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return _trial
+
+    def forked(source: str, run_input: Mapping[str, Any], crash_at: int | None) -> _Trial:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            return pool.submit(_trial, source, dict(run_input), crash_at).result()
+
+    return forked

@@ -1,0 +1,218 @@
+"""``phasegraph test``: properties that can fail for the user's own graph or machine.
+
+Each property is proved, not sampled: the first four come from the exhaustive
+exploration ``phasegraph check`` runs (every state x budget counter x guard value), the
+last runs the graph's own actions with a crash injected before each commit.
+
+1. **check**: the definition passes ``phasegraph check`` (errors fail; warnings are shown);
+2. **liveness**: from every reachable configuration a final state can still be reached,
+   and no trigger the actions may return is refused by every guard;
+3. **termination**: no loop can repeat without spending a budget, so every node ends
+   within the number of steps its budgets allow (shown per node);
+4. **outcomes**: every outcome a final state declares can be reached;
+5. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
+   as an uninterrupted run does (see :mod:`phasegraph.testing._crash`).
+
+Use :func:`verify` from code, :func:`graph_test` / :func:`machine_test` as pytest tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from phasegraph.analysis import Code, Report, Severity, check, resolve, step_bound
+from phasegraph.spec import load_graph
+from phasegraph.testing._crash import crash_equivalence
+from phasegraph.testing._runs import PropertyFailed, machine_subject
+
+__all__ = ["PropertyResult", "graph_test", "machine_test", "verify"]
+
+_LIVENESS = {
+    Code.NO_FINAL,
+    Code.GUARD_GAP,
+    Code.CANNOT_LEAVE,
+    Code.OUTCOME_NOT_ACCEPTED,
+    Code.TRIGGER_NOT_ACCEPTED,
+}
+_TERMINATION = {Code.UNBOUNDED}
+_OUTCOMES = {Code.OUTCOME_UNREACHABLE}
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyResult:
+    """One property and its verdict.
+
+    Attributes:
+        name: The property, e.g. ``liveness``.
+        claim: What it says, in words.
+        ok: Whether it holds.
+        details: Why not (findings with their traces), or what it established.
+    """
+
+    name: str
+    claim: str
+    ok: bool
+    details: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as a JSON object."""
+        return {
+            "property": self.name,
+            "claim": self.claim,
+            "ok": self.ok,
+            "details": list(self.details),
+        }
+
+
+def _from_findings(
+    name: str, claim: str, report: Report, codes: set[Code], extra: tuple[str, ...] = ()
+) -> PropertyResult:
+    hits = [str(f) for f in report.findings if f.code in codes and f.severity is Severity.ERROR]
+    return PropertyResult(name, claim, not hits, tuple(hits) or extra)
+
+
+def _bounds(target: str | Path, kind: str | None) -> tuple[str, ...]:
+    if kind == "graph":
+        definition = load_graph(target)
+        return tuple(
+            f"node {n.id!r}: at most {step_bound(n.machine, definition.machines, n.settings)} steps"
+            for n in definition.nodes
+        )
+    subject = machine_subject(target, {}, None)
+    return tuple(
+        f"machine {name!r}: at most {bound} steps" for name, bound in subject.bounds.items()
+    )
+
+
+def verify(
+    target: str | Path,
+    run_input: Mapping[str, Any] | None = None,
+    *,
+    crash: bool = True,
+) -> list[PropertyResult]:
+    """Every property of a graph or machine (a built-in name or a path).
+
+    Args:
+        target: The definition.
+        run_input: The run's input, for crash-equivalence.
+        crash: Run the crash-equivalence property (graphs only).
+
+    Raises:
+        InputError: The target cannot be read.
+    """
+    report = check(target)
+    kind = resolve(target).kind
+    errors = [str(f) for f in report.findings if f.severity is Severity.ERROR]
+    warnings = [str(f) for f in report.findings if f.severity is Severity.WARNING]
+    results = [
+        PropertyResult(
+            "check",
+            "the definition passes `phasegraph check`",
+            not errors,
+            tuple(errors + warnings),
+        )
+    ]
+    loads = kind is not None and not any(
+        f.code
+        in {Code.YAML, Code.INVALID, Code.UNKNOWN_MACHINE, Code.NESTING_CYCLE, Code.DAG_CYCLE}
+        for f in report.findings
+    )
+    results.append(
+        _from_findings(
+            "liveness",
+            "every reachable state can still finish, and no returned trigger is refused",
+            report,
+            _LIVENESS,
+        )
+    )
+    termination = _from_findings(
+        "termination",
+        "no loop repeats without spending a budget: every node ends within its bound",
+        report,
+        _TERMINATION,
+    )
+    if termination.ok and loads:
+        termination = PropertyResult(
+            termination.name, termination.claim, True, _bounds(target, kind)
+        )
+    results.append(termination)
+    results.append(
+        _from_findings("outcomes", "every declared outcome can be reached", report, _OUTCOMES)
+    )
+    if kind == "graph" and crash:
+        results.append(_crash(target, run_input, runnable=not errors))
+    return results
+
+
+def _crash(
+    target: str | Path, run_input: Mapping[str, Any] | None, *, runnable: bool
+) -> PropertyResult:
+    name = "crash-equivalence"
+    claim = "a run crashed before any commit and resumed ends as an uninterrupted run"
+    if not runnable:
+        return PropertyResult(name, claim, False, ("not run: the graph does not pass check",))
+    source = str(target)
+    report = crash_equivalence(source, run_input)
+    details = [
+        f"{report.crashes} crash points tried over {report.commits} commits "
+        f"(the uninterrupted run ended {report.status})"
+    ]
+    if report.varying is not None:
+        details.append(
+            "two uninterrupted runs wrote different data, so crashed runs were compared on "
+            f"triggers and states only; {report.varying}"
+        )
+    if report.first is not None:
+        return PropertyResult(name, claim, False, (str(report.first), *details))
+    return PropertyResult(name, claim, True, tuple(details))
+
+
+def failure_text(label: str, results: list[PropertyResult]) -> str:
+    """The failed properties of ``label`` as a message a person can act on."""
+    lines = [f"{label}: {sum(not r.ok for r in results)} of {len(results)} properties fail"]
+    for result in results:
+        if result.ok:
+            continue
+        lines.append(f"- {result.name}: {result.claim}: FAILED")
+        lines += ["    " + d.replace("\n", "\n    ") for d in result.details]
+    return "\n".join(lines)
+
+
+class VerifyTest(Protocol):
+    """A generated pytest test: call it to check every property."""
+
+    def __call__(self) -> None:
+        """Run the properties; raise :class:`PropertyFailed` naming each failure."""
+        ...
+
+
+def _test(label: str, run: Callable[[], list[PropertyResult]]) -> VerifyTest:
+    def test() -> None:
+        __tracebackhide__ = True  # pytest shows the finding, not the kit's frames
+        results = run()
+        if not all(r.ok for r in results):
+            raise PropertyFailed(failure_text(label, results)) from None
+
+    stem = Path(label).stem if "." in label else label
+    test.__name__ = test.__qualname__ = "test_properties_of_" + "".join(
+        c if c.isalnum() else "_" for c in stem
+    )
+    return test
+
+
+def graph_test(source: str | Path, run_input: Mapping[str, Any] | None = None) -> VerifyTest:
+    """A pytest test proving every property of a graph, crash-equivalence included.
+
+    Example::
+
+        test_publish = graph_test("graphs/publish.yaml", {"topic": "x"})
+    """
+    return _test(str(source), lambda: verify(source, run_input))
+
+
+def machine_test(source: str | Path) -> VerifyTest:
+    """A pytest test proving liveness, termination and outcomes of a machine."""
+    return _test(str(source), lambda: verify(source, crash=False))

@@ -1,0 +1,146 @@
+"""`phasegraph test` and its pytest helpers: properties that can fail for the user's
+graph, crash-equivalence with its real actions, stateful tests generated from a machine,
+and failures a person can read under pytest."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import invariant, run_state_machine_as_test
+
+from builders import TESTS
+from phasegraph.spec import machine_source
+from phasegraph.testing import (
+    PropertyFailed,
+    crash_equivalence,
+    machine_state_machine,
+    machine_test,
+    verify,
+)
+
+DEFECTS = TESTS / "fixtures" / "defects"
+_MAIN = "import sys; from phasegraph.cli import main; sys.exit(main())"
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _MAIN, *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_cli_test_proves_a_shipped_graph() -> None:
+    done = _cli("test", "hello", "--input", "who=ada")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines if line[:1] in "oF"] == ["ok"] * 5
+    assert "node 'plan': at most 1 steps" in done.stdout
+    assert lines[-1] == "hello: 5 properties, 5 hold, 0 fail"
+
+
+def test_cli_test_finds_an_action_keeping_state_outside_the_run() -> None:
+    done = _cli("test", str(DEFECTS / "keeps_state.yaml"))
+    assert done.returncode == 1
+    assert "FAILED  crash-equivalence" in done.stdout
+    assert "after a crash before commit 3 and a resume, node 'first', step 2 differs" in (
+        done.stdout
+    )
+    assert 'uninterrupted: transition --ok--> done writes {"first_call": 1}' in done.stdout
+    assert 'resumed:      transition --ok--> done writes {"first_call": 2}' in done.stdout
+
+
+def test_cli_test_json_names_each_property() -> None:
+    import json
+
+    done = _cli("test", "--json", str(DEFECTS / "gap_budget.yaml"))
+    assert done.returncode == 1
+    verdicts = {r["property"]: r["ok"] for r in json.loads(done.stdout)}
+    assert verdicts == {"check": False, "liveness": False, "termination": True, "outcomes": True}
+
+
+def test_crash_equivalence_passes_deterministic_actions() -> None:
+    report = crash_equivalence("hello", {"who": "ada"})
+    assert report.first is None
+    assert report.crashes == report.commits - 1 > 3
+
+
+def test_verify_reports_the_termination_bound_from_budgets() -> None:
+    [termination] = [r for r in verify("quality_loop") if r.name == "termination"]
+    assert termination.ok
+    assert termination.details == ("machine 'quality_loop': at most 33 steps",)
+
+
+def test_graph_test_fails_readably_under_pytest(tmp_path: Path) -> None:
+    """The failure shows the finding and the trace, not the kit's source."""
+    (tmp_path / "test_user.py").write_text(
+        "from phasegraph.testing import graph_test, machine_test\n"
+        f"test_keeps_state = graph_test({str(DEFECTS / 'keeps_state.yaml')!r})\n"
+        f"test_gap = machine_test({str(DEFECTS / 'gap_payload.yaml')!r})\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    out = done.stdout
+    assert "2 failed" in out
+    assert "keeps_state.yaml: 1 of 5 properties fail" in out
+    assert "- crash-equivalence:" in out
+    assert "trigger 'decide' in state 'review' is refused by every guard" in out
+    assert "shortest trace: review --decide--> refused" in out
+    assert "_verify.py" not in out  # no kit frames
+    assert "__tracebackhide__" not in out
+
+
+def test_machine_test_passes_a_correct_machine() -> None:
+    machine_test("spec_review")()
+
+
+def test_machine_test_raises_property_failed() -> None:
+    with pytest.raises(PropertyFailed, match="termination"):
+        machine_test(DEFECTS / "unbounded_loop.yaml")()
+
+
+# --------------------------------------------------------------------------- stateful
+
+
+def test_generated_state_machine_runs_a_nested_machine() -> None:
+    machine = machine_state_machine("guarded_quality_loop")
+    run_state_machine_as_test(machine, settings=settings(max_examples=20, deadline=None))
+
+
+def test_generated_state_machine_finds_a_refused_trigger(tmp_path: Path) -> None:
+    text = machine_source("quality_loop").read_text(encoding="utf-8")
+    fallback = r"^  - \{trigger: fail, source: verify, dest: gave_up_after_reflections\}\n"
+    path = tmp_path / "quality_loop.yaml"
+    path.write_text(re.sub(fallback, "", text, flags=re.M), encoding="utf-8")
+    machine = machine_state_machine(path)
+    with pytest.raises(PropertyFailed) as info:
+        run_state_machine_as_test(machine, settings=settings(max_examples=200, deadline=None))
+    message = str(info.value)
+    assert "trigger 'fail' (payload {}) in state 'verify' is refused" in message
+    assert "its path: execute --" in message
+
+
+def test_users_subclass_to_add_invariants() -> None:
+    class NoSecondReflection(machine_state_machine("quality_loop")):  # type: ignore[misc]
+        @invariant()
+        def reflects_at_most_twice(self) -> None:
+            assert self.visited.count("reflect") <= 1, " ".join(self.moves)
+
+    run_state_machine_as_test(NoSecondReflection, settings=settings(max_examples=30, deadline=None))
+
+    class Broken(machine_state_machine("quality_loop")):  # type: ignore[misc]
+        @invariant()
+        def never_verifies(self) -> None:
+            assert "verify" not in self.visited, " ".join(self.moves)
+
+    with pytest.raises(AssertionError, match="execute --"):
+        run_state_machine_as_test(Broken, settings=settings(max_examples=30, deadline=None))
