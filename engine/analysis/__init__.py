@@ -22,6 +22,7 @@ from phasegraph.analysis._diagram import (
     FORMATS,
     Format,
     diagram,
+    draft_diagram,
     graph_diagram,
     machine_diagram,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "analyze_machine",
     "check",
     "diagram",
+    "draft_diagram",
     "github_annotation",
     "graph_diagram",
     "machine_diagram",

@@ -6,6 +6,11 @@ its machine, and each edge is labelled with its trigger and guards (``[reflect l
 for ``budget:reflect``, ``[no reflect left]`` for ``unless: budget:reflect``). A graph
 becomes a top-down flowchart with one box per layer of its DAG.
 
+Findings show on the drawing: a transition exploration proves dead or shadowed is
+labelled ``(dead)``/``(shadowed)`` (dashed and red in dot), a graph node lists the keys it
+writes and its human gates, and a file that does not load is drawn as far as its YAML
+goes, each problem shown in a note (:func:`draft_diagram`).
+
 Mermaid's state-diagram labels may not hold ``:``, ``;``, ``#`` or ``"``; texts are
 cleaned of them, and state ids that Mermaid would read as keywords are renamed.
 """
@@ -13,17 +18,22 @@ cleaned of them, and state ids that Mermaid would read as keywords are renamed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from types import MappingProxyType
+from typing import Any, Literal
 
 from phasegraph.analysis._check import machine_family, resolve
+from phasegraph.analysis._proofs import edge_marks
 from phasegraph.core import compile_graph
-from phasegraph.errors import InputError
-from phasegraph.model import GraphDef, MachineDef, StateDef
-from phasegraph.spec import load_graph
+from phasegraph.errors import InputError, Problem, SpecError
+from phasegraph.model import GraphDef, MachineDef, NodeDef, NodeOutcome, StateDef, TransitionDef
+from phasegraph.spec import load_graph, read_raw
 
-__all__ = ["FORMATS", "Format", "diagram", "graph_diagram", "machine_diagram"]
+__all__ = ["FORMATS", "Format", "diagram", "draft_diagram", "graph_diagram", "machine_diagram"]
+
+Marks = Mapping[tuple[str, int], str]
+"""(machine, transition index) → ``dead`` or ``shadowed``."""
 
 Format = Literal["mermaid", "dot"]
 FORMATS: tuple[Format, ...] = ("mermaid", "dot")
@@ -42,51 +52,221 @@ def diagram(target: str | Path, fmt: Format = "mermaid") -> str:
     resolved = resolve(target)
     if resolved.kind == "machine":
         root, family = machine_family(resolved.source)
-        return machine_diagram(root.name, family, fmt)
+        return machine_diagram(root.name, family, fmt, marks=edge_marks(family))
     if resolved.kind == "graph":
         return graph_diagram(load_graph(resolved.source), fmt)
     raise InputError(f"{resolved.shown}: neither a machine (`states:`) nor a graph (`nodes:`)")
 
 
-def machine_diagram(name: str, machines: Mapping[str, MachineDef], fmt: Format = "mermaid") -> str:
-    """The state diagram of machine ``name`` (``machines`` holds it and those it nests)."""
+def machine_diagram(
+    name: str,
+    machines: Mapping[str, MachineDef],
+    fmt: Format = "mermaid",
+    *,
+    marks: Marks | None = None,
+    notes: tuple[str, ...] = (),
+) -> str:
+    """The state diagram of machine ``name`` (``machines`` holds it and those it nests).
+
+    Args:
+        name: The machine.
+        machines: It and the machines it nests.
+        fmt: ``mermaid`` or ``dot``.
+        marks: Transitions to label dead or shadowed (see :func:`edge_marks`).
+        notes: Problems to show on the drawing (a file that did not load).
+    """
+    marks = marks or {}
     if fmt == "dot":
-        body = list(_dot_level(machines, machines[name], (), 1))
+        body = list(_dot_level(machines, machines[name], (), 1, marks))
+        body += _dot_notes(notes)
         head = ["digraph machine {", f"{_INDENT}rankdir=LR;"]
         head.append(f'{_INDENT}node [shape=box, style=rounded, fontname="Helvetica"];')
         head.append(f'{_INDENT}edge [fontname="Helvetica", fontsize=10];')
         return "\n".join([*head, *body, "}"]) + "\n"
-    lines = ["stateDiagram-v2", *_mermaid_level(machines, machines[name], (), 1)]
+    lines = ["stateDiagram-v2", *_mermaid_level(machines, machines[name], (), 1, marks)]
+    machine = machines[name]
+    anchor = _state_id((machine.initial,)) if machine.initial in machine.states else None
+    for index, note in enumerate(notes):
+        if anchor is None:
+            lines.append(f'{_INDENT}state "{_clean("error - " + note)}" as s__error_{index}')
+        else:
+            lines.append(f"{_INDENT}note left of {anchor} : {_clean('error - ' + note)}")
     return "\n".join(lines) + "\n"
 
 
 def graph_diagram(definition: GraphDef, fmt: Format = "mermaid") -> str:
-    """The DAG of a graph, one box per layer (nodes of a layer may run together)."""
+    """The DAG of a graph, one box per layer (nodes of a layer may run together).
+
+    Each node shows its machine, the keys it writes (declared ``writes`` and shell
+    ``capture:`` keys) and its human gates.
+    """
     layers = compile_graph(definition).layers
-    machines = {node.id: node.machine for node in definition.nodes}
-    needs = [(need, node.id) for node in definition.nodes for need in node.needs]
+    return _graph_text([_box(node) for node in definition.nodes], layers, fmt, ())
+
+
+def _box(node: NodeDef) -> tuple[str, list[str], tuple[str, ...]]:
+    """A node's id, the lines under it, and what it needs."""
+    lines = [node.machine]
+    writes = [*(node.writes or ()), *_captures(node)]
+    if writes:
+        lines.append("writes " + ", ".join(dict.fromkeys(writes)))
+    gates = [
+        f"{hook} ({action.config.get('human')})"
+        for hook, action in node.bind.items()
+        if action.kind == "human"
+    ]
+    if gates:
+        lines.append("human gate " + ", ".join(gates))
+    return node.id, lines, node.needs
+
+
+def _captures(node: NodeDef) -> list[str]:
+    return [
+        str(action.config["capture"])
+        for action in node.bind.values()
+        if action.kind == "shell" and action.config.get("capture")
+    ]
+
+
+def _graph_text(
+    boxes: list[tuple[str, list[str], tuple[str, ...]]],
+    layers: Sequence[Sequence[str]] | None,
+    fmt: Format,
+    notes: tuple[str, ...],
+) -> str:
+    """Draw boxes in layers (or, with ``layers`` None, as one group) with their needs."""
+    lines_of = {name: lines for name, lines, _ in boxes}
+    known = set(lines_of)
+    needs = [(need, name) for name, _, wants in boxes for need in wants if need in known]
+    groups = layers if layers is not None else [[name for name, _, _ in boxes]]
     if fmt == "dot":
-        lines = ["digraph workflow {", f"{_INDENT}rankdir=TB;"]
-        lines.append(f'{_INDENT}node [shape=box, style=rounded, fontname="Helvetica"];')
-        for index, layer in enumerate(layers):
-            lines.append(f'{_INDENT}subgraph cluster_layer_{index} {{ label="layer {index}";')
-            lines += [
-                f"{_INDENT * 2}{_quote(n)} [label={_quote(n + chr(10) + machines[n])}];"
+        out = ["digraph workflow {", f"{_INDENT}rankdir=TB;"]
+        out.append(f'{_INDENT}node [shape=box, style=rounded, fontname="Helvetica"];')
+        for index, layer in enumerate(groups):
+            if layers is not None:
+                out.append(f'{_INDENT}subgraph cluster_layer_{index} {{ label="layer {index}";')
+            out += [
+                f"{_INDENT * 2}{_quote(n)} [label={_quote(chr(10).join([n, *lines_of[n]]))}];"
                 for n in layer
             ]
-            lines.append(f"{_INDENT}}}")
-        lines += [f"{_INDENT}{_quote(a)} -> {_quote(b)};" for a, b in needs]
-        return "\n".join([*lines, "}"]) + "\n"
-    ids = _flow_ids([node.id for node in definition.nodes])
-    lines = ["flowchart TD"]
-    for index, layer in enumerate(layers):
-        lines.append(f"{_INDENT}subgraph layer_{index} [layer {index}]")
-        lines += [
-            f'{_INDENT * 2}{ids[n]}["{_flow_text(n)}<br/>{_flow_text(machines[n])}"]' for n in layer
+            if layers is not None:
+                out.append(f"{_INDENT}}}")
+        out += [f"{_INDENT}{_quote(a)} -> {_quote(b)};" for a, b in needs]
+        out += _dot_notes(notes)
+        return "\n".join([*out, "}"]) + "\n"
+    ids = _flow_ids([name for name, _, _ in boxes])
+    out = ["flowchart TD"]
+    for index, layer in enumerate(groups):
+        if layers is not None:
+            out.append(f"{_INDENT}subgraph layer_{index} [layer {index}]")
+        out += [
+            f'{_INDENT * 2}{ids[n]}["{"<br/>".join(_flow_text(t) for t in [n, *lines_of[n]])}"]'
+            for n in layer
         ]
-        lines.append(f"{_INDENT}end")
-    lines += [f"{_INDENT}{ids[a]} --> {ids[b]}" for a, b in needs]
-    return "\n".join(lines) + "\n"
+        if layers is not None:
+            out.append(f"{_INDENT}end")
+    out += [f"{_INDENT}{ids[a]} --> {ids[b]}" for a, b in needs]
+    for index, note in enumerate(notes):
+        out.append(f'{_INDENT}error_{index}["error: {_flow_text(note)}"]')
+        out.append(f"{_INDENT}style error_{index} fill:#fdd,stroke:#c00,color:#900")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- drafts
+
+
+def draft_diagram(target: str | Path, fmt: Format = "mermaid") -> tuple[str, list[Problem]]:
+    """Draw ``target`` even when it does not load: what its YAML holds, and the problems.
+
+    Returns:
+        The diagram, and the load problems (empty when the file loads; the diagram is
+        then :func:`diagram`'s).
+
+    Raises:
+        InputError: The target cannot be read, or is neither a machine nor a graph.
+    """
+    try:
+        return diagram(target, fmt), []
+    except SpecError as exc:
+        problems = list(exc.problems)
+    resolved = resolve(target)
+    kind = resolved.kind or "graph"
+    raw, _ = read_raw(resolved.source, kind)
+    notes = tuple(_note(problem) for problem in problems)
+    data = raw if isinstance(raw, Mapping) else {}
+    if kind == "machine":
+        machine = _draft_machine(data, Path(str(resolved.source)).stem)
+        if machine is not None:
+            return machine_diagram(
+                machine.name, {machine.name: machine}, fmt, notes=notes
+            ), problems
+        return _graph_text([], None, fmt, notes), problems
+    return _graph_text(_draft_boxes(data), None, fmt, notes), problems
+
+
+def _note(problem: Problem) -> str:
+    where = problem.location
+    line = f"line {where.line}: " if where is not None and where.line else ""
+    return line + problem.message
+
+
+def _draft_machine(data: Mapping[str, Any], default: str) -> MachineDef | None:
+    raw_states = data.get("states")
+    if not isinstance(raw_states, Mapping) or not raw_states:
+        return None
+    states: dict[str, StateDef] = {}
+    for name, spec in raw_states.items():
+        spec = spec if isinstance(spec, Mapping) else {}
+        final = spec.get("final")
+        nested = spec.get("machine")
+        states[str(name)] = StateDef(
+            name=str(name),
+            final=NodeOutcome(final) if final in set(NodeOutcome) else None,
+            hook=str(spec["hook"]) if isinstance(spec.get("hook"), str) else None,
+            description=f"runs {nested}" if isinstance(nested, str) else "",
+        )
+    live = [name for name, state in states.items() if state.final is None]
+    transitions = []
+    for item in data.get("transitions") or []:
+        if not isinstance(item, Mapping):
+            continue
+        trigger, dest, source = item.get("trigger"), item.get("dest"), item.get("source")
+        given = source if isinstance(source, list) else [source]
+        sources = [str(x) for s in given for x in (live if s == "*" else [s]) if x in states]
+        if isinstance(trigger, str) and dest in states and sources:
+            guards = {
+                key: tuple(str(p) for p in item.get(key) or () if isinstance(p, str))
+                for key in ("conditions", "unless")
+            }
+            transitions.append(
+                TransitionDef(trigger=trigger, source=tuple(sources), dest=str(dest), **guards)
+            )
+    initial = data.get("initial")
+    name = data.get("machine") if isinstance(data.get("machine"), str) else default
+    return MachineDef(
+        name=str(name),
+        initial=str(initial) if initial in states else next(iter(states)),
+        states=MappingProxyType(states),
+        transitions=tuple(transitions),
+    )
+
+
+def _draft_boxes(data: Mapping[str, Any]) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    boxes = []
+    seen: set[str] = set()
+    for item in data.get("nodes") or []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("id"), str):
+            continue
+        node_id = item["id"]
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        wanted = item.get("needs")
+        needs: list[Any] = wanted if isinstance(wanted, list) else []
+        machine = item.get("machine")
+        lines = [str(machine)] if isinstance(machine, str) else []
+        boxes.append((node_id, lines, tuple(str(n) for n in needs)))
+    return boxes
 
 
 # --------------------------------------------------------------------------- labels
@@ -100,21 +280,24 @@ def _guard(predicate: str, negated: bool) -> str:
     return f"not {text}" if negated else text
 
 
-def _edges(machine: MachineDef) -> list[tuple[str, str, str]]:
-    """``(source, dest, label)`` for every edge, in declaration order.
+def _edges(machine: MachineDef, marks: Marks) -> list[tuple[str, str, str, str | None]]:
+    """``(source, dest, label, mark)`` for every edge, in declaration order.
 
     An unguarded edge after guarded ones of the same trigger and source is taken only
-    when they are refused, so it is labelled ``[else]``.
+    when they are refused, so it is labelled ``[else]``; ``mark`` is ``dead`` or
+    ``shadowed`` when exploration proved the transition never fires.
     """
     edges, guarded = [], set()
-    for transition in machine.transitions:
+    for index, transition in enumerate(machine.transitions):
+        mark = marks.get((machine.name, index))
         guards = [_guard(p, False) for p in transition.conditions]
         guards += [_guard(p, True) for p in transition.unless]
         for source in transition.source:
             key = (source, transition.trigger)
             shown = guards or (["else"] if key in guarded else [])
             label = transition.trigger + (f" [{', '.join(shown)}]" if shown else "")
-            edges.append((source, transition.dest, label))
+            label += f" ({mark})" if mark else ""
+            edges.append((source, transition.dest, label, mark))
             if guards:
                 guarded.add(key)
     return edges
@@ -160,6 +343,7 @@ def _mermaid_level(
     machine: MachineDef,
     parents: tuple[str, ...],
     depth: int,
+    marks: Marks,
 ) -> Iterator[str]:
     pad = _INDENT * depth
     yield f"{pad}[*] --> {_state_id((*parents, machine.initial))}"
@@ -170,13 +354,13 @@ def _mermaid_level(
         if state.machine is not None and state.machine in machines:
             # A composite state takes no description lines: its notes go in its label.
             yield f'{pad}state "{", ".join((state.name, notes))}" as {state_id} {{'
-            yield from _mermaid_level(machines, machines[state.machine], path, depth + 1)
+            yield from _mermaid_level(machines, machines[state.machine], path, depth + 1, marks)
             yield f"{pad}}}"
             continue
         yield f'{pad}state "{state.name}" as {state_id}'
         if notes:
             yield f"{pad}{state_id} : {notes}"
-    for source, dest, label in _edges(machine):
+    for source, dest, label, _ in _edges(machine, marks):
         tail, head = _state_id((*parents, source)), _state_id((*parents, dest))
         yield f"{pad}{tail} --> {head} : {_clean(label)}"
     for state in machine.states.values():
@@ -212,6 +396,7 @@ def _dot_level(
     machine: MachineDef,
     parents: tuple[str, ...],
     depth: int,
+    marks: Marks,
 ) -> Iterator[str]:
     pad = _INDENT * depth
     start = "/".join((*parents, "[*]"))
@@ -227,12 +412,21 @@ def _dot_level(
             yield f'{pad}{_INDENT}{_quote(node)} [shape=circle, width=0.2, label=""];'
             yield f"{pad}{_INDENT}{_quote(node)} -> {_quote(node + '/[*]')} [style=dashed];"
             yield from _dot_level(
-                machines, machines[state.machine], (*parents, state.name), depth + 1
+                machines, machines[state.machine], (*parents, state.name), depth + 1, marks
             )
             yield f"{pad}}}"
             continue
         extra = ", peripheries=2" if state.final is not None else ""
         yield f"{pad}{_quote(node)} [label={_quote(label)}{extra}];"
-    for source, dest, label in _edges(machine):
+    for source, dest, label, mark in _edges(machine, marks):
         tail, head = _quote("/".join((*parents, source))), _quote("/".join((*parents, dest)))
-        yield f"{pad}{tail} -> {head} [label={_quote(label)}];"
+        style = ", style=dashed, color=red, fontcolor=red" if mark else ""
+        yield f"{pad}{tail} -> {head} [label={_quote(label)}{style}];"
+
+
+def _dot_notes(notes: tuple[str, ...]) -> list[str]:
+    return [
+        f"{_INDENT}{_quote(f'error {index}')} [shape=note, color=red, fontcolor=red, "
+        f"label={_quote('error: ' + note)}];"
+        for index, note in enumerate(notes)
+    ]

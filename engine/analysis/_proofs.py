@@ -45,7 +45,7 @@ from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.errors import SourceLocation
 from phasegraph.model import MachineDef, NodeDef, TransitionDef
 
-__all__ = ["Proofs", "machine_proofs", "node_proofs"]
+__all__ = ["Proofs", "edge_marks", "machine_proofs", "node_proofs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,3 +405,26 @@ def _walk(
             continue
         into = lead + space.trace_text(config, prefix) + " > "
         _walk(explorer, child, assumption, f"{prefix}{state}/", into, found, stack | {name})
+
+
+def edge_marks(machines: Mapping[str, MachineDef]) -> dict[tuple[str, int], str]:
+    """(machine, transition index) → ``dead`` or ``shadowed``, for every machine given.
+
+    Machines whose guards name undeclared budgets are skipped (they cannot be explored).
+    """
+    explorer = Explorer(machines)
+    marks: dict[tuple[str, int], str] = {}
+    for machine in machines.values():
+        named = {
+            p.partition(":")[2]
+            for t in machine.transitions
+            for p in (*t.conditions, *t.unless)
+            if p.startswith("budget:")
+        }
+        if not named <= set(machine.budgets):
+            continue
+        for key, finding in machine_proofs(explorer, machine, ()).findings.items():
+            if key[0] == "edge":
+                kind = "dead" if finding.code is Code.DEAD_TRANSITION else "shadowed"
+                marks[(machine.name, int(key[2]))] = kind
+    return marks

@@ -7,9 +7,9 @@ import json
 import sys
 from types import MappingProxyType
 
-from phasegraph.analysis import Report, check, diagram, github_annotation
+from phasegraph.analysis import Report, check, draft_diagram, github_annotation
 from phasegraph.cli._commands import Handlers
-from phasegraph.cli._support import EXIT_FAILED, EXIT_OK
+from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = ["HANDLERS"]
 
@@ -47,12 +47,21 @@ async def _cmd_check(args: argparse.Namespace) -> int:
 
 
 async def _cmd_diagram(args: argparse.Namespace) -> int:
-    text = diagram(args.target, args.format)
+    # A file that does not load is still drawn as far as its YAML goes, its problems
+    # marked on the drawing and listed on stderr (exit 2, as for any bad input).
+    text, problems = draft_diagram(args.target, args.format)
     if args.json:
-        print(json.dumps({"format": args.format, "diagram": text}, indent=2, sort_keys=True))
+        shown = {
+            "format": args.format,
+            "diagram": text,
+            "problems": [str(problem) for problem in problems],
+        }
+        print(json.dumps(shown, indent=2, sort_keys=True))
     else:
         print(text, end="")
-    return EXIT_OK
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return EXIT_BAD_INPUT if problems else EXIT_OK
 
 
 HANDLERS: Handlers = MappingProxyType(

@@ -22,6 +22,7 @@ from phasegraph.spec._loader import (
     load_machine,
     load_machine_family,
     machine_source,
+    read_raw,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "load_machine",
     "load_machine_family",
     "machine_source",
+    "read_raw",
 ]

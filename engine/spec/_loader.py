@@ -51,6 +51,7 @@ __all__ = [
     "load_machine",
     "load_machine_family",
     "machine_source",
+    "read_raw",
 ]
 
 
@@ -366,3 +367,21 @@ def _graph(
         location=SourceLocation(doc.path),
         digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
     )
+
+
+def read_raw(source: str | Path, what: str) -> tuple[Mapping[str, Any] | None, list[Problem]]:
+    """The parsed YAML mapping of a machine or graph file, before any check.
+
+    For tools that show what they can of a file that does not load (``diagram``).
+
+    Args:
+        source: A path, or a built-in name.
+        what: ``machine`` or ``graph``.
+
+    Returns:
+        The mapping (None when the file is not a YAML mapping) and the parse problems.
+    """
+    kind = "states" if what == "machine" else "graphs"
+    path = builtin(source, kind, what) if is_name(source) else Path(source)
+    doc, problems = read_file(path, what)
+    return (None if doc is None else doc.data), problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -13,11 +14,12 @@ from hypothesis import strategies as st
 
 from builders import REPO, TESTS, graph, loop_machine
 from phasegraph import cli
-from phasegraph.analysis import diagram, graph_diagram, machine_diagram
+from phasegraph.analysis import diagram, draft_diagram, graph_diagram, machine_diagram
 from phasegraph.model import MachineDef, NodeOutcome, StateDef, TransitionDef
 from phasegraph.spec import builtin_graphs, builtin_machines
 
 NESTED = TESTS / "fixtures" / "check" / "fixed" / "nested_outcome.yaml"
+CHECK_BROKEN = TESTS / "fixtures" / "check" / "broken"
 
 # What Mermaid's state-diagram lexer accepts: ids without ':', spaces, '-' or '{'; a
 # description after ' : ' without ':' or ';' (see the stateDiagram grammar's ID and DESCR).
@@ -117,8 +119,8 @@ def test_graph_mermaid_has_one_box_per_layer_in_order() -> None:
         "subgraph layer_2 [layer 2]",
     ]
     layer_1 = text.split("subgraph layer_1")[1].split("end")[0]
-    assert 'n_shout["shout<br/>task"]' in layer_1
-    assert 'n_count["count<br/>task"]' in layer_1
+    assert 'n_shout["shout<br/>task<br/>writes shouted"]' in layer_1
+    assert 'n_count["count<br/>task<br/>writes letters"]' in layer_1
     assert "    n_plan --> n_shout\n" in text
     assert "    n_count --> n_deliver\n" in text
 
@@ -168,3 +170,54 @@ def test_cli_diagram(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == diagram("hello", "dot")
     assert cli.main(["diagram", "nowhere"]) == 2
     assert "no built-in machine or graph" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- findings
+
+
+DEFECTS = TESTS / "fixtures" / "defects"
+
+
+def test_shadowed_and_dead_edges_are_marked() -> None:
+    shadowed = diagram(DEFECTS / "shadowed.yaml")
+    assert "    s_work --> s_retrying : fail [retries left] (shadowed)\n" in shadowed
+    assert "    s_work --> s_failed : fail\n" in shadowed  # the edge that wins is plain
+    dead = diagram(DEFECTS / "dead.yaml", "dot")
+    assert '"run" -> "done" [label="ok [payload.complete, not payload.complete] (dead)", ' in dead
+    assert "style=dashed, color=red" in dead
+
+
+def test_graph_nodes_show_writes_and_human_gates() -> None:
+    text = diagram("coding_task")
+    assert "spec<br/>spec_review<br/>writes spec<br/>human gate spec_review (spec_review)" in text
+    captured = diagram(DEFECTS / "capture_race.yaml", "dot")
+    assert '"left" [label="left\\ntask\\nwrites out"];' in captured
+
+
+def test_a_graph_that_does_not_load_is_drawn_with_its_error() -> None:
+    text, problems = draft_diagram(CHECK_BROKEN / "dag_cycle.yaml")
+    assert [p.message.split(";")[0] for p in problems] == ["dependency cycle: a -> b -> a"]
+    assert "    n_b --> n_a\n    n_a --> n_b\n" in text
+    assert 'error_0["error: line 4: dependency cycle: a -> b -> a;' in text
+
+
+def test_a_machine_that_does_not_load_is_drawn_with_its_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(
+        "machine: broken\ninitial: a\nstates:\n  a: {hook: a}\n  done: {final: success}\n"
+        "transitions:\n  - {trigger: go, source: a, dest: done, conditions: ['budget:nope']}\n",
+        encoding="utf-8",
+    )
+    text, problems = draft_diagram(path)
+    assert len(problems) == 1
+    assert "    s_a --> s_done : go [nope left]\n" in text
+    assert "    note left of s_a : error - line 7 - predicate 'budget -nope' names unknown" in text
+    _check_mermaid_states(text.split("    note left of")[0])
+
+
+def test_cli_diagram_draws_a_broken_file_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["diagram", str(CHECK_BROKEN / "dag_cycle.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("flowchart TD\n")
+    assert "error: " in captured.err
+    assert "dependency cycle: a -> b -> a" in captured.err
