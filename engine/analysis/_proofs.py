@@ -125,7 +125,8 @@ def _liveness_findings(space: Space, prefix: str, lead: str) -> Iterable[_Found]
     if space.truncated:
         return
     live = space.live()
-    reported: set[str] = set()
+    # A state where a refused trigger fails the node is reported as that guard gap.
+    reported: set[str] = {state for state, _ in space.gaps}
     for config in space.parent:  # breadth-first order: shortest traces first
         if config in live or config.state in reported:
             continue

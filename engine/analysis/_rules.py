@@ -156,8 +156,13 @@ def _nesting_findings(explorer: Explorer, machine: MachineDef, explored: Explore
     return findings
 
 
+_NODE_KINDS = frozenset({"gap", "live", "loop"})
+"""Proof kinds that depend on how a node sets a machine up: in a graph, each node's own
+exploration (its settings, budgets and bindings) reports them, not the machine's."""
+
+
 def _machine_findings(
-    explorer: Explorer, spaces: SpaceExplorer, machine: MachineDef
+    explorer: Explorer, spaces: SpaceExplorer, machine: MachineDef, *, in_graph: bool = False
 ) -> tuple[list[Finding], Proofs]:
     explored = explorer.explore(machine.name)
     budget_findings = _budget_findings(machine)
@@ -172,6 +177,7 @@ def _machine_findings(
         for key, finding in proofs.findings.items()
         # A state the flat rules already show cannot finish is reported once, by them.
         if not (key[0] == "live" and key[2] not in explored.finishing)
+        and not (in_graph and key[0] in _NODE_KINDS)
     ]
     findings = [
         *budget_findings,
@@ -222,9 +228,9 @@ def analyze_graph(definition: GraphDef) -> list[Finding]:
     spaces = SpaceExplorer(definition.machines)
     known: set[tuple[str, ...]] = set()
     for machine in definition.machines.values():
-        found, proofs = _machine_findings(explorer, spaces, machine)
+        found, proofs = _machine_findings(explorer, spaces, machine, in_graph=True)
         findings += found
-        known |= set(proofs.findings)
+        known |= {key for key in proofs.findings if key[0] not in _NODE_KINDS}
     for node in definition.nodes:
         if node.machine not in definition.machines:
             text = f"node {node.id!r} uses unknown machine {node.machine!r}"

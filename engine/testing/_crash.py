@@ -112,8 +112,12 @@ class Difference:
     expected: str
     actual: str
 
+    def where(self) -> str:
+        """The node and step, or the final run, in words."""
+        return f"node {self.node!r}, step {self.step}" if self.node else "the final run"
+
     def __str__(self) -> str:
-        where = f"node {self.node!r}, step {self.step}" if self.node else "the final run"
+        where = self.where()
         if self.crash_before == 0:
             head = f"two uninterrupted runs of the same input differ at {where}"
             labels = ("first run: ", "second run:")

@@ -161,9 +161,11 @@ def _crash(
         f"(the uninterrupted run ended {report.status})"
     ]
     if report.varying is not None:
+        varying = report.varying
         details.append(
-            "two uninterrupted runs wrote different data, so crashed runs were compared on "
-            f"triggers and states only; {report.varying}"
+            f"two uninterrupted runs wrote different data at {varying.where()} (e.g. "
+            f"{varying.expected} / {varying.actual}), so the crashed runs were compared on "
+            "triggers and states only"
         )
     if report.first is not None:
         return PropertyResult(name, claim, False, (str(report.first), *details))

@@ -272,7 +272,7 @@ def test_cli_check_warnings_only_exit_0(capsys: pytest.CaptureFixture[str]) -> N
 def test_cli_check_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check", "--json", str(BROKEN / "stays.yaml")]) == 1
     findings = json.loads(capsys.readouterr().out)
-    assert {f["code"] for f in findings} == {"hook-cannot-leave", "no-final-path", "guard-gap"}
+    assert {f["code"] for f in findings} == {"hook-cannot-leave", "no-final-path"}
     first = findings[0]
     assert {"severity", "code", "message", "file", "line", "column"} <= set(first)
     assert first["file"] == str(BROKEN / "stays.yaml")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import TESTS
 from phasegraph.analysis import check
 from phasegraph.analysis._explore import Explorer
 from phasegraph.core import CompiledMachine
@@ -74,3 +75,29 @@ def test_a_guard_gap_comes_with_its_shortest_trace(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", builtin_machines() + builtin_graphs())
 def test_shipped_definitions_explore_whole(name: str) -> None:
     assert all(f.code != "exploration-bounded" for f in check(name).findings)
+
+
+def _graph_on_gap_setting(tmp_path: Path, settings: str) -> Path:
+    source = TESTS / "fixtures" / "defects" / "gap_setting.yaml"
+    (tmp_path / "gap_setting.yaml").write_text(source.read_text(encoding="utf-8"))
+    (tmp_path / "acts.py").write_text("def go(ctx):\n    return 'go'\n", encoding="utf-8")
+    path = tmp_path / "graph.yaml"
+    path.write_text(
+        "graph: g\nmachines: [./gap_setting.yaml]\nnodes:\n"
+        f"  - id: pick\n    machine: gap_setting\n    with: {settings}\n"
+        "    bind:\n      start: {python: 'acts:go', triggers: [go]}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_graph_node_is_explored_with_its_own_settings(tmp_path: Path) -> None:
+    """The machine alone has a gap (neither mode set); a node that sets a mode does not,
+    and a node that sets none is reported at the node, with its trace."""
+    assert check(_graph_on_gap_setting(tmp_path, "{mode: {fast: true}}")).findings == ()
+    [gap] = check(_graph_on_gap_setting(tmp_path, "{}")).findings
+    assert gap.code == "guard-gap"
+    assert gap.message.startswith("node 'pick', with its settings and bindings: machine")
+    assert "trigger 'go' in state 'start' is refused by every guard" in gap.message
+    assert gap.location is not None
+    assert gap.location.line == 4
