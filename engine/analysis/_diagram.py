@@ -234,12 +234,14 @@ def _draft_machine(data: Mapping[str, Any], default: str) -> MachineDef | None:
         given = source if isinstance(source, list) else [source]
         sources = [str(x) for s in given for x in (live if s == "*" else [s]) if x in states]
         if isinstance(trigger, str) and dest in states and sources:
-            guards = {
-                key: tuple(str(p) for p in item.get(key) or () if isinstance(p, str))
-                for key in ("conditions", "unless")
-            }
             transitions.append(
-                TransitionDef(trigger=trigger, source=tuple(sources), dest=str(dest), **guards)
+                TransitionDef(
+                    trigger=trigger,
+                    source=tuple(sources),
+                    dest=str(dest),
+                    conditions=_strings(item.get("conditions")),
+                    unless=_strings(item.get("unless")),
+                )
             )
     initial = data.get("initial")
     name = data.get("machine") if isinstance(data.get("machine"), str) else default
@@ -249,6 +251,10 @@ def _draft_machine(data: Mapping[str, Any], default: str) -> MachineDef | None:
         states=MappingProxyType(states),
         transitions=tuple(transitions),
     )
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def _draft_boxes(data: Mapping[str, Any]) -> list[tuple[str, list[str], tuple[str, ...]]]:
