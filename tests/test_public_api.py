@@ -70,6 +70,7 @@ PUBLIC = {
         "analyze_machine",
         "check",
         "diagram",
+        "draft_diagram",
         "github_annotation",
         "graph_diagram",
         "machine_diagram",
@@ -154,6 +155,7 @@ PUBLIC = {
         "load_machine",
         "load_machine_family",
         "machine_source",
+        "read_raw",
     ],
     "phasegraph.store": [
         "ACCEPTED_URL_FORMS",
