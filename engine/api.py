@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from phasegraph.actions import ActionResult
+from phasegraph.codec import SnapshotCache
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
@@ -37,8 +38,8 @@ from phasegraph.run import (
     first_commit,
     fork_state,
     initial_state,
+    load,
     prepare,
-    rebuild,
     replay_history,
 )
 from phasegraph.spec import input_validator, load_graph
@@ -154,8 +155,8 @@ class Engine:
             LeaseHeldError: Another live process is driving the run.
             RunStateError: The graph changed and ``allow_changed`` is false.
         """
-        stored = await self.store.read(run_id)
-        state = rebuild(stored)
+        loaded = await load(self.store, run_id)
+        state = loaded.state
         prepared = self.prepare(graph if graph is not None else state.graph_source)
         if prepared.definition.digest != state.graph_digest and not allow_changed:
             raise RunStateError(
@@ -168,19 +169,29 @@ class Engine:
         try:
             # Re-read under the lease: the head may have moved before we got it. Seqs are
             # never rewritten, so an unmoved head is the state already rebuilt.
-            latest = await self.store.read(run_id)
-            if latest.seq != stored.seq:
-                stored, state = latest, rebuild(latest)
+            if (await self.store.read(run_id)).seq != loaded.stored.seq:
+                loaded = await load(self.store, run_id)
         except BaseException:
             await self.store.release(lease)
             raise
         async with self._run(
-            prepared, lease, state, stored.snapshot_seq, len(stored.snapshot)
+            prepared,
+            lease,
+            loaded.state,
+            loaded.stored.snapshot_seq,
+            loaded.snapshot_bytes,
+            loaded.snapshots,
         ) as run:
             yield run
 
     def _run(
-        self, prepared: PreparedGraph, lease: Lease, state: RunState, snap: int, size: int
+        self,
+        prepared: PreparedGraph,
+        lease: Lease,
+        state: RunState,
+        snap: int,
+        size: int,
+        snapshots: SnapshotCache | None = None,
     ) -> Run:
         return Run(
             prepared=prepared,
@@ -189,6 +200,7 @@ class Engine:
             state=state,
             snapshot_seq=snap,
             snapshot_bytes=size,
+            snapshots=snapshots,
             options=self.options,
             clock=self.clock,
             bus=self.bus,
@@ -289,7 +301,7 @@ class Engine:
             CodecError: A stored payload is corrupt (``UnsupportedFormatError``: newer
                 format); the message names the run.
         """
-        return rebuild(await self.store.read(run_id, seq))
+        return (await load(self.store, run_id, seq)).state
 
     async def history(
         self, run_id: str, *, start: int = 0, stop: int | None = None
@@ -304,7 +316,7 @@ class Engine:
         # Read every blob first, then decode them in one synchronous block: no await
         # inside it, so the collector can be paused while thousands of records are built.
         stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
-        return decode_history(run_id, stored)
+        return decode_history(run_id, stored, start)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -39,9 +39,12 @@ __all__ = [
     "StepRecord",
     "TransitionDef",
     "apply_record",
+    "apply_records",
     "empty_field",
+    "extension",
     "frozen_map",
     "nested_machines",
+    "same_value",
     "template_parts",
     "updated_map",
 ]
@@ -586,7 +589,12 @@ class StepRecord:
         trigger: The trigger fired, if any.
         dest: State path after the step.
         result: The action result that chose the trigger (trigger, payload, output).
-        data: Top-level data keys set by this step (values after any reducer).
+        data: Top-level data keys set by this step (values after any reducer), except
+            those in ``appended``.
+        appended: Top-level data keys whose list this step extended: key → the items
+            added at its end (what an ``append`` reducer or an action that returned the
+            list with new items appended added). The record carries what the step added,
+            never the whole list again.
         nodes: Full new state of every node this step changed.
         status: Run status after the step.
         errors: Error records appended by this step.
@@ -604,6 +612,7 @@ class StepRecord:
     dest: tuple[str, ...] = ()
     result: Mapping[str, Any] = empty_field()
     data: Mapping[str, Any] = empty_field()
+    appended: Mapping[str, list[Any]] = empty_field()
     nodes: Mapping[str, NodeState] = empty_field()
     status: RunStatus = RunStatus.RUNNING
     errors: tuple[ErrorRecord, ...] = ()
@@ -618,17 +627,15 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
         RunStateError: If ``record.seq`` does not follow ``state.seq``.
     """
     if record.seq != state.seq + 1:
-        raise RunStateError(
-            f"step {record.seq} cannot follow step {state.seq}",
-            run_id=state.run_id,
-            seq=record.seq,
-        )
+        raise _out_of_order(state.run_id, record.seq, state.seq)
     # Built field by field rather than with dataclasses.replace: this runs on every step.
     data, writers = state.data, state.writers
-    if record.data:
-        data = MappingProxyType({**data, **record.data})
+    if record.data or record.appended:
+        extended = _extended(state.run_id, state.data, record)
+        data = MappingProxyType({**data, **record.data, **extended})
         if record.node is not None:
             writers = _add_writer(writers, record.node, record.data)
+            writers = _add_writer(writers, record.node, record.appended)
     return RunState(
         run_id=state.run_id,
         graph=state.graph,
@@ -645,6 +652,123 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
         created_at=state.created_at,
         updated_at=record.time,
     )
+
+
+def apply_records(state: RunState, records: Sequence[StepRecord]) -> RunState:
+    """:func:`apply_record` of each of ``records`` in turn, building one state at the end.
+
+    Reading a run applies up to dozens of records to a snapshot; folding them first and
+    building the run state (and its node map) once is several times cheaper.
+
+    Raises:
+        RunStateError: If a record's seq does not follow the one before it.
+    """
+    if len(records) < 2:
+        return apply_record(state, records[0]) if records else state
+    data: dict[str, Any] | None = None
+    writers: dict[str, tuple[str, ...]] | None = None
+    nodes: dict[str, NodeState] = {}
+    errors: list[ErrorRecord] = []
+    interrupts, seq = state.interrupts, state.seq
+    for record in records:
+        if record.seq != seq + 1:
+            raise _out_of_order(state.run_id, record.seq, seq)
+        seq = record.seq
+        if record.data or record.appended:
+            data = dict(state.data) if data is None else data
+            extended = _extended(state.run_id, data, record)
+            data.update(record.data)
+            data.update(extended)
+            if record.node is not None:
+                writers = dict(state.writers) if writers is None else writers
+                writers.update(dict.fromkeys([*record.data, *record.appended], (record.node,)))
+        if record.nodes:
+            nodes.update(record.nodes)
+        if record.errors:
+            errors += record.errors
+        if record.interrupts is not None:
+            interrupts = record.interrupts
+    last = records[-1]
+    return RunState(
+        run_id=state.run_id,
+        graph=state.graph,
+        graph_source=state.graph_source,
+        graph_digest=state.graph_digest,
+        seq=last.seq,
+        status=last.status,
+        input=state.input,
+        data=state.data if data is None else MappingProxyType(data),
+        nodes=updated_map(state.nodes, nodes),
+        interrupts=interrupts,
+        errors=state.errors + tuple(errors) if errors else state.errors,
+        writers=state.writers if writers is None else MappingProxyType(writers),
+        created_at=state.created_at,
+        updated_at=last.time,
+    )
+
+
+def _out_of_order(run_id: str, seq: int, after: int) -> RunStateError:
+    return RunStateError(f"step {seq} cannot follow step {after}", run_id=run_id, seq=seq)
+
+
+def _extended(run_id: str, data: Mapping[str, Any], record: StepRecord) -> dict[str, list[Any]]:
+    """The lists ``record.appended`` extends, with its items added at their end."""
+    out: dict[str, list[Any]] = {}
+    for key, items in record.appended.items():
+        old = data.get(key)
+        if type(old) is not list and type(old) is not tuple:
+            raise RunStateError(
+                f"run {run_id!r}: step {record.seq} appends to data key {key!r}, "
+                f"which holds {type(old).__name__}, not a list: the stored run is inconsistent",
+                run_id=run_id,
+                seq=record.seq,
+            )
+        out[key] = [*old, *items]
+    return out
+
+
+def extension(old: Any, new: Any) -> list[Any] | None:
+    """The items ``new`` adds at the end of ``old``, if ``new`` is ``old`` extended; else ``None``.
+
+    Both must be lists (or tuples) and ``old`` not empty; ``new`` must start with exactly
+    ``old``'s items (compared strictly: ``1``, ``1.0`` and ``True`` differ, as their stored
+    bytes do). An unchanged list gives ``()``. Items are compared by identity first, so
+    the usual case — an action that returned the list it was given plus new items — costs
+    one pointer comparison per item.
+    """
+    if not old or not isinstance(old, list | tuple) or not isinstance(new, list | tuple):
+        return None
+    size = len(old)
+    if len(new) < size:
+        return None
+    for before, after in zip(old, new, strict=False):
+        if before is not after and not same_value(before, after):
+            return None
+    return list(new[size:])
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two user-data values are stored as the same bytes (strict, by type)."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+            return len(a) == len(b) and all(map(same_value, a, b))
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            return _same_map(a, b)
+        return False
+    if kind is float:
+        return (a == b and str(a) == str(b)) or (a != a and b != b)  # -0.0, nan
+    if kind is list or kind is tuple:
+        return len(a) == len(b) and all(map(same_value, a, b))
+    if isinstance(a, Mapping):
+        return _same_map(a, b)
+    return bool(a == b)
+
+
+def _same_map(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
+    return len(a) == len(b) and all(key in b and same_value(a[key], b[key]) for key in a)
 
 
 def _add_writer(

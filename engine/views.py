@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from types import MappingProxyType, NoneType
+from typing import Any, Final
 
-from phasegraph.model import NodeOutcome, NodeStatus, RunState, StepRecord
+from phasegraph.model import NodeOutcome, NodeState, NodeStatus, RunState, StepRecord
 
 __all__ = [
     "error_rows",
@@ -20,14 +22,38 @@ __all__ = [
 ]
 
 
+_PLAIN: Final = frozenset({str, int, float, bool, NoneType})
+_MAPS: Final = frozenset({dict, MappingProxyType})
+
+
 def jsonable(value: Any) -> Any:
     """Convert model values (frozen dataclasses, mappings, tuples, datetimes) to JSON types."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind in _MAPS:
+        if not value:
+            return {}
+        # The usual map of run data: str keys and plain values, taken as they are.
+        if _PLAIN.issuperset(map(type, value.values())) and all(type(k) is str for k in value):
+            return dict(value)
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        if _PLAIN.issuperset(map(type, value)):
+            return list(value)
+        return [jsonable(v) for v in value]
+    names = _dataclass_fields(kind)  # type: ignore[arg-type]  # a type is hashable
+    if names is not None:
+        return {name: jsonable(getattr(value, name)) for name in names}
+    return _other(value)
+
+
+def _other(value: Any) -> Any:
+    """:func:`jsonable` of anything but the common types it handles itself."""
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
         return value.isoformat()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -35,6 +61,14 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     return value
+
+
+@functools.cache
+def _dataclass_fields(kind: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, or ``None`` for any other type."""
+    if dataclasses.is_dataclass(kind):
+        return tuple(field.name for field in dataclasses.fields(kind))
+    return None
 
 
 def run_summary(state: RunState) -> str:
@@ -96,6 +130,37 @@ def state_view(state: RunState) -> dict[str, Any]:
 
 
 def record_view(record: StepRecord) -> dict[str, Any]:
-    """A step record as JSON."""
-    view: dict[str, Any] = jsonable(record)
-    return view
+    """A step record as JSON: what :func:`jsonable` gives, built field by field.
+
+    A history of thousands of records is rendered at once, so this is the fast way.
+    """
+    interrupts = record.interrupts
+    return {
+        "seq": record.seq,
+        "time": record.time.isoformat(),
+        "kind": record.kind,
+        "node": record.node,
+        "source": list(record.source),
+        "trigger": record.trigger,
+        "dest": list(record.dest),
+        "result": jsonable(record.result),
+        "data": jsonable(record.data),
+        "appended": jsonable(record.appended),
+        "nodes": {node_id: _node_view(node) for node_id, node in record.nodes.items()},
+        "status": record.status.value,
+        "errors": [jsonable(error) for error in record.errors] if record.errors else [],
+        "interrupts": None if interrupts is None else jsonable(interrupts),
+        "events": [jsonable(event) for event in record.events] if record.events else [],
+    }
+
+
+def _node_view(node: NodeState) -> dict[str, Any]:
+    return {
+        "status": node.status.value,
+        "path": list(node.path),
+        "outcome": None if node.outcome is None else node.outcome.value,
+        "counters": dict(node.counters),
+        "steps": node.steps,
+        "error": node.error,
+        "payload": jsonable(node.payload),
+    }

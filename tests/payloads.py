@@ -6,6 +6,7 @@ bytes change with them.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
 
@@ -94,6 +95,13 @@ def golden_state() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
+    return dataclasses.replace(
+        golden_record_v1(), appended=MappingProxyType({"plan": ["ship", {"by": "ana"}]})
+    )
+
+
+def golden_record_v1() -> StepRecord:
+    """The golden record of format 1, which had no ``appended`` (its default: empty)."""
     state = golden_state()
     return StepRecord(
         seq=8,

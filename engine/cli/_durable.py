@@ -84,8 +84,8 @@ def _describe(record: StepRecord) -> str:
                 for node_id, node in record.nodes.items()
             )
         )
-    if record.data:
-        parts.append(f"data: {', '.join(sorted(record.data))}")
+    if record.data or record.appended:
+        parts.append(f"data: {', '.join(sorted({*record.data, *record.appended}))}")
     parts.append(f"run {record.status}")
     return "; ".join(parts)
 

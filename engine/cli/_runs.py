@@ -80,6 +80,9 @@ async def _cmd_status(args: argparse.Namespace) -> int:
 async def _cmd_history(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         records = await engine.history(args.run, start=args.start, stop=args.stop)
+        if args.json:
+            emit(args, [record_view(r) for r in records], "", plain=True)
+            return EXIT_OK
         lines = []
         for r in records:
             move = f"{'/'.join(r.source) or '-'} --{r.trigger}--> " if r.trigger else ""
@@ -87,7 +90,7 @@ async def _cmd_history(args: argparse.Namespace) -> int:
                 f"{r.seq:>5}  {r.time:%H:%M:%S}  {r.kind:<10} {r.node or '-':<16} "
                 f"{move}{'/'.join(r.dest)}  [{r.status}]"
             )
-        emit(args, [record_view(r) for r in records], "\n".join(lines))
+        emit(args, None, "\n".join(lines))
         return EXIT_OK
 
     return await with_engine(args, body)

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
+from phasegraph.codec import to_json
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
@@ -133,10 +134,14 @@ def exit_for(status: RunStatus) -> int:
     return EXIT_FAILED
 
 
-def emit(args: argparse.Namespace, payload: Any, text: str) -> None:
-    """Print ``payload`` as JSON with ``--json``, else ``text`` (if any)."""
+def emit(args: argparse.Namespace, payload: Any, text: str, *, plain: bool = False) -> None:
+    """Print ``payload`` as JSON with ``--json``, else ``text`` (if any).
+
+    ``plain`` says ``payload`` holds JSON types only already (a view), so it is not
+    converted again.
+    """
     if args.json:
-        print(json.dumps(jsonable(payload), indent=2, sort_keys=True))
+        print(to_json(payload if plain else jsonable(payload)))
     elif text:
         print(text)
 

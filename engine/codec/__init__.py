@@ -10,6 +10,7 @@ from phasegraph.codec._envelope import (
     FORMAT_VERSION,
     MAX_DEPTH,
     SnapshotCache,
+    StoredSnapshot,
     check_encodable,
     collector_paused,
     decode_record,
@@ -18,12 +19,15 @@ from phasegraph.codec._envelope import (
     encode_record,
     encode_snapshot,
     encode_value,
+    read_snapshot,
 )
+from phasegraph.codec._json import to_json
 
 __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
     "SnapshotCache",
+    "StoredSnapshot",
     "check_encodable",
     "collector_paused",
     "decode_record",
@@ -32,4 +36,6 @@ __all__ = [
     "encode_record",
     "encode_snapshot",
     "encode_value",
+    "read_snapshot",
+    "to_json",
 ]

@@ -1,5 +1,8 @@
 """Snapshots that re-encode only the nodes that changed since the last one.
 
+(And that write a long list's new items only: :mod:`~phasegraph.codec._segments`; the
+cache keeps the layouts of both.)
+
 A run's nodes are a :class:`~phasegraph.model.ChunkedMap`: a step replaces the chunks it
 touches and shares the rest. :class:`SnapshotCache` keeps the encoded bytes of each chunk
 of the last snapshot it wrote, by identity; the next snapshot encodes only the chunks that
@@ -15,6 +18,7 @@ from typing import Final, final
 import msgspec
 
 from phasegraph import model
+from phasegraph.codec._segments import ListLayouts
 
 __all__ = ["SnapshotCache"]
 
@@ -42,13 +46,26 @@ class SnapshotCache:
     """The encoded node chunks of the last snapshot of one run.
 
     Keep one per run being written (the interpreter does); it holds only the chunks of
-    the last snapshot, so it stays as large as one encoded node map.
+    the last snapshot, so it stays as large as one encoded node map. It also keeps where
+    the run's long lists are segmented: call :meth:`accept` once a snapshot encoded with
+    it is committed, so the next one refers to its segments.
+
+    Attributes:
+        lists: The segment layouts of the long lists of run data.
+        referred: Bytes of earlier segments the last encoded snapshot refers to (with its
+            own length, the size of the state it stands for).
     """
 
-    __slots__ = ("_chunks",)
+    __slots__ = ("_chunks", "lists", "referred")
 
     def __init__(self) -> None:
         self._chunks: dict[int, tuple[Mapping[str, model.NodeState], bytes]] = {}
+        self.lists = ListLayouts()
+        self.referred = 0
+
+    def accept(self, seq: int) -> None:
+        """The snapshot at ``seq``, encoded with this cache, was committed."""
+        self.lists.accept(seq)
 
     def nodes(
         self,

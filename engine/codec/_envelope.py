@@ -1,9 +1,11 @@
 """Run states and step records ⇄ bytes: the strict, versioned, canonical msgpack codec.
 
-Every payload is one msgpack map, the envelope ``{"body": ..., "kind": ..., "v": ...}``:
-``v`` is the format version (:data:`FORMAT_VERSION`) and ``kind`` says what ``body`` holds,
-``"snapshot"`` (a :class:`~phasegraph.model.RunState`) or ``"record"`` (a
-:class:`~phasegraph.model.StepRecord`). ``specs/snapshot-format.md`` documents every field.
+Every payload is one msgpack map, the envelope ``{"body": ..., "kind": ..., "v": ...,
+"z": ...}``: ``v`` is the format version (:data:`FORMAT_VERSION`), ``kind`` says what
+``body`` holds, ``"snapshot"`` (a :class:`~phasegraph.model.RunState`) or ``"record"`` (a
+:class:`~phasegraph.model.StepRecord`), and ``z`` is the checksum of the rest, verified
+before anything else is read (:mod:`~phasegraph.codec._checksum`; format 1 had none).
+``specs/snapshot-format.md`` documents every field.
 
 msgspec writes and reads the bytes, with the layout of :mod:`~phasegraph.codec._wire`.
 Map keys are sorted at every level (``order="sorted"``), so equal values give identical
@@ -30,7 +32,9 @@ from typing import Any, Final, Generic, TypeVar, Union, get_args, get_origin
 import msgspec
 
 from phasegraph import model
+from phasegraph.codec._checksum import intact, seal, sealed
 from phasegraph.codec._chunks import SnapshotCache
+from phasegraph.codec._segments import Layout, join
 from phasegraph.codec._values import (
     MAX_DEPTH,
     Unencodable,
@@ -42,6 +46,7 @@ from phasegraph.codec._values import (
 )
 from phasegraph.codec._wire import (
     Record,
+    Segment,
     Snapshot,
     Wire,
     node_map_wire,
@@ -56,6 +61,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
     "SnapshotCache",
+    "StoredSnapshot",
     "check_encodable",
     "collector_paused",
     "decode_record",
@@ -64,23 +70,53 @@ __all__ = [
     "encode_record",
     "encode_snapshot",
     "encode_value",
+    "read_snapshot",
 ]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 """The format version this phasegraph writes, and the newest it reads."""
 
 _Migration = Callable[[str, Any], Any]
 """Turns a format-``n`` body of a kind (``snapshot``/``record``) into a format-``n + 1`` body;
 raises :class:`CodecError` for a body it cannot upgrade."""
 
-_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({})
-"""Version ``n`` → the migration from ``n`` to ``n + 1``. Empty until format 2 exists."""
+
+def _one_to_two(kind: str, body: Any) -> Any:
+    """Format 2 adds a record's ``appended`` lists and a snapshot's list segments (none)."""
+    if type(body) is not dict:
+        return body  # refused, with its reason, when the body is checked
+    return {**body, "a": {}} if kind == "record" else {**body, "ls": {}}
+
+
+_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({1: _one_to_two})
+"""Version ``n`` → the migration from ``n`` to ``n + 1``."""
 
 _B = TypeVar("_B")
 
 
 class _Envelope(msgspec.Struct, Generic[_B], forbid_unknown_fields=True):
     body: _B
+    kind: str
+    v: int
+    z: int | None = None  # the checksum; written by seal(), after the other three
+
+
+class _Sealed(msgspec.Struct, Generic[_B], forbid_unknown_fields=True):
+    """What is encoded, before :func:`seal` appends the checksum ``z``."""
+
+    body: _B
+    kind: str
+    v: int
+
+
+class _ListsOnly(msgspec.Struct):
+    """The list segments of a snapshot body, every other field skipped."""
+
+    lists: dict[str, Segment] = msgspec.field(name="ls")
+
+
+class _ListsEnvelope(msgspec.Struct):
+    body: _ListsOnly
     kind: str
     v: int
 
@@ -93,11 +129,13 @@ _ENCODE: Final = msgspec.msgpack.Encoder(order="sorted").encode
 _DECODE_ANY: Final = msgspec.msgpack.Decoder(ext_hook=_reject_ext).decode
 _DECODE_SNAPSHOT: Final = msgspec.msgpack.Decoder(_Envelope[Snapshot], ext_hook=_reject_ext).decode
 _DECODE_RECORD: Final = msgspec.msgpack.Decoder(_Envelope[Record], ext_hook=_reject_ext).decode
+_DECODE_LISTS: Final = msgspec.msgpack.Decoder(_ListsEnvelope, ext_hook=_reject_ext).decode
 # What msgspec raises for a value it cannot write, and for bytes it cannot read (a
 # UnicodeDecodeError is a ValueError; RecursionError: nested deeper than the stack allows).
 _ENCODE_ERRORS: Final = (TypeError, ValueError, OverflowError)
 _DECODE_ERRORS: Final = (msgspec.DecodeError, ValueError, TypeError, OverflowError, RecursionError)
-_ENVELOPE: Final = frozenset({"body", "kind", "v"})
+_ENVELOPE: Final = frozenset({"body", "kind", "v", "z"})
+_ENVELOPE_V1: Final = frozenset({"body", "kind", "v"})
 
 
 # --------------------------------------------------------------------------- encoding
@@ -109,20 +147,39 @@ def encode_snapshot(state: model.RunState, cache: SnapshotCache | None = None) -
     Args:
         state: The run state.
         cache: The run's :class:`SnapshotCache`: node chunks unchanged since the last
-            snapshot it saw are spliced in rather than encoded again (same bytes).
+            snapshot it saw are spliced in rather than encoded again (same bytes), and a
+            long list of run data is written as the items added since the last committed
+            snapshot, referring to earlier snapshots for the rest (see
+            :func:`read_snapshot`). Without it the snapshot stands alone.
 
     Raises:
         CodecError: A value is outside the type table or a datetime is naive; the
             message names the field and the key path.
     """
     try:
-        nodes = None
-        if cache is not None and isinstance(state.nodes, model.ChunkedMap):
-            nodes = cache.nodes(state.nodes, lambda chunk: _ENCODE(node_map_wire(chunk)))
-        return _ENCODE(_Envelope(snapshot_wire(state, nodes), "snapshot", FORMAT_VERSION))
+        nodes = data = lists = None
+        if cache is not None:
+            if isinstance(state.nodes, model.ChunkedMap):
+                nodes = cache.nodes(state.nodes, lambda chunk: _ENCODE(node_map_wire(chunk)))
+            data, planned, cache.referred = cache.lists.plan(state.seq, state.data, _list_items)
+            lists = {
+                key: Segment(items=msgspec.Raw(items), refs=refs)  # type: ignore[arg-type]
+                for key, (items, refs) in planned.items()
+            }
+        wire = snapshot_wire(state, nodes, data, lists)
+        return seal(_ENCODE(_Sealed(wire, "snapshot", FORMAT_VERSION)))
     except _ENCODE_ERRORS as exc:  # Unencodable too: it is a ValueError
         what = f"the snapshot of run {state.run_id!r} at step {state.seq}"
         raise encode_failure(exc, what, run_id=state.run_id, seq=state.seq) from None
+
+
+def _list_items(key: str, items: list[Any] | tuple[Any, ...]) -> bytes:
+    """The encoded items of a long list (a data key's value)."""
+    try:
+        return _ENCODE(plain_value(items, 1))
+    except Unencodable as exc:
+        exc.path += [f"[{key!r}]", ".data"]
+        raise
 
 
 def encode_record(record: model.StepRecord) -> bytes:
@@ -133,7 +190,7 @@ def encode_record(record: model.StepRecord) -> bytes:
             message names the step, the node, the field and the key path.
     """
     try:
-        return _ENCODE(_Envelope(record_wire(record), "record", FORMAT_VERSION))
+        return seal(_ENCODE(_Sealed(record_wire(record), "record", FORMAT_VERSION)))
     except _ENCODE_ERRORS as exc:
         what = f"step {record.seq}" + (f" of node {record.node!r}" if record.node else "")
         raise encode_failure(exc, what, node_id=record.node, seq=record.seq) from None
@@ -188,18 +245,117 @@ def _encodes(value: Any) -> bool:
 def decode_snapshot(data: bytes) -> model.RunState:
     """Decode snapshot bytes back into the exact run state that was encoded.
 
+    A snapshot that refers to earlier snapshots for a long list (one written with a
+    :class:`SnapshotCache`) needs them: read it with :func:`read_snapshot`.
+
+    Raises:
+        UnsupportedFormatError: The snapshot was written by a newer format version.
+        CodecError: The bytes are not a snapshot of a format this phasegraph reads, or
+            the snapshot refers to others.
+    """
+    return read_snapshot(data).state({})
+
+
+def read_snapshot(data: bytes) -> StoredSnapshot:
+    """Read snapshot bytes: the state, once the snapshots it refers to are given.
+
     Raises:
         UnsupportedFormatError: The snapshot was written by a newer format version.
         CodecError: The bytes are not a snapshot of a format this phasegraph reads.
     """
+    if sealed(data) and intact(data):
+        try:
+            envelope = _DECODE_SNAPSHOT(data)
+        except _DECODE_ERRORS:
+            pass  # not the usual case: the checked way below says why
+        else:
+            if envelope.v == FORMAT_VERSION and envelope.kind == "snapshot":
+                return StoredSnapshot(envelope.body, len(data))
+    return StoredSnapshot(_checked(data, "snapshot", Snapshot), len(data))
+
+
+class StoredSnapshot:
+    """A snapshot read from its bytes; :meth:`state` rebuilds the run state it holds.
+
+    Attributes:
+        seq: The snapshot's seq.
+        needs: The seqs of the earlier snapshots whose list segments it refers to
+            (empty for a snapshot that stands alone).
+    """
+
+    __slots__ = ("_layouts", "_size", "_wire", "needs", "seq")
+
+    def __init__(self, wire: Snapshot, size: int) -> None:
+        self._wire = wire
+        self._size = size
+        self._layouts: dict[str, Layout] = {}
+        self.seq = wire.seq
+        self.needs = tuple(sorted({ref for s in wire.lists.values() for ref, _ in s.refs}))
+
+    def state(self, referred: Mapping[int, bytes]) -> model.RunState:
+        """The run state, given the bytes of the snapshot at each seq of :attr:`needs`.
+
+        Raises:
+            CodecError: A needed snapshot is missing or does not hold what is referred to;
+                the message names its seq.
+        """
+        wire = self._wire
+        if not wire.lists:
+            return run_state(wire)
+        read: dict[int, dict[str, Segment]] = {}
+
+        def segment(seq: int, key: str) -> list[Any]:
+            if seq not in read:
+                if seq not in referred:
+                    raise CodecError(
+                        f"the snapshot at seq {wire.seq} refers to the snapshot at seq {seq} "
+                        "for a long list, and that one was not given"
+                    )
+                read[seq] = _lists_of(referred[seq], seq)
+            part = read[seq].get(key)
+            if part is None:
+                raise CodecError(
+                    f"the snapshot at seq {wire.seq} refers to the snapshot at seq {seq} "
+                    f"for data key {key!r}, which holds no segment of it"
+                )
+            return part.items
+
+        lists = {}
+        for key, own in wire.lists.items():
+            check_plain(own.items, 1, "snapshot.lists")
+            lists[key] = join(wire.seq, key, own.items, own.refs, segment)
+            chain = (*own.refs, (wire.seq, len(own.items))) if own.items else tuple(own.refs)
+            size = sum(len(referred[ref]) for ref, _ in own.refs) + self._size
+            self._layouts[key] = Layout(tuple(chain), size, lists[key])
+        return run_state(wire, lists)
+
+    def layouts(self) -> Mapping[str, Layout]:
+        """How the state's long lists are segmented (after :meth:`state`), for a writer."""
+        return self._layouts
+
+
+def _lists_of(data: bytes, seq: int) -> dict[str, Segment]:
+    """The list segments held by the snapshot bytes ``data`` (of the snapshot at ``seq``)."""
+    if not sealed(data):
+        raise CodecError(f"the snapshot at seq {seq} holds no list segments (format 1 or damaged)")
+    if not intact(data):
+        raise _corrupt(f"the snapshot at seq {seq}")
     try:
-        envelope = _DECODE_SNAPSHOT(data)
-    except _DECODE_ERRORS:
-        pass  # not the usual case: the checked way below says why
-    else:
-        if envelope.v == FORMAT_VERSION and envelope.kind == "snapshot":
-            return run_state(envelope.body)
-    return run_state(_checked(data, "snapshot", Snapshot))
+        envelope = _DECODE_LISTS(data)
+    except _DECODE_ERRORS as exc:
+        raise CodecError(f"the list segments of the snapshot at seq {seq}: {exc}") from None
+    if envelope.kind != "snapshot" or envelope.v < 2:
+        raise CodecError(f"the snapshot at seq {seq} holds no list segments")
+    for part in envelope.body.lists.values():
+        check_plain(part.items, 1, "snapshot.lists")
+    return envelope.body.lists
+
+
+def _corrupt(what: str) -> CodecError:
+    return CodecError(
+        f"{what} is corrupt: its checksum does not match its bytes (they changed after "
+        "they were written: a damaged disk, memory or copy, or an edit)"
+    )
 
 
 def decode_record(data: bytes) -> model.StepRecord:
@@ -209,13 +365,14 @@ def decode_record(data: bytes) -> model.StepRecord:
         UnsupportedFormatError: The record was written by a newer format version.
         CodecError: The bytes are not a step record of a format this phasegraph reads.
     """
-    try:
-        envelope = _DECODE_RECORD(data)
-    except _DECODE_ERRORS:
-        pass
-    else:
-        if envelope.v == FORMAT_VERSION and envelope.kind == "record":
-            return step_record(envelope.body)
+    if sealed(data) and intact(data):
+        try:
+            envelope = _DECODE_RECORD(data)
+        except _DECODE_ERRORS:
+            pass
+        else:
+            if envelope.v == FORMAT_VERSION and envelope.kind == "record":
+                return step_record(envelope.body)
     return step_record(_checked(data, "record", Record))
 
 
@@ -249,6 +406,9 @@ _W = TypeVar("_W", bound=Wire)
 
 def _checked(data: bytes, kind: str, layout: type[_W]) -> _W:
     """The body of a payload of any version, checked step by step as the spec orders it."""
+    checksummed = sealed(data)
+    if checksummed and not intact(data):
+        raise _corrupt(f"this {kind}")
     envelope = _unpack(data)
     if type(envelope) is not dict:
         raise CodecError(
@@ -264,10 +424,14 @@ def _checked(data: bytes, kind: str, layout: type[_W]) -> _W:
         )
     if version < 1:
         raise CodecError(f"not a phasegraph {kind}: unknown format version {version}")
-    if envelope.keys() != _ENVELOPE:
+    expected = _ENVELOPE_V1 if version == 1 else _ENVELOPE
+    if envelope.keys() != expected:
         found = ", ".join(sorted(map(repr, envelope)))
+        wanted = ", ".join(sorted(expected))
+        raise CodecError(f"not a phasegraph {kind}: the envelope has fields {found}, not {wanted}")
+    if version > 1 and not checksummed:
         raise CodecError(
-            f"not a phasegraph {kind}: the envelope has fields {found}, not body, kind, v"
+            f"this {kind} is corrupt: its checksum is not where format {version} puts it"
         )
     if envelope["kind"] != kind:
         raise CodecError(f"not a phasegraph {kind}: the envelope holds a {envelope['kind']!r}")

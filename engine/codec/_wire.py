@@ -32,6 +32,7 @@ __all__ = [
     "Interrupt",
     "Node",
     "Record",
+    "Segment",
     "Snapshot",
     "record_wire",
     "run_state",
@@ -88,8 +89,23 @@ class Error(Wire):
     details: dict[str, Any] = field(name="x")
 
 
+class Segment(Wire):
+    """A long list of run data, kept in pieces (spec: *List segments*).
+
+    ``refs`` names the earlier snapshots whose segment of the same key holds the list's
+    first items, in order, with their item counts; ``items`` are the items after them.
+    """
+
+    items: list[Any] = field(name="i")
+    refs: list[tuple[int, int]] = field(name="r")
+
+
 class Snapshot(Wire):
-    """A :class:`~phasegraph.model.RunState` (spec: *Snapshot body*)."""
+    """A :class:`~phasegraph.model.RunState` (spec: *Snapshot body*).
+
+    ``lists`` is the one field the model does not have: data keys whose long list is
+    kept in segments shared with earlier snapshots (missing from ``data``).
+    """
 
     created_at: Any = field(name="ca")  # timestamp
     data: dict[str, Any] = field(name="d")
@@ -100,6 +116,7 @@ class Snapshot(Wire):
     interrupts: dict[str, Interrupt] = field(name="i")
     run_id: str = field(name="id")
     input: dict[str, Any] = field(name="in")
+    lists: dict[str, Segment] = field(name="ls")
     nodes: dict[str, Node] = field(name="ns")
     seq: int = field(name="q")
     status: model.RunStatus = field(name="s")
@@ -110,6 +127,7 @@ class Snapshot(Wire):
 class Record(Wire):
     """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*)."""
 
+    appended: dict[str, list[Any]] = field(name="a")
     data: dict[str, Any] = field(name="d")
     dest: tuple[str, ...] = field(name="dst")
     errors: list[Error] = field(name="e")
@@ -213,19 +231,26 @@ def _error_wire(error: model.ErrorRecord) -> Error:
     )
 
 
-def snapshot_wire(state: model.RunState, nodes: Any = None) -> Snapshot:
+def snapshot_wire(
+    state: model.RunState,
+    nodes: Any = None,
+    data: Mapping[str, Any] | None = None,
+    lists: dict[str, Segment] | None = None,
+) -> Snapshot:
     """The wire form of a run state.
 
     Args:
         state: The run state.
         nodes: The node map already encoded (a ``msgspec.Raw``), or ``None`` to encode it.
+        data: The data keys to write plainly (default: all of ``state.data``).
+        lists: The data keys written as segments (see :class:`Segment`).
 
     Raises:
         Unencodable: A user value is outside the type table or a datetime is naive.
     """
     return Snapshot(
         created_at=aware(state.created_at, ".created_at"),
-        data=_user(state.data, ".data"),
+        data=_user(state.data if data is None else data, ".data"),
         errors=_list(state.errors, _error_wire, ".errors"),
         graph=state.graph,
         graph_digest=state.graph_digest,
@@ -233,6 +258,7 @@ def snapshot_wire(state: model.RunState, nodes: Any = None) -> Snapshot:
         interrupts=_map(state.interrupts, _interrupt_wire, ".interrupts"),
         run_id=state.run_id,
         input=_user(state.input, ".input"),
+        lists=lists or {},
         nodes=_map(state.nodes, _node_wire, ".nodes") if nodes is None else nodes,
         seq=state.seq,
         status=state.status,
@@ -248,7 +274,9 @@ def record_wire(record: model.StepRecord) -> Record:
         Unencodable: A user value is outside the type table or a datetime is naive.
     """
     interrupts = record.interrupts
+    appended = record.appended
     return Record(
+        appended=_appended(appended) if appended else {},
         data=_user(record.data, ".data"),
         dest=record.dest,
         errors=_list(record.errors, _error_wire, ".errors") if record.errors else [],
@@ -264,6 +292,16 @@ def record_wire(record: model.StepRecord) -> Record:
         time=aware(record.time, ".time"),
         trigger=record.trigger,
     )
+
+
+def _appended(appended: Mapping[str, list[Any]]) -> dict[str, Any]:
+    out = _user(appended, ".appended")
+    for key, items in out.items():
+        if not isinstance(items, list | tuple):
+            exc = Unencodable(f"appended items must be a list, not {type_name(items)}")
+            exc.path.append(f".appended[{key!r}]")
+            raise exc
+    return out
 
 
 def _event_wire(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -336,7 +374,8 @@ _new_node: Final = _builder(
 )
 _new_record: Final = _builder(
     model.StepRecord,
-    *("seq", "time", "kind", "node", "source", "trigger", "dest", "result", "data", "nodes"),
+    *("seq", "time", "kind", "node", "source", "trigger", "dest", "result", "data", "appended"),
+    "nodes",
     *("status", "errors", "interrupts", "events"),
 )
 
@@ -391,12 +430,19 @@ def _error(wire: Error) -> model.ErrorRecord:
     )
 
 
-def run_state(wire: Snapshot) -> model.RunState:
+def run_state(wire: Snapshot, lists: Mapping[str, list[Any]] | None = None) -> model.RunState:
     """The run state a snapshot struct holds.
+
+    Args:
+        wire: The snapshot struct.
+        lists: The whole list of each key of ``wire.lists`` (segments joined, checked).
 
     Raises:
         CodecError: User data or a timestamp is invalid; the message names the field.
     """
+    data = _frozen(wire.data, "snapshot.data")
+    if lists:
+        data = MappingProxyType({**data, **lists})
     return model.RunState(
         run_id=wire.run_id,
         graph=wire.graph,
@@ -405,7 +451,7 @@ def run_state(wire: Snapshot) -> model.RunState:
         seq=wire.seq,
         status=wire.status,
         input=_frozen(wire.input, "snapshot.input"),
-        data=_frozen(wire.data, "snapshot.data"),
+        data=data,
         nodes=_nodes(wire.nodes),
         interrupts=_interrupts(wire.interrupts),
         errors=tuple(map(_error, wire.errors)),
@@ -421,9 +467,10 @@ def step_record(wire: Record) -> model.StepRecord:
     Raises:
         CodecError: User data or a timestamp is invalid; the message names the field.
     """
-    result, data, errors, interrupts, events = (
+    result, data, appended, errors, interrupts, events = (
         wire.result,
         wire.data,
+        wire.appended,
         wire.errors,
         wire.interrupts,
         wire.events,
@@ -439,6 +486,7 @@ def step_record(wire: Record) -> model.StepRecord:
             wire.dest,
             _frozen(result, "record.result") if result else _EMPTY,
             _frozen(data, "record.data") if data else _EMPTY,
+            _frozen(appended, "record.appended") if appended else _EMPTY,
             _nodes(wire.nodes),
             wire.status,
             tuple(map(_error, errors)) if errors else (),

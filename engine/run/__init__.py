@@ -22,13 +22,22 @@ from phasegraph.run._replay import (
     replay_history,
     report_view,
 )
-from phasegraph.run._stored import decode_history, decode_stored, first_commit, rebuild, run_meta
+from phasegraph.run._stored import (
+    Loaded,
+    decode_history,
+    decode_stored,
+    first_commit,
+    load,
+    rebuild,
+    run_meta,
+)
 
 __all__ = [
     "REDUCERS",
     "Clock",
     "Divergence",
     "IdFactory",
+    "Loaded",
     "PreparedGraph",
     "ReplayReport",
     "Run",
@@ -42,6 +51,7 @@ __all__ = [
     "first_commit",
     "fork_state",
     "initial_state",
+    "load",
     "prepare",
     "rebuild",
     "replay_history",

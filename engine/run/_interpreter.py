@@ -65,6 +65,7 @@ class Run:
         state: RunState,
         snapshot_seq: int,
         snapshot_bytes: int,
+        snapshots: codec.SnapshotCache | None = None,
         options: RunOptions,
         clock: Clock,
         bus: EventBus,
@@ -81,8 +82,9 @@ class Run:
         self._clock = clock
         self._bus = bus
         self._steps = StepBuilder(prepared, clock)
-        # Node chunks of the last snapshot: a checkpoint re-encodes only what changed.
-        self._snapshots = codec.SnapshotCache()
+        # Node chunks and list segments of the last snapshot: a checkpoint encodes only
+        # what changed since (given when a run is opened from a snapshot with segments).
+        self._snapshots = snapshots or codec.SnapshotCache()
         self._tasks: dict[str, asyncio.Task[_Done]] = {}
         # Set by the first action task to finish while _wait_one sleeps.
         self._waiter: asyncio.Future[None] | None = None
@@ -340,11 +342,11 @@ class Run:
         previous = self._state.status
         self._state = state
         if snapshot is not None:
-            self._snapshot_seq, self._snapshot_bytes, self._record_bytes = (
-                record.seq,
-                len(snapshot),
-                0,
-            )
+            self._snapshots.accept(record.seq)
+            # The size of the state it stands for, segments it refers to included: what
+            # a read decodes, and what the checkpoint policy weighs records against.
+            self._snapshot_bytes = len(snapshot) + self._snapshots.referred
+            self._snapshot_seq, self._record_bytes = record.seq, 0
         # Emitted only after the commit: an event never describes an uncommitted step.
         if self._bus.listening:
             for event in events_for(state.run_id, record, previous):

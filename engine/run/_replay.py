@@ -39,7 +39,7 @@ from phasegraph.model import (
 )
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.run._stored import decode_stored
+from phasegraph.run._stored import decode_stored, missing_record
 from phasegraph.store.base import Store
 from phasegraph.views import jsonable
 
@@ -52,7 +52,9 @@ __all__ = [
     "report_view",
 ]
 
-COMPARED_FIELDS = ("kind", "node", "source", "trigger", "dest", "nodes", "status", "data")
+COMPARED_FIELDS = (
+    *("kind", "node", "source", "trigger", "dest", "nodes", "status", "data", "appended"),
+)
 """The step-record fields a replayed step must reproduce exactly."""
 
 
@@ -108,15 +110,20 @@ async def replay_history(store: Store, prepared: PreparedGraph, first: RunState)
 
     Raises:
         RunNotFoundError: No such run.
-        CodecError: A stored record is corrupt or of a newer format.
+        CodecError: A stored record is corrupt, of a newer format or missing.
     """
     replayer = _Replayer(prepared, first)
     steps, head, divergence = 0, first.seq, None
     async for seq, blob in store.history(first.run_id, start=first.seq + 1):
+        if seq != head + 1:
+            raise missing_record(first.run_id, head + 1, seq)
         head = seq
         if divergence is not None:
             continue  # only to learn the head; records are not decoded any more
-        divergence = replayer.step(decode_stored(first.run_id, seq, blob, codec.decode_record))
+        record = decode_stored(first.run_id, seq, blob, codec.decode_record)
+        if record.seq != seq:
+            raise missing_record(first.run_id, seq, record.seq)
+        divergence = replayer.step(record)
         steps += divergence is None
     return ReplayReport(
         run_id=first.run_id,
@@ -239,18 +246,24 @@ class _Replayer:
             return "the replay has no pending interrupt for this reply"
         return self._steps.answer(self._state, answered, self._result(recorded))
 
-    @staticmethod
-    def _result(recorded: StepRecord) -> ActionResult:
+    def _result(self, recorded: StepRecord) -> ActionResult:
         """The action result (or reply) that produced ``recorded``, as it was returned.
 
         Data is recorded after reducers; the raw update of each reduced key is kept in
-        the record's result, so nothing has to be worked back out of a reducer.
+        the record's result, so nothing has to be worked back out of a reducer. A list the
+        step extended is recorded as the items it added: the action returned the list it
+        had plus those items.
         """
         result = recorded.result
         raw = result.get("data", EMPTY)
+        data = recorded.data
+        if recorded.appended:
+            before = self._state.data
+            extended = {k: [*before.get(k, ()), *v] for k, v in recorded.appended.items()}
+            data = frozen_map({**data, **extended})
         return ActionResult(
             trigger=recorded.trigger or str(result.get("trigger", "")),
-            data=frozen_map({**recorded.data, **raw}) if raw else recorded.data,
+            data=frozen_map({**data, **raw}) if raw else data,
             payload=result.get("payload", EMPTY),
             output=result.get("output", EMPTY),
         )

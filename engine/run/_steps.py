@@ -42,6 +42,7 @@ from phasegraph.model import (
     RunStatus,
     StepRecord,
     apply_record,
+    extension,
 )
 from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
@@ -497,6 +498,7 @@ class StepBuilder:
             )
         pending = state.interrupts if interrupts is None else interrupts
         status = self._frontier_for(state).status(nodes, pending)
+        data, appended = _split(state.data, data)
         return StepRecord(
             seq=state.seq + 1,
             time=time,
@@ -507,6 +509,7 @@ class StepBuilder:
             dest=dest,
             result=MappingProxyType(result) if result else EMPTY,
             data=data,
+            appended=appended,
             nodes=MappingProxyType(nodes),
             status=status,
             errors=errors,
@@ -522,3 +525,25 @@ class StepBuilder:
             for node_id in self._prepared.workflow.descendants(failed)
             if state.nodes[node_id].status is NodeStatus.PENDING
         }
+
+
+def _split(
+    before: Mapping[str, Any], data: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], Mapping[str, list[Any]]]:
+    """A step's data as the record keeps it: lists it extended apart from keys it set.
+
+    A key whose new value is its old list with items added at the end is recorded as
+    those items only (``appended``), so a growing conversation costs each step what it
+    adds, not its whole length.
+    """
+    if not data:
+        return EMPTY, EMPTY
+    appended = {}
+    for key, value in data.items():
+        items = extension(before.get(key), value)
+        if items is not None:
+            appended[key] = items
+    if not appended:
+        return data, EMPTY
+    rest = {key: value for key, value in data.items() if key not in appended}
+    return MappingProxyType(rest) if rest else EMPTY, MappingProxyType(appended)

@@ -1,36 +1,125 @@
 """Run state ⇄ what a store keeps.
 
-Rebuilding a read, naming an unreadable payload, the indexed metadata of a state, and the
-commit that creates a run.
+Reading a run at a seq (its snapshot, the snapshots that snapshot refers to for long
+lists, and the records after it), naming an unreadable or missing payload, the indexed
+metadata of a state, and the commit that creates a run.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from phasegraph import codec
 from phasegraph.errors import CodecError
-from phasegraph.model import RunState, StepRecord, apply_record
-from phasegraph.store.base import Commit, RunMeta, StoredRun
+from phasegraph.model import RunState, StepRecord, apply_records
+from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
 
-__all__ = ["decode_history", "decode_stored", "first_commit", "rebuild", "run_meta"]
+__all__ = [
+    "Loaded",
+    "decode_history",
+    "decode_stored",
+    "first_commit",
+    "load",
+    "rebuild",
+    "run_meta",
+]
 
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A run read at a seq, with what a writer continuing it needs.
+
+    Attributes:
+        stored: What the store returned.
+        state: The run state at ``stored.seq``.
+        snapshots: A snapshot cache that knows the read snapshot's list segments, so the
+            next snapshot refers to them rather than writing the lists again.
+        snapshot_bytes: The size of the state the read snapshot stands for (its bytes
+            and those of the segments it refers to).
+    """
+
+    stored: StoredRun
+    state: RunState
+    snapshots: codec.SnapshotCache
+    snapshot_bytes: int
+
+
+async def load(store: Store, run_id: str, seq: int | None = None) -> Loaded:
+    """Read the run state at ``seq`` (default: the head).
+
+    Raises:
+        RunNotFoundError: No such run, or no such seq in it.
+        CodecError: A stored payload is corrupt, of a newer format
+            (``UnsupportedFormatError``) or missing; the message names the run and seq.
+    """
+    stored = await store.read(run_id, seq)
+    snapshot = decode_stored(run_id, stored.snapshot_seq, stored.snapshot, codec.read_snapshot)
+    referred: dict[int, bytes] = {}
+    if snapshot.needs:
+        reads = await asyncio.gather(*(store.read(run_id, need) for need in snapshot.needs))
+        for need, got in zip(snapshot.needs, reads, strict=True):
+            if got.snapshot_seq != need:
+                raise _unreadable(
+                    run_id,
+                    stored.snapshot_seq,
+                    "snapshot",
+                    CodecError(f"it refers to a snapshot at seq {need}, which is missing"),
+                )
+            referred[need] = got.snapshot
+    try:
+        state = snapshot.state(referred)
+    except CodecError as exc:
+        raise _unreadable(run_id, stored.snapshot_seq, "snapshot", exc) from exc
+    state = _apply(run_id, state, stored)
+    cache = codec.SnapshotCache()
+    cache.lists.adopt(snapshot.layouts())
+    size = len(stored.snapshot) + sum(map(len, referred.values()))
+    return Loaded(stored, state, cache, size)
+
+
 def rebuild(stored: StoredRun) -> RunState:
     """The run state a read stands for: its snapshot with the following records applied.
 
+    Only for a snapshot that stands alone (no long list kept in segments): :func:`load`
+    reads any run.
+
     Raises:
-        CodecError: A stored payload is corrupt; the message names the run and the seq.
+        CodecError: A stored payload is corrupt or missing, or the snapshot refers to
+            others; the message names the run and the seq.
     """
     run_id = stored.meta.run_id
     state = decode_stored(run_id, stored.snapshot_seq, stored.snapshot, codec.decode_snapshot)
+    return _apply(run_id, state, stored)
+
+
+def _apply(run_id: str, state: RunState, stored: StoredRun) -> RunState:
+    """``state`` (at the read's snapshot) with the read's records applied, holes refused."""
+    records = []
     for offset, blob in enumerate(stored.records, stored.snapshot_seq + 1):
-        state = apply_record(state, decode_stored(run_id, offset, blob, codec.decode_record))
-    return state
+        record = decode_stored(run_id, offset, blob, codec.decode_record)
+        if record.seq != offset:
+            raise missing_record(run_id, offset, record.seq)
+        records.append(record)
+    if stored.snapshot_seq + len(records) != stored.seq:
+        raise missing_record(run_id, stored.snapshot_seq + len(records) + 1, None)
+    return apply_records(state, records)
+
+
+def missing_record(run_id: str, seq: int, found: int | None) -> CodecError:
+    """The error for a hole in a run's journal: the record at ``seq`` is not stored."""
+    where = f" (the next stored one is seq {found})" if found is not None else ""
+    return CodecError(
+        f"run {run_id!r}: the step record at seq {seq} is missing from the store{where}; "
+        "the run's journal has a hole, so its state after that step cannot be rebuilt",
+        run_id=run_id,
+        seq=seq,
+    )
 
 
 def decode_stored(run_id: str, seq: int, blob: bytes, decode: Callable[[bytes], T]) -> T:
@@ -43,28 +132,40 @@ def decode_stored(run_id: str, seq: int, blob: bytes, decode: Callable[[bytes], 
     try:
         return decode(blob)
     except CodecError as exc:
-        what = "snapshot" if decode is codec.decode_snapshot else "step record"
+        what = "step record" if decode is codec.decode_record else "snapshot"
         raise _unreadable(run_id, seq, what, exc) from exc
 
 
-def decode_history(run_id: str, stored: Sequence[tuple[int, bytes]]) -> list[StepRecord]:
+def decode_history(
+    run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 0
+) -> list[StepRecord]:
     """Decode the ``(seq, record bytes)`` of a history read, in one synchronous block.
 
     The collector is paused while thousands of records are built (see
     :func:`~phasegraph.codec.collector_paused`), and the loop calls the codec directly.
 
+    Args:
+        run_id: The run.
+        stored: What the store's history yielded.
+        start: The first seq asked for: the records must follow on from it, one per seq.
+
     Raises:
-        CodecError: A record is corrupt or of a newer format; the message names the run
-            and the seq.
+        CodecError: A record is corrupt, of a newer format or missing; the message names
+            the run and the seq.
     """
     records: list[StepRecord] = []
     append, decode = records.append, codec.decode_record
+    expected = start
     with codec.collector_paused():
         for seq, blob in stored:
             try:
-                append(decode(blob))
+                record = decode(blob)
             except CodecError as exc:
                 raise _unreadable(run_id, seq, "step record", exc) from exc
+            if seq != expected or record.seq != seq:
+                raise missing_record(run_id, expected, seq if seq != expected else record.seq)
+            append(record)
+            expected += 1
     return records
 
 

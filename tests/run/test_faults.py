@@ -239,3 +239,102 @@ def test_unreadable_payload_is_refused_and_nothing_is_overwritten(
             assert f"at seq {seq}" in lines[0]
     assert _dump(db) == before  # nothing written, not even a lease
     assert log.read_text() == executions  # no action ran
+
+
+# ------------------------------------------------------------ integrity: checksums, holes
+
+
+def _flip_in_file(db: Path, blob: bytes) -> None:
+    """Flip one bit of ``blob`` where it lies in the database file itself (as a bad disk)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(db.read_bytes())
+    at = data.find(blob)
+    assert at >= 0  # the blob lies in one page, once
+    assert data.find(blob, at + 1) < 0
+    data[at + len(blob) // 2] ^= 0x10
+    db.write_bytes(bytes(data))
+
+
+def _blob(db: Path, table: str, run_id: str, seq: int) -> bytes:
+    with sqlite3.connect(db) as conn:
+        (blob,) = conn.execute(
+            f"SELECT blob FROM {table} WHERE run_id = ? AND seq = ?", (run_id, seq)
+        ).fetchone()
+    return bytes(blob)
+
+
+@pytest.mark.parametrize(("table", "seq"), [("records", 3), ("snapshots", 0)])
+def test_a_flipped_bit_in_the_sqlite_file_is_refused_naming_run_and_seq(
+    tmp_path, capsys, table, seq
+):
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    log = tmp_path / "log"
+    run_id = asyncio.run(_partial_run(url, log))
+    _flip_in_file(db, _blob(db, table, run_id, seq))
+    before, executions = _dump(db), log.read_text()
+    commands = [["resume", run_id], ["show", run_id], ["replay", run_id], ["fork", run_id]]
+    if table == "records":
+        commands.append(["history", run_id])
+    for command in commands:
+        code, out, err = _cli(capsys, *command, "--store", url)
+        assert code == 2, (command, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert f"run {run_id!r}" in lines[0]
+        assert f"at seq {seq} cannot be read" in lines[0]
+        assert "checksum does not match" in lines[0]
+    assert _dump(db) == before  # nothing written, not even a lease
+    assert log.read_text() == executions  # no action ran
+
+
+def test_a_missing_record_is_a_hole_named_by_run_and_seq(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    log = tmp_path / "log"
+    run_id = asyncio.run(_partial_run(url, log))
+    _overwrite(db, "DELETE FROM records WHERE run_id = ? AND seq = 3", run_id)
+    before, executions = _dump(db), log.read_text()
+    for command in (["history"], ["show"], ["resume"], ["replay"], ["show", "--at", "3"]):
+        code, out, err = _cli(capsys, command[0], run_id, *command[1:], "--store", url)
+        assert code == 2, (command, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert f"run {run_id!r}: the step record at seq 3 is missing" in lines[0], command
+    code, out, _ = _cli(capsys, "show", run_id, "--at", "2", "--store", url, "--json")
+    assert code == 0  # before the hole, the run still reads
+    assert _dump(db) == before
+    assert log.read_text() == executions
+
+
+def test_redis_corruption_and_holes_are_named_by_run_and_seq(tmp_path, redis_url):
+    from phasegraph.errors import CodecError
+    from phasegraph.testing import isolated_redis_store
+
+    async def main() -> None:
+        async with isolated_redis_store(redis_url) as store:
+            inputs = {"log": str(tmp_path / "log"), "loops": 3}
+            async with Engine(store).start(GRAPH, inputs) as run:
+                for _ in range(6):
+                    await run.next()
+                run_id = run.run_id
+            engine = Engine(store)
+            client = redis.Redis.from_url(redis_url)
+            key = next(k for k in client.scan_iter(f"*{{{run_id}}}:rec"))
+            blob = bytearray(client.lindex(key, 3))
+            blob[len(blob) // 2] ^= 0x01
+            client.lset(key, 3, bytes(blob))
+            for read in (engine.history(run_id), engine.get(run_id)):
+                with pytest.raises(CodecError) as caught:
+                    await read
+                assert (caught.value.run_id, caught.value.seq) == (run_id, 3)
+                assert "checksum does not match" in str(caught.value)
+            client.lset(key, 3, b"gone")
+            client.lrem(key, 1, b"gone")  # the records after it move down one seq
+            for read in (engine.history(run_id), engine.get(run_id)):
+                with pytest.raises(CodecError, match=f"run '{run_id}': the step record at seq 3"):
+                    await read
+            client.close()
+
+    asyncio.run(main())

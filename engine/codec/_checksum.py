@@ -1,0 +1,37 @@
+"""The checksum every payload of format 2 and later carries, verified before anything is read.
+
+A payload is the envelope map ``{body, kind, v, z}``: ``z``, the last key, is the CRC-32
+of the bytes between the map's one-byte header and the key ``z`` (the ``body``, ``kind``
+and ``v`` entries as written), always as a msgpack uint32 (``0xce`` and four big-endian
+bytes). The checksum therefore sits at a fixed place — the last seven bytes are
+``a1 7a ce`` and the four checksum bytes — and is checked before the payload is parsed:
+a flipped bit anywhere in it is refused as corruption, not read as a changed value.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Final
+
+__all__ = ["intact", "seal", "sealed"]
+
+_HEADER: Final = 0x84  # a fixmap of four entries: body, kind, v, z
+_TRAILER: Final = b"\xa1z\xce"  # the key "z", then a uint32 marker
+_TAIL: Final = len(_TRAILER) + 4
+
+
+def seal(encoded: bytes) -> bytes:
+    """Add the checksum to ``encoded``, the canonical bytes of the map ``{body, kind, v}``."""
+    entries = memoryview(encoded)[1:]  # without the fixmap-of-three header (0x83)
+    crc = zlib.crc32(entries)
+    return b"".join((b"\x84", entries, _TRAILER, crc.to_bytes(4, "big")))
+
+
+def sealed(data: bytes) -> bool:
+    """Whether ``data`` has the shape of a checksummed payload (header and trailer)."""
+    return len(data) > _TAIL and data[0] == _HEADER and data[-_TAIL:-4] == _TRAILER
+
+
+def intact(data: bytes) -> bool:
+    """Whether the checksum of a :func:`sealed` payload matches its bytes."""
+    return zlib.crc32(memoryview(data)[1:-_TAIL]) == int.from_bytes(data[-4:], "big")
