@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 from phasegraph.actions import ActionResult
 from phasegraph.codec import SnapshotCache
-from phasegraph.errors import InputError, RunStateError
+from phasegraph.errors import InputError, RunStateError, SequenceConflictError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
 from phasegraph.run import (
@@ -33,6 +33,7 @@ from phasegraph.run import (
     RunOptions,
     SystemClock,
     TimeOrderedIds,
+    check_run_id,
     create_run,
     decode_history,
     first_commit,
@@ -121,18 +122,27 @@ class Engine:
 
         Raises:
             SpecError: The graph is invalid.
-            InputError: The input does not match the graph's input schema.
+            InputError: The input does not match the graph's input schema, or ``run_id``
+                breaks the run-id rule (:data:`~phasegraph.run.RUN_ID_PATTERN`).
+            RunStateError: A run with ``run_id`` exists already.
         """
         prepared = self.prepare(graph)
         run_input = dict(run_input or {})
         _validate_input(prepared.definition, run_input)
-        run_id = run_id or self.ids.new_run_id()
+        run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
         state = initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
         commit = first_commit(state, created)
         try:
             await self.store.commit(lease, commit)
+        except SequenceConflictError as exc:
+            await self.store.release(lease)
+            raise RunStateError(
+                f"run id {run_id!r} is taken: a run with that id exists already (choose "
+                "another id, or omit it for a fresh one)",
+                run_id=run_id,
+            ) from exc
         except BaseException:
             await self.store.release(lease)
             raise
@@ -162,7 +172,9 @@ class Engine:
             raise RunStateError(
                 f"run {run_id!r}: graph {state.graph!r} changed since the run started "
                 f"(recorded digest {state.graph_digest[:12]}, now "
-                f"{prepared.definition.digest[:12]}); pass allow_changed to continue anyway",
+                f"{prepared.definition.digest[:12]}); pass allow_changed=True (on the command "
+                "line --allow-changed, which first replays the history against the new "
+                "graph) to continue anyway",
                 run_id=run_id,
             )
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
@@ -247,6 +259,7 @@ class Engine:
         data: Mapping[str, Any] | None = None,
         drive: bool = True,
         graph: GraphSource | None = None,
+        allow_changed: bool = False,
     ) -> RunState:
         """Answer a pending interrupt, then (by default) drive the run on.
 
@@ -258,13 +271,15 @@ class Engine:
             data: Updates to the run's data, merged per top-level key.
             drive: Continue the run until it finishes or waits again.
             graph: Use this graph instead of the one the run recorded.
+            allow_changed: Answer even if the graph changed since the run started.
 
         Raises:
-            RunStateError: The run is not waiting, or has no such interrupt.
+            RunStateError: The run is not waiting, or has no such interrupt, or the graph
+                changed and ``allow_changed`` is false.
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
         """
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
-        async with self.open(run_id, graph=graph) as run:
+        async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
             if run.state.status.terminal:
                 raise RunStateError(
                     f"run {run_id!r} already {run.state.status}; it waits for no reply",

@@ -17,7 +17,7 @@ import pytest
 
 from builders import TESTS
 from phasegraph import Engine, cli, errors
-from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FOR_CODE
+from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FOR_CODE, EXIT_STOPPED
 from phasegraph.errors import (
     ErrorCode,
     InputError,
@@ -67,7 +67,7 @@ def test_the_root_code_is_not_a_store_code() -> None:
 
 def test_every_code_has_an_exit_status_and_an_http_status() -> None:
     assert set(EXIT_FOR_CODE) == set(ErrorCode)
-    assert set(EXIT_FOR_CODE.values()) == {EXIT_FAILED, EXIT_BAD_INPUT}
+    assert set(EXIT_FOR_CODE.values()) == {EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED}
     assert set(STATUS_FOR) == set(ErrorCode)
     assert all(400 <= status < 600 for status in STATUS_FOR.values())
 
@@ -198,6 +198,8 @@ def test_cli_json_errors_carry_code_and_context(
             "code": "run_not_found",
             "message": "no run 'nobody' in this store",
             "run_id": "nobody",
+            "store": f"sqlite:///{tmp_path}/runs.db",
+            "store_file": f"{tmp_path}/runs.db",
         }
     }
 

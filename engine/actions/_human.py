@@ -12,13 +12,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from phasegraph.actions._shell import render
-from phasegraph.errors import ActionError
+from phasegraph.errors import ActionError, Problem, SpecError
 from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, empty_field
 
-__all__ = ["TIMEOUT_TRIGGER", "HumanGate", "build_gate", "render_payload"]
+__all__ = [
+    "DEFAULT_REVIEW_TIMEOUT",
+    "REVIEW_KIND",
+    "REVIEW_TIMEOUT_SETTING",
+    "TIMEOUT_TRIGGER",
+    "HumanGate",
+    "build_gate",
+    "render_payload",
+]
 
 TIMEOUT_TRIGGER = "timeout"
 """Fired on a waiting node when its interrupt's deadline has passed."""
+
+REVIEW_KIND = "spec_review"
+"""The interrupt kind of a spec review (DESIGN §4: it times out after 30 minutes)."""
+
+DEFAULT_REVIEW_TIMEOUT = 1800.0
+"""Seconds a ``spec_review`` gate whose state accepts ``timeout`` waits when its binding
+names no ``timeout`` (the node setting :data:`REVIEW_TIMEOUT_SETTING` changes it)."""
+
+REVIEW_TIMEOUT_SETTING = "review_timeout"
+"""The node setting (``with: {review_timeout: SECONDS}``) that replaces the 30 minutes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,10 +58,34 @@ class HumanGate:
     triggers: tuple[str, ...] = ()
 
 
-def build_gate(definition: ActionDef) -> HumanGate:
-    """The gate a ``human:`` binding declares."""
+def build_gate(
+    definition: ActionDef,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    accepts_timeout: bool = False,
+) -> HumanGate:
+    """The gate a ``human:`` binding declares.
+
+    Args:
+        definition: The binding.
+        settings: The node's ``with`` block.
+        accepts_timeout: Whether the gate's state has a ``timeout`` transition: a spec
+            review there without a ``timeout`` of its own gets the default deadline.
+    """
     config = definition.config
     timeout = config.get("timeout")
+    if timeout is None and accepts_timeout and str(config["human"]) == REVIEW_KIND:
+        timeout = (settings or {}).get(REVIEW_TIMEOUT_SETTING, DEFAULT_REVIEW_TIMEOUT)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise SpecError(
+                [
+                    Problem(
+                        f"with.{REVIEW_TIMEOUT_SETTING}: expected a number of seconds >= 0, "
+                        f"not {timeout!r}",
+                        definition.location,
+                    )
+                ]
+            )
     return HumanGate(
         kind=str(config["human"]),
         payload=dict(config.get("payload") or {}),

@@ -134,21 +134,40 @@ def _run(parser: argparse.ArgumentParser) -> None:
         parser, "--input", "an input value (JSON if it parses, else a string); repeatable"
     )
     parser.add_argument("--input-file", metavar="FILE", help="a JSON object of input values")
-    parser.add_argument("--run-id", help="use this run id instead of a generated one")
+    parser.add_argument(
+        "--run-id",
+        help="use this run id instead of a generated one (1-128 letters, digits, '.', '_', "
+        "'-'; not starting with a punctuation mark)",
+    )
     parser.add_argument(
         "--approve",
         action="store_true",
-        help="answer every review gate with 'confirm' (for demos and CI)",
+        help="answer every gate that accepts 'confirm' with it (for demos and CI)",
+    )
+    parser.add_argument(
+        "--approve-with",
+        action="append",
+        default=[],
+        metavar="TRIGGER",
+        help="answer every gate that accepts TRIGGER with it (repeatable: the first one a "
+        "gate accepts is used)",
     )
 
 
 def _resume(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument("--graph", help="use this graph file instead of the recorded one")
+    _allow_changed(parser, "continue")
+
+
+def _allow_changed(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument(
+        "--allow-changed",
         "--allow-changed-graph",
+        dest="allow_changed",
         action="store_true",
-        help="continue even if the graph changed since the run started",
+        help=f"{verb} even if the graph changed since the run started, once its history "
+        "replays identically against the new graph",
     )
 
 
@@ -190,6 +209,7 @@ def _reply(parser: argparse.ArgumentParser) -> None:
     _repeatable_pairs(
         parser, "--data", "a data update sent with the reply (JSON if it parses); repeatable"
     )
+    _allow_changed(parser, "answer")
 
 
 def _cancel(parser: argparse.ArgumentParser) -> None:
@@ -242,6 +262,9 @@ def _fork(parser: argparse.ArgumentParser) -> None:
     )
     _repeatable_pairs(
         parser, "--set", "set a top-level data key in the new run (JSON if it parses); repeatable"
+    )
+    parser.add_argument(
+        "--no-run", action="store_true", help="only create the new run; do not drive it"
     )
 
 
@@ -365,7 +388,9 @@ COMMANDS = (
         _test,
         _testing,
     ),
-    Command("fork", "start a new run from any committed step of a run", _fork, _durable),
+    Command(
+        "fork", "start a new run from any committed step of a run and drive it", _fork, _durable
+    ),
     Command(
         "replay",
         "re-drive a run's history with its recorded action results (no action runs) and "

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._progress import progress_for
+from phasegraph.cli._runs import fits_changed_graph
 from phasegraph.cli._support import emit, finished, parse_inputs, with_engine
 
 __all__ = ["HANDLERS"]
@@ -26,19 +27,31 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
     data = parse_inputs(args.data, None)
 
     async def body(engine: Engine) -> int:
+        if args.allow_changed:
+            await fits_changed_graph(engine, args.run)
         with progress_for(engine.bus, quiet=args.quiet or args.json):
-            state = await engine.reply(args.run, args.id, trigger, payload=payload, data=data)
-        return finished(args, state)
+            state = await engine.reply(
+                args.run,
+                args.id,
+                trigger,
+                payload=payload,
+                data=data,
+                allow_changed=args.allow_changed,
+            )
+        return await finished(args, engine, state)
 
     return await with_engine(args, body)
 
 
 async def _cmd_cancel(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
+        before = await engine.get(args.run)
         state = await engine.cancel(args.run, args.reason)
-        emit(
-            args, {"run_id": state.run_id, "status": state.status}, f"run {state.run_id} cancelled"
-        )
+        closed = sorted(before.interrupts)
+        text = f"run {state.run_id} cancelled"
+        if closed:
+            text += f"; closed unanswered: {', '.join(closed)}"
+        emit(args, {"run_id": state.run_id, "status": state.status, "closed": closed}, text)
         return 0
 
     return await with_engine(args, body)

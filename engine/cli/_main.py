@@ -36,8 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="phasegraph",
         description="Run explicit state-machine workflows with a durable snapshot per step.",
-        epilog="Exit status: 0 completed, 1 run failed or cancelled, 2 bad input, "
-        "3 waiting or parked, 130 interrupted.",
+        epilog="Exit status: 0 completed, 1 run failed or cancelled, 2 bad input (nothing "
+        "committed), 3 waiting or parked, 4 stopped, resumable, 130 interrupted, 141 pipe "
+        "closed.",
     )
     parser.add_argument("--version", action="version", version=f"phasegraph {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from types import MappingProxyType
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
+from phasegraph.cli._gates import gate_lines, open_gates
 from phasegraph.cli._progress import progress_for
 from phasegraph.cli._support import (
     EXIT_OK,
     emit,
     finished,
-    interrupt_lines,
     parse_inputs,
+    sqlite_file,
+    store_label,
     with_engine,
 )
-from phasegraph.errors import IllegalTriggerError
+from phasegraph.errors import RunStateError
 from phasegraph.model import RunState, RunStatus
+from phasegraph.run import check_run_id
 from phasegraph.spec import builtin_graphs, builtin_machines, load_graph, load_machine
 from phasegraph.views import record_view, run_summary, state_view
 
@@ -27,31 +31,62 @@ __all__ = ["HANDLERS"]
 
 async def _cmd_run(args: argparse.Namespace) -> int:
     run_input = parse_inputs(args.input, args.input_file)
+    if args.run_id:
+        check_run_id(args.run_id)
+    approve = [*(["confirm"] if args.approve else []), *args.approve_with]
 
     async def body(engine: Engine) -> int:
         # Chosen here, so that an interrupted run can be named (see run_command).
         args.run_id = args.run_id or engine.ids.new_run_id()
         with progress_for(engine.bus, quiet=args.quiet or args.json):
             state = await engine.run(args.graph, run_input, run_id=args.run_id)
-            if args.approve:
-                state = await _approve_all(engine, state)
-        return finished(args, state)
+            if approve:
+                state = await _approve_all(args, engine, state, approve)
+        return await finished(args, engine, state)
 
-    return await with_engine(args, body)
+    return await with_engine(args, body, creates=True)
 
 
 async def _cmd_resume(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
+        if args.allow_changed:
+            await fits_changed_graph(engine, args.run, args.graph)
         with progress_for(engine.bus, quiet=args.quiet or args.json):
             state = await engine.resume(
-                args.run, graph=args.graph, allow_changed=args.allow_changed_graph
+                args.run, graph=args.graph, allow_changed=args.allow_changed
             )
-        return finished(args, state)
+        return await finished(args, engine, state)
 
     return await with_engine(args, body)
 
 
+async def fits_changed_graph(engine: Engine, run_id: str, graph: str | None = None) -> None:
+    """Refuse to go on under a changed graph unless the run's history replays identically.
+
+    Raises:
+        RunStateError: The history diverges under the new graph (naming the first step).
+    """
+    report = await engine.replay(run_id, graph=graph)
+    divergence = report.divergence
+    if divergence is None:
+        return
+    node = f", node {divergence.node!r}" if divergence.node else ""
+    raise RunStateError(
+        f"run {run_id!r}: its history does not fit the graph {report.graph!r} as it is now: "
+        f"step {divergence.seq}{node} diverges ({divergence.reason}); restore the graph, or "
+        f"fork the run from a step before {divergence.seq} "
+        f"('phasegraph replay {run_id}' shows the divergence)",
+        run_id=run_id,
+        seq=divergence.seq,
+    )
+
+
 async def _cmd_status(args: argparse.Namespace) -> int:
+    path = sqlite_file(args.store)
+    if not args.run and path is not None and not path.exists():
+        emit(args, [], f"no runs: there is no store at {path.resolve()} (yet)")
+        return EXIT_OK
+
     async def body(engine: Engine) -> int:
         if args.run:
             state = await engine.get(args.run)
@@ -60,7 +95,7 @@ async def _cmd_status(args: argparse.Namespace) -> int:
                 + (f"  ({node.error})" if node.error else "")
                 for node_id, node in state.nodes.items()
             )
-            nodes += interrupt_lines(state)
+            nodes += gate_lines(args, state, await open_gates(engine, state))
             emit(
                 args,
                 state_view(state),
@@ -71,7 +106,7 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         status = RunStatus(args.status) if args.status else None
         runs = await engine.list_runs(status=status, limit=args.limit)
         lines = [f"{m.run_id:<28} {m.graph:<20} {m.status:<10} step {m.seq}" for m in runs]
-        emit(args, runs, "\n".join(lines) or "no runs")
+        emit(args, runs, "\n".join(lines) or f"no runs in {store_label(args.store)}")
         return EXIT_OK
 
     return await with_engine(args, body)
@@ -128,16 +163,40 @@ async def _cmd_graphs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _approve_all(engine: Engine, state: RunState) -> RunState:
-    """Answer every interrupt that accepts ``confirm`` with ``confirm`` (demos and CI)."""
+async def _approve_all(
+    args: argparse.Namespace, engine: Engine, state: RunState, names: list[str]
+) -> RunState:
+    """Answer every gate that accepts one of ``names`` with the first it accepts (demos, CI).
+
+    Gates that accept none of them stay open; one line on stderr names each and what it
+    accepts.
+    """
     for _ in range(_MAX_APPROVALS):
-        pending = sorted(state.interrupts)
-        if not pending:
-            return state
-        try:
-            state = await engine.reply(state.run_id, pending[0], "confirm")
-        except IllegalTriggerError:
-            return state  # this gate needs a real answer
+        gates = await open_gates(engine, state)
+        answerable = [
+            (gate, next(n for n in names if n in gate.answers))
+            for gate in gates
+            if any(n in gate.answers for n in names)
+        ]
+        if not answerable:
+            break
+        gate, trigger = answerable[0]
+        state = await engine.reply(state.run_id, gate.interrupt.id, trigger)
+    left = await open_gates(engine, state)
+    if left and not args.json:
+        flags = " ".join(
+            ["--approve"] * args.approve + [f"--approve-with {n}" for n in args.approve_with]
+        )
+        what = "; ".join(
+            f"node {g.interrupt.node} accepts {', '.join(g.answers) or 'no known trigger'}"
+            for g in left
+        )
+        print(
+            f"phasegraph: {flags} could not answer {len(left)} gate"
+            f"{'s' * (len(left) != 1)} ({what}): add --approve-with TRIGGER, or reply as "
+            "shown below",
+            file=sys.stderr,
+        )
     return state
 
 

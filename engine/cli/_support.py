@@ -1,8 +1,9 @@
 """Shared pieces of the command line: running a command, exit codes, output, inputs.
 
 Exit status: 0 run completed (or command succeeded), 1 run failed or cancelled, 2 bad
-input (bad file, unknown run, unreachable store, ...), 3 run waiting or parked, 130
-interrupted (Ctrl-C).
+input (bad file, unknown run, unreachable or foreign store, illegal reply, ...), 3 run
+waiting or parked, 4 stopped but resumable (the run's lease was lost), 130 interrupted
+(Ctrl-C), 141 the output's reader went away.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
+from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
+from phasegraph.cli._gates import gate_lines, open_gates
 from phasegraph.codec import to_json
-from phasegraph.errors import ErrorCode, InputError, PhasegraphError
+from phasegraph.errors import ErrorCode, InputError, PhasegraphError, RunNotFoundError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
-from phasegraph.store import open_store
+from phasegraph.store import open_store, redact_url
 from phasegraph.views import jsonable, run_summary, state_view
 
 __all__ = [
@@ -34,24 +37,29 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_PIPE_CLOSED",
+    "EXIT_STOPPED",
     "EXIT_WAITING",
     "emit",
     "exit_for",
     "finished",
-    "interrupt_lines",
     "interrupted",
     "lease_ttl",
     "parse_inputs",
     "report_error",
+    "resume_command",
     "run_command",
+    "sqlite_file",
+    "store_label",
     "with_engine",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_WAITING = 0, 1, 2, 3
+EXIT_STOPPED: Final = 4
+"""The run stopped unfinished and ``resume`` continues it (its lease was lost)."""
 EXIT_INTERRUPTED: Final = 130
+"""Ctrl-C: the shells' status for a process ended by SIGINT (128 + 2)."""
 EXIT_PIPE_CLOSED: Final = 141
 """The reader of the output went away (``phasegraph history RUN | head``): 128 + SIGPIPE."""
-"""Ctrl-C: the shells' status for a process ended by SIGINT (128 + 2)."""
 
 EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
     {
@@ -60,7 +68,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.INPUT: EXIT_BAD_INPUT,
         ErrorCode.BAD_REQUEST: EXIT_BAD_INPUT,
         ErrorCode.RUN: EXIT_FAILED,
-        ErrorCode.ILLEGAL_TRIGGER: EXIT_FAILED,
+        ErrorCode.ILLEGAL_TRIGGER: EXIT_BAD_INPUT,
         ErrorCode.BUDGET_EXHAUSTED: EXIT_FAILED,
         ErrorCode.ACTION_FAILED: EXIT_FAILED,
         ErrorCode.ACTION_TIMEOUT: EXIT_FAILED,
@@ -68,16 +76,17 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.DATA_CONFLICT: EXIT_FAILED,
         ErrorCode.RUN_STATE: EXIT_BAD_INPUT,
         ErrorCode.RUN_NOT_FOUND: EXIT_BAD_INPUT,
-        ErrorCode.STORE: EXIT_FAILED,
+        ErrorCode.STORE: EXIT_BAD_INPUT,
         ErrorCode.LEASE_HELD: EXIT_BAD_INPUT,
-        ErrorCode.LEASE_LOST: EXIT_FAILED,
+        ErrorCode.LEASE_LOST: EXIT_STOPPED,
         ErrorCode.SEQUENCE_CONFLICT: EXIT_FAILED,
         ErrorCode.STORE_UNAVAILABLE: EXIT_BAD_INPUT,
         ErrorCode.CODEC: EXIT_BAD_INPUT,
         ErrorCode.UNSUPPORTED_FORMAT: EXIT_BAD_INPUT,
     }
 )
-"""Exit status for every error code: 2 when the request was wrong, 1 when a run failed."""
+"""Exit status for every error code: 2 when the request was wrong (nothing was committed),
+1 when a run failed, 4 when a run stopped and ``resume`` continues it."""
 
 
 def run_command(handler: Handler, args: argparse.Namespace) -> int:
@@ -104,25 +113,46 @@ def run_command(handler: Handler, args: argparse.Namespace) -> int:
     return code
 
 
-_DRIVING: Final = frozenset({"run", "resume", "reply"})
+_DRIVING: Final = frozenset({"run", "resume", "reply", "fork"})
 
 
 def interrupted(args: argparse.Namespace) -> str:
     """What an interrupted command says: the run's last step is kept, and how to go on.
 
-    Only the commands that drive a run name one: ``run`` (its ``args.run_id``, chosen
-    before the run starts), ``resume`` and ``reply`` (their ``args.run``).
+    Only the commands that drive a run name one: ``run`` and ``fork`` (their
+    ``args.run_id``, chosen before the run starts), ``resume`` and ``reply`` (``args.run``).
     """
     run_id = getattr(args, "run_id", None) or getattr(args, "run", None)
     if getattr(args, "command", None) not in _DRIVING or not run_id:
         return "interrupted"
+    return (
+        f"interrupted; run {run_id} keeps its committed steps: "
+        f"continue it with '{resume_command(args, run_id)}'"
+    )
+
+
+def resume_command(args: argparse.Namespace, run_id: str) -> str:
+    """The exact command that continues ``run_id`` (with ``--store`` if one was given)."""
     command = ["phasegraph", "resume", run_id]
     if args.store != DEFAULT_STORE_URL:
         command += ["--store", args.store]
-    return (
-        f"interrupted; run {run_id} keeps its committed steps: "
-        f"continue it with '{shlex.join(command)}'"
-    )
+    return shlex.join(command)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file a ``sqlite:///`` URL names (as the store resolves it), else None."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc or len(parts.path) < 2:
+        return None
+    return Path(unquote(parts.path[1:]))
+
+
+def store_label(url: str) -> str:
+    """The store a URL names, for messages: a SQLite URL with its absolute file path."""
+    path = sqlite_file(url)
+    if path is None:
+        return redact_url(url)
+    return f"{redact_url(url)}, the file {path.resolve()}"
 
 
 def exit_for(status: RunStatus) -> int:
@@ -150,11 +180,26 @@ def report_error(args: argparse.Namespace, exc: PhasegraphError) -> int:
     """Print ``exc`` on stderr (with ``--json``, also as JSON on stdout); return its exit status.
 
     The JSON is ``{"error": {"code", "message", ...}}`` plus whichever of ``location``,
-    ``run_id``, ``node_id``, ``seq`` (and the class's own fields) the error carries.
+    ``run_id``, ``node_id``, ``seq`` (and the class's own fields) the error carries. An
+    unknown run also names the store looked in; a lost lease says how to resume.
     """
-    print(f"phasegraph: {exc}", file=sys.stderr)
+    text = str(exc)
+    extra: dict[str, Any] = {}
+    if exc.code is ErrorCode.RUN_NOT_FOUND:
+        extra["store"] = redact_url(args.store)
+        if (path := sqlite_file(args.store)) is not None:
+            extra["store_file"] = str(path.resolve())
+        text += (
+            f" (looked in {store_label(args.store)}; --store URL or PHASEGRAPH_STORE names "
+            "another store)"
+        )
+    elif exc.code is ErrorCode.LEASE_LOST and exc.run_id:
+        resume = resume_command(args, exc.run_id)
+        text += f"; the run stopped at its last committed step: '{resume}'"
+    print(f"phasegraph: {text}", file=sys.stderr)
     if args.json:
-        emit(args, {"error": {"code": exc.code, "message": exc.message, **exc.context()}}, "")
+        error = {"code": exc.code, "message": exc.message, **exc.context(), **extra}
+        emit(args, {"error": error}, "")
     return EXIT_FOR_CODE[exc.code]
 
 
@@ -184,33 +229,34 @@ def parse_inputs(pairs: Sequence[str], input_file: str | None) -> dict[str, Any]
     return values
 
 
-def finished(args: argparse.Namespace, state: RunState) -> int:
+async def finished(args: argparse.Namespace, engine: Engine, state: RunState) -> int:
     """Report a run that stopped (completed, failed, waiting...) and return its exit status."""
     text = f"run {state.run_id} {state.status}: {run_summary(state)}"
     if state.errors and not args.json:
         text += "".join(f"\n  {e.node} ({e.state}): {e.message}" for e in state.errors)
-    text += interrupt_lines(state)
+    text += gate_lines(args, state, await open_gates(engine, state))
     emit(args, state_view(state), text)
     return exit_for(state.status)
 
 
-def interrupt_lines(state: RunState) -> str:
-    """Pending interrupts and how to answer them, one per line (empty if none)."""
-    lines = []
-    for interrupt in state.interrupts.values():
-        due = (
-            f", timeout at {interrupt.deadline:%Y-%m-%d %H:%M:%S %Z}" if interrupt.deadline else ""
-        )
-        lines.append(
-            f"\n  waiting on {interrupt.kind} from node {interrupt.node}{due}"
-            f"\n    phasegraph reply {state.run_id} --id {interrupt.id} --confirm"
-            f"  (or --reject FEEDBACK, --trigger NAME)"
-        )
-    return "".join(lines)
+async def with_engine(
+    args: argparse.Namespace,
+    body: Callable[[Engine], Awaitable[int]],
+    *,
+    creates: bool = False,
+) -> int:
+    """Open the store named by ``--store`` and call ``body`` with an engine on it.
 
+    Only a command that ``creates`` runs may create the store: for any other, a SQLite
+    file that does not exist holds no run, and is not made.
 
-async def with_engine(args: argparse.Namespace, body: Callable[[Engine], Awaitable[int]]) -> int:
-    """Open the store named by ``--store`` and call ``body`` with an engine on it."""
+    Raises:
+        RunNotFoundError: The store does not exist (for a command about one run).
+    """
+    path = sqlite_file(args.store)
+    if not creates and path is not None and not path.exists():
+        run_id = getattr(args, "run", None)
+        raise RunNotFoundError(f"no run {run_id!r}: the store does not exist", run_id=run_id)
     async with open_store(args.store) as store:
         return await body(Engine(store, options=RunOptions(lease_ttl=lease_ttl())))
 

@@ -13,7 +13,15 @@ from phasegraph.run._fork import create_run, fork_state
 from phasegraph.run._interpreter import (
     Run,
 )
-from phasegraph.run._options import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
+from phasegraph.run._options import (
+    RUN_ID_PATTERN,
+    Clock,
+    IdFactory,
+    RunOptions,
+    SystemClock,
+    TimeOrderedIds,
+    check_run_id,
+)
 from phasegraph.run._prepare import REDUCERS, PreparedGraph, initial_state, prepare
 from phasegraph.run._replay import (
     Divergence,
@@ -34,6 +42,7 @@ from phasegraph.run._stored import (
 
 __all__ = [
     "REDUCERS",
+    "RUN_ID_PATTERN",
     "Clock",
     "Divergence",
     "IdFactory",
@@ -44,6 +53,7 @@ __all__ = [
     "RunOptions",
     "SystemClock",
     "TimeOrderedIds",
+    "check_run_id",
     "create_run",
     "decode_history",
     "decode_stored",

@@ -3,13 +3,42 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Final, Protocol
 
-__all__ = ["Clock", "IdFactory", "RunOptions", "SystemClock", "TimeOrderedIds"]
+from phasegraph.errors import InputError
+
+__all__ = [
+    "RUN_ID_PATTERN",
+    "Clock",
+    "IdFactory",
+    "RunOptions",
+    "SystemClock",
+    "TimeOrderedIds",
+    "check_run_id",
+]
+
+RUN_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""What a run id may be (whole match): the one rule of the CLI, the server and the API."""
+
+
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it follows :data:`RUN_ID_PATTERN`.
+
+    Raises:
+        InputError: It does not.
+    """
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise InputError(
+            f"run id {run_id!r} is not allowed: use 1 to 128 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit",
+            run_id=run_id,
+        )
+    return run_id
 
 
 class Clock(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import Action, HumanGate, build_action, build_gate
+from phasegraph.actions import TIMEOUT_TRIGGER, Action, HumanGate, build_action, build_gate
 from phasegraph.core import (
     MachineSet,
     WorkflowGraph,
@@ -23,7 +23,14 @@ from phasegraph.core import (
     declared_conflicts,
 )
 from phasegraph.errors import Problem, SpecError
-from phasegraph.model import GraphDef, NodeState, RunState, RunStatus, frozen_map
+from phasegraph.model import (
+    GraphDef,
+    NodeState,
+    RunState,
+    RunStatus,
+    frozen_map,
+    nested_machines,
+)
 from phasegraph.run._middleware import build_middleware, chain
 from phasegraph.tools import ToolFactory, build_tools
 
@@ -102,11 +109,15 @@ def prepare(
         for hook, action_def in node.bind.items():
             if (node.id, hook) in in_code:
                 continue
-            if action_def.kind == "human":
-                gates[(node.id, hook)] = build_gate(action_def)
-                continue
             try:
-                bound[(node.id, hook)] = chain(middleware, build_action(action_def, base_dir))
+                if action_def.kind == "human":
+                    gates[(node.id, hook)] = build_gate(
+                        action_def,
+                        settings=node.settings,
+                        accepts_timeout=_accepts_timeout(definition, node.machine, hook),
+                    )
+                else:
+                    bound[(node.id, hook)] = chain(middleware, build_action(action_def, base_dir))
             except SpecError as exc:
                 problems += exc.problems
     for key, action in in_code.items():
@@ -142,3 +153,17 @@ def initial_state(
         created_at=now,
         updated_at=now,
     )
+
+
+def _accepts_timeout(definition: GraphDef, machine: str, hook: str) -> bool:
+    """Whether a state bound to ``hook`` (in ``machine`` or one nested) accepts ``timeout``.
+
+    Only there may a default deadline fire.
+    """
+    for nested in nested_machines(machine, definition.machines):
+        for state in nested.states.values():
+            if state.hook == hook and any(
+                t.trigger == TIMEOUT_TRIGGER and state.name in t.source for t in nested.transitions
+            ):
+                return True
+    return False

@@ -353,7 +353,7 @@ class StepBuilder:
 
     def _wait(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
         now = self._now()
-        interrupt_id = f"{state.run_id}:{node_id}:{hook}"
+        interrupt_id = self._interrupt_id(state, node_id, hook, gate)
         try:
             payload = render_payload(gate.payload, {**state.input, **state.data})
         except RunError as exc:
@@ -380,6 +380,20 @@ class StepBuilder:
             events=(request,),
             interrupts=MappingProxyType({**state.interrupts, interrupt_id: interrupt}),
         )
+
+    def _interrupt_id(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> str:
+        """The id of a gate opening: ``RUN:NODE:HOOK``, or the one the answerer was given.
+
+        A gate reached by the timeout of a gate of the same kind (spec review → parked)
+        keeps the timed-out gate's id: one question, one id.
+        """
+        timed_out = state.nodes[node_id].payload.get("interrupt")
+        prefix = f"{state.run_id}:{node_id}:"
+        if isinstance(timed_out, str) and timed_out.startswith(prefix):
+            earlier = self._prepared.gates.get((node_id, timed_out.removeprefix(prefix)))
+            if earlier is not None and earlier.kind == gate.kind:
+                return timed_out
+        return prefix + hook
 
     def answer(self, state: RunState, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Fire a reply's trigger on the waiting node and close its interrupt.
@@ -444,7 +458,21 @@ class StepBuilder:
             nodes=MappingProxyType(nodes),
             status=RunStatus.CANCELLED,
             interrupts=MappingProxyType({}),
-            events=({"kind": "cancelled", "message": reason},),
+            events=(
+                {"kind": "cancelled", "message": reason},  # first: replay reads the reason here
+                # An open gate is closed with its own reply event, so whoever waits on
+                # its id (a reviewer, an event stream) learns it will not be answered.
+                *(
+                    {
+                        "kind": f"{interrupt.kind}_reply",
+                        "id": interrupt.id,
+                        "trigger": None,
+                        "cancelled": True,
+                        "message": f"closed unanswered: the run was cancelled ({reason})",
+                    }
+                    for interrupt in state.interrupts.values()
+                ),
+            ),
         )
 
     # -- helpers -----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from phasegraph import codec
 from phasegraph.api import Engine
 from phasegraph.errors import CodecError, InputError, RequestError
 from phasegraph.model import RunState
-from phasegraph.run import PreparedGraph
+from phasegraph.run import RUN_ID_PATTERN, PreparedGraph
 from phasegraph.server._exec import Executor
 from phasegraph.server._feed import EventHub
 from phasegraph.store.base import RunMeta
@@ -43,7 +43,7 @@ __all__ = [
     "run_view",
 ]
 
-_RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_RUN_ID: Final = RUN_ID_PATTERN  # the one run-id rule, shared with the CLI and the API
 _MAX_JSON_DEPTH: Final = 64
 MAX_SEQ: Final = 2**62
 """Above any seq a run can reach; bounds the seq-like numbers a request may carry."""

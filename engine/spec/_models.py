@@ -356,6 +356,20 @@ class NodeSpec(_Spec):
     settings: dict[str, Any] = Field({}, alias="with", description="Free-form node settings.")
     bind: dict[_Name, ActionSpec] = Field({}, description="Hook -> action; bind every hook.")
 
+    @pydantic.model_validator(mode="after")
+    def _review_timeout(self) -> NodeSpec:
+        # The one setting the engine reads itself (a spec review's default deadline).
+        value = self.settings.get("review_timeout")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+        ):
+            raise PydanticCustomError(
+                "review_timeout",
+                "with.review_timeout must be a number of seconds >= 0, not {value}",
+                {"value": repr(value)},
+            )
+        return self
+
 
 class GraphSpec(_Spec):
     """A phasegraph workflow graph file (graphs/NAME.yaml)."""

@@ -135,7 +135,7 @@ async def test_deadline_passed_while_no_process_ran_parks_on_resume_and_reply_re
         parked = await eng.resume(waiting.run_id, graph=definition)
         assert parked.status is RunStatus.PARKED
         assert parked.nodes["feature"].path == ("parked",)
-        parked_id = f"{waiting.run_id}:feature:parked"
+        parked_id = f"{waiting.run_id}:feature:review"  # the same question keeps its id
         assert parked.interrupts[parked_id].parked is True
         assert parked.nodes["feature"].status is NodeStatus.WAITING
         assert await eng.get(waiting.run_id) == parked

@@ -86,7 +86,7 @@ def test_version_is_the_packages() -> None:
 def test_a_command_imports_its_module_only_when_it_runs() -> None:
     # The control for the cases above: the probe does see what a real command imports.
     output, code, names = _run("status", "--store", "memory://")
-    assert (output, code) == ("no runs\n", 0)
+    assert (output, code) == ("no runs in memory://\n", 0)
     assert "phasegraph.cli._runs" in names
     assert "phasegraph.api" in names
     assert "phasegraph.cli._serve" not in names  # another command's module

@@ -162,16 +162,21 @@ async def test_timeout_parks_the_run_and_a_reply_resumes_it():
         assert parked.nodes["feature"].path == ("parked",)
         assert parked.nodes["feature"].status is NodeStatus.WAITING
         assert parked.nodes["feature"].outcome is None
-        parked_id = f"{waiting.run_id}:feature:spec_review_parked"
-        assert parked.interrupts[parked_id].parked is True
-        done = await eng.reply(waiting.run_id, parked_id, "confirm", graph=definition)
+        # The parked review keeps the id the reviewer was given (DESIGN §4).
+        assert list(parked.interrupts) == [review_id(waiting.run_id)]
+        assert parked.interrupts[review_id(waiting.run_id)].parked is True
+        done = await eng.reply(
+            waiting.run_id, review_id(waiting.run_id), "confirm", graph=definition
+        )
         history = await eng.history(waiting.run_id)
     assert done.status is RunStatus.COMPLETED
     replies = events_of(history, "spec_review_reply")
     assert [(e["id"], e["trigger"]) for e in replies] == [
         (review_id(done.run_id), "timeout"),
-        (parked_id, "confirm"),
+        (review_id(done.run_id), "confirm"),
     ]
+    requests = events_of(history, "spec_review_request")
+    assert {e["id"] for e in requests} == {review_id(done.run_id)}
 
 
 async def test_a_parked_run_can_be_rejected_into_a_new_plan():
@@ -181,7 +186,7 @@ async def test_a_parked_run_can_be_rejected_into_a_new_plan():
         eng = engine(store)
         parked = await eng.run(definition)
         assert parked.status is RunStatus.PARKED
-        parked_id = f"{parked.run_id}:feature:spec_review_parked"
+        parked_id = review_id(parked.run_id)
         again = await eng.reply(
             parked.run_id, parked_id, "reject", payload={"feedback": "smaller"}, graph=definition
         )

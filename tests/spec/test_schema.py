@@ -258,7 +258,7 @@ def test_a_coding_task_review_timeout_parks_the_run(
     assert state.status is RunStatus.PARKED
     assert state.nodes["spec"].path == ("parked",)
     (interrupt,) = state.interrupts.values()
-    assert interrupt.id == f"{run_id}:spec:spec_review_parked"
+    assert interrupt.id == f"{run_id}:spec:spec_review"  # the review's id, kept when parked
     assert interrupt.parked is True
 
 

@@ -1,0 +1,115 @@
+"""What a waiting run asks: each open gate, the answers it accepts and how to give them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from phasegraph.actions import TIMEOUT_TRIGGER
+from phasegraph.api import Engine
+from phasegraph.cli._commands import DEFAULT_STORE_URL
+from phasegraph.errors import PhasegraphError
+from phasegraph.model import Interrupt, RunState
+
+__all__ = ["OpenGate", "gate_lines", "open_gates", "reply_command"]
+
+_VALUE_CHARS: Final = 400
+"""How much of one payload value the text output shows (``--json`` shows all)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenGate:
+    """A pending interrupt and the triggers a reply may fire on it.
+
+    Attributes:
+        interrupt: The pending interrupt.
+        answers: Triggers a person may answer with, in the gate's declared order
+            (``timeout`` is left out: the deadline fires it). Empty when the graph
+            could not be loaded to ask.
+    """
+
+    interrupt: Interrupt
+    answers: tuple[str, ...]
+
+
+async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
+    """The run's pending interrupts with the answers each accepts, in id order."""
+    if not state.interrupts:
+        return []
+    try:
+        prepared = engine.prepare(state.graph_source)
+    except PhasegraphError:
+        prepared = None  # the graph file moved or broke: say what we can without it
+    gates = []
+    for interrupt_id in sorted(state.interrupts):
+        interrupt = state.interrupts[interrupt_id]
+        answers: tuple[str, ...] = ()
+        node = state.nodes.get(interrupt.node)
+        if prepared is not None and node is not None and interrupt.node in state.nodes:
+            machine = prepared.workflow.nodes[interrupt.node].machine
+            legal = prepared.machines.legal_triggers(machine, node.path)
+            hook = prepared.machines.hook(machine, node.path) or ""
+            gate = prepared.gates.get((interrupt.node, hook))
+            declared = gate.triggers if gate is not None and gate.triggers else legal
+            answers = tuple(t for t in dict.fromkeys(declared) if t in legal)
+            answers = tuple(t for t in answers if t != TIMEOUT_TRIGGER) or answers
+        gates.append(OpenGate(interrupt=interrupt, answers=answers))
+    return gates
+
+
+def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trigger: str) -> str:
+    """The exact ``phasegraph reply`` command that answers with ``trigger``."""
+    words = ["phasegraph", "reply", run_id, "--id", interrupt_id]
+    if trigger == "confirm":
+        words.append("--confirm")
+    elif trigger == "reject":
+        words += ["--reject", "FEEDBACK"]
+    else:
+        words += ["--trigger", trigger]
+    if args.store != DEFAULT_STORE_URL:
+        words += ["--store", args.store]
+    text = shlex.join(words)
+    return text.replace("'FEEDBACK'", "FEEDBACK")
+
+
+def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGate]) -> str:
+    """Each open gate: who asks, what to judge, and the commands that answer it."""
+    lines = []
+    for gate in gates:
+        interrupt = gate.interrupt
+        due = (
+            f"; times out at {interrupt.deadline:%Y-%m-%d %H:%M:%S %Z}"
+            if interrupt.deadline
+            else ""
+        )
+        lines.append(
+            f"\n  node {interrupt.node} waits for a {interrupt.kind} (id {interrupt.id}{due})"
+        )
+        if interrupt.payload:
+            lines.append("\n    to judge:")
+            lines += [f"\n      {key}: {_shown(value)}" for key, value in interrupt.payload.items()]
+        if gate.answers:
+            lines.append(f"\n    it accepts {', '.join(gate.answers)}; answer with one of:")
+            lines += [
+                f"\n      {reply_command(args, state.run_id, interrupt.id, trigger)}"
+                for trigger in gate.answers
+            ]
+        else:
+            lines.append(
+                "\n    answer with: "
+                + reply_command(args, state.run_id, interrupt.id, "NAME").replace(
+                    "--trigger NAME", "--trigger NAME (a trigger its state accepts)"
+                )
+            )
+    return "".join(lines)
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    if len(text) > _VALUE_CHARS:
+        text = f"{text[:_VALUE_CHARS]}... ({len(text)} characters; --json shows all)"
+    return text.replace("\n", "\n        ")
