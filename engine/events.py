@@ -87,7 +87,10 @@ def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Eve
     for node_id, node in record.nodes.items():
         kind = _NODE_EVENT.get(node.status)
         if kind is not None:
-            fields = {"outcome": node.outcome, "error": node.error}
+            error = node.error
+            if error is None and kind == "node_failed":  # failed by its machine: say why
+                error = next((e.message for e in record.errors if e.node == node_id), None)
+            fields = {"outcome": node.outcome, "error": error}
             raw.append((kind, node_id, {k: v for k, v in fields.items() if v is not None}))
     if record.status is not previous and record.status in _RUN_EVENT:
         raw.append((_RUN_EVENT[record.status], None, EMPTY))

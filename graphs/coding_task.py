@@ -9,12 +9,14 @@ files written through ``ctx.tool`` under the SOLO phase rules, pytest runs, a co
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns.solo import phase_action
+from phasegraph.errors import ActionError
 from phasegraph.graphs.example_repo import GIT_IDENTITY, init_repo, run_in_repo
 
 __all__ = [
@@ -76,7 +78,18 @@ async def _run(ctx: ActionContext, *argv: str) -> Mapping[str, Any]:
 
 
 async def create_repository(ctx: ActionContext) -> ActionResult:
-    """Create the repository: a stub ``calc.total`` and its tests, committed."""
+    """Create the repository: a stub ``calc.total`` and its tests, committed.
+
+    Raises:
+        ActionError: pytest, which verifies the work, is not installed (said up front,
+            rather than as a verification that fails for no visible reason).
+    """
+    if importlib.util.find_spec("pytest") is None:
+        raise ActionError(
+            f"this example verifies its work with pytest, which is not installed for "
+            f"{sys.executable}: install it ({sys.executable} -m pip install pytest) and run "
+            "again"
+        )
     files = {"calc.py": _STUB, "test_calc.py": _TESTS}
     repo = await init_repo(ctx, "coding", files, "calc: stub and tests")
     return ActionResult(trigger="ok", data={"repo": repo})
@@ -144,7 +157,9 @@ async def verify(ctx: ActionContext) -> ActionResult:
     check = await _run(ctx, *_PYTEST, "test_calc.py")
     if check.get("exit") == 0:
         return ActionResult(trigger="pass", output={"pytest": check["stdout"][-300:]})
-    message = _failures(str(check.get("stdout") or check.get("message") or ""))
+    # No test output at all (pytest could not start): what it wrote to stderr says why.
+    shown = check.get("stdout") or check.get("stderr") or check.get("message") or ""
+    message = _failures(str(shown))
     return ActionResult(trigger="fail", payload={"message": message, "exit": check.get("exit")})
 
 

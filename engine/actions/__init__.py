@@ -25,6 +25,7 @@ from phasegraph.actions._failures import (
     ERROR_LOG_EVENT,
     ERROR_TRIGGER,
     classify_error,
+    describe_error,
 )
 from phasegraph.actions._human import (
     TIMEOUT_TRIGGER,
@@ -51,5 +52,6 @@ __all__ = [
     "build_gate",
     "build_shell_action",
     "classify_error",
+    "describe_error",
     "render_payload",
 ]

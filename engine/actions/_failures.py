@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sysconfig
+import traceback
+from pathlib import Path
+from typing import Any, Final
 
-from phasegraph.errors import ActionError, LoopDetectedError
+from phasegraph.errors import ActionError, LoopDetectedError, PhasegraphError
 
-__all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "classify_error"]
+__all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "classify_error", "describe_error"]
+
+# Frames in these trees are the engine's wrappers or the standard library: "where it was
+# raised" names the frame of the user's own code, if there is one.
+_NOT_THE_USERS: Final = (
+    str(Path(__file__).resolve().parents[1]) + os.sep,
+    str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep,
+)
 
 ERROR_TRIGGER = "error"
 """Fired with a classified payload when an action raises in a state that accepts it."""
@@ -38,3 +49,31 @@ def classify_error(error: BaseException) -> dict[str, Any]:
         "message": message,
         "retryable": retryable,
     }
+
+
+def describe_error(error: BaseException) -> str:
+    """What a person needs to act on a failure, in one line.
+
+    A phasegraph error's own message; for anything else also its type and the line of
+    code that raised it: ``KeyError: 'missing_key' (raised at tasks.py:12 in lookup)``.
+    """
+    message = str(error)
+    if isinstance(error, PhasegraphError):
+        return message or type(error).__name__
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    where = _raised_at(error)
+    return f"{text} (raised at {where})" if where else text
+
+
+def _raised_at(error: BaseException) -> str | None:
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    users = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_NOT_THE_USERS)]
+    frame = (users or frames)[-1]
+    path = Path(frame.filename)
+    try:
+        shown = str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    return f"{shown}:{frame.lineno} in {frame.name}"

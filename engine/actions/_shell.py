@@ -150,7 +150,10 @@ def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise ActionError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+            why = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError) and os.sep not in argv[0]:
+                why = f"no program of that name on PATH (is it installed?); {why}"
+            raise ActionError(f"cannot start {argv[0]!r}: {why}") from exc
         timed_out = False
         try:
             async with asyncio.timeout(timeout):

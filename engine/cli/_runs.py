@@ -21,7 +21,7 @@ from phasegraph.cli._support import (
     with_engine,
 )
 from phasegraph.errors import RunStateError
-from phasegraph.model import RunState, RunStatus
+from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
 from phasegraph.spec import builtin_graphs, builtin_machines, load_graph, load_machine
 from phasegraph.views import record_view, run_summary, state_view
@@ -90,11 +90,18 @@ async def _cmd_status(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         if args.run:
             state = await engine.get(args.run)
-            nodes = "\n".join(
-                f"  {node_id:<20} {node.status:<10} {node.state}"
-                + (f"  ({node.error})" if node.error else "")
-                for node_id, node in state.nodes.items()
-            )
+            # A node its machine failed has no error of its own: the log says why.
+            why = {e.node: e.message for e in state.errors if e.severity != "warning"}
+            lines = []
+            for node_id, node in state.nodes.items():
+                error = node.error
+                if error is None and node.status is NodeStatus.FAILED:
+                    error = why.get(node_id)
+                lines.append(
+                    f"  {node_id:<20} {node.status:<10} {node.state}"
+                    + (f"  ({error})" if error else "")
+                )
+            nodes = "\n".join(lines)
             nodes += gate_lines(args, state, await open_gates(engine, state))
             emit(
                 args,

@@ -23,6 +23,7 @@ from phasegraph.actions import (
     ActionResult,
     HumanGate,
     classify_error,
+    describe_error,
     render_payload,
 )
 from phasegraph.core import Frontier, Position, StepResult
@@ -308,7 +309,7 @@ class StepBuilder:
         ``interrupts`` is the complete pending set after the step (default: unchanged).
         """
         current = state.nodes[node_id]
-        message = str(error) or type(error).__name__
+        message = describe_error(error)
         node = NodeState(
             status=NodeStatus.FAILED,
             path=current.path,
@@ -512,7 +513,7 @@ class StepBuilder:
         errors = logged
         if node.status is NodeStatus.FAILED:
             nodes.update(self._skipped(state, node_id))
-            message = node.error or f"finished with outcome {node.outcome}"
+            message = node.error or _ended(node, trigger, result)
             # Keep what the step's action logged (e.g. an emergency) before the failure.
             errors = (
                 *logged,
@@ -575,3 +576,34 @@ def _split(
         return data, EMPTY
     rest = {key: value for key, value in data.items() if key not in appended}
     return MappingProxyType(rest) if rest else EMPTY, MappingProxyType(appended)
+
+
+_STDERR_CHARS: Final = 300
+"""How much of a failed command's stderr an error message quotes (the record keeps more)."""
+
+
+def _ended(node: NodeState, trigger: str | None, result: Mapping[str, Any] | None) -> str:
+    """Why a node that reached a failing final state failed.
+
+    The trigger that took it there and, for a command, how it exited and the end of what
+    it wrote to stderr.
+    """
+    parts = [f"finished with outcome {node.outcome}"]
+    if trigger:
+        parts[0] += f" (trigger {trigger!r})"
+    output = (result or {}).get("output") or {}
+    payload = (result or {}).get("payload") or {}
+    if isinstance(output, Mapping) and "exit" in output:
+        argv = output.get("argv")
+        command = f"command {str(argv[0])!r}" if isinstance(argv, list | tuple) else "command"
+        if payload.get("timed_out"):
+            parts.append(f"{command} was stopped at its timeout")
+        else:
+            parts.append(f"{command} exited with status {output['exit']}")
+        stderr = str(output.get("stderr") or "").strip()
+        if stderr:
+            tail = stderr[-_STDERR_CHARS:]
+            parts.append("stderr: " + ("..." if len(tail) < len(stderr) else "") + tail)
+    elif isinstance(payload, Mapping) and payload.get("message"):
+        parts.append(str(payload["message"]))
+    return "; ".join(parts)

@@ -157,7 +157,10 @@ async def test_action_exception_is_recorded_not_raised():
     async with MemoryStore() as store:
         state = await engine(store).run(prepared(definition, {("a", "run"): boom}))
     assert state.status is RunStatus.FAILED
-    assert state.errors[0].message == "the model said no"
+    # The type, the message and the line that raised it (user code: this test).
+    message = state.errors[0].message
+    assert message.startswith("ValueError: the model said no (raised at ")
+    assert message.endswith("test_interpreter.py:154 in boom)")
 
 
 async def test_unencodable_data_fails_node_and_commits_none_of_it():
