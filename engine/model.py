@@ -449,6 +449,7 @@ class GraphDef:
         reducers: Data key → how concurrent writes combine (``append``, ``merge``).
         middleware: Middleware to wrap every action call, outermost first.
         description: Free text.
+        output: Data keys that are the run's result (shown when the run ends).
         location: The file the graph came from.
         digest: Content hash of the definition, recorded in every run.
     """
@@ -461,6 +462,7 @@ class GraphDef:
     reducers: Mapping[str, str] = empty_field()
     middleware: tuple[MiddlewareDef, ...] = ()
     description: str = ""
+    output: tuple[str, ...] = ()
     location: SourceLocation | None = None
     digest: str = ""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from types import MappingProxyType
 
 from phasegraph.api import Engine
@@ -11,10 +12,12 @@ from phasegraph.cli._support import (
     EXIT_FAILED,
     EXIT_OK,
     emit,
+    finished,
     parse_inputs,
+    progress,
     with_engine,
 )
-from phasegraph.model import StepRecord
+from phasegraph.model import RunStatus, StepRecord
 from phasegraph.run import ReplayReport, report_view
 
 __all__ = ["HANDLERS"]
@@ -25,12 +28,20 @@ async def _cmd_fork(args: argparse.Namespace) -> int:
 
     async def body(engine: Engine) -> int:
         new_id = await engine.fork(args.run, args.at, patch)
+        args.run_id = new_id  # an interrupted fork names the new run (see run_command)
         state = await engine.get(new_id)
         (created,) = await engine.history(new_id, stop=1)
+        at = created.result["at"]  # the head's seq when --at was not given
+        if not args.no_run and state.status is RunStatus.RUNNING:
+            # Driven as the server drives a fork: to its end or its next wait.
+            print(f"forked run {args.run} at step {at} as {new_id}", file=sys.stderr)
+            with await progress(args, engine, new_id):
+                state = await engine.resume(new_id)
+            return await finished(args, engine, state)
         view = {
             "run_id": new_id,
             "forked_from": args.run,
-            "at": created.result["at"],  # the head's seq when --at was not given
+            "at": at,
             "status": state.status,
             "patched": sorted(patch),
         }

@@ -15,7 +15,7 @@ from phasegraph.cli._commands import DEFAULT_STORE_URL
 from phasegraph.errors import PhasegraphError
 from phasegraph.model import Interrupt, RunState
 
-__all__ = ["OpenGate", "gate_lines", "open_gates", "reply_command"]
+__all__ = ["OpenGate", "gate_lines", "open_gates", "reply_command", "shown"]
 
 _VALUE_CHARS: Final = 400
 """How much of one payload value the text output shows (``--json`` shows all)."""
@@ -91,7 +91,7 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
         )
         if interrupt.payload:
             lines.append("\n    to judge:")
-            lines += [f"\n      {key}: {_shown(value)}" for key, value in interrupt.payload.items()]
+            lines += [f"\n      {key}: {shown(value)}" for key, value in interrupt.payload.items()]
         if gate.answers:
             lines.append(f"\n    it accepts {', '.join(gate.answers)}; answer with one of:")
             lines += [
@@ -108,7 +108,8 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
     return "".join(lines)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as one readable string: text as is, the rest as JSON; long ones cut."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     if len(text) > _VALUE_CHARS:
         text = f"{text[:_VALUE_CHARS]}... ({len(text)} characters; --json shows all)"

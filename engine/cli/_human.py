@@ -7,9 +7,8 @@ from types import MappingProxyType
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
-from phasegraph.cli._progress import progress_for
 from phasegraph.cli._runs import fits_changed_graph
-from phasegraph.cli._support import emit, finished, parse_inputs, with_engine
+from phasegraph.cli._support import emit, finished, parse_inputs, progress, with_engine
 
 __all__ = ["HANDLERS"]
 
@@ -29,7 +28,7 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         if args.allow_changed:
             await fits_changed_graph(engine, args.run)
-        with progress_for(engine.bus, quiet=args.quiet or args.json):
+        with await progress(args, engine, args.run):
             state = await engine.reply(
                 args.run,
                 args.id,

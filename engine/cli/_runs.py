@@ -10,17 +10,18 @@ from types import MappingProxyType
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._gates import gate_lines, open_gates
-from phasegraph.cli._progress import progress_for
 from phasegraph.cli._support import (
     EXIT_OK,
     emit,
     finished,
     parse_inputs,
+    progress,
+    resume_command,
     sqlite_file,
     store_label,
     with_engine,
 )
-from phasegraph.errors import RunStateError
+from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
 from phasegraph.spec import builtin_graphs, builtin_machines, load_graph, load_machine
@@ -38,7 +39,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         # Chosen here, so that an interrupted run can be named (see run_command).
         args.run_id = args.run_id or engine.ids.new_run_id()
-        with progress_for(engine.bus, quiet=args.quiet or args.json):
+        with await progress(args, engine, args.run_id, graph=args.graph, new=True):
             state = await engine.run(args.graph, run_input, run_id=args.run_id)
             if approve:
                 state = await _approve_all(args, engine, state, approve)
@@ -51,7 +52,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         if args.allow_changed:
             await fits_changed_graph(engine, args.run, args.graph)
-        with progress_for(engine.bus, quiet=args.quiet or args.json):
+        with await progress(args, engine, args.run, graph=args.graph):
             state = await engine.resume(
                 args.run, graph=args.graph, allow_changed=args.allow_changed
             )
@@ -88,35 +89,78 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     async def body(engine: Engine) -> int:
-        if args.run:
-            state = await engine.get(args.run)
-            # A node its machine failed has no error of its own: the log says why.
-            why = {e.node: e.message for e in state.errors if e.severity != "warning"}
-            lines = []
-            for node_id, node in state.nodes.items():
-                error = node.error
-                if error is None and node.status is NodeStatus.FAILED:
-                    error = why.get(node_id)
-                lines.append(
-                    f"  {node_id:<20} {node.status:<10} {node.state}"
-                    + (f"  ({error})" if error else "")
-                )
-            nodes = "\n".join(lines)
-            nodes += gate_lines(args, state, await open_gates(engine, state))
-            emit(
-                args,
-                state_view(state),
-                f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}: "
-                f"{run_summary(state)}\n{nodes}",
-            )
-            return EXIT_OK
-        status = RunStatus(args.status) if args.status else None
-        runs = await engine.list_runs(status=status, limit=args.limit)
-        lines = [f"{m.run_id:<28} {m.graph:<20} {m.status:<10} step {m.seq}" for m in runs]
-        emit(args, runs, "\n".join(lines) or f"no runs in {store_label(args.store)}")
+        await (_status_of_run(args, engine) if args.run else _status_of_runs(args, engine))
         return EXIT_OK
 
     return await with_engine(args, body)
+
+
+async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
+    state = await engine.get(args.run)
+    order = _dag_order(engine, state)
+    # A node its machine failed has no error of its own: the log says why.
+    why = {e.node: e.message for e in state.errors if e.severity != "warning"}
+    lines = []
+    for node_id, node in sorted(state.nodes.items(), key=lambda n: order.get(n[0], 0)):
+        error = node.error
+        if error is None and node.status is NodeStatus.FAILED:
+            error = why.get(node_id)
+        lines.append(
+            f"  {node_id:<20} {node.status:<10} {node.state}" + (f"  ({error})" if error else "")
+        )
+    nodes = "\n".join(lines) + gate_lines(args, state, await open_gates(engine, state))
+    head = f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}"
+    if state.status is RunStatus.RUNNING:
+        if await is_abandoned(engine, state.run_id):
+            head += (
+                f" (abandoned: no live process drives it; continue it with "
+                f"'{resume_command(args, state.run_id)}')"
+            )
+        else:
+            head += " (a live process drives it)"
+    emit(args, state_view(state), f"{head}: {run_summary(state)}\n{nodes}")
+
+
+async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
+    status = RunStatus(args.status) if args.status else None
+    runs = await engine.list_runs(status=status, limit=args.limit)
+    lines = []
+    abandoned = []
+    for m in runs:
+        shown = m.status
+        if m.status == RunStatus.RUNNING and await is_abandoned(engine, m.run_id):
+            shown = "abandoned"
+            abandoned.append(m.run_id)
+        lines.append(f"{m.run_id:<28} {m.graph:<20} {shown:<10} step {m.seq}")
+    if abandoned:
+        lines.append(
+            "abandoned: running, but no live process drives it (it stopped or crashed); "
+            f"continue one with '{resume_command(args, abandoned[0])}'"
+        )
+    emit(args, runs, "\n".join(lines) or f"no runs in {store_label(args.store)}")
+
+
+def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
+    """Node id → its place in the graph's DAG order (empty if the graph cannot be read)."""
+    try:
+        order = engine.prepare(state.graph_source).workflow.order
+    except PhasegraphError:
+        return {}
+    return {node: index for index, node in enumerate(order)}
+
+
+async def is_abandoned(engine: Engine, run_id: str) -> bool:
+    """Whether a ``running`` run has no live driver: its lease expired or was released.
+
+    Asked by taking the lease and giving it back at once; a held lease means a live
+    process drives the run. A store that refuses the question counts as live.
+    """
+    try:
+        lease = await engine.store.acquire(run_id, f"{engine.options.owner_name()} (status)", 1.0)
+    except PhasegraphError:
+        return False
+    await engine.store.release(lease)
+    return True
 
 
 async def _cmd_history(args: argparse.Namespace) -> int:

@@ -22,7 +22,8 @@ from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
-from phasegraph.cli._gates import gate_lines, open_gates
+from phasegraph.cli._gates import gate_lines, open_gates, shown
+from phasegraph.cli._progress import Progress, progress_for
 from phasegraph.codec import to_json
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError, RunNotFoundError
 from phasegraph.model import RunState, RunStatus
@@ -45,6 +46,7 @@ __all__ = [
     "interrupted",
     "lease_ttl",
     "parse_inputs",
+    "progress",
     "report_error",
     "resume_command",
     "run_command",
@@ -234,9 +236,20 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
     text = f"run {state.run_id} {state.status}: {run_summary(state)}"
     if state.errors and not args.json:
         text += "".join(f"\n  {e.node} ({e.state}): {e.message}" for e in state.errors)
+    if state.status is RunStatus.COMPLETED:
+        text += "".join(f"\n  {key}: {shown(state.data[key])}" for key in _outputs(engine, state))
     text += gate_lines(args, state, await open_gates(engine, state))
     emit(args, state_view(state), text)
     return exit_for(state.status)
+
+
+def _outputs(engine: Engine, state: RunState) -> tuple[str, ...]:
+    """The graph's declared ``output:`` keys the run's data holds (none if unreadable)."""
+    try:
+        declared = engine.prepare(state.graph_source).definition.output
+    except PhasegraphError:
+        return ()
+    return tuple(key for key in declared if key in state.data)
 
 
 async def with_engine(
@@ -275,3 +288,41 @@ def lease_ttl() -> float:
     if not value > 0:
         raise InputError(f"PHASEGRAPH_LEASE_TTL={raw!r}: expected a positive number of seconds")
     return value
+
+
+async def progress(
+    args: argparse.Namespace,
+    engine: Engine,
+    run_id: str,
+    *,
+    graph: str | None = None,
+    new: bool = False,
+) -> Progress:
+    """The progress display of a command that drives ``run_id``.
+
+    Args:
+        args: The command's arguments (``--quiet``, ``--json``, ``--store``).
+        engine: The engine driving the run.
+        run_id: The run.
+        graph: The graph: what ``run`` starts, or a replacement for the recorded one.
+        new: The run does not exist yet (``run``); else it is read for where it stands.
+    """
+    if args.quiet or args.json:
+        return progress_for(engine.bus, quiet=True)
+    state = None if new else await engine.get(run_id)
+    source = graph or (state.graph_source if state else "")
+    try:
+        prepared = engine.prepare(source)
+        order: tuple[str, ...] = prepared.workflow.order
+        name = prepared.definition.name
+    except PhasegraphError:
+        if state is None:
+            raise
+        order, name = tuple(state.nodes), state.graph  # the graph file moved: show what ran
+    where = "" if state is None else f" from step {state.seq}"
+    opening = (
+        f"run {run_id} ({name}, {len(order)} nodes){where}: Ctrl-C stops it at its last "
+        f"committed step; '{resume_command(args, run_id)}' continues it"
+    )
+    return progress_for(engine.bus, quiet=False, run_id=run_id, order=order, state=state,
+                        opening=opening)  # fmt: skip

@@ -266,8 +266,11 @@ def _middleware(spec: schema.GraphSpec, doc: Document) -> tuple[model.Middleware
 
 def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> str:
     """sha256 of the canonical JSON of the validated graph and every machine it uses."""
+    graph = spec.model_dump(mode="json", by_alias=True)
+    if not graph.get("output"):
+        del graph["output"]  # so the digests of graphs written before `output:` stay as they were
     payload = {
-        "graph": {**spec.model_dump(mode="json", by_alias=True), "graph": name},
+        "graph": {**graph, "graph": name},
         "machines": {
             m.name: {**m.spec.model_dump(mode="json", by_alias=True), "machine": m.name}
             for m in machines
@@ -364,6 +367,7 @@ def _graph(
         reducers=MappingProxyType(dict(spec.reducers)),
         middleware=_middleware(spec, doc),
         description=spec.description,
+        output=tuple(spec.output),
         location=SourceLocation(doc.path),
         digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
     )

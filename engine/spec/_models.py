@@ -386,3 +386,6 @@ class GraphSpec(_Spec):
     middleware: list[_Middleware] = Field([], description="Name or {name: settings}; outer first.")
     machines: list[_NonEmpty] = Field([], description="Machine files, relative to this file.")
     nodes: list[NodeSpec] = Field(min_length=1, description="The nodes, in declaration order.")
+    output: list[_NonEmpty] = Field(
+        [], description="Data keys that are the run's result, shown when it ends."
+    )

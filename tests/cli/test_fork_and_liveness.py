@@ -1,0 +1,71 @@
+"""``fork`` drives the new run (or only creates it with ``--no-run``); ``status`` tells an
+abandoned run from one a live process drives, and says how to resume it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from builders import TESTS, cli_argv
+
+GATES = TESTS / "fixtures" / "gates"
+
+
+def _cli(store: str, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = cli_argv(*args, "--store", store)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_fork_drives_the_new_run_and_no_run_leaves_it_to_resume(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert _cli(store, "run", "hello", "--run-id", "base", "-q").returncode == 0
+    forked = _cli(store, "fork", "base", "--at", "2", "--set", 'greeting="hi, fork"', "-q")
+    assert forked.returncode == 0, forked.stderr
+    result = "completed: 4/4 nodes succeeded\n  message: hi, fork! (6 letters)\n"
+    assert forked.stdout.endswith(result)
+
+    created = _cli(store, "fork", "base", "--at", "2", "--no-run")
+    assert created.returncode == 0
+    new_id = created.stdout.strip()  # the id alone, for NEW=$(phasegraph fork ...)
+    one = _cli(store, "status", new_id)
+    assert one.stdout.startswith(
+        f"run {new_id} (hello) running at step 0 (abandoned: no live process drives it; "
+        f"continue it with 'phasegraph resume {new_id} --store {store}')"
+    )
+    listing = _cli(store, "status").stdout
+    assert f"{new_id:<28} hello                abandoned  step 0" in listing
+    assert f"continue one with 'phasegraph resume {new_id} --store {store}'" in listing
+    resumed = _cli(store, "resume", new_id, "-q")
+    assert resumed.returncode == 0
+    assert resumed.stdout == (
+        f"run {new_id} completed: 4/4 nodes succeeded\n  message: hello, world! (10 letters)\n"
+    )
+
+
+def test_status_says_a_live_run_is_driven(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    started, release = tmp_path / "started", tmp_path / "release"
+    env = {
+        **os.environ,
+        "PHASEGRAPH_TEST_STARTED": str(started),
+        "PHASEGRAPH_TEST_RELEASE": str(release),
+    }
+    argv = cli_argv("run", str(GATES / "blocking.yaml"), "--run-id", "live", "--store", store)
+    driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        while not started.exists():
+            if driver.poll() is not None:
+                pytest.fail(driver.communicate()[1].decode())
+            time.sleep(0.01)
+        shown = _cli(store, "status", "live").stdout
+        listing = _cli(store, "status").stdout
+    finally:
+        release.touch()
+        driver.communicate(timeout=120)
+    assert shown.startswith("run live (blocking) running at step 1 (a live process drives it)")
+    assert "abandoned" not in listing
+    assert driver.returncode == 0
