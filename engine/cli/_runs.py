@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from types import MappingProxyType
@@ -39,8 +40,14 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         # Chosen here, so that an interrupted run can be named (see run_command).
         args.run_id = args.run_id or engine.ids.new_run_id()
-        with await progress(args, engine, args.run_id, graph=args.graph, new=True):
-            state = await engine.run(args.graph, run_input, run_id=args.run_id)
+        with contextlib.ExitStack() as shown:
+            async with engine.start(args.graph, run_input, run_id=args.run_id) as run:
+                # Shown once the run exists (its first step is committed), not before.
+                watch = await progress(args, engine, args.run_id, graph=args.graph, state=run.state)
+                shown.enter_context(watch)
+                async for _ in run:
+                    pass
+            state = run.state
             if approve:
                 state = await _approve_all(args, engine, state, approve)
         return await finished(args, engine, state)

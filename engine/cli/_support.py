@@ -296,7 +296,7 @@ async def progress(
     run_id: str,
     *,
     graph: str | None = None,
-    new: bool = False,
+    state: RunState | None = None,
 ) -> Progress:
     """The progress display of a command that drives ``run_id``.
 
@@ -305,21 +305,19 @@ async def progress(
         engine: The engine driving the run.
         run_id: The run.
         graph: The graph: what ``run`` starts, or a replacement for the recorded one.
-        new: The run does not exist yet (``run``); else it is read for where it stands.
+        state: The run as committed now (default: read from the store).
     """
     if args.quiet or args.json:
         return progress_for(engine.bus, quiet=True)
-    state = None if new else await engine.get(run_id)
-    source = graph or (state.graph_source if state else "")
+    state = state or await engine.get(run_id)
+    source = graph or state.graph_source
     try:
         prepared = engine.prepare(source)
         order: tuple[str, ...] = prepared.workflow.order
         name = prepared.definition.name
     except PhasegraphError:
-        if state is None:
-            raise
         order, name = tuple(state.nodes), state.graph  # the graph file moved: show what ran
-    where = "" if state is None else f" from step {state.seq}"
+    where = f" from step {state.seq}" if state.seq else ""
     opening = (
         f"run {run_id} ({name}, {len(order)} nodes){where}: Ctrl-C stops it at its last "
         f"committed step; '{resume_command(args, run_id)}' continues it"
