@@ -146,8 +146,12 @@ class _RecordedTime:
 
 
 # Not a PhasegraphError: it stands in for any exception, so it classifies as a foreign one.
-class _RecordedError(Exception):
-    """Stands in for an exception an action raised: only its message was recorded."""
+class _RecordedError(PhasegraphError):
+    """Stands in for an exception an action raised: only its message was recorded.
+
+    A phasegraph error, so that its message is taken as it was recorded (type and place
+    of the original included), not described again.
+    """
 
 
 class _Replayer:

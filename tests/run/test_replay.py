@@ -348,7 +348,8 @@ def test_cli_fork_set_then_resume(tmp_path, capsys):
     history = asyncio.run(_records(url, "src"))
     a_done = next(r.seq for r in history if r.node == "a" and r.trigger == "stop")
 
-    code, out, err = _cli(capsys, "fork", "src", "--at", str(a_done), "--set", "a=100", *run)
+    fork = ["fork", "src", "--at", str(a_done), "--set", "a=100", "--no-run"]
+    code, out, err = _cli(capsys, *fork, *run)
     assert code == 0, err
     fork_id = out.strip()
     assert fork_id not in ("", "src")
