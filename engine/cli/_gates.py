@@ -14,8 +14,9 @@ from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL
 from phasegraph.errors import PhasegraphError
 from phasegraph.model import Interrupt, RunState
+from phasegraph.views import state_view
 
-__all__ = ["OpenGate", "gate_lines", "open_gates", "reply_command", "shown"]
+__all__ = ["OpenGate", "gate_lines", "gates_view", "open_gates", "reply_command", "shown"]
 
 _VALUE_CHARS: Final = 400
 """How much of one payload value the text output shows (``--json`` shows all)."""
@@ -59,6 +60,17 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
             answers = tuple(t for t in answers if t != TIMEOUT_TRIGGER) or answers
         gates.append(OpenGate(interrupt=interrupt, answers=answers))
     return gates
+
+
+def gates_view(state: RunState, gates: Sequence[OpenGate]) -> dict[str, Any]:
+    """The run as JSON (:func:`~phasegraph.views.state_view`), with answers.
+
+    Each pending interrupt gets ``answers``: the triggers it accepts.
+    """
+    view = state_view(state)
+    for gate in gates:
+        view["interrupts"][gate.interrupt.id]["answers"] = list(gate.answers)
+    return view
 
 
 def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trigger: str) -> str:

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
-from phasegraph.cli._gates import gate_lines, open_gates
+from phasegraph.cli._gates import gate_lines, gates_view, open_gates
 from phasegraph.cli._support import (
     EXIT_OK,
     emit,
@@ -115,7 +115,8 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
         lines.append(
             f"  {node_id:<20} {node.status:<10} {node.state}" + (f"  ({error})" if error else "")
         )
-    nodes = "\n".join(lines) + gate_lines(args, state, await open_gates(engine, state))
+    gates = await open_gates(engine, state)
+    nodes = "\n".join(lines) + gate_lines(args, state, gates)
     head = f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}"
     if state.status is RunStatus.RUNNING:
         if await is_abandoned(engine, state.run_id):
@@ -125,7 +126,7 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
             )
         else:
             head += " (a live process drives it)"
-    emit(args, state_view(state), f"{head}: {run_summary(state)}\n{nodes}")
+    emit(args, gates_view(state, gates), f"{head}: {run_summary(state)}\n{nodes}")
 
 
 async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:

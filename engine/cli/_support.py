@@ -22,14 +22,14 @@ from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
-from phasegraph.cli._gates import gate_lines, open_gates, shown
+from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
 from phasegraph.cli._progress import Progress, progress_for
 from phasegraph.codec import to_json
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError, RunNotFoundError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
 from phasegraph.store import open_store, redact_url
-from phasegraph.views import jsonable, run_summary, state_view
+from phasegraph.views import jsonable, run_summary
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -238,8 +238,9 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
         text += "".join(f"\n  {e.node} ({e.state}): {e.message}" for e in state.errors)
     if state.status is RunStatus.COMPLETED:
         text += "".join(f"\n  {key}: {shown(state.data[key])}" for key in _outputs(engine, state))
-    text += gate_lines(args, state, await open_gates(engine, state))
-    emit(args, state_view(state), text)
+    gates = await open_gates(engine, state)
+    text += gate_lines(args, state, gates)
+    emit(args, gates_view(state, gates), text)
     return exit_for(state.status)
 
 

@@ -34,6 +34,8 @@ def test_waiting_message_lists_the_gates_own_triggers_and_exact_commands(tmp_pat
     assert f"phasegraph reply g1 --id g1:review:run --trigger ok --store {store}" in out
     assert "--confirm" not in out  # this gate has no `confirm`: never suggest it
     assert "text: hello, world" in out  # what the reviewer is meant to judge
+    view = json.loads(_cli(store, "status", "g1", "--json").stdout)
+    assert view["interrupts"]["g1:review:run"]["answers"] == ["ok", "fail"]
     # The suggested command works as printed.
     suggested = next(line.strip() for line in out.splitlines() if "--trigger ok" in line)
     argv = cli_argv(*suggested.split()[1:])
