@@ -16,6 +16,9 @@ SHELL = (
     "finished with outcome failed (trigger 'fail'); command 'sh' exited with status 3; "
     "stderr: fatal: no such ref"
 )
+TIMED_OUT = (
+    "finished with outcome failed (trigger 'fail'); command 'sleep' was stopped at its timeout"
+)
 TOOL = "cannot start 'no-such-tool-xyz': no program of that name on PATH (is it installed?)"
 
 
@@ -30,6 +33,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_run_status_and_errors_show_type_place_exit_status_and_stderr(tmp_path: Path) -> None:
     ran = _cli(tmp_path, "run", str(FAILS), "--run-id", "f", "-q")
     assert ran.returncode == 1
+    assert f"  slow (failed): {TIMED_OUT}" in ran.stdout
     assert f"  boom (run): {PYTHON}\n" in ran.stdout
     assert f"  sh (failed): {SHELL}\n" in ran.stdout
     assert f"  tool (run): {TOOL}" in ran.stdout
@@ -38,7 +42,7 @@ def test_run_status_and_errors_show_type_place_exit_status_and_stderr(tmp_path: 
     assert f"failed  ({SHELL})" in status
     assert TOOL in status
     errors = _cli(tmp_path, "errors", "f").stdout
-    for message in (PYTHON, SHELL, TOOL):
+    for message in (PYTHON, SHELL, TIMED_OUT, TOOL):
         assert f"\n    {message}" in errors
 
 
