@@ -1,19 +1,22 @@
 """Typed events and an in-process fan-out (CLI progress now, server streams later).
 
 Events are derived from committed step records, never raised before the commit, so a
-crash can never show an event for a step that did not happen.
+crash can never show an event for a step that did not happen. The one exception is
+explicit: a *live* event (``live=True``, e.g. a model's streamed text) is published while
+an action runs and is never committed; it has no id, so no reader can resume after it,
+and the history never shows it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from phasegraph.model import EMPTY, NodeStatus, RunStatus, StepRecord, empty_field
+from phasegraph.model import EMPTY, NodeStatus, RunState, RunStatus, StepRecord, empty_field
 
-__all__ = ["Event", "EventBus", "Listener", "ends_run", "events_for"]
+__all__ = ["Event", "EventBus", "Listener", "ends_run", "events_for", "live_event"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +33,8 @@ class Event:
         time: When that step was committed.
         node: The node concerned, if any.
         fields: Kind-specific details.
+        live: Published while an action runs and never committed (``id`` is empty and
+            ``seq`` is the last committed step).
     """
 
     id: str
@@ -39,6 +44,7 @@ class Event:
     time: datetime
     node: str | None = None
     fields: Mapping[str, Any] = empty_field()
+    live: bool = False
 
 
 _NODE_EVENT = {
@@ -106,6 +112,20 @@ def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Eve
         )
         for n, (kind, node, fields) in enumerate(raw)
     ]
+
+
+def live_event(state: RunState, node: str, kind: str, fields: Mapping[str, Any]) -> Event:
+    """A live event of ``node``'s running action, published at once and never committed."""
+    return Event(
+        id="",
+        kind=kind,
+        run_id=state.run_id,
+        seq=state.seq,
+        time=datetime.now(UTC),
+        node=node,
+        fields=fields,
+        live=True,
+    )
 
 
 Listener = Callable[[Event], None]

@@ -1,10 +1,11 @@
-"""Actions of the ``coding_task`` example: a scripted agent implements a function.
+"""Python actions of the ``coding_task`` example; the model's work is in the graph itself.
 
-The agent here is a deterministic scripted policy, the stand-in for a model: it plans
-from what it reads, drafts an implementation with a typical slip (it skips the first
-element), and after the quality loop's reflection hands it the failing test it writes the
-corrected version. Everything else is real: a git repository in a temporary folder,
-files written through ``ctx.tool`` under the SOLO phase rules, pytest runs, a commit.
+The model (an ``llm:`` action, offline a scripted model server answering from
+``coding_task.responses.json``) does the planning, writing, reflecting and committing
+through tools; these functions create the repository, write the spec the reviewer sees,
+run pytest as the quality loop's verification and summarise the delivery. The first
+draft of the script skips the first element (the pytest run fails), and the fix comes
+after the model's reflection.
 """
 
 from __future__ import annotations
@@ -15,20 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.concerns.solo import phase_action
 from phasegraph.errors import ActionError
-from phasegraph.graphs.example_repo import GIT_IDENTITY, init_repo, run_in_repo
+from phasegraph.graphs.example_repo import init_repo, run_in_repo
 
-__all__ = [
-    "create_repository",
-    "deliver",
-    "delivery",
-    "execute",
-    "plan",
-    "planning",
-    "verification",
-    "verify",
-]
+__all__ = ["create_repository", "deliver", "plan", "verify"]
 
 # No stray bytecode in the repository; no third-party pytest plugins (faster, offline).
 _ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -52,25 +43,6 @@ def test_total_of_three():
 def test_total_of_nothing():
     assert total([]) == 0
 """
-
-_FIRST_DRAFT = '''"""Small arithmetic helpers."""
-
-
-def total(values):
-    """Return the sum of ``values`` (0 when there are none)."""
-    result = 0
-    for value in values[1:]:
-        result += value
-    return result
-'''
-
-_FIXED = '''"""Small arithmetic helpers."""
-
-
-def total(values):
-    """Return the sum of ``values`` (0 when there are none)."""
-    return sum(values)
-'''
 
 
 async def _run(ctx: ActionContext, *argv: str) -> Mapping[str, Any]:
@@ -107,42 +79,6 @@ async def plan(ctx: ActionContext) -> ActionResult:
     return ActionResult(trigger="generated", data={"spec": spec})
 
 
-async def _plan_the_change(ctx: ActionContext) -> ActionResult:
-    if ctx.payload.get("read"):
-        # Second planning step: nothing left to read; the phase advances by itself
-        # (auto_advance_after_steps: 2).
-        return ActionResult(trigger="work", payload={"ready": True})
-    repo = ctx.data["repo"]
-    listing = await ctx.tool("list_files", cwd=repo)
-    stub = await ctx.tool("read_file", cwd=repo, path="calc.py")
-    await ctx.tool("read_file", cwd=repo, path="test_calc.py")
-    # An eager model edits before it has a plan; the planning phase refuses the write.
-    early = await ctx.tool("write_file", cwd=repo, path="calc.py", text="# TODO: total\n")
-    steps = [
-        f"files: {', '.join(listing['files'])}",
-        "calc.total raises NotImplementedError" if "NotImplementedError" in stub["text"] else "",
-        f"an early edit was refused ({early.get('error', 'allowed')})",
-    ]
-    return ActionResult(
-        trigger="work",
-        data={"plan": [s for s in steps if s]},
-        payload={"read": listing["files"]},
-    )
-
-
-planning = phase_action(_plan_the_change)
-"""The planning phase: read the code and tests (writes are refused here)."""
-
-
-async def execute(ctx: ActionContext) -> ActionResult:
-    """Write the implementation: the first draft, or the fix once a reflection arrived."""
-    reflected = "reflection" in ctx.payload
-    text = _FIXED if reflected else _FIRST_DRAFT
-    await ctx.tool("write_file", cwd=ctx.data["repo"], path="calc.py", text=text)
-    drafts = [*ctx.data.get("attempts", []), "fixed after reflection" if reflected else "draft"]
-    return ActionResult(trigger="done", data={"attempts": drafts}, payload={"draft": len(drafts)})
-
-
 def _failures(output: str) -> str:
     """The failing tests of a pytest -q run, else its last line."""
     lines = output.strip().splitlines()
@@ -163,36 +99,14 @@ async def verify(ctx: ActionContext) -> ActionResult:
     return ActionResult(trigger="fail", payload={"message": message, "exit": check.get("exit")})
 
 
-async def _verify_everything(ctx: ActionContext) -> ActionResult:
-    suite = await _run(ctx, *_PYTEST)
-    diff = await _run(ctx, "git", "diff", "--stat")
-    if suite.get("exit") != 0 or "calc.py" not in str(diff.get("stdout")):
-        return ActionResult(
-            trigger="fail", payload={"reason": "the suite fails or nothing changed"}
-        )
-    return ActionResult(trigger="advance", output={"diff": diff["stdout"]})
-
-
-verification = phase_action(_verify_everything)
-"""The verification phase: the whole suite passes and only calc.py changed."""
-
-
-async def _commit(ctx: ActionContext) -> ActionResult:
-    await _run(ctx, "git", "add", "calc.py")
-    await _run(ctx, "git", *GIT_IDENTITY, "commit", "-q", "-m", "calc: implement total")
-    head = await _run(ctx, "git", "rev-parse", "--short", "HEAD")
-    return ActionResult(trigger="done", data={"commit": str(head["stdout"]).strip()})
-
-
-delivery = phase_action(_commit)
-"""The delivery phase: commit the change."""
-
-
 async def deliver(ctx: ActionContext) -> ActionResult:
-    """Summarise what was delivered."""
-    attempts = ctx.data.get("attempts", [])
+    """Summarise what was delivered: the commit and the model's turns."""
+    head = await _run(ctx, "git", "rev-parse", "--short", "HEAD")
+    subject = await _run(ctx, "git", "log", "-1", "--format=%s")
+    commit = str(head.get("stdout", "")).strip()
+    turns = sum(1 for m in ctx.data.get("conversation", []) if m.get("role") == "assistant")
     summary = (
-        f"calc.total implemented in commit {ctx.data.get('commit')} of {ctx.data['repo']} "
-        f"after {len(attempts)} attempt(s): {', '.join(attempts)}"
+        f"{str(subject.get('stdout', '')).strip()!r} committed as {commit} in "
+        f"{ctx.data['repo']} after {turns} model turns"
     )
-    return ActionResult(trigger="ok", data={"summary": summary})
+    return ActionResult(trigger="ok", data={"summary": summary, "commit": commit})

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from phasegraph.errors import ActionError
 from phasegraph.model import empty_field
 
-__all__ = ["Action", "ActionContext", "ActionResult", "CallNext", "EventSink", "ToolCall"]
+__all__ = [
+    "Action",
+    "ActionContext",
+    "ActionResult",
+    "CallNext",
+    "EventSink",
+    "ToolCall",
+    "ToolOffer",
+]
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
 """Records an event (kind, fields) raised while an action runs; kept with its step."""
+
+ToolOffer = Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
+"""Describes the named tools the node may call in its current state (for a model)."""
+
+
+def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
+    return ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,12 +39,16 @@ class ActionResult:
         data: Updates to the run's shared data, merged per top-level key.
         payload: Facts the machine's guards may read (``payload:KEY`` predicates).
         output: Diagnostics kept in the step record only (stdout tails, timings, ...).
+        spend: Units to add to the node's budget counters before the trigger fires, by
+            budget name at the action's level (an ``llm:`` action spends ``tokens``), so a
+            guard such as ``budget:tokens`` sees them.
     """
 
     trigger: str
     data: Mapping[str, Any] = empty_field()
     payload: Mapping[str, Any] = empty_field()
     output: Mapping[str, Any] = empty_field()
+    spend: Mapping[str, int] = empty_field()
 
 
 class ToolCall(Protocol):
@@ -64,6 +83,10 @@ class ActionContext:
         emit: Records an event that is committed with this step.
         tool: Calls a tool by name (``await ctx.tool("write_file", path=..., text=...)``)
             through the node's tool rules (e.g. the current phase's whitelist).
+        offer: Describes the named tools the current phase allows (JSON Schema function
+            entries, the ones a model is shown); refused names are left out.
+        stream: Publishes a live event that is *not* committed (e.g. a model's token
+            deltas): listeners see it now, the history never holds it.
     """
 
     run_id: str
@@ -80,6 +103,8 @@ class ActionContext:
     messages: tuple[str, ...] = ()
     emit: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
     tool: ToolCall = field(default=_no_tools, repr=False, compare=False)
+    offer: ToolOffer = field(default=_offer_nothing, repr=False, compare=False)
+    stream: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
 
     def values(self) -> Mapping[str, Any]:
         """Input and data merged (data wins), as templates see them."""

@@ -41,8 +41,27 @@ def _build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
     return build_http_action(definition, base_dir)
 
 
+def _build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
+    # The openai client is as heavy to import as aiohttp: only model graphs load it.
+    from phasegraph.actions.llm import build_llm_action
+
+    return build_llm_action(definition, base_dir)
+
+
+def _build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
+    from phasegraph.actions.llm import build_tools_action
+
+    return build_tools_action(definition, base_dir)
+
+
 BUILDERS: Mapping[str, Builder] = MappingProxyType(
-    {"python": build_python_action, "shell": build_shell_action, "http": _build_http_action}
+    {
+        "python": build_python_action,
+        "shell": build_shell_action,
+        "http": _build_http_action,
+        "llm": _build_llm_action,
+        "tools": _build_tools_action,
+    }
 )
 """Action kind → builder. Read-only: kinds are part of the YAML format. ``human:``
 bindings build no callable: they are gates (:func:`~phasegraph.actions.build_gate`)."""

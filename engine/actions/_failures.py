@@ -30,25 +30,34 @@ optional ``severity`` (``error``, ``warning``, ``critical``), ``recovered`` and 
 def classify_error(error: BaseException) -> dict[str, Any]:
     """Describe an action failure as the payload of the ``error`` trigger.
 
-    Timeouts are ``timeout``, action/provider failures ``llm_failure`` (both retryable);
-    anything else is ``internal_error`` and not retryable. Callers never pass
-    cancellation: it cancels the run, or propagates, instead of being classified.
+    Timeouts are ``timeout``, action/provider failures ``llm_failure`` (both retryable,
+    unless the error says it is not: a model provider's ``4xx`` other than 429);
+    anything else is ``internal_error`` and not retryable. A provider's requested wait
+    is kept as ``retry_after`` (seconds). Callers never pass cancellation: it cancels the
+    run, or propagates, instead of being classified.
     """
     if isinstance(error, TimeoutError):
         code, retryable = "timeout", True
     elif isinstance(error, LoopDetectedError):
         code, retryable = "loop_detected", True
     elif isinstance(error, ActionError | OSError):
-        code, retryable = "llm_failure", True
+        code, retryable = "llm_failure", getattr(error, "retryable", True) is not False
     else:
         code, retryable = "internal_error", False
     message = str(error) or type(error).__name__
-    return {
+    described = {
         "error_code": code,
         "error_type": type(error).__name__,
         "message": message,
         "retryable": retryable,
     }
+    retry_after = getattr(error, "retry_after", None)
+    if isinstance(retry_after, int | float):
+        described["retry_after"] = retry_after
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        described["status"] = status
+    return described
 
 
 def describe_error(error: BaseException) -> str:

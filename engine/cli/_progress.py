@@ -37,7 +37,12 @@ _DONE = frozenset(
 )
 
 
+_SAID_CHARS = 60
+
+
 def _line(event: Event) -> str | None:
+    if event.live:
+        return None  # streamed text: the live table shows it, logs never do
     template = _NODE_LINES.get(event.kind)
     if template is not None:
         fields: dict[str, Any] = {"state": "", "outcome": "", "error": "", **event.fields}
@@ -100,11 +105,18 @@ class _Board:
         self.seq = state.seq if state else 0
         self.started = time.monotonic()
         self.nodes: dict[str, list[str]] = {node: ["pending", "", "0"] for node in order}
+        self.said: dict[str, str] = {}  # the tail of what a model is typing, per node
         if state is not None:
             for node_id, node in state.nodes.items():
                 self.nodes[node_id] = [str(node.status), node.state, str(node.steps)]
 
     def update(self, event: Event) -> None:
+        if event.live:
+            if event.node is not None and isinstance(event.fields.get("text"), str):
+                said = self.said.get(event.node, "") + event.fields["text"]
+                self.said[event.node] = said[-_SAID_CHARS:]
+            return
+        self.said.pop(event.node or "", None)
         self.run_id = event.run_id
         self.seq = event.seq
         if event.node is None:
@@ -145,10 +157,12 @@ class _Live(Progress):
 
     def __rich__(self) -> Group:
         table = Table(box=None)
-        for column in ("node", "status", "state", "steps"):
+        said = self._board.said
+        for column in ("node", "status", "state", "steps", *(["model"] if said else [])):
             table.add_column(column)
         for node, (status, state, steps) in self._board.nodes.items():
-            table.add_row(node, status, state, steps)
+            typing = [" ".join(said.get(node, "").split())] if said else []
+            table.add_row(node, status, state, steps, *typing)
         # The summary above the table, not its title: a title wraps at the table's width.
         return Group(Text(self._board.title(), style="italic", no_wrap=True), table)
 

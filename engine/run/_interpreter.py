@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, NamedTuple, Self
@@ -25,7 +26,7 @@ from phasegraph.errors import (
     RunStateError,
     StoreUnavailableError,
 )
-from phasegraph.events import EventBus, events_for
+from phasegraph.events import EventBus, events_for, live_event
 from phasegraph.model import NodeStatus, RunState, StepRecord
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
@@ -243,6 +244,8 @@ class Run:
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
+        tools = self._prepared.tools
+
         return ActionContext(
             run_id=state.run_id,
             node_id=node_id,
@@ -256,8 +259,15 @@ class Run:
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=self._prepared.tools.bind(definition, where, emit),
+            tool=tools.bind(definition, where, emit),
+            offer=functools.partial(tools.offered, definition, where),
+            stream=functools.partial(self._stream, node_id),
         )
+
+    def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:
+        """Publish a live event of an action now; it is never committed (see live_event)."""
+        if self._bus.listening:
+            self._bus.publish(live_event(self._state, node_id, kind, fields))
 
     @staticmethod
     async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Done:

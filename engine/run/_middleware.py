@@ -99,7 +99,8 @@ class LoopDetection:
     calls (hook, entering payload) and tool calls. A hash reaching ``threshold`` copies (2;
     ``with.loop_detection.threshold`` per node, e.g. 3 in keep-working loops) injects a
     corrective message (``ctx.messages``, or a tool result's ``loop_warning``) and emits
-    ``loop_detected``; a detection right after one raises :class:`LoopDetectedError`. A
+    ``loop_detected``; a detection right after one of the same kind (action calls, tool
+    calls: an agent's turns interleave both) raises :class:`LoopDetectedError`. A
     ``reset_on`` hook (a new attempt) empties the window. Windows are per process only.
     """
 
@@ -110,46 +111,50 @@ class LoopDetection:
             raise SpecError([Problem("loop_detection needs window >= 1 and threshold >= 2")])
         self._size, self._threshold, self._reset_on = window, threshold, frozenset(reset_on)
         self._windows: dict[tuple[str, str], deque[str]] = {}
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: set[tuple[str, str, bool]] = set()
 
     async def __call__(self, ctx: ActionContext, call_next: CallNext) -> ActionResult:
         """Check the action call, and watch the tool calls it makes."""
         key = (ctx.run_id, ctx.node_id)
         if ctx.hook in self._reset_on:
             self._forget(key)
-        elif warning := self._check(key, ctx, ctx.hook, ctx.payload):
+        elif warning := self._check(key, ctx, ctx.hook, ctx.payload, tool=False):
             ctx = dataclasses.replace(ctx, messages=(*ctx.messages, warning))
         inner = ctx.tool
 
         async def tool(name: str, /, **arguments: Any) -> Mapping[str, Any]:
-            warning = self._check(key, ctx, name, arguments)
+            warning = self._check(key, ctx, name, arguments, tool=True)
             result = await inner(name, **arguments)
             return {**result, "loop_warning": warning} if warning else result
 
         return await call_next(dataclasses.replace(ctx, tool=tool))
 
-    def _check(self, key: tuple[str, str], ctx: ActionContext, name: str, args: Any) -> str:
+    def _check(
+        self, key: tuple[str, str], ctx: ActionContext, name: str, args: Any, *, tool: bool
+    ) -> str:
         window = self._windows.pop(key) if key in self._windows else deque(maxlen=self._size)
         self._windows[key] = window  # re-inserted: the least recently used goes first
         if len(self._windows) > _MAX_TRACKED:
             self._forget(next(iter(self._windows)))
         window.append(call_hash(name, args))
         count = window.count(window[-1])
+        warned = (*key, tool)
         if count < _threshold(ctx, self._threshold):
-            self._warned.discard(key)
+            self._warned.discard(warned)
             return ""
-        if key in self._warned:
+        if warned in self._warned:
             self._forget(key)
             text = f"still {_repeated(name, count, len(window))} after a warning"
             raise LoopDetectedError(text, run_id=ctx.run_id, node_id=ctx.node_id)
-        self._warned.add(key)
+        self._warned.add(warned)
         message = f"You are {_repeated(name, count, len(window))}; change your approach."
         ctx.emit("loop_detected", {"call": name, "count": count, "message": message})
         return message
 
     def _forget(self, key: tuple[str, str]) -> None:
         self._windows.pop(key, None)
-        self._warned.discard(key)
+        self._warned.discard((*key, False))
+        self._warned.discard((*key, True))
 
 
 def _threshold(ctx: ActionContext, default: int) -> int:

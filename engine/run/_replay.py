@@ -270,6 +270,7 @@ class _Replayer:
             data=frozen_map({**data, **raw}) if raw else data,
             payload=result.get("payload", EMPTY),
             output=result.get("output", EMPTY),
+            spend=result.get("spend", EMPTY),
         )
 
 

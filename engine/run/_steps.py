@@ -34,6 +34,7 @@ from phasegraph.errors import (
 )
 from phasegraph.model import (
     EMPTY,
+    PATH_SEPARATOR,
     ErrorRecord,
     Interrupt,
     NodeOutcome,
@@ -196,9 +197,10 @@ class StepBuilder:
         current = state.nodes[node_id]
         definition = self._prepared.workflow.nodes[node_id]
         try:
+            counters = _spent(current, result.spend) if result.spend else current.counters
             step = self._prepared.machines.step(
                 definition.machine,
-                Position(path=current.path, counters=current.counters),
+                Position(path=current.path, counters=counters),
                 result.trigger,
                 node_id=node_id,
                 settings=definition.settings,
@@ -231,7 +233,12 @@ class StepBuilder:
         Data is recorded after reducers, so the raw update of each reduced key is kept
         here too (replay needs what the action returned, not what the reducer made of it).
         """
-        summary = {"trigger": result.trigger, "payload": result.payload, "output": result.output}
+        summary = {
+            "trigger": result.trigger,
+            "payload": result.payload,
+            "output": result.output,
+            "spend": result.spend,
+        }
         reducers = self._prepared.definition.reducers
         if reducers and result.data:
             summary["data"] = {k: v for k, v in result.data.items() if k in reducers}
@@ -607,3 +614,12 @@ def _ended(node: NodeState, trigger: str | None, result: Mapping[str, Any] | Non
     elif isinstance(payload, Mapping) and payload.get("message"):
         parts.append(str(payload["message"]))
     return "; ".join(parts)
+
+
+def _spent(node: NodeState, spend: Mapping[str, int]) -> Mapping[str, int]:
+    """The node's counters with what an action spent added, at the action's level."""
+    prefix = "".join(part + PATH_SEPARATOR for part in node.path[:-1])
+    counters = dict(node.counters)
+    for budget, units in spend.items():
+        counters[prefix + budget] = counters.get(prefix + budget, 0) + int(units)
+    return MappingProxyType(counters)

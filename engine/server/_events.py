@@ -46,10 +46,13 @@ def _after(request: web.Request) -> EventId | None:
 
 
 def frame(event: Event) -> bytes:
-    """One event in the SSE wire format (``id``, ``event``, one ``data`` line)."""
+    """One event in the SSE wire format: ``id`` (none for a live event), ``event``, ``data``."""
     kind = " ".join(event.kind.split())  # a kind an action chose could hold a newline
     data = json.dumps(jsonable(event), sort_keys=True, default=str)
-    return f"id: {event.id}\nevent: {kind}\ndata: {data}\n\n".encode()
+    # A live event is never committed: without an id, a reconnecting client's cursor
+    # stays on the last committed event.
+    head = "" if event.live else f"id: {event.id}\n"
+    return f"{head}event: {kind}\ndata: {data}\n\n".encode()
 
 
 async def stream_events(request: web.Request) -> web.StreamResponse:

@@ -7,7 +7,8 @@ follows the run: events of runs stepped by this process arrive from the engine's
 :class:`~phasegraph.events.EventBus` through the :class:`EventHub`; runs stepped
 elsewhere are caught up by reading the store again. Bus events are a shortcut, never the
 source of truth: whenever one would leave a hole (a skipped seq, a dropped event) the feed
-rereads the store, where every published event's step is already committed.
+rereads the store, where every published event's step is already committed. Live events
+(a model's streamed text) pass straight through: they have no id and move no cursor.
 """
 
 from __future__ import annotations
@@ -181,11 +182,16 @@ class EventFeed:
             return None
         reached = self._seen
         for event in events:
+            if event.live:
+                continue  # never committed: not part of the log the cursor walks
             if event.seq > reached + 1:
                 return None  # a step whose events we never got: the store has them
             reached = max(reached, event.seq)
         self._seen = reached
-        return self._accept(events)
+        taken: list[Event] = []
+        for event in events:
+            taken += [event] if event.live else self._accept([event])
+        return taken
 
     async def catch_up(self) -> list[Event]:
         """The events committed after the cursor, read from the store.

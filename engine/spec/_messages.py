@@ -28,9 +28,11 @@ from phasegraph.spec._models import (
     URL_PATTERN,
     HttpAction,
     HumanAction,
+    LlmAction,
     Loc,
     PythonAction,
     ShellAction,
+    ToolsAction,
 )
 
 __all__ = ["Issues", "SpecIssue", "did_you_mean", "issue_of"]
@@ -125,7 +127,7 @@ def _action_kind_message(value: object) -> str:
     present = [kind for kind in ACTION_KINDS if kind in value]
     if present:
         return f"an action has exactly one kind, this one has {', '.join(present)}: keep one"
-    models = (PythonAction, ShellAction, HttpAction, HumanAction)
+    models = (PythonAction, ShellAction, HttpAction, HumanAction, LlmAction, ToolsAction)
     options = {name for model in models for name in model.model_fields}
     unknown = [str(key) for key in value if key not in options]
     if unknown:

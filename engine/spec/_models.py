@@ -41,12 +41,15 @@ __all__ = [
     "HttpAction",
     "HttpRequest",
     "HumanAction",
+    "LlmAction",
+    "LlmRequest",
     "Loc",
     "MachineSpec",
     "NodeSpec",
     "PythonAction",
     "ShellAction",
     "StateSpec",
+    "ToolsAction",
     "TransitionSpec",
 ]
 
@@ -66,7 +69,7 @@ URL_PATTERN = r"^https?://[^/?#]"
 """An ``http:`` URL: absolute, ``http`` or ``https``, the host written out."""
 HEADER_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
 """An HTTP header name (an RFC 9110 token)."""
-ACTION_KINDS = ("python", "shell", "http", "human")
+ACTION_KINDS = ("python", "shell", "http", "human", "llm", "tools")
 """The action kinds, in the order messages list them."""
 
 _Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -142,7 +145,10 @@ class BudgetSpec(_Spec):
     """A named counter with a limit; every entry into a `spend_on` state spends one unit."""
 
     limit: int = Field(ge=0, description="Units available (a node's with.budgets may override).")
-    spend_on: list[_Name] = Field(min_length=1, description="States whose every entry spends one.")
+    spend_on: list[_Name] = Field(
+        description="States whose every entry spends one; [] for a budget only actions spend "
+        "(an llm action spends `tokens`)."
+    )
 
 
 _ROLES = {"final": "final", "hook": "hooked", "machine": "nesting a machine"}
@@ -330,14 +336,84 @@ class HumanAction(_ActionBase):
     triggers: list[_Name] | None = Field(None, description="Replies accepted (and timeout).")
 
 
+class LlmRequest(_Spec):
+    """One chat-completion call against an OpenAI-compatible endpoint."""
+
+    model: _NonEmpty = Field(description="The model name the endpoint serves.")
+    system: _Template | None = Field(None, description="System message (a template).")
+    prompt: _Template | None = Field(
+        None,
+        description="User message added before the call (a template; {payload[KEY]} reads the "
+        "entering trigger's payload), when the conversation is empty or ends with an answer.",
+    )
+    conversation: _NonEmpty = Field(
+        "conversation", description="Data key holding the message list the answer is appended to."
+    )
+    tools: list[_Name] = Field(
+        [], description="Tools the model may call (those the current phase refuses are hidden)."
+    )
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int | None = Field(None, ge=1, description="Longest answer, in tokens.")
+    auxiliary_model: _NonEmpty | None = Field(
+        None, description="Cheaper model that writes compression summaries (main model fallback)."
+    )
+    context_tokens: int | None = Field(
+        None, ge=64, description="Compress older turns when a request nears this many tokens."
+    )
+    keep_recent: int = Field(6, ge=1, description="Messages a compression keeps word for word.")
+    stream: bool = Field(False, description="Stream the answer (live llm_delta events).")
+    retries: int = Field(2, ge=0, le=10, description="Retries of 429/5xx/timeouts (Retry-After).")
+
+
+_OUTCOME_KEYS = Literal["answer", "tool_calls", "compressed"]
+
+
+class LlmAction(_ActionBase):
+    """Ask a model once; fires tool_calls, answer or compressed (renamed by `on_outcome`)."""
+
+    timeout: float = Field(120.0, gt=0, description="Seconds one request may take.")
+    llm: LlmRequest = Field(description="The request.")
+    on_outcome: dict[_OUTCOME_KEYS, _Name | None] = Field(
+        {},
+        description="Outcome -> trigger (answer, tool_calls, compressed); null: never expected "
+        "(compressed: null turns compression off).",
+    )
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        possible = ["answer", *(["tool_calls"] if self.llm.tools else []), "compressed"]
+        found: list[tuple[Loc, str]] = []
+        for outcome in possible:
+            trigger = self.on_outcome.get(outcome, outcome)  # type: ignore[call-overload]
+            if trigger is not None:
+                where = ("on_outcome", outcome) if outcome in self.on_outcome else ("llm",)
+                found.append((where, trigger))
+        return found
+
+
+class ToolsAction(_ActionBase):
+    """Run the tool calls of the conversation's last assistant message; fires observed."""
+
+    tools: _NonEmpty = Field(description="Data key of the conversation.")
+    cwd: _Template | None = Field(
+        None,
+        description="Folder every call works in (a template, e.g. {repo}): the model's "
+        "relative paths resolve there and no call leaves it.",
+    )
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        return [(("tools",), "observed"), (("tools",), "advance")]
+
+
 ActionSpec = Annotated[
     Annotated[PythonAction, Tag("<python>")]
     | Annotated[ShellAction, Tag("<shell>")]
     | Annotated[HttpAction, Tag("<http>")]
-    | Annotated[HumanAction, Tag("<human>")],
+    | Annotated[HumanAction, Tag("<human>")]
+    | Annotated[LlmAction, Tag("<llm>")]
+    | Annotated[ToolsAction, Tag("<tools>")],
     Discriminator(_action_kind, custom_error_type="action_kind", custom_error_message="kind"),
 ]
-"""One action: exactly one of the kind keys python, shell, http, human."""
+"""One action: exactly one of the kind keys python, shell, http, human, llm, tools."""
 
 _Settings = Annotated[dict[_Ident, dict[str, Any]], Field(min_length=1, max_length=1)]
 _Middleware = Annotated[

@@ -1,7 +1,8 @@
 """The public test kit (needs the ``test`` extra).
 
-The store contract suite, a Redis server for tests, and hypothesis property tests for
-your own machines and graphs.
+The store contract suite, a Redis server for tests, hypothesis property tests for your
+own machines and graphs, and a scripted OpenAI-compatible model server
+(:class:`ScriptedModelServer`) to run agent graphs against, offline.
 
 Owns ``hypothesis``. May import :mod:`phasegraph.api`, :mod:`phasegraph.analysis` and
 everything below them.
@@ -9,6 +10,7 @@ everything below them.
 
 from __future__ import annotations
 
+from phasegraph.actions.llm import ScriptedModelServer
 from phasegraph.testing._contract import (
     REDIS_URL_ENV,
     StoreContract,
@@ -45,6 +47,7 @@ __all__ = [
     "PropertyStats",
     "PropertyTest",
     "Script",
+    "ScriptedModelServer",
     "StoreContract",
     "crash_equivalence",
     "graph_outcomes",

@@ -8,6 +8,7 @@ May import :mod:`phasegraph.actions`, :mod:`phasegraph.model` and :mod:`phasegra
 from __future__ import annotations
 
 from phasegraph.tools._registry import (
+    ADVANCE_TOOL,
     ALL_TOOLS,
     BUILTIN_TOOLS,
     PHASE_VIOLATION,
@@ -21,6 +22,7 @@ from phasegraph.tools._registry import (
 )
 
 __all__ = [
+    "ADVANCE_TOOL",
     "ALL_TOOLS",
     "BUILTIN_TOOLS",
     "PHASE_VIOLATION",

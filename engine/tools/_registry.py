@@ -15,6 +15,10 @@ node's machine, nested ones included)::
 
 ``phases: solo`` names a preset (see :data:`PRESETS`).
 
+``advance`` is a tool too, for agents: calling it asks to move on to the next phase (the
+``tools:`` action fires the ``advance`` trigger). It is allowed only where a phase lists
+it by name (``"*"`` does not include it), or everywhere when the node has no phase rules.
+
 The phase of a call is the innermost state of the node's path that ``phases`` lists (so a
 phase whose state nests another machine covers that machine's states too). When
 ``phases`` is given, a state it does not cover (and no ``"*"`` entry) allows no tool.
@@ -46,8 +50,10 @@ from phasegraph.actions import EventSink, ToolCall
 from phasegraph.errors import ActionError, Problem, SpecError
 from phasegraph.model import PATH_SEPARATOR, GraphDef, NodeDef, empty_field, nested_machines
 from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
+from phasegraph.tools._schemas import describe_tool
 
 __all__ = [
+    "ADVANCE_TOOL",
     "ALL_TOOLS",
     "BUILTIN_TOOLS",
     "PHASE_VIOLATION",
@@ -63,6 +69,9 @@ __all__ = [
 PHASE_VIOLATION = "phase_violation"
 """The error code of a refused call, and the kind of the event it records."""
 
+ADVANCE_TOOL = "advance"
+"""The tool an agent calls to move to the next phase; allowed only where listed by name."""
+
 ALL_TOOLS = "*"
 """``tools: "*"`` allows every tool; a ``"*"`` phase covers every state not listed."""
 
@@ -72,9 +81,17 @@ PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {
         "solo": MappingProxyType(
             {
-                "planning": {"tools": ["read_file", "list_files", "run_command"], **_READ_ONLY},
-                "building": {"tools": ["read_file", "write_file", "list_files", "run_command"]},
-                "verification": {"tools": ["read_file", "list_files", "run_command"], **_READ_ONLY},
+                "planning": {
+                    "tools": ["read_file", "list_files", "run_command", ADVANCE_TOOL],
+                    **_READ_ONLY,
+                },
+                "building": {
+                    "tools": ["read_file", "write_file", "list_files", "run_command", ADVANCE_TOOL]
+                },
+                "verification": {
+                    "tools": ["read_file", "list_files", "run_command", ADVANCE_TOOL],
+                    **_READ_ONLY,
+                },
                 "delivery": {"tools": ALL_TOOLS},
             }
         )
@@ -82,7 +99,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 )
 """Named rule sets: ``with: {phases: solo}`` reads in planning and verification (no
 ``rm``, ``mv`` or redirections there), writes in building, and allows everything in
-delivery."""
+delivery; ``advance`` in every phase but delivery."""
 
 _SHELL_CHARS = frozenset(" \t\n;&|<>()$`")
 
@@ -105,8 +122,14 @@ class PhaseRule:
     allow_commands: frozenset[str] | None = None
 
     def allowed(self, known: Sequence[str]) -> list[str]:
-        """The allowed tool names, sorted."""
-        return sorted(known if self.tools is None else self.tools)
+        """The allowed tool names, sorted (``"*"`` allows every tool but ``advance``)."""
+        if self.tools is None:
+            return sorted(name for name in known if name != ADVANCE_TOOL)
+        return sorted(self.tools)
+
+    def allows(self, name: str) -> bool:
+        """Whether tool ``name`` may be called in this phase (commands aside)."""
+        return name != ADVANCE_TOOL if self.tools is None else name in self.tools
 
 
 _DENY_ALL = PhaseRule(tools=frozenset())
@@ -176,7 +199,7 @@ def _check(
     name: str, arguments: Mapping[str, Any], phase: str, rule: PhaseRule, known: Sequence[str]
 ) -> dict[str, Any] | None:
     allowed = rule.allowed(known)
-    if rule.tools is not None and name not in rule.tools:
+    if not rule.allows(name):
         message = (
             f"tool {name!r} is not allowed in phase {phase!r} "
             f"(allowed: {', '.join(allowed) or 'none'}); advance to a phase that allows it"
@@ -206,8 +229,9 @@ class ToolFactory:
     def __init__(
         self, tools: Mapping[str, Tool], policies: Mapping[str, ToolPolicy] | None = None
     ) -> None:
-        self._tools = MappingProxyType(dict(tools))
-        self._signatures = {name: inspect.signature(tool) for name, tool in tools.items()}
+        self._tools = MappingProxyType({**tools, ADVANCE_TOOL: _advance})
+        self._signatures = {name: inspect.signature(tool) for name, tool in self._tools.items()}
+        self._described: dict[str, Mapping[str, Any]] = {}
         self._policies = MappingProxyType(dict(policies or {}))
         self._unrestricted = ToolPolicy()
 
@@ -215,6 +239,28 @@ class ToolFactory:
     def names(self) -> tuple[str, ...]:
         """The known tool names, sorted."""
         return tuple(sorted(self._tools))
+
+    def offered(self, node: NodeDef, state: str, wanted: Sequence[str]) -> list[Mapping[str, Any]]:
+        """Descriptions of the ``wanted`` tools that ``node`` may call in ``state``.
+
+        What a model is shown: a tool the current phase refuses is left out.
+
+        Raises:
+            ActionError: A wanted name is not a known tool.
+        """
+        policy = self._policies.get(node.id, self._unrestricted)
+        _, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
+        offered = []
+        for name in wanted:
+            tool = self._tools.get(name)
+            if tool is None:
+                known = ", ".join(self.names) or "none"
+                raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
+            if rule is None or rule.allows(name):
+                if name not in self._described:
+                    self._described[name] = describe_tool(name, tool)
+                offered.append(self._described[name])
+        return offered
 
     def bind(self, node: NodeDef, state: str, emit: EventSink) -> ToolCall:
         """A tool caller for one action call of ``node`` in ``state`` (a path string)."""
@@ -242,6 +288,11 @@ class ToolFactory:
             return await tool(scope, **arguments)
 
         return call
+
+
+async def _advance(scope: Scope) -> Mapping[str, Any]:
+    """Finish the current phase and move on to the next one (call it alone, when done)."""
+    return {"advance": True}
 
 
 def _scope(workspace: str | None, cwd: str | None) -> Scope:
@@ -339,7 +390,7 @@ def build_tools(definition: GraphDef, tools: Mapping[str, Tool] | None = None) -
         SpecError: A node's tool rules are malformed (every problem at once).
     """
     available = {**BUILTIN_TOOLS, **(tools or {})}
-    known = sorted(available)
+    known = sorted([*available, ADVANCE_TOOL])
     policies: dict[str, ToolPolicy] = {}
     problems: list[Problem] = []
     for node in definition.nodes:

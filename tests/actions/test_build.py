@@ -3,6 +3,7 @@ what run refuses."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +23,20 @@ from phasegraph.store import open_store
 GATES = {"human"}
 """Kinds that build a gate for the interpreter rather than a callable."""
 
+MODEL_KINDS = {"llm", "tools"}
+"""Kinds that run in the ``agent`` machine, against a scripted model."""
+
+AGENT_BINDING = {
+    "think": {"llm": {"model": "scripted", "tools": ["list_files"]}},
+    "act": {"tools": "conversation"},
+}
+SCRIPT = [{"tool_calls": [{"name": "list_files", "arguments": {}}]}, {"content": "done"}]
+
 
 def sample(kind: str, server: Server) -> dict[str, Any]:
     """A binding of ``kind`` for the ``task`` machine's ``run`` hook."""
+    if kind in MODEL_KINDS:
+        return {}
     samples: dict[str, dict[str, Any]] = {
         "python": {"python": "phasegraph.graphs.hello:plan", "triggers": ["ok"]},
         "shell": {"shell": [sys.executable, "-c", "pass"]},
@@ -45,6 +57,11 @@ async def test_a_graph_using_each_kind_checks_and_runs(
 ) -> None:
     path = tmp_path / f"{kind}.yaml"
     graph = {"nodes": [{"id": "step", "machine": "task", "bind": {"run": sample(kind, server)}}]}
+    if kind in MODEL_KINDS:
+        (tmp_path / "script.json").write_text(json.dumps(SCRIPT), encoding="utf-8")
+        settings = {"llm": {"script": "script.json"}, "workspace": str(tmp_path)}
+        node = {"id": "step", "machine": "agent", "with": settings, "bind": AGENT_BINDING}
+        graph = {"nodes": [node]}
     path.write_text(yaml.safe_dump(graph), encoding="utf-8")
     report = check(path)
     assert report.kind == "graph"
@@ -59,10 +76,13 @@ async def test_a_graph_using_each_kind_checks_and_runs(
     assert state.status is RunStatus.COMPLETED, state.nodes["step"].error
 
 
-def test_importing_phasegraph_leaves_aiohttp_unloaded() -> None:
-    """The http action loads aiohttp when a graph binds one, not on import."""
-    code = "import sys, phasegraph, phasegraph.actions; print('aiohttp' in sys.modules)"
+def test_importing_phasegraph_leaves_aiohttp_and_openai_unloaded() -> None:
+    """The http and llm actions load their clients when a graph binds one, not on import."""
+    code = (
+        "import sys, phasegraph, phasegraph.actions; "
+        "print('aiohttp' in sys.modules, 'openai' in sys.modules)"
+    )
     shown = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert shown.strip() == "False"
+    assert shown.strip() == "False False"

@@ -199,21 +199,27 @@ def test_registered_and_validated():
 
 
 def _reference(hashes: list[int], window: int, threshold: int) -> list[str]:
-    """What should happen to each call: ok, warn, or raise (and the window restarts)."""
+    """What should happen to each call: ok, warn, or raise (and the window restarts).
+
+    Action calls (hashes from 1000) and tool calls share the window, but a warning is
+    escalated only by the next detection of the same kind.
+    """
     seen: deque[int] = deque(maxlen=window)
-    outcomes, warned = [], False
+    outcomes: list[str] = []
+    warned = {False: False, True: False}
     for h in hashes:
+        kind = h < 1000
         seen.append(h)
         if seen.count(h) < threshold:
             outcomes.append("ok")
-            warned = False
-        elif warned:
+            warned[kind] = False
+        elif warned[kind]:
             outcomes.append("raise")
             seen.clear()
-            warned = False
+            warned = {False: False, True: False}
         else:
             outcomes.append("warn")
-            warned = True
+            warned[kind] = True
     return outcomes
 
 

@@ -232,7 +232,7 @@ def test_binding_for_a_hook_the_machine_lacks() -> None:
 
 def test_unknown_action_kind() -> None:
     path = GRAPHS / "unknown_action_kind.yaml"
-    located(problems(load_graph, path), path, 5, "unknown action kind 'llm'", "python, shell")
+    located(problems(load_graph, path), path, 5, "unknown action kind 'grpc'", "python, shell")
 
 
 def test_action_with_two_kinds(tmp_path: Path) -> None:

@@ -117,7 +117,14 @@ def test_json_schema_states_the_rules() -> None:
     assert graph["$defs"]["NodeSpec"]["properties"]["id"]["pattern"] == schema.ID_PATTERN
     bind = graph["$defs"]["NodeSpec"]["properties"]["bind"]["patternProperties"]
     kinds = [ref["$ref"].rsplit("/", 1)[1] for ref in bind[schema.NAME_PATTERN]["oneOf"]]
-    assert kinds == ["PythonAction", "ShellAction", "HttpAction", "HumanAction"]
+    assert kinds == [
+        "PythonAction",
+        "ShellAction",
+        "HttpAction",
+        "HumanAction",
+        "LlmAction",
+        "ToolsAction",
+    ]
     for name, kind in zip(kinds, schema.ACTION_KINDS, strict=True):
         assert graph["$defs"][name]["required"][0] == kind
 
@@ -335,11 +342,14 @@ def test_shell_exit_keys_become_strings() -> None:
 @pytest.mark.parametrize(
     ("action", "expected"),
     [
-        ({"triggers": ["ok"]}, "the action has no kind: add one of python, shell, http, human"),
+        (
+            {"triggers": ["ok"]},
+            "the action has no kind: add one of python, shell, http, human, llm, tools",
+        ),
         (
             {"pyhton": "m:f"},
             "unknown action kind 'pyhton': use one of python, shell, http, "
-            "human; did you mean 'python'?",
+            "human, llm, tools; did you mean 'python'?",
         ),
         ({"python": "m:f", "human": "x"}, "exactly one kind, this one has python, human"),
         ("m:f", "an action is a mapping with exactly one kind key"),

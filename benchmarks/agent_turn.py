@@ -1,0 +1,116 @@
+"""Engine overhead per model turn: an agent loop against the scripted model, model time out.
+
+One node of the ``agent`` machine makes TURNS tool-calling turns (think → act, two
+committed steps each) and then answers. The model is the in-process scripted server,
+reached by the real ``openai`` client over loopback. Every call of the client wrapper
+(``phasegraph.actions.llm._client.complete``: client set-up, request, response) is timed
+and subtracted from the run's wall time; what is left, divided by the turns, is the
+engine's overhead per turn: building the request and the tool list, dispatching the tool
+call (``list_files`` of an empty folder), merging the conversation, two commits.
+
+    python benchmarks/agent_turn.py [--turns 200] [--repeat 5] [--store memory|sqlite]
+
+Prints the median over the repeats for each store, interleaved round robin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import phasegraph.actions.llm._action as llm_action
+from phasegraph.api import Engine
+from phasegraph.model import RunStatus
+from phasegraph.spec import load_graph_text
+from phasegraph.store import open_store
+from phasegraph.testing import ScriptedModelServer
+
+
+def _script(turns: int) -> list[dict[str, Any]]:
+    calls = [
+        {
+            "tool_calls": [
+                {"name": "list_files", "arguments": {"path": ".", "recursive": n % 2 == 0}}
+            ]
+        }
+        for n in range(turns)
+    ]
+    return [*calls, {"content": "done"}]
+
+
+def _graph(workspace: str, turns: int) -> str:
+    node = {
+        "id": "agent",
+        "machine": "agent",
+        "with": {"workspace": workspace, "budgets": {"turns": turns + 1}},
+        "bind": {
+            "think": {"llm": {"model": "m", "prompt": "go", "tools": ["list_files"]}},
+            "act": {"tools": "conversation"},
+        },
+    }
+    return json.dumps({"graph": "agent_bench", "nodes": [node]})
+
+
+async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, float]:
+    """(run wall seconds, seconds inside the model client)."""
+    spent = [0.0]
+    original = llm_action.complete
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    llm_action.complete = timed  # type: ignore[assignment]
+    try:
+        async with ScriptedModelServer(_script(turns)) as server:
+            os.environ["PHASEGRAPH_LLM_BASE_URL"] = server.base_url
+            definition = load_graph_text(_graph(workspace, turns), name="agent_bench.yaml")
+            async with open_store(store_url) as store:
+                engine = Engine(store)
+                started = time.perf_counter()
+                state = await engine.run(definition, {})
+                wall = time.perf_counter() - started
+            assert state.status is RunStatus.COMPLETED, state.nodes["agent"].error
+    finally:
+        llm_action.complete = original  # type: ignore[assignment]
+    return wall, spent[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--store", choices=["memory", "sqlite", "both"], default="both")
+    args = parser.parse_args()
+    stores = ["memory", "sqlite"] if args.store == "both" else [args.store]
+    results: dict[str, list[tuple[float, float]]] = {s: [] for s in stores}
+    with tempfile.TemporaryDirectory() as folder:
+        workspace = Path(folder) / "ws"
+        workspace.mkdir()
+        for round_ in range(args.repeat):
+            for kind in stores:
+                url = "memory://" if kind == "memory" else f"sqlite:///{folder}/r{round_}.db"
+                results[kind].append(asyncio.run(_once(url, args.turns, str(workspace))))
+    print(f"{args.turns} tool-calling turns + 1 answer, medians of {args.repeat} runs")
+    print("| store | wall ms/turn | model client ms/turn | engine µs/turn (model excluded) |")
+    print("|---|---|---|---|")
+    calls = args.turns + 1
+    for kind, runs in results.items():
+        wall = statistics.median(w for w, _ in runs) / calls
+        model = statistics.median(m for _, m in runs) / calls
+        engine = statistics.median((w - m) for w, m in runs) / calls
+        print(f"| {kind} | {wall * 1e3:.2f} | {model * 1e3:.2f} | {engine * 1e6:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

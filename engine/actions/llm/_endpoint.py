@@ -1,0 +1,87 @@
+"""Where an ``llm:`` action sends its requests: the environment, node settings, or a script.
+
+The endpoint is read at every call, in this order:
+
+1. ``PHASEGRAPH_LLM_BASE_URL``;
+2. the node's ``with: {llm: {base_url: URL}}``;
+3. the node's ``with: {llm: {script: FILE}}``: a response script (JSON, relative to the
+   graph file) answered offline by a :class:`ScriptedModelServer` started for the call;
+4. ``OPENAI_BASE_URL``;
+5. the OpenAI API.
+
+With ``PHASEGRAPH_LLM_BASE_URL``, ``PHASEGRAPH_LLM_MODEL`` (when set) names the model to
+ask there instead of each binding's ``model`` (an ``auxiliary_model`` is kept: if the
+endpoint lacks it, summaries fall back to the main model).
+
+The key is ``PHASEGRAPH_LLM_API_KEY``, else the variable ``with.llm.api_key_env`` names,
+else ``OPENAI_API_KEY``. A key is never written in a graph file (only the name of the
+variable that holds it), and never recorded: messages mask it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from phasegraph.actions.llm._client import Endpoint
+from phasegraph.actions.llm._scripted import ScriptedModelServer
+from phasegraph.errors import ActionError
+
+__all__ = ["BASE_URL_ENV", "KEY_ENV", "MODEL_ENV", "SETTINGS_KEY", "open_endpoint"]
+
+BASE_URL_ENV: Final = "PHASEGRAPH_LLM_BASE_URL"
+MODEL_ENV: Final = "PHASEGRAPH_LLM_MODEL"
+KEY_ENV: Final = "PHASEGRAPH_LLM_API_KEY"
+SETTINGS_KEY: Final = "llm"
+"""The node's ``with`` block that may name ``base_url``, ``api_key_env`` and ``script``."""
+
+
+def _key(settings: Mapping[str, Any]) -> str:
+    named = settings.get("api_key_env")
+    for variable in (KEY_ENV, named, "OPENAI_API_KEY"):
+        if isinstance(variable, str) and os.environ.get(variable):
+            return os.environ[variable]
+    return ""
+
+
+def _script(path: str, base_dir: Path | None) -> list[Mapping[str, Any]]:
+    candidate = Path(path)
+    if not candidate.is_absolute() and base_dir is not None:
+        candidate = base_dir / candidate
+    try:
+        script = json.loads(candidate.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ActionError(f"cannot read the response script {str(candidate)!r}: {exc}") from None
+    if not isinstance(script, list) or not all(isinstance(e, Mapping) for e in script):
+        raise ActionError(f"the response script {str(candidate)!r} is not a list of answers")
+    return script
+
+
+@contextlib.asynccontextmanager
+async def open_endpoint(
+    node_settings: Mapping[str, Any], base_dir: Path | None
+) -> AsyncIterator[Endpoint]:
+    """The endpoint for one call (a scripted server lives as long as the block).
+
+    Raises:
+        ActionError: ``with.llm`` is malformed or its script cannot be read.
+    """
+    settings = node_settings.get(SETTINGS_KEY) or {}
+    if not isinstance(settings, Mapping):
+        raise ActionError("with.llm must be a mapping (base_url, api_key_env, script)")
+    key = _key(settings)
+    chosen = os.environ.get(BASE_URL_ENV)
+    if chosen:
+        yield Endpoint(base_url=chosen, api_key=key, model=os.environ.get(MODEL_ENV) or None)
+        return
+    base_url = settings.get("base_url")
+    if base_url or not settings.get("script"):
+        yield Endpoint(base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None, api_key=key)
+        return
+    script = _script(str(settings["script"]), base_dir)
+    async with ScriptedModelServer(script, by_turn=True) as server:
+        yield Endpoint(base_url=server.base_url, api_key=key)

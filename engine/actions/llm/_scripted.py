@@ -1,0 +1,343 @@
+"""A scripted model: an aiohttp server speaking the Chat Completions API from a script.
+
+Tests drive the real ``openai`` client against it over a loopback socket, and the
+offline examples answer from a shipped script. Each entry of the script is one answer:
+
+- ``{content: TEXT}``: an assistant message;
+- ``{tool_calls: [{name: NAME, arguments: {...}}, ...], content: TEXT?}``: tool calls;
+- ``{error: 429 | 500 | ..., message: TEXT?, retry_after: SECONDS?}``: an error status
+  (``Retry-After`` sent when given);
+- ``{error: context_length}``: the provider's context-length refusal (400,
+  ``context_length_exceeded``);
+- any entry may add ``delay: SECONDS`` (a slow answer), ``usage: {prompt_tokens,
+  completion_tokens}`` (default: about four characters a token) and ``model: NAME``
+  (the entry answers only requests for that model; others skip it).
+
+Entries are taken in order (the first unused one whose ``model`` fits); with
+``by_turn=True`` the entry is picked by the request instead: the N-th fitting entry for a
+conversation holding N assistant messages (a compression summary counts for the answers
+it summarizes), so a resumed run that asks again for a turn gets the same answer. With
+``max_context=N`` a request whose messages exceed about N tokens gets the context-length
+error whatever the script says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Self, final
+
+from aiohttp import web
+
+from phasegraph.actions.llm._measure import estimate_tokens, summarized_turns
+
+__all__ = ["ScriptedModelServer"]
+
+_CONTEXT_LENGTH: Final = "context_length"
+
+
+def _error_body(message: str, kind: str, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+@dataclass(slots=True)
+class _Entry:
+    spec: Mapping[str, Any]
+    used: bool = False
+
+
+@dataclass(slots=True)
+class _Log:
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)
+
+
+@final
+class ScriptedModelServer:
+    """An OpenAI-compatible chat-completions server answering from a script.
+
+    Use as ``async with ScriptedModelServer(script) as server:`` and point a client at
+    :attr:`base_url`. Every request body is kept in :attr:`requests`.
+
+    Args:
+        script: The answers, in order (see the module docstring for the entry format).
+        by_turn: Pick the answer by the conversation's number of assistant messages
+            instead of by arrival.
+        max_context: Refuse requests over about this many tokens (context-length error).
+        host: Interface to listen on (loopback by default).
+        port: Port (0: a free one).
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Mapping[str, Any]],
+        *,
+        by_turn: bool = False,
+        max_context: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._entries = [_Entry(dict(spec)) for spec in script]
+        self._by_turn = by_turn
+        self._max_context = max_context
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self._log = _Log()
+        self._ids = 0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Listen (on a free port unless one was given)."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_post("/chat/completions", self._complete)
+        # A client that gives up (a timeout, a killed process) cancels its handler, so a
+        # slow answer never holds the server's shutdown.
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+        )
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        self._port = sock.getsockname()[1]
+        await web.SockSite(runner, sock).start()
+        self._runner = runner
+
+    async def aclose(self) -> None:
+        """Stop listening (idempotent)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await asyncio.shield(runner.cleanup())
+
+    # -- what tests read ---------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """The API root to give a client: ``http://HOST:PORT/v1``."""
+        return f"http://{self._host}:{self._port}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request body received, in order."""
+        return list(self._log.bodies)
+
+    @property
+    def authorizations(self) -> list[str]:
+        """The ``Authorization`` header of every request (a test's own keys only)."""
+        return list(self._log.authorizations)
+
+    @property
+    def request_count(self) -> int:
+        """How many requests were received."""
+        return len(self._log.bodies)
+
+    @property
+    def remaining(self) -> int:
+        """Script entries not used yet (``by_turn`` scripts never use entries up)."""
+        return sum(not entry.used for entry in self._entries)
+
+    # -- serving -----------------------------------------------------------------------
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _json(400, _error_body("the body is not JSON", "invalid_request_error", None))
+        self._log.bodies.append(body)
+        self._log.authorizations.append(request.headers.get("Authorization", ""))
+        model = str(body.get("model", ""))
+        entry = self._pick(body, model)
+        if entry is None:
+            message = f"the script has no answer for request {self.request_count} ({model})"
+            return _json(400, _error_body(message, "invalid_request_error", "script_exhausted"))
+        await asyncio.sleep(float(entry.get("delay", 0)))
+        too_long = self._over_context(body)
+        if too_long or entry.get("error") == _CONTEXT_LENGTH:
+            return _context_length(self._max_context, body)
+        if "error" in entry:
+            return _failure(entry)
+        self._ids += 1
+        answer = _Answer.of(entry, body, model, f"chatcmpl-{self._ids}")
+        if body.get("stream"):
+            return await answer.stream(request, body)
+        return web.json_response(answer.completion())
+
+    def _pick(self, body: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
+        fitting = [e for e in self._entries if e.spec.get("model") in (None, model)]
+        if self._by_turn:
+            turn = summarized_turns(body.get("messages", ()))
+            return fitting[turn].spec if turn < len(fitting) else None
+        entry = next((e for e in fitting if not e.used), None)
+        if entry is None:
+            return None
+        entry.used = True
+        return entry.spec
+
+    def _over_context(self, body: Mapping[str, Any]) -> int:
+        if self._max_context is None:
+            return 0
+        tokens = estimate_tokens(body.get("messages", []))
+        return tokens if tokens > self._max_context else 0
+
+
+def _json(
+    status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _context_length(limit: int | None, body: Mapping[str, Any]) -> web.Response:
+    asked = estimate_tokens(body.get("messages", []))
+    message = (
+        f"This model's maximum context length is {limit or asked - 1} tokens. However, "
+        f"your messages resulted in {asked} tokens. Please reduce the length of the messages."
+    )
+    return _json(400, _error_body(message, "invalid_request_error", "context_length_exceeded"))
+
+
+def _failure(entry: Mapping[str, Any]) -> web.Response:
+    status = int(entry["error"])
+    headers: dict[str, str] = {}
+    if "retry_after" in entry:
+        wait = float(entry["retry_after"])
+        headers["Retry-After"] = str(math.ceil(wait))
+        headers["retry-after-ms"] = str(int(wait * 1000))
+    kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "error"
+    message = str(entry.get("message") or f"scripted {status} error")
+    return _json(status, _error_body(message, kind, None), headers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    id: str
+    model: str
+    content: str | None
+    tool_calls: tuple[dict[str, Any], ...]
+    usage: dict[str, int]
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any], body: Mapping[str, Any], model: str, id: str) -> _Answer:
+        calls = tuple(
+            {
+                "id": f"call_{id.rpartition('-')[2]}_{index}",
+                "type": "function",
+                "function": {
+                    "name": str(call["name"]),
+                    "arguments": json.dumps(call.get("arguments", {}), sort_keys=True),
+                },
+            }
+            for index, call in enumerate(entry.get("tool_calls") or ())
+        )
+        content = entry.get("content")
+        given = dict(entry.get("usage") or {})
+        prompt = int(given.get("prompt_tokens", estimate_tokens(body.get("messages", []))))
+        said: Any = [content or "", *calls] if calls else content or ""
+        completion = int(given.get("completion_tokens", estimate_tokens(said)))
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        return cls(id, model, None if content is None else str(content), calls, usage)
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = list(self.tool_calls)
+        return message
+
+    def completion(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": 0,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": self.message(), "finish_reason": self.finish_reason}
+            ],
+            "usage": self.usage,
+        }
+
+    def _chunk(self, delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    def _deltas(self) -> list[bytes]:
+        parts = [self._chunk({"role": "assistant", "content": ""})]
+        # Word by word, spaces kept, so the deltas join back into the exact text.
+        for word in _pieces(self.content or ""):
+            parts.append(self._chunk({"content": word}))
+        for index, call in enumerate(self.tool_calls):
+            function = call["function"]
+            head = {"index": index, "id": call["id"], "type": "function"}
+            first = {**head, "function": {"name": function["name"], "arguments": ""}}
+            parts.append(self._chunk({"tool_calls": [first]}))
+            for piece in _halves(function["arguments"]):
+                more = {"index": index, "function": {"arguments": piece}}
+                parts.append(self._chunk({"tool_calls": [more]}))
+        parts.append(self._chunk({}, self.finish_reason))
+        return parts
+
+    async def stream(self, request: web.Request, body: Mapping[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for part in self._deltas():
+            await response.write(part)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": self.model,
+                "choices": [],
+                "usage": self.usage,
+            }
+            await response.write(f"data: {json.dumps(usage)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _pieces(text: str) -> list[str]:
+    pieces: list[str] = []
+    for word in text.split(" "):
+        pieces.append(word if not pieces else " " + word)
+    return [p for p in pieces if p]
+
+
+def _halves(text: str) -> list[str]:
+    middle = len(text) // 2
+    return [p for p in (text[:middle], text[middle:]) if p]

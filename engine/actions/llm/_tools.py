@@ -1,0 +1,119 @@
+"""``tools:`` actions: dispatch the tool calls of the conversation's last assistant message.
+
+``tools: KEY`` names the conversation (a data key). Each call goes through ``ctx.tool``,
+so the node's rules apply: a call the phase refuses is not run, and the model reads the
+structured ``phase_violation`` result instead (the loop goes on). A result is appended as
+a ``tool`` message answering its call. Arguments that are not a JSON object, an unknown
+tool or arguments the tool does not take come back to the model as an error result too:
+the model made the mistake, so the model is told.
+
+With the ``loop_detection`` middleware, a call repeated too often gets a warning: the
+corrective message is injected into the conversation (a user message after the results);
+a repeat after a warning raises the loop error. A successful ``advance`` call fires
+``advance`` instead of ``observed``.
+
+``cwd: TEMPLATE`` (e.g. ``{repo}``) makes every call work in that folder: the model's
+relative paths resolve there and no call may leave it (the tools' ``cwd`` argument).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from phasegraph.actions._base import Action, ActionContext, ActionResult
+from phasegraph.actions._shell import render
+from phasegraph.errors import ActionError, LoopDetectedError
+from phasegraph.model import ActionDef, frozen_map
+
+__all__ = ["ADVANCE_TRIGGER", "OBSERVED_TRIGGER", "build_tools_action"]
+
+OBSERVED_TRIGGER: Final = "observed"
+ADVANCE_TRIGGER: Final = "advance"
+_ADVANCE_TOOL: Final = "advance"
+_WARNING_KEY: Final = "loop_warning"
+
+
+def _arguments(call: Mapping[str, Any]) -> tuple[str, dict[str, Any] | str]:
+    function = call.get("function") or {}
+    name = str(function.get("name") or "")
+    text = function.get("arguments") or "{}"
+    try:
+        arguments = json.loads(text) if isinstance(text, str) else text
+    except ValueError as exc:
+        return name, f"the arguments are not JSON: {exc}"
+    if not isinstance(arguments, dict):
+        return name, "the arguments must be a JSON object"
+    return name, arguments
+
+
+async def _dispatch(
+    ctx: ActionContext, name: str, arguments: dict[str, Any] | str, cwd: str | None
+) -> dict[str, Any]:
+    if isinstance(arguments, str):
+        return {"error": "bad_arguments", "message": arguments}
+    if cwd is not None:
+        arguments = {**arguments, "cwd": cwd}
+    try:
+        return dict(await ctx.tool(name, **arguments))
+    except LoopDetectedError:
+        raise
+    except ActionError as exc:  # unknown tool, arguments it does not take
+        return {"error": "bad_call", "message": exc.message}
+
+
+def _last_calls(ctx: ActionContext, key: str) -> tuple[list[Any], list[Mapping[str, Any]]]:
+    conversation = list(ctx.data.get(key) or [])
+    last = conversation[-1] if conversation else {}
+    calls = last.get("tool_calls") if isinstance(last, Mapping) else None
+    if not calls or last.get("role") != "assistant":
+        raise ActionError(
+            f"the last message of {key!r} is not an assistant message with tool calls: "
+            "bind the tools action after an llm action that fired tool_calls",
+            node_id=ctx.node_id,
+        )
+    return conversation, list(calls)
+
+
+def build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
+    """Return the action that runs the model's tool calls (``base_dir`` is unused).
+
+    Args:
+        definition: A ``tools:`` binding; ``tools`` is the conversation's data key.
+        base_dir: Unused.
+    """
+    key = str(definition.config["tools"])
+    folder = definition.config.get("cwd")
+
+    async def call(ctx: ActionContext) -> ActionResult:
+        conversation, calls = _last_calls(ctx, key)
+        cwd = None if folder is None else render(str(folder), ctx.values())
+        results: list[Mapping[str, Any]] = []
+        warnings: list[str] = []
+        advance = False
+        for tool_call in calls:
+            name, arguments = _arguments(tool_call)
+            result = await _dispatch(ctx, name, arguments, cwd)
+            warning = result.pop(_WARNING_KEY, None)
+            if warning:
+                warnings.append(str(warning))
+            advance = advance or (name == _ADVANCE_TOOL and result.get("advance") is True)
+            results.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(tool_call.get("id", "")),
+                    "content": json.dumps(result, sort_keys=True, default=str),
+                }
+            )
+        corrective = [{"role": "user", "content": text} for text in warnings]
+        updated = [*conversation, *results, *corrective]
+        refused = sum(1 for r in results if '"error": "phase_violation"' in str(r["content"]))
+        return ActionResult(
+            trigger=ADVANCE_TRIGGER if advance else OBSERVED_TRIGGER,
+            data=frozen_map({key: updated}),
+            payload=frozen_map({"calls": len(calls), "refused": refused, "at": len(updated)}),
+        )
+
+    return call
