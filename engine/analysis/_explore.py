@@ -6,7 +6,9 @@ for a graph node, any its binding declares, ``error`` included), with any truth 
 for the ``payload:`` predicates that trigger's transitions read; a nesting state is left
 on each outcome its nested machine can end with. Each move is decided by the engine's
 own routing table and guards (:meth:`phasegraph.core.CompiledMachine.choose`), and
-entering a state spends the budgets listed for it, exactly as a run does. The
+entering a state spends the budgets listed for it, exactly as a run does. A budget no
+state spends (``spend_on: []``) is spent by actions (an ``llm:`` action's tokens): any
+action's result may leave it spent, so each move is also tried with it spent. The
 exploration is breadth-first, so the trace kept to every configuration is a shortest one.
 
 A nested machine starts afresh (fresh budgets) each time it is entered and reads only
@@ -434,6 +436,8 @@ class _Walk:
         self.limits = compiled.limits(space.assumption.settings)
         self.relevant = _relevant(machine, self.budgets, compiled)
         self.candidates = _candidates(machine)
+        # Budgets only actions spend: a result may spend them up (see the module docstring).
+        self.by_actions = [name for name, b in machine.budgets.items() if not b.spend_on]
 
     def start(self) -> Config | None:
         """The initial configuration (None when entering it already exceeds a budget)."""
@@ -452,37 +456,65 @@ class _Walk:
         """Fire ``trigger`` with every payload its guards read; the new configurations."""
         listed = self.candidates.get((config.state, trigger), ())
         keys = [] if nested else payload_keys(self.machine.transitions[i] for i in listed)
-        counters = dict(zip(self.budgets, config.spent, strict=True))
         dests = self.space.edges.setdefault(config, [])
         fresh = []
-        for values in itertools.product((False, True), repeat=len(keys)):
-            payload = dict(zip(keys, values, strict=True))
-            chosen = self.compiled.choose(
-                config.state,
-                trigger,
-                counters=counters,
-                limits=self.limits,
-                payload=payload,
-                settings=self.space.assumption.settings,
-            )
-            if chosen is None:
-                if listed:
-                    self._gap(config, trigger, payload, listed, counters)
-                continue
-            index, dest = chosen
-            self.space.fired.add((listed[index], config.state))
-            target = self._entered(config, dest)
-            if target not in dests:
-                dests.append(target)
-            if target not in self.space.parent:
-                shown = [k for k, v in payload.items() if v]
-                label = trigger + (f" [payload {', '.join(shown)}]" if shown else "")
-                self.space.parent[target] = (config, label)
-                fresh.append(target)
+        for counters in self._spendings(config, nested):
+            for values in itertools.product((False, True), repeat=len(keys)):
+                payload = dict(zip(keys, values, strict=True))
+                found = self._move(config, trigger, payload, listed, counters, dests)
+                if found is not None:
+                    fresh.append(found)
         return fresh
 
-    def _entered(self, config: Config, dest: str) -> Config:
-        after = list(config.spent)
+    def _spendings(self, config: Config, nested: bool) -> list[dict[str, int]]:
+        """The counters an action's result may leave: as they were, or spent up."""
+        counters = dict(zip(self.budgets, config.spent, strict=True))
+        open_ = [] if nested else [b for b in self.by_actions if counters[b] < self.limits[b]]
+        found = []
+        for spent in itertools.product((False, True), repeat=len(open_)):
+            after = dict(counters)
+            after.update({b: self.limits[b] for b, up in zip(open_, spent, strict=True) if up})
+            found.append(after)
+        return found
+
+    def _move(
+        self,
+        config: Config,
+        trigger: str,
+        payload: Mapping[str, bool],
+        listed: tuple[int, ...],
+        counters: Mapping[str, int],
+        dests: list[Config],
+    ) -> Config | None:
+        """Fire one trigger with one payload; the new configuration, if it is new."""
+        chosen = self.compiled.choose(
+            config.state,
+            trigger,
+            counters=counters,
+            limits=self.limits,
+            payload=payload,
+            settings=self.space.assumption.settings,
+        )
+        if chosen is None:
+            if listed:
+                self._gap(config, trigger, payload, listed, counters)
+            return None
+        index, dest = chosen
+        self.space.fired.add((listed[index], config.state))
+        target = self._entered([counters[b] for b in self.budgets], dest)
+        if target not in dests:
+            dests.append(target)
+        if target in self.space.parent:
+            return None
+        shown = [k for k, v in payload.items() if v]
+        spent = [b for b in self.by_actions if counters[b] > config.spent[self.budgets.index(b)]]
+        label = trigger + (f" [payload {', '.join(shown)}]" if shown else "")
+        label += f" [{', '.join(spent)} spent]" if spent else ""
+        self.space.parent[target] = (config, label)
+        return target
+
+    def _entered(self, spent: list[int], dest: str) -> Config:
+        after = list(spent)
         for budget in self.compiled.spends(dest):
             after[self.budgets.index(budget)] += 1
         # A counter no guard can read any more is forgotten: it cannot change what
