@@ -6,8 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import REPO
+from builders import REPO, TESTS
+from model_kit import agent_node, graph_text, run_agent
 from phasegraph.analysis import Severity, check
+from phasegraph.model import RunStatus
+
+FIXTURES = TESTS / "fixtures" / "agents"
 
 MODEL_MACHINES = ["agent", "agent_quality_loop", "solo_agent", "guarded_agent"]
 
@@ -33,3 +37,43 @@ def test_a_budget_only_actions_spend_can_run_out_at_any_step(tmp_path: Path) -> 
     assert finding.code == "guard-gap"
     assert "trigger 'observed' in state 'act' is refused" in finding.message
     assert "tokens spent" in finding.message
+
+
+async def test_guarded_agent_recovers_from_a_provider_failure(serve) -> None:
+    server = await serve([{"error": 503, "message": "overloaded"}, {"content": "done now"}])
+    node = agent_node({"tools": [], "retries": 0}, machine="guarded_agent")
+    node["bind"]["recover"] = {"python": "phasegraph.concerns.fallback:recover"}
+    node["bind"]["emergency"] = {"python": "phasegraph.concerns.fallback:emergency"}
+    state, history = await run_agent(graph_text(node))
+    assert state.status is RunStatus.COMPLETED
+    assert state.nodes["agent"].path == ("recovered",)
+    [failed] = [r for r in history if r.trigger == "error"]
+    assert failed.result["payload"]["error_code"] == "llm_failure"
+    assert "overloaded" in failed.result["payload"]["message"]
+    assert state.data["conversation"][-1]["content"] == "done now"
+    assert server.request_count == 2
+
+
+async def test_agent_quality_loop_reflects_with_the_model_then_passes(serve) -> None:
+    server = await serve(
+        [
+            {"content": "draft"},
+            {"content": "The draft missed the point; I will be precise."},
+            {"content": "precise answer"},
+        ]
+    )
+    node = agent_node({"tools": []}, machine="agent_quality_loop")
+    node["bind"]["verify"] = {
+        "python": "quality_checks:verify_precise",
+        "triggers": ["pass", "fail"],
+    }
+    node["bind"]["reflect"] = {
+        "llm": {"model": "main", "prompt": "It failed: {payload[message]}. Why?"},
+        "on_outcome": {"answer": "retry", "compressed": None},
+    }
+    state, _ = await run_agent(graph_text(node), path=FIXTURES / "quality.yaml")
+    assert state.status is RunStatus.COMPLETED
+    assert state.nodes["agent"].path == ("completed",)
+    reflect_request = server.requests[1]["messages"]
+    assert reflect_request[-1] == {"role": "user", "content": "It failed: not precise. Why?"}
+    assert server.request_count == 3
