@@ -404,7 +404,12 @@ async def test_solo_preset_matches_the_default_whitelist(tmp_path: Path):
         {"planning": [write], "building": [write], "verification": [read, rm], "delivery": [rm]},
     )
     assert results["planning"][0]["error"] == "phase_violation"
-    assert results["planning"][0]["allowed"] == ["list_files", "read_file", "run_command"]
+    assert results["planning"][0]["allowed"] == [
+        "advance",
+        "list_files",
+        "read_file",
+        "run_command",
+    ]
     assert results["building"][0] == {"path": "f.txt", "bytes": 1}
     assert results["verification"][0]["text"] == "x"
     assert results["verification"][1]["denied"] == "rm"
