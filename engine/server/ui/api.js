@@ -114,7 +114,9 @@ export function follow(runId, after, on) {
       while ((end = buffer.indexOf("\n\n")) >= 0) {
         const event = parseBlock(buffer.slice(0, end));
         buffer = buffer.slice(end + 2);
-        if (event) {
+        // An event without an id is live (a model's streamed text), never committed:
+        // it moves no cursor, and the views show committed steps only.
+        if (event && event.id) {
           batch.push(event.data);
           last = event.id;
         }
