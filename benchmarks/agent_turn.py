@@ -4,9 +4,10 @@ One node of the ``agent`` machine makes TURNS tool-calling turns (think → act,
 committed steps each) and then answers. The model is the in-process scripted server,
 reached by the real ``openai`` client over loopback. Every call of the client wrapper
 (``phasegraph.actions.llm._client.complete``: client set-up, request, response) is timed
-and subtracted from the run's wall time; what is left, divided by the turns, is the
-engine's overhead per turn: building the request and the tool list, dispatching the tool
-call (``list_files`` of an empty folder), merging the conversation, two commits.
+and subtracted from the run's wall time, and so is every tool call (``list_files`` of an
+empty folder, run in a worker thread); what is left, divided by the turns, is the
+engine's overhead per turn: building the request and the tool list, parsing the calls
+and appending their results, merging the conversation, two commits.
 
     python benchmarks/agent_turn.py [--turns 200] [--repeat 5] [--store memory|sqlite]
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import phasegraph.actions.llm._action as llm_action
+import phasegraph.actions.llm._tools as tools_action
 from phasegraph.api import Engine
 from phasegraph.model import RunStatus
 from phasegraph.spec import load_graph_text
@@ -58,10 +60,9 @@ def _graph(workspace: str, turns: int) -> str:
     return json.dumps({"graph": "agent_bench", "nodes": [node]})
 
 
-async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, float]:
-    """(run wall seconds, seconds inside the model client)."""
-    spent = [0.0]
-    original = llm_action.complete
+def _timed(module: Any, name: str, spent: list[float]) -> Any:
+    """Replace ``module.name`` by a wrapper adding its time to ``spent``; the original."""
+    original = getattr(module, name)
 
     async def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -70,7 +71,15 @@ async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, floa
         finally:
             spent[0] += time.perf_counter() - started
 
-    llm_action.complete = timed  # type: ignore[assignment]
+    setattr(module, name, timed)
+    return original
+
+
+async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, float, float]:
+    """(run wall seconds, seconds inside the model client, seconds inside tool calls)."""
+    model, tools = [0.0], [0.0]
+    complete = _timed(llm_action, "complete", model)
+    dispatch = _timed(tools_action, "_dispatch", tools)
     try:
         async with ScriptedModelServer(_script(turns)) as server:
             os.environ["PHASEGRAPH_LLM_BASE_URL"] = server.base_url
@@ -82,8 +91,9 @@ async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, floa
                 wall = time.perf_counter() - started
             assert state.status is RunStatus.COMPLETED, state.nodes["agent"].error
     finally:
-        llm_action.complete = original  # type: ignore[assignment]
-    return wall, spent[0]
+        llm_action.complete = complete
+        tools_action._dispatch = dispatch
+    return wall, model[0], tools[0]
 
 
 def main() -> None:
@@ -93,7 +103,7 @@ def main() -> None:
     parser.add_argument("--store", choices=["memory", "sqlite", "both"], default="both")
     args = parser.parse_args()
     stores = ["memory", "sqlite"] if args.store == "both" else [args.store]
-    results: dict[str, list[tuple[float, float]]] = {s: [] for s in stores}
+    results: dict[str, list[tuple[float, float, float]]] = {s: [] for s in stores}
     with tempfile.TemporaryDirectory() as folder:
         workspace = Path(folder) / "ws"
         workspace.mkdir()
@@ -102,14 +112,21 @@ def main() -> None:
                 url = "memory://" if kind == "memory" else f"sqlite:///{folder}/r{round_}.db"
                 results[kind].append(asyncio.run(_once(url, args.turns, str(workspace))))
     print(f"{args.turns} tool-calling turns + 1 answer, medians of {args.repeat} runs")
-    print("| store | wall ms/turn | model client ms/turn | engine µs/turn (model excluded) |")
-    print("|---|---|---|---|")
+    print(
+        "| store | wall ms/turn | model client ms/turn | tool calls ms/turn "
+        "| engine µs/turn (model and tools excluded) |"
+    )
+    print("|---|---|---|---|---|")
     calls = args.turns + 1
     for kind, runs in results.items():
-        wall = statistics.median(w for w, _ in runs) / calls
-        model = statistics.median(m for _, m in runs) / calls
-        engine = statistics.median((w - m) for w, m in runs) / calls
-        print(f"| {kind} | {wall * 1e3:.2f} | {model * 1e3:.2f} | {engine * 1e6:.0f} |")
+        wall = statistics.median(w for w, _, _ in runs) / calls
+        model = statistics.median(m for _, m, _ in runs) / calls
+        tools = statistics.median(t for _, _, t in runs) / args.turns
+        engine = statistics.median((w - m - t) for w, m, t in runs) / calls
+        print(
+            f"| {kind} | {wall * 1e3:.2f} | {model * 1e3:.2f} | {tools * 1e3:.2f} "
+            f"| {engine * 1e6:.0f} |"
+        )
 
 
 if __name__ == "__main__":
