@@ -132,7 +132,7 @@ def test_coding_task_waits_for_review_then_reply_drives_it_to_delivery(
     verdicts = [r.trigger for r in history if r.source[-1:] == ("verify",)]
     assert verdicts == ["fail", "pass"]
     [reflection] = [r for r in history if r.source[-1:] == ("reflect",)]
-    assert "skips the first value" in reflection.data["conversation"][-1]["content"]
+    assert "skips the first value" in reflection.appended["conversation"][-1]["content"]
     violations = [e for r in history for e in r.events if e["kind"] == "phase_violation"]
     assert [(e["tool"], e["phase"]) for e in violations] == [("write_file", "planning")]
     repo = Path(state.data["repo"])

@@ -101,10 +101,10 @@ async def test_replay_and_fork_never_call_the_model_and_a_fork_continues_from_an
         # Fork at the step that recorded the wrong answer, with that turn replaced by a
         # user's correction: the fork asks the model again from there.
         [wrong] = [r for r in history if r.trigger == "answer"]
-        edited = [
-            *wrong.data["conversation"][:-1],
-            {"role": "user", "content": "That is wrong: say right."},
-        ]
+        # The record keeps only what the step appended: the wrong answer.
+        assert wrong.appended["conversation"] == [{"role": "assistant", "content": "wrong answer"}]
+        before = (await engine.get(state.run_id, wrong.seq - 1)).data["conversation"]
+        edited = [*before, {"role": "user", "content": "That is wrong: say right."}]
         fork = await engine.fork(state.run_id, wrong.seq - 1, {"conversation": edited})
         assert server.request_count == 3  # neither replay nor fork asked the model
         forked = await engine.resume(fork)
