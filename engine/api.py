@@ -17,8 +17,9 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
+from phasegraph import run as runs
 from phasegraph.actions import ActionResult
 from phasegraph.codec import SnapshotCache
 from phasegraph.errors import InputError, RunStateError, SequenceConflictError
@@ -27,9 +28,6 @@ from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_m
 from phasegraph.run import (
     Clock,
     IdFactory,
-    PreparedGraph,
-    ReplayReport,
-    Run,
     RunOptions,
     SystemClock,
     TimeOrderedIds,
@@ -38,17 +36,20 @@ from phasegraph.run import (
     decode_history,
     first_commit,
     fork_state,
-    initial_state,
     load,
-    prepare,
-    replay_history,
 )
-from phasegraph.spec import input_validator, load_graph
 from phasegraph.store.base import Lease, RunMeta, Store
+
+# Reading a run needs none of the machinery that drives one: the interpreter, graph
+# preparation, replay and the YAML loader are reached through ``runs`` (imported on first
+# use, see phasegraph.run) and imported in the methods that drive, so ``phasegraph
+# history`` and ``show`` start fast.
+if TYPE_CHECKING:
+    from phasegraph.run import PreparedGraph, ReplayReport, Run
 
 __all__ = ["Engine", "GraphSource"]
 
-GraphSource = PreparedGraph | GraphDef | str | Path
+GraphSource: TypeAlias = "PreparedGraph | GraphDef | str | Path"
 """A graph: prepared, a loaded definition, a built-in name, or a path to a YAML file."""
 
 K = TypeVar("K")
@@ -90,14 +91,19 @@ class Engine:
         Raises:
             SpecError: The graph or a machine it uses is invalid.
         """
-        if isinstance(graph, PreparedGraph):
+        if isinstance(graph, runs.PreparedGraph):
             return graph
         if not isinstance(graph, GraphDef):
             loaded = self._loaded.get(str(graph))
             # Re-read a file only when it, or a machine file it uses, changed on disk.
             if loaded is not None and _unchanged(loaded[1]):
                 return loaded[0]
-        definition = graph if isinstance(graph, GraphDef) else load_graph(graph)
+        if isinstance(graph, GraphDef):
+            definition = graph
+        else:
+            from phasegraph.spec import load_graph  # here, not at the top: see the imports
+
+            definition = load_graph(graph)
         if isinstance(graph, GraphDef):
             source = definition.location.path if definition.location else definition.name
         else:
@@ -105,7 +111,7 @@ class Engine:
         key = (source, definition.digest)
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = _remember(self._prepared, key, prepare(definition, source))
+            prepared = _remember(self._prepared, key, runs.prepare(definition, source))
         if not isinstance(graph, GraphDef):
             _remember(self._loaded, str(graph), (prepared, _stamp(definition)))
         return prepared
@@ -130,8 +136,9 @@ class Engine:
         run_input = dict(run_input or {})
         _validate_input(prepared.definition, run_input)
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
+        driver = runs.Run  # imported now, not while the lease is held (see the imports)
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
-        state = initial_state(prepared, run_id, run_input, self.clock.now())
+        state = runs.initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
         commit = first_commit(state, created)
         try:
@@ -146,7 +153,7 @@ class Engine:
         except BaseException:
             await self.store.release(lease)
             raise
-        async with self._run(prepared, lease, state, 0, len(commit.snapshot or b"")) as run:
+        async with self._run(driver, prepared, lease, state, 0, len(commit.snapshot or b"")) as run:
             yield run
 
     @contextlib.asynccontextmanager
@@ -177,6 +184,7 @@ class Engine:
                 "graph) to continue anyway",
                 run_id=run_id,
             )
+        driver = runs.Run  # imported now, not while the lease is held (see the imports)
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
         try:
             # Re-read under the lease: the head may have moved before we got it. Seqs are
@@ -187,6 +195,7 @@ class Engine:
             await self.store.release(lease)
             raise
         async with self._run(
+            driver,
             prepared,
             lease,
             loaded.state,
@@ -198,6 +207,7 @@ class Engine:
 
     def _run(
         self,
+        driver: type[Run],
         prepared: PreparedGraph,
         lease: Lease,
         state: RunState,
@@ -205,7 +215,7 @@ class Engine:
         size: int,
         snapshots: SnapshotCache | None = None,
     ) -> Run:
-        return Run(
+        return driver(
             prepared=prepared,
             store=self.store,
             lease=lease,
@@ -381,7 +391,7 @@ class Engine:
         """
         first = await self.get(run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
-        return await replay_history(self.store, prepared, first)
+        return await runs.replay_history(self.store, prepared, first)
 
 
 def _remember(cache: dict[K, V], key: K, value: V) -> V:
@@ -429,6 +439,8 @@ def _is_path(source: str | Path) -> bool:
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
     if definition.input_schema is None:
         return
+    from phasegraph.spec import input_validator  # here, not at the top: see the imports
+
     validator = input_validator(definition.input_schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))
     if problems:

@@ -25,10 +25,12 @@ from phasegraph.cli._support import (
 from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
-from phasegraph.spec import builtin_graphs, builtin_machines, load_graph, load_machine
 from phasegraph.views import record_view, run_summary, state_view
 
 __all__ = ["HANDLERS"]
+
+# The read-only commands (status, history, show) import none of what drives a run: the
+# live progress display and the YAML loader are imported by the commands that use them.
 
 
 async def _cmd_run(args: argparse.Namespace) -> int:
@@ -202,6 +204,8 @@ async def _cmd_show(args: argparse.Namespace) -> int:
 
 
 async def _cmd_machines(args: argparse.Namespace) -> int:
+    from phasegraph.spec import builtin_machines, load_machine
+
     names = builtin_machines()
     rows = [load_machine(name) for name in names]
     emit(
@@ -213,6 +217,8 @@ async def _cmd_machines(args: argparse.Namespace) -> int:
 
 
 async def _cmd_graphs(args: argparse.Namespace) -> int:
+    from phasegraph.spec import builtin_graphs, load_graph
+
     rows = [load_graph(name) for name in builtin_graphs()]
     emit(
         args,
