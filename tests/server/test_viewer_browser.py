@@ -257,3 +257,23 @@ def test_a_gate_answered_with_a_click_lets_the_run_complete(page: Any, served: S
     page.locator("h2:has-text('Node b')").wait_for()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, "run-narrow.png")
+
+
+def test_replay_and_fork_from_a_step_with_a_data_patch(page: Any, served: Served) -> None:
+    run_id = served.call("POST", "/runs", {"graph": "hello", "input": {"who": "ada"}})["run_id"]
+    served.wait_for(run_id, "completed")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    page.click("text=Replay this run")
+    page.locator("text=Identical: replay reproduced all").wait_for()
+
+    page.click("tr[data-seq='2'] button.seq")
+    page.fill("#fork-patch", '{"who": "bob"')
+    page.click("form.fork button[type=submit]")
+    page.locator("form.fork .message.error").wait_for()  # not JSON: said so, nothing sent
+    page.fill("#fork-patch", '{"who": "bob"}')
+    page.click("form.fork button[type=submit]")
+    page.locator(f"text=forked from {run_id} at step 2").wait_for()
+    forked = page.evaluate("decodeURIComponent(location.hash.split('/').pop())")
+    snapshot = served.call("GET", f"/runs/{forked}/snapshot?seq=0")
+    assert snapshot["data"]["who"] == "bob"
+    assert forked != run_id

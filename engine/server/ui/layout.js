@@ -5,8 +5,15 @@
 import { s } from "./dom.js";
 
 const CHAR = 7.2; // average width of a 12 px sans-serif character
-const GAP_X = 56;
+const GAP_X = 44;
 const GAP_Y = 18;
+const LABEL_MAX = 30; // longer edge labels are cut; the whole text is in their tooltip
+const SUB_MAX = 22; // the same for a DAG node's "machine · state" line
+
+/** `text` cut to `max` characters with an ellipsis. */
+export function cut(text, max) {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
 let drawings = 0; // unique marker ids when several SVGs share the page
 
 /** Ranks of a machine's states: shortest distance from the initial state. */
@@ -78,13 +85,41 @@ function place(items, edges, rank, top) {
       box.set(id, { x, y, w, h: hgt });
       y += hgt + GAP_Y;
     }
-    const labels = edges.filter(([a, b]) => column.get(a) === c && column.get(b) > c).map(([, , l]) => (l || "").length);
+    const labels = edges
+      .filter(([a, b]) => column.get(a) === c && column.get(b) > c)
+      .map(([, , l]) => Math.min((l || "").length, LABEL_MAX));
     x += w + Math.max(GAP_X, Math.max(0, ...labels) * CHAR * 0.92 + 24);
   });
   return { box };
 }
 
-function curve(from, to, bow) {
+/** Lay out a long, narrow DAG top to bottom instead: one row per layer, boxes of one width. */
+function placeRows(items, edges, rank) {
+  const rows = order(items.map((i) => i.id), rank, edges);
+  const w = Math.max(...items.map((i) => Math.max(...i.lines.map((l) => l.length)) * CHAR + 22));
+  const hgt = 10 + 2 * 16;
+  const widths = rows.map((row) => row.length * (w + 24) - 24);
+  const widest = Math.max(...widths, 0);
+  const box = new Map();
+  rows.forEach((row, r) => {
+    let x = 64 + (widest - widths[r]) / 2;
+    for (const id of row) {
+      box.set(id, { x, y: r * (hgt + 34), w, h: hgt });
+      x += w + 24;
+    }
+  });
+  return { box, vertical: true };
+}
+
+function curve(from, to, bow, vertical) {
+  if (vertical && to.y > from.y) {
+    const x1 = from.x + from.w / 2;
+    const y1 = from.y + from.h;
+    const x2 = to.x + to.w / 2;
+    const y2 = to.y;
+    const mid = (y1 + y2) / 2;
+    return { d: `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`, lx: (x1 + x2) / 2, ly: mid };
+  }
   if (from === to) {
     const x = from.x + from.w / 2;
     return { d: `M${x - 10},${from.y} C${x - 26},${from.y - 30} ${x + 26},${from.y - 30} ${x + 10},${from.y}`, lx: x, ly: from.y - 27 };
@@ -155,14 +190,16 @@ function drawEdges(svg, layout, edges, marker, extent) {
     const from = layout.box.get(a);
     const to = layout.box.get(b);
     if (!from || !to) continue;
-    const backward = a !== b && to.x <= from.x;
-    const path = curve(from, to, backward ? bows++ : 0);
+    const backward = a !== b && (layout.vertical ? to.y <= from.y : to.x <= from.x);
+    const path = curve(from, to, backward ? bows++ : 0, layout.vertical);
     svg.append(s("path", { d: path.d, class: `edge${backward ? " back" : ""}`, "marker-end": marker }));
     if (backward) grow(extent, path.lx, path.ly - 20, path.lx + 40, path.ly + 8);
     if (label) {
       const anchor = path.anchor || "middle";
-      svg.append(s("text", { x: path.lx, y: path.ly, class: "edge-label", "text-anchor": anchor }, label));
-      const width = label.length * CHAR * 0.92;
+      const shown = cut(label, LABEL_MAX);
+      svg.append(s("text", { x: path.lx, y: path.ly, class: "edge-label", "text-anchor": anchor },
+        s("title", {}, label), shown));
+      const width = shown.length * CHAR * 0.92;
       const left = anchor === "start" ? path.lx : path.lx - width / 2;
       grow(extent, left, path.ly - 12, left + width, path.ly + 4);
     }
@@ -177,17 +214,23 @@ export function drawDag(shape, view, onPick) {
   const rank = new Map();
   shape.layers.forEach((layer, i) => layer.forEach((id) => rank.set(id, i)));
   const ids = shape.layers.flat();
-  const lines = (id) => [id, `${shape.nodes[id].machine} · ${view(id).state || "—"}`];
-  const items = ids.map((id) => ({ id, lines: [id, `${shape.nodes[id].machine} · ${longestState(shape, id)}`] }));
+  const sub = (id, state) => `${shape.nodes[id].machine} · ${state || "—"}`;
+  // Wide enough for the node's longest state (up to SUB_MAX), so boxes keep their size.
+  const items = ids.map((id) => ({ id, lines: [id, cut(sub(id, longestState(shape, id)), SUB_MAX)] }));
   const edges = ids.flatMap((id) => shape.nodes[id].needs.map((need) => [need, id, ""]));
-  const layout = place(items, edges, rank, 24);
-  const { svg, marker, finish } = svgFrame("The run's graph: one column per layer");
+  // A long chain reads better top to bottom than as a strip wider than the screen.
+  const widest = Math.max(0, ...shape.layers.map((layer) => layer.length));
+  const vertical = shape.layers.length > 5 && shape.layers.length > 2 * widest;
+  const layout = vertical ? placeRows(items, edges, rank) : place(items, edges, rank, 24);
+  const { svg, marker, finish } = svgFrame(`The run's graph: one ${vertical ? "row" : "column"} per layer`);
   const extent = extentOf(layout);
   shape.layers.forEach((layer, i) => {
     const first = layout.box.get(layer[0]);
-    if (first) svg.append(s("text", { x: first.x, y: 12, class: "layer-label" }, `layer ${i}`));
+    if (!first) return;
+    if (vertical) svg.append(s("text", { x: 0, y: first.y + first.h / 2 + 4, class: "layer-label" }, `layer ${i}`));
+    else svg.append(s("text", { x: first.x, y: 12, class: "layer-label" }, `layer ${i}`));
   });
-  grow(extent, 0, 0, 0, 0);
+  grow(extent, 0, vertical ? extent.y1 : 0, 0, 0);
   drawEdges(svg, layout, edges, marker, extent);
   const groups = new Map();
   for (const id of ids) {
@@ -214,8 +257,8 @@ export function drawDag(shape, view, onPick) {
       const v = viewOf(id);
       parts.group.setAttribute("class", `node st-${v.status}`);
       parts.group.setAttribute("aria-label", `node ${id}: ${v.status}, state ${v.state || "none"}`);
-      parts.title.textContent = `${id}: ${v.status}${v.outcome ? ` (${v.outcome})` : ""}`;
-      parts.second.textContent = lines(id)[1];
+      parts.title.textContent = `${id}: ${v.status}${v.outcome ? ` (${v.outcome})` : ""}, ${sub(id, v.state)}`;
+      parts.second.textContent = cut(sub(id, v.state), SUB_MAX);
     }
   };
   const select = (picked) => {
