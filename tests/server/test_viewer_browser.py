@@ -96,7 +96,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     )
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES), os.environ.get("PYTHONPATH")])),
     }
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -219,6 +219,7 @@ def test_committed_steps_appear_without_a_reload(page: Any, served: Served) -> N
     page.focus(f"tr[data-seq='{shown}'] button.seq")
     page.keyboard.press("Enter")
     page.locator(f"h2:text-is('Step {shown}')").wait_for()
+    page.locator(f"text=As step {shown} left it").wait_for()  # the node's machine then
     page.locator(f"summary:text-is('Snapshot at step {shown}')").wait_for()
 
     served.call("POST", f"/runs/{run_id}/cancel", {"reason": "test over"})

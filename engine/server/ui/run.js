@@ -384,6 +384,8 @@ export function showRun(main, runId) {
 
   function pickNode(id) {
     state.pick.node = id;
+    state.pick.seq = null; // the node as it is now
+    for (const tr of rows.querySelectorAll("tr.picked")) tr.classList.remove("picked");
     dag.select(id);
     renderNode(true);
   }
@@ -396,12 +398,16 @@ export function showRun(main, runId) {
       fill(nodePanel, h("h2", {}, "Node"), h("p", { class: "muted" }, "Pick a node in the graph."));
       return;
     }
-    const key = `${id}|${view.state}|${view.status}|${view.steps}`;
+    // A picked step of this node shows its machines as that step left them.
+    const picked = state.records.find((r) => r.seq === state.pick.seq);
+    const past = picked && picked.node === id && picked.dest.length ? picked : null;
+    const shownPath = past ? past.dest : view.path;
+    const key = `${id}|${view.state}|${view.status}|${view.steps}|${past ? past.seq : ""}`;
     if (!focus && nodePanel.dataset.key === key) return;
     nodePanel.dataset.key = key;
-    const diagrams = [];
+    const diagrams = past ? [h("p", { class: "past" }, `As step ${past.seq} left it (now: ${path(view.path)}).`)] : [];
     let machineName = shape.machine;
-    view.path.forEach((here, level) => {
+    shownPath.forEach((here, level) => {
       const machine = state.shape.machines[machineName];
       if (!machine) return;
       const visited = new Set(state.records.filter((r) => r.node === id).flatMap((r) => [r.source[level], r.dest[level]]).filter(Boolean));
@@ -410,7 +416,7 @@ export function showRun(main, runId) {
       const nested = machine.states.find((st) => st.name === here);
       machineName = nested && nested.machine;
     });
-    if (!view.path.length && state.shape.machines[machineName]) {
+    if (!shownPath.length && state.shape.machines[machineName]) {
       diagrams.push(h("h3", {}, `Machine ${machineName}`), h("div", { class: "machine-box" }, drawMachine(machineName, state.shape.machines[machineName], null)));
     }
     const heading = h("h2", { tabindex: -1 }, "Node ", h("span", { class: "mono" }, id));
@@ -422,7 +428,7 @@ export function showRun(main, runId) {
         h("dt", {}, "needs"), h("dd", {}, shape.needs.length ? shape.needs.join(", ") : "—"),
         Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
         view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
-      h("p", { class: "muted small" }, "In the diagram: the current state is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
+      h("p", { class: "muted small" }, "In the diagram: the current state (or the picked step's) is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
     h("div", { class: "machines" }, diagrams)));
     if (focus) heading.focus();
   }
@@ -431,11 +437,11 @@ export function showRun(main, runId) {
     const record = state.records.find((r) => r.seq === seq);
     if (!record) return;
     state.pick.seq = seq;
-    if (record.node && record.node !== state.pick.node) {
+    if (record.node) {
       state.pick.node = record.node;
       dag.select(record.node);
-      renderNode(false);
     }
+    renderNode(false);
     for (const tr of rows.querySelectorAll("tr")) tr.classList.toggle("picked", Number(tr.dataset.seq) === seq);
     const snapshot = h("div", {}, h("p", { class: "muted" }, "Loading the snapshot…"));
     const patch = h("textarea", { id: "fork-patch", rows: 3, placeholder: '{"key": "new value"}', spellcheck: "false" });
