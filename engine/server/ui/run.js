@@ -184,6 +184,7 @@ export function showRun(main, runId) {
   function renderHead() {
     const run = state.run;
     fill(title, "Run ", h("span", { class: "mono" }, run.run_id), " ", badge(run.status));
+    document.title = `${run.status} · ${run.run_id} · phasegraph`;
     fill(meta,
       h("span", {}, "graph ", h("strong", {}, run.graph)), " · ",
       h("span", {}, `step ${run.seq}`), " · ",

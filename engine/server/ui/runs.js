@@ -70,6 +70,7 @@ export function showRuns(main, params) {
       h("td", { title: when(run.updated_at) }, ago(run.updated_at, now)))));
     const waiting = shown.filter((r) => ATTENTION.has(r.status)).length;
     banner.hidden = waiting === 0;
+    document.title = waiting ? `(${waiting} waiting) runs · phasegraph` : "runs · phasegraph";
     banner.textContent = waiting === 1 ? "1 run is waiting for an answer." : `${waiting} runs are waiting for an answer.`;
     const none = status ? `No ${status} runs.` : "No runs yet.";
     message.textContent = shown.length ? "" : runs.length ? "No run of this graph among those loaded." : none;
