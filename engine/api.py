@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -137,6 +138,7 @@ class Engine:
         _validate_input(prepared.definition, run_input)
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
+        leased_at = asyncio.get_running_loop().time()
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
         state = runs.initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
@@ -153,7 +155,8 @@ class Engine:
         except BaseException:
             await self.store.release(lease)
             raise
-        async with self._run(driver, prepared, lease, state, 0, len(commit.snapshot or b"")) as run:
+        size = len(commit.snapshot or b"")
+        async with self._run(driver, prepared, lease, leased_at, state, 0, size) as run:
             yield run
 
     @contextlib.asynccontextmanager
@@ -185,6 +188,7 @@ class Engine:
                 run_id=run_id,
             )
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
+        leased_at = asyncio.get_running_loop().time()
         lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
         try:
             # Re-read under the lease: the head may have moved before we got it. Seqs are
@@ -198,6 +202,7 @@ class Engine:
             driver,
             prepared,
             lease,
+            leased_at,
             loaded.state,
             loaded.stored.snapshot_seq,
             loaded.snapshot_bytes,
@@ -210,6 +215,7 @@ class Engine:
         driver: type[Run],
         prepared: PreparedGraph,
         lease: Lease,
+        leased_at: float,
         state: RunState,
         snap: int,
         size: int,
@@ -219,6 +225,7 @@ class Engine:
             prepared=prepared,
             store=self.store,
             lease=lease,
+            leased_at=leased_at,
             state=state,
             snapshot_seq=snap,
             snapshot_bytes=size,

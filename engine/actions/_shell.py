@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from phasegraph.actions._base import Action, ActionContext, ActionResult
+from phasegraph.actions._orphans import ChildRecord, reap_orphans
 from phasegraph.errors import ActionError
 from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, frozen_map, template_parts
 
@@ -139,7 +140,12 @@ def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
             **os.environ,
             **{k: render(str(v), values) for k, v in (config.get("env") or {}).items()},
         }
+        # A copy of this command that a dead driver left running ends before this one.
+        await reap_orphans(ctx.run_id, ctx.node_id)
+        record = ChildRecord(ctx.run_id, ctx.node_id)
         try:
+            # Spawned from the event loop's thread, so the parent-death signal fires when
+            # the driver dies, not when some short-lived worker thread ends.
             process = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=cwd,
@@ -148,6 +154,7 @@ def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=record.in_child,
             )
         except OSError as exc:
             why = exc.strerror or str(exc)
@@ -165,6 +172,8 @@ def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
         except BaseException:
             await _kill_group(process)
             raise
+        finally:
+            record.remove(process.pid)
         status = process.returncode
         if timed_out:
             trigger = timeout_trigger or on_exit.get("default", "fail")

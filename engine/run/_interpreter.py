@@ -13,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Mapping
+import itertools
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any, NamedTuple, Self
+from typing import Any, Final, NamedTuple, Self
 
 from phasegraph import codec
 from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.errors import (
     CodecError,
+    LeaseLostError,
     PhasegraphError,
     RunError,
     RunStateError,
@@ -35,6 +37,10 @@ from phasegraph.run._stored import run_meta
 from phasegraph.store.base import Commit, Lease, Store
 
 __all__ = ["Run"]
+
+# Waits between attempts after a failed renewal or commit; the last one repeats until the
+# lease would expire (renewals) or a lease's length has passed (a commit).
+_RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 class _Done(NamedTuple):
@@ -54,7 +60,9 @@ class Run:
 
     Use as ``async with Run(...) as run: async for step in run: ...``. Leaving the block
     cancels in-flight actions (their steps were never committed, so a resume runs them
-    again) and releases the lease.
+    again) and releases the lease. ``leased_at`` is the event loop's time just before
+    the lease was taken (default: when the block is entered): the lease is renewed from
+    then on, and work under it stops when it would expire unrenewed.
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class Run:
         options: RunOptions,
         clock: Clock,
         bus: EventBus,
+        leased_at: float | None = None,
     ) -> None:
         self._prepared = prepared
         self._store = store
@@ -92,6 +101,14 @@ class Run:
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
         self._renewer: asyncio.Task[None] | None = None
+        # When the lease may have expired, on the loop's clock (set on entry); work under
+        # the lease is cut off then (see _under_lease), and a renewal moves it on.
+        self._leased_at = leased_at
+        self._deadline: float | None = None
+        self._guard: asyncio.Timeout | None = None
+        self._renew_error: BaseException | None = None  # why the last renewal failed
+        self._lost: LeaseLostError | None = None  # set once the lease is gone for good
+        self._uncertain: int | None = None  # a commit cut off on its way to the store
 
     @property
     def state(self) -> RunState:
@@ -104,7 +121,12 @@ class Run:
         return self._state.run_id
 
     async def __aenter__(self) -> Self:
-        self._renewer = asyncio.create_task(self._renew_lease())
+        loop = asyncio.get_running_loop()
+        # Counted on our own clock from before the lease was taken: never later than the
+        # store's expiry, whatever the store's clock says.
+        leased_at = loop.time() if self._leased_at is None else self._leased_at
+        self._deadline = leased_at + self._options.lease_ttl
+        self._renewer = asyncio.create_task(self._keep_lease())
         return self
 
     async def __aexit__(
@@ -124,6 +146,8 @@ class Run:
             task.cancel()
         # Shielded so that a cancelled caller still leaves nothing running behind it.
         await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        if self._lost is not None:
+            return  # expired or taken: nothing to give back (and the store may be away)
         with contextlib.suppress(PhasegraphError):
             await asyncio.shield(self._store.release(self._lease))
 
@@ -142,16 +166,19 @@ class Run:
         What the step is comes from :meth:`StepBuilder.decide`, which replay asks too.
 
         Raises:
+            LeaseLostError: The lease expired (renewals failed until it did) or was taken
+                over: the in-flight actions were stopped; the run can be resumed.
             StoreError: The commit failed; nothing of this step was written.
         """
         decided = self._steps.decide(self._state, self._to_launch)
         if decided is None:
             return None
-        if isinstance(decided, StepRecord):
-            if decided.node in self._to_launch:  # a gate opened (or failed to render)
-                self._to_launch.remove(decided.node)
-            return await self._commit_step(*_encode(decided))
-        return await self._commit_step(*await self._act())
+        async with self._under_lease():
+            if isinstance(decided, StepRecord):
+                if decided.node in self._to_launch:  # a gate opened (or failed to render)
+                    self._to_launch.remove(decided.node)
+                return await self._commit_step(*_encode(decided))
+            return await self._commit_step(*await self._act())
 
     async def _act(self) -> tuple[StepRecord, bytes]:
         """Run the due actions and turn the first outcome into a step."""
@@ -189,7 +216,8 @@ class Run:
                 run_id=self.run_id,
             )
         record = self._steps.answer(self._state, interrupt_id, result)
-        return await self._commit_step(*_encode(record))
+        async with self._under_lease():
+            return await self._commit_step(*_encode(record))
 
     async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
         """Stop in-flight actions and commit the run as cancelled.
@@ -202,8 +230,9 @@ class Run:
                 f"run {self.run_id!r} already {self._state.status}; nothing to cancel",
                 run_id=self.run_id,
             )
-        await self._stop_actions()
-        return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+        async with self._under_lease():
+            await self._stop_actions()
+            return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
 
     async def _stop_actions(self) -> None:
         """Cancel the in-flight actions and forget the due ones: their results are dropped."""
@@ -341,11 +370,11 @@ class Run:
             snapshot = codec.encode_snapshot(state, self._snapshots)
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:
-            await self._store.commit(self._lease, commit)
+            await self._commit_retrying(commit)
         except StoreUnavailableError as exc:
             raise StoreUnavailableError(
                 f"run {self.run_id!r} stopped at step {self._state.seq}, its last committed "
-                f"step: {exc}; continue it with 'phasegraph resume {self.run_id}'",
+                f"step: {exc}; continue it with '{self._resume_command()}'",
                 run_id=self.run_id,
                 seq=self._state.seq,
             ) from exc
@@ -379,8 +408,129 @@ class Run:
             return False
         return self._record_bytes * 2 >= self._snapshot_bytes or since >= 8 * every
 
-    async def _renew_lease(self) -> None:
-        interval = self._options.lease_ttl / 3
+    async def _commit_retrying(self, commit: Commit) -> None:
+        """Commit; an unreachable store is retried for up to a lease's length.
+
+        Commits are idempotent (one found already written succeeds), so a retry after a
+        lost reply is safe. While the lease lives, a store blip costs a pause, not the
+        run; once the lease would expire, :meth:`_under_lease` stops the wait.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._options.lease_ttl
+        for attempt in itertools.count():
+            try:
+                await self._store.commit(self._lease, commit)
+                return
+            except asyncio.CancelledError:
+                self._uncertain = commit.seq  # cut off mid-commit: it may have landed
+                raise
+            except StoreUnavailableError:
+                if loop.time() >= give_up:
+                    raise
+            await asyncio.sleep(_RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)])
+
+    # -- the lease ---------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _under_lease(self) -> AsyncIterator[None]:
+        """Run the block only while the lease is surely ours: cut it off when it may expire.
+
+        The cut-off is the lease's expiry as last renewed (see :meth:`_keep_lease`), so
+        an action still running then is cancelled before another process may take the
+        run over and start it again.
+
+        Raises:
+            LeaseLostError: The lease expired or was taken (the run can be resumed).
+        """
+        if self._lost is not None:
+            raise self._lost
+        if self._deadline is None:  # not entered: nothing renews the lease either
+            yield
+            return
+        guard = asyncio.timeout_at(self._deadline)
+        try:
+            async with guard:
+                self._guard = guard
+                try:
+                    yield
+                finally:
+                    self._guard = None
+        except TimeoutError as exc:
+            if not guard.expired():
+                raise
+            raise self._lease_gone() from exc
+
+    def _lease_gone(self) -> LeaseLostError:
+        """The error for a run stopped because its lease expired (or was taken over)."""
+        if self._lost is None:
+            why = self._renew_error
+            cause = f": {why}" if why is not None else ""
+            step = self._state.seq
+            where = (
+                f"stopped at step {step}, its last committed step"
+                if self._uncertain is None
+                else f"stopped at step {step} or {self._uncertain} (it was committing that step)"
+            )
+            self._lost = LeaseLostError(
+                f"run {self.run_id!r} {where}: its lease could not be renewed for "
+                f"{self._options.lease_ttl:g} s, so its actions were stopped{cause}; "
+                f"continue it with '{self._resume_command()}'",
+                run_id=self.run_id,
+                seq=step,
+            )
+        return self._lost
+
+    def _resume_command(self) -> str:
+        return f"phasegraph resume {self.run_id}"
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease every third of its length; retry failures until it would expire.
+
+        A renewal counts from the moment it was sent, so the deadline is never later than
+        the store's own expiry. If the deadline passes (the store stayed unreachable) or
+        the store says the lease was taken over, the work under the lease is cut off.
+        """
+        loop = asyncio.get_running_loop()
+        ttl = self._options.lease_ttl
+        assert self._deadline is not None
         while True:
-            await asyncio.sleep(interval)
-            self._lease = await self._store.renew(self._lease, self._options.lease_ttl)
+            await asyncio.sleep(max(self._deadline - loop.time() - ttl * 2 / 3, 0))
+            attempt = 0
+            while True:
+                sent = loop.time()
+                try:
+                    async with asyncio.timeout_at(self._deadline):
+                        self._lease = await self._store.renew(self._lease, ttl)
+                except LeaseLostError as exc:
+                    self._lost = LeaseLostError(
+                        f"run {self.run_id!r} stopped at step {self._state.seq}: {exc}",
+                        run_id=self.run_id,
+                        seq=self._state.seq,
+                    )
+                    self._cut_off(loop.time())
+                    return
+                except TimeoutError:
+                    if loop.time() >= self._deadline:
+                        if self._renew_error is None:
+                            self._renew_error = TimeoutError("the store did not answer")
+                        self._cut_off(loop.time())
+                        return
+                    self._renew_error = TimeoutError("the renewal timed out")
+                except Exception as exc:  # unreachable, locked, loading...: retry
+                    self._renew_error = exc
+                else:
+                    self._renew_error = None
+                    self._deadline = sent + ttl
+                    if self._guard is not None:
+                        self._guard.reschedule(self._deadline)
+                    break
+                delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
+                attempt += 1
+                # The next try is cut off at the deadline if it comes to that.
+                await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
+
+    def _cut_off(self, now: float) -> None:
+        """End the work under the lease now: the lease is, or may be, someone else's."""
+        self._deadline = now
+        if self._guard is not None:
+            self._guard.reschedule(now)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from phasegraph.errors import InputError
+from phasegraph.store import owner_with_holder
 
 __all__ = [
     "RUN_ID_PATTERN",
@@ -94,5 +95,9 @@ class RunOptions:
     owner: str = ""
 
     def owner_name(self) -> str:
-        """The lease owner, defaulting to ``host:pid``."""
-        return self.owner or f"{socket.gethostname()}:{os.getpid()}"
+        """The lease owner: ``owner`` (default ``host:pid``) and this process as holder.
+
+        The holder lets a later ``resume`` on this machine take the lease over at once
+        when this process has died (see :func:`~phasegraph.store.holder_gone`).
+        """
+        return owner_with_holder(self.owner or f"{socket.gethostname()}:{os.getpid()}")

@@ -25,6 +25,7 @@ from phasegraph.api import Engine
 from phasegraph.errors import (
     InputError,
     LeaseHeldError,
+    LeaseLostError,
     PhasegraphError,
     RunStateError,
     StoreUnavailableError,
@@ -237,7 +238,8 @@ class Executor:
         while True:
             try:
                 state = await self._drive_once(run_id)
-            except (LeaseHeldError, StoreUnavailableError) as exc:
+            except (LeaseHeldError, LeaseLostError, StoreUnavailableError) as exc:
+                # Lost: its lease lapsed while the store was away; adopt it again later.
                 self._fail_mail(run_id, exc)
                 await asyncio.sleep(self._options.adopt_interval)
                 if not await self._worth_retrying(run_id):

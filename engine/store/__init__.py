@@ -4,11 +4,18 @@ A store is chosen by URL (:data:`ACCEPTED_URL_FORMS`). The backends (:mod:`.memo
 :mod:`.sqlite`, :mod:`.redis`) are imported lazily by :func:`open_store`, so a SQLite user
 never imports ``redis``. Stores see bytes only and never import the codec; the ``check_*``
 helpers and ``*_error`` builders word every backend's refusals the same way, and a
-third-party backend may use them too. May import :mod:`phasegraph.errors` only.
+third-party backend may use them too. May import :mod:`phasegraph.errors` and
+:mod:`phasegraph._process` (who holds a lease) only.
 """
 
 from __future__ import annotations
 
+from phasegraph.store._holder import (
+    HOLDER_SEPARATOR,
+    holder_gone,
+    owner_label,
+    owner_with_holder,
+)
 from phasegraph.store._open import (
     ACCEPTED_URL_FORMS,
     DEFAULT_STORE_URL,
@@ -29,6 +36,7 @@ __all__ = [
     "ACCEPTED_URL_FORMS",
     "DEFAULT_STORE_URL",
     "FINISHED_STATUSES",
+    "HOLDER_SEPARATOR",
     "Commit",
     "Lease",
     "RunMeta",
@@ -37,9 +45,12 @@ __all__ = [
     "check_commit",
     "check_page",
     "check_ttl",
+    "holder_gone",
     "lease_held_error",
     "lease_lost_error",
     "open_store",
+    "owner_label",
+    "owner_with_holder",
     "redact_url",
     "run_not_found_error",
     "sequence_conflict_error",

@@ -30,6 +30,7 @@ from phasegraph.errors import (
     RunNotFoundError,
     SequenceConflictError,
 )
+from phasegraph.store._holder import owner_label
 from phasegraph.store.base import Commit, Lease, Store
 
 __all__ = [
@@ -256,16 +257,18 @@ def lease_held_error(run_id: str, owner: str, expires_at: float) -> LeaseHeldErr
     """The error for an acquire refused because ``owner`` holds the run until ``expires_at``."""
     left = max(expires_at - time.time(), 0.0)
     return LeaseHeldError(
-        f"run {run_id!r} is being written by {owner!r} (its lease expires in {left:.1f} s)",
+        f"run {run_id!r} is being written by {owner_label(owner)!r} "
+        f"(its lease expires in {left:.1f} s)",
         run_id=run_id,
     )
 
 
 def lease_lost_error(lease: Lease, holder: str | None) -> LeaseLostError:
     """The error for a lease that is no longer current; ``holder`` is who has it now."""
-    now = f"it is now held by {holder!r}" if holder else "it expired or was released"
+    now = f"it is now held by {owner_label(holder)!r}" if holder else "it expired or was released"
     return LeaseLostError(
-        f"run {lease.run_id!r}: lease of {lease.owner!r} (token {lease.token}) is lost; {now}",
+        f"run {lease.run_id!r}: lease of {owner_label(lease.owner)!r} (token {lease.token}) "
+        f"is lost; {now}",
         run_id=lease.run_id,
     )
 

@@ -11,15 +11,19 @@ from typing import Final
 
 __all__ = ["COMMIT", "LEASE", "READ", "SCRIPT_SHA"]
 
-# KEYS: lease, token. ARGV: op (acquire | renew | release), token, ttl ms, owner.
+# KEYS: lease, token. ARGV: op (acquire | takeover | renew | release), token, ttl ms,
+# owner, and for takeover the lease value seen (a holder the client found dead).
 # Returns {token (0: refused or released), lease value of another holder, its pttl,
 # server time sec, usec}. A lease key that expired is still ours while the counter
 # shows our token (nobody took over); releasing burns the token so renew cannot revive it.
+# A takeover replaces a live lease only while it is exactly the value seen.
 LEASE: Final = """
 local lease = redis.call('GET', KEYS[1])
 local now = redis.call('TIME')
-if ARGV[1] == 'acquire' then
-  if lease then return {0, lease, redis.call('PTTL', KEYS[1]), now[1], now[2]} end
+if ARGV[1] == 'acquire' or ARGV[1] == 'takeover' then
+  if lease and (ARGV[1] == 'acquire' or lease ~= ARGV[5]) then
+    return {0, lease, redis.call('PTTL', KEYS[1]), now[1], now[2]}
+  end
   if redis.call('EXISTS', KEYS[2]) == 0 then
     -- seed a new counter from the server clock (ms) so a run whose keys expired by
     -- retention never hands out a token it already issued

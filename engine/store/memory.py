@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import final
 
 from phasegraph.errors import StoreError
+from phasegraph.store._holder import holder_gone
 from phasegraph.store._open import (
     check_commit,
     check_page,
@@ -59,7 +60,7 @@ class MemoryStore(Store):
         self._check_open()
         run = self._runs.setdefault(run_id, _Run())
         now = time.time()
-        if run.owner is not None and run.expires_at > now:
+        if run.owner is not None and run.expires_at > now and not holder_gone(run.owner):
             raise lease_held_error(run_id, run.owner, run.expires_at)
         run.token += 1
         run.owner = owner

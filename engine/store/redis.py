@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 from redis.asyncio.connection import parse_url
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
+from phasegraph.store._holder import holder_gone
 from phasegraph.store._open import (
     FINISHED_STATUSES,
     check_commit,
@@ -73,6 +74,8 @@ _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
 _COMMIT_ARGS: Final = 11  # ARGV of the COMMIT script
 _HEADS_KEPT: Final = 4096  # runs whose packed commit head is kept
+# Error replies of a server that will answer soon (loading its data after a restart, ...).
+_NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 
 
 @final
@@ -114,6 +117,10 @@ class RedisStore(Store):
         """Take the run's lease; see :meth:`Store.acquire`."""
         check_ttl(ttl)
         token, held, pttl, now = await self._lease("acquire", run_id, 0, ttl, owner)
+        if not token and holder_gone(_lease_owner(held)):
+            # Its holder died on this machine: take over, but only if that lease is still
+            # the one recorded (the script compares the whole value).
+            token, held, pttl, now = await self._lease("takeover", run_id, 0, ttl, owner, held)
         if not token:
             raise lease_held_error(run_id, _lease_owner(held), now + max(pttl, 0) / 1000)
         return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
@@ -219,12 +226,12 @@ class RedisStore(Store):
     # ------------------------------------------------------------------ internals
 
     async def _lease(
-        self, op: str, run_id: str, token: int, ttl: float, owner: str
+        self, op: str, run_id: str, token: int, ttl: float, owner: str, seen: bytes = b""
     ) -> tuple[int, bytes, int, float]:
         """Run the lease script: (token or 0, other holder's lease value, its pttl, now)."""
         with self._errors():
             keys = self.run_keys(run_id)[4:]
-            reply = await self._eval(LEASE, keys, (op, token, _ms(ttl), owner))
+            reply = await self._eval(LEASE, keys, (op, token, _ms(ttl), owner, seen))
         return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
 
     def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
@@ -256,7 +263,8 @@ class RedisStore(Store):
         """Run a script by its digest, loading it first if the server does not have it.
 
         Connection errors are raised as they are (the caller decides about retrying);
-        an error reply becomes a :class:`StoreError`.
+        an error reply becomes a :class:`StoreError` (a :class:`StoreUnavailableError`
+        from a server still loading its data or failing over).
         """
         return await self._eval_packed(
             script, pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
@@ -271,6 +279,8 @@ class RedisStore(Store):
             if isinstance(loaded, ReplyError):
                 reply = loaded
         if isinstance(reply, ReplyError):
+            if str(reply).startswith(_NOT_READY):  # restarting or failing over: try later
+                raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
             raise StoreError(f"Redis at {self._where} refused: {reply}")
         return cast("list[Any]", reply)
 

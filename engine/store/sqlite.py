@@ -41,6 +41,7 @@ from typing import Final, TypeVar, final
 
 from phasegraph.errors import InputError, PhasegraphError, StoreError, StoreUnavailableError
 from phasegraph.store._group_commit import GroupCommit, Outcomes
+from phasegraph.store._holder import holder_gone
 from phasegraph.store._open import (
     check_commit,
     check_page,
@@ -296,7 +297,9 @@ class SqliteStore(Store):
             "SELECT lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?",
             (run_id,),
         ).fetchone()
-        if row is not None and row[0] is not None and row[2] > now:
+        # A live lease is refused unless its holder provably died: checked inside this
+        # write transaction, so the takeover happens only if that holder is still recorded.
+        if row is not None and row[0] is not None and row[2] > now and not holder_gone(row[0]):
             raise lease_held_error(run_id, row[0], row[2])
         token = (row[1] if row is not None else 0) + 1
         conn.execute(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -34,6 +35,7 @@ import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from phasegraph._process import ProcessId, process_start, this_process
 from phasegraph.errors import (
     InputError,
     LeaseHeldError,
@@ -42,7 +44,7 @@ from phasegraph.errors import (
     SequenceConflictError,
     StoreUnavailableError,
 )
-from phasegraph.store import Commit, Lease, RunMeta, Store, open_store
+from phasegraph.store import HOLDER_SEPARATOR, Commit, Lease, RunMeta, Store, open_store
 
 __all__ = [
     "REDIS_URL_ENV",
@@ -65,6 +67,18 @@ _PER_STORE = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
 )
 _T0 = 1_700_000_000.0
+
+
+def _dead_holder() -> ProcessId:
+    """The id of a process of this machine that has ended (a child, started and killed)."""
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        start = process_start(child.pid)
+        assert start is not None
+    finally:
+        child.kill()
+        child.wait()
+    return dataclasses.replace(this_process(), pid=child.pid, start=start)
 
 
 def make_commit(
@@ -228,6 +242,37 @@ class StoreContract:
         assert (await store.read("r")).meta.seq == 1
         await store.commit(new, make_commit("r", 2))
         assert (await store.read("r")).meta.seq == 2
+
+    async def test_dead_holder_on_this_machine_is_taken_over_at_once(self, store: Store) -> None:
+        """A live lease whose holder process died here is taken over, fencing it; once."""
+        dead = _dead_holder()
+        old = await store.acquire("r", f"crashed{HOLDER_SEPARATOR}{dead.encode()}", 30)
+        await _fill(store, old, 1)
+        results = await asyncio.gather(
+            *(store.acquire("r", f"w{i}", 30) for i in range(4)), return_exceptions=True
+        )
+        (new,) = [r for r in results if isinstance(r, Lease)]
+        assert sum(isinstance(r, LeaseHeldError) for r in results) == 3
+        assert new.token > old.token
+        with pytest.raises(LeaseLostError):
+            await store.commit(old, make_commit("r", 1))
+        with pytest.raises(LeaseLostError):
+            await store.renew(old, 30)
+        await store.commit(new, make_commit("r", 1))
+        assert (await store.read("r")).meta.seq == 1
+
+    async def test_holder_elsewhere_or_alive_keeps_its_lease(self, store: Store) -> None:
+        """The fencing rule holds for a holder on another host or boot, or a live one."""
+        dead = _dead_holder()
+        holders = {
+            "other-host": dataclasses.replace(dead, host=dead.host + "-elsewhere"),
+            "other-boot": dataclasses.replace(dead, boot="another-boot"),
+            "alive": this_process(),
+        }
+        for name, holder in holders.items():
+            await store.acquire(name, f"{name}{HOLDER_SEPARATOR}{holder.encode()}", 30)
+            with pytest.raises(LeaseHeldError, match=f"being written by '{name}'"):
+                await store.acquire(name, "w2", 30)
 
     async def test_expired_lease_cannot_commit_until_renewed(self, store: Store) -> None:
         """An expired lease commits nothing; renewing it (nobody took over) revives it."""

@@ -19,7 +19,7 @@ from builders import TESTS, cli_argv, engine, graph, prepared
 from phasegraph import Engine, open_store
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.cli import main
-from phasegraph.errors import LeaseHeldError, StoreUnavailableError
+from phasegraph.errors import LeaseHeldError, LeaseLostError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.store.memory import MemoryStore
 
@@ -150,7 +150,8 @@ async def test_connection_lost_mid_run_stops_at_last_commit_and_resume_continues
         # The action of step "a:3" kills the server: its commit cannot be made.
         plan = prepared(definition, {("a", "work"): _looping(marks, {3: server.kill})})
         async with open_store(server.url) as store:
-            with pytest.raises(StoreUnavailableError, match="cannot reach Redis at") as caught:
+            # Commits and renewals are retried while the lease lives; then the run stops.
+            with pytest.raises(LeaseLostError, match="cannot reach Redis at") as caught:
                 await engine(store, lease_ttl=1.0).run(plan, run_id="lost")
         assert str(server.port) in str(caught.value)
         assert "run 'lost' stopped at step" in str(caught.value)
@@ -161,7 +162,8 @@ async def test_connection_lost_mid_run_stops_at_last_commit_and_resume_continues
             stopped = await Engine(store).get("lost")
         assert stopped.status is RunStatus.RUNNING
         assert stopped.nodes["a"].steps == 3  # the last committed step is a:2's
-        assert f"stopped at step {stopped.seq}," in str(caught.value)
+        # The commit in flight when the run stopped may or may not have landed.
+        assert f"stopped at step {stopped.seq}" in str(caught.value)
         resumed = await _resume_when_lease_expires(server.url, "lost", plan)
     finally:
         server.kill()

@@ -1,0 +1,233 @@
+"""The lease survives a store blip; a longer outage stops the run resumable (exit 4).
+
+The real CLI runs a graph whose one node runs a long ``shell:`` command (it waits for the
+test's go-ahead file). While it runs, the store goes away: a private ``redis-server`` is
+stopped and started again (its append-only file keeps every write), or another process
+holds the SQLite file's write lock. Shorter than the lease's ttl, the renewals are
+retried until the store answers and the run completes; longer, the run stops its command
+when its lease would expire, says how to resume (exit 4), and ``resume`` completes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from builders import cli_argv
+
+GRAPH = """\
+graph: blip
+nodes:
+  - id: long
+    machine: task
+    bind:
+      run:
+        shell: [sh, -c, {script}]
+"""
+# Notes that it started, waits for the go-ahead file, notes that it ended.
+SCRIPT = 'echo start >> "$LOG"; while [ ! -e "$GO" ]; do sleep 0.02; done; echo done >> "$LOG"'
+EXIT_RESUMABLE = 4
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class _Redis:
+    """A private redis-server that keeps every write across a restart (AOF, fsync always)."""
+
+    def __init__(self, workdir: Path) -> None:
+        exe = shutil.which("redis-server")
+        assert exe, "this test needs redis-server on PATH"
+        self.port = _free_port()
+        self.argv = [
+            *(exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(workdir)),
+            *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
+        ]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        try:
+            _wait_for(lambda: _pings(client), "redis-server to start")
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Shut the server down (SIGTERM: it writes what it has, then exits)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+class _Run:
+    """``phasegraph run`` of the one-node graph in a subprocess, with a short lease."""
+
+    def __init__(self, workdir: Path, store: str, ttl: float) -> None:
+        self.workdir = workdir
+        self.store = store
+        self.run_id = "blip-" + uuid.uuid4().hex[:8]
+        self.graph = workdir / "graph.yaml"
+        self.graph.write_text(GRAPH.format(script=json.dumps(SCRIPT)), encoding="utf-8")
+        self.log, self.go = workdir / "log", workdir / "go"
+        self.env = {
+            **os.environ,
+            "LOG": str(self.log),
+            "GO": str(self.go),
+            "PHASEGRAPH_LEASE_TTL": str(ttl),
+        }
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        argv = cli_argv("run", str(self.graph), "--store", self.store, "--run-id", self.run_id)
+        self.process = subprocess.Popen(
+            [*argv, "-q", "--json"],
+            cwd=self.workdir,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for(lambda: self.lines() == ["start"], "the command to start")
+
+    def lines(self) -> list[str]:
+        return self.log.read_text(encoding="ascii").split() if self.log.exists() else []
+
+    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
+        assert self.process is not None
+        out, err = self.process.communicate(timeout=timeout)
+        return self.process.returncode, out, err
+
+    def resume(self) -> subprocess.CompletedProcess[str]:
+        argv = cli_argv("resume", self.run_id, "--store", self.store, "-q", "--json")
+        return subprocess.run(
+            argv,
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[_Redis]:
+    one = _Redis(tmp_path)
+    one.start()
+    yield one
+    one.stop()
+
+
+def _completed(code: int, out: str, err: str) -> None:
+    assert code == 0, err
+    assert json.loads(out)["status"] == "completed"
+
+
+def _stopped_resumable(run: _Run, code: int, err: str) -> None:
+    """The run stopped when its lease would expire, saying how to continue it."""
+    assert code == EXIT_RESUMABLE, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"run {run.run_id!r} stopped at step 1" in lines[0]
+    assert "its actions were stopped" in lines[0]
+    assert f"phasegraph resume {run.run_id}" in lines[0]
+    assert run.lines() == ["start"]  # the command was stopped: it never ended by itself
+
+
+@pytest.mark.redis
+def test_redis_restart_shorter_than_the_lease_is_survived(tmp_path, server):
+    ttl = 3.0
+    run = _Run(tmp_path, server.url, ttl)
+    try:
+        run.start()
+        down = time.monotonic()
+        server.stop()
+        time.sleep(1.0)  # renewals fail meanwhile (connection refused)
+        server.start()
+        # Past the lease's ttl since the outage began: a lease nobody renewed has expired.
+        time.sleep(max(down + ttl + 0.5 - time.monotonic(), 0))
+        run.go.touch()
+        _completed(*run.finish())
+    finally:
+        run.close()
+    assert run.lines() == ["start", "done"]  # the command ran once, to its end
+
+
+@pytest.mark.redis
+def test_redis_down_longer_than_the_lease_stops_the_run_resumable(tmp_path, server):
+    run = _Run(tmp_path, server.url, ttl=1.5)
+    try:
+        run.start()
+        server.stop()
+        code, _, err = run.finish()
+        assert "cannot reach Redis" in err
+        _stopped_resumable(run, code, err)
+        server.start()
+        run.go.touch()
+        _completed(*_args(run.resume()))
+    finally:
+        run.close()
+    assert run.lines() == ["start", "start", "done"]
+
+
+def test_sqlite_locked_longer_than_the_lease_stops_the_run_resumable(tmp_path):
+    db = tmp_path / "runs.db"
+    run = _Run(tmp_path, f"sqlite:///{db}", ttl=1.5)
+    try:
+        run.start()
+        locker = sqlite3.connect(db, isolation_level=None)
+        try:
+            locker.execute("BEGIN IMMEDIATE")  # another process's write lock on the file
+            code, _, err = run.finish()
+        finally:
+            locker.close()
+        _stopped_resumable(run, code, err)
+        run.go.touch()
+        _completed(*_args(run.resume()))
+    finally:
+        run.close()
+    assert run.lines() == ["start", "start", "done"]
+
+
+def _args(done: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
+    return done.returncode, done.stdout, done.stderr
