@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Self
 
@@ -102,10 +102,12 @@ class Run:
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
         self._renewer: asyncio.Task[None] | None = None
         # When the lease may have expired, on the loop's clock (set on entry); work under
-        # the lease is cut off then (see _under_lease), and a renewal moves it on.
+        # the lease is cut off then (see _cut_off), and a renewal moves it on.
         self._leased_at = leased_at
         self._deadline: float | None = None
-        self._guard: asyncio.Timeout | None = None
+        self._driving: asyncio.Task[Any] | None = None  # the task working under the lease
+        self._cutting = False  # _driving was cancelled because the lease lapsed
+        self._expired = False  # the lease lapsed or was taken: no more work under it
         self._renew_error: BaseException | None = None  # why the last renewal failed
         self._lost: LeaseLostError | None = None  # set once the lease is gone for good
         self._uncertain: int | None = None  # a commit cut off on its way to the store
@@ -146,7 +148,7 @@ class Run:
             task.cancel()
         # Shielded so that a cancelled caller still leaves nothing running behind it.
         await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
-        if self._lost is not None:
+        if self._expired:
             return  # expired or taken: nothing to give back (and the store may be away)
         with contextlib.suppress(PhasegraphError):
             await asyncio.shield(self._store.release(self._lease))
@@ -173,12 +175,14 @@ class Run:
         decided = self._steps.decide(self._state, self._to_launch)
         if decided is None:
             return None
-        async with self._under_lease():
-            if isinstance(decided, StepRecord):
-                if decided.node in self._to_launch:  # a gate opened (or failed to render)
-                    self._to_launch.remove(decided.node)
-                return await self._commit_step(*_encode(decided))
-            return await self._commit_step(*await self._act())
+        if isinstance(decided, StepRecord):
+            if decided.node in self._to_launch:  # a gate opened (or failed to render)
+                self._to_launch.remove(decided.node)
+            return await self._leased(self._commit_step(*_encode(decided)))
+        return await self._leased(self._act_and_commit())
+
+    async def _act_and_commit(self) -> StepRecord:
+        return await self._commit_step(*await self._act())
 
     async def _act(self) -> tuple[StepRecord, bytes]:
         """Run the due actions and turn the first outcome into a step."""
@@ -216,8 +220,7 @@ class Run:
                 run_id=self.run_id,
             )
         record = self._steps.answer(self._state, interrupt_id, result)
-        async with self._under_lease():
-            return await self._commit_step(*_encode(record))
+        return await self._leased(self._commit_step(*_encode(record)))
 
     async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
         """Stop in-flight actions and commit the run as cancelled.
@@ -230,9 +233,11 @@ class Run:
                 f"run {self.run_id!r} already {self._state.status}; nothing to cancel",
                 run_id=self.run_id,
             )
-        async with self._under_lease():
-            await self._stop_actions()
-            return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+        return await self._leased(self._cancel(reason))
+
+    async def _cancel(self, reason: str) -> StepRecord:
+        await self._stop_actions()
+        return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
 
     async def _stop_actions(self) -> None:
         """Cancel the in-flight actions and forget the due ones: their results are dropped."""
@@ -370,7 +375,13 @@ class Run:
             snapshot = codec.encode_snapshot(state, self._snapshots)
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:
-            await self._commit_retrying(commit)
+            try:
+                await self._store.commit(self._lease, commit)
+            except StoreUnavailableError:
+                await self._commit_retrying(commit)
+            except asyncio.CancelledError:
+                self._uncertain = commit.seq  # cut off mid-commit: it may have landed
+                raise
         except StoreUnavailableError as exc:
             raise StoreUnavailableError(
                 f"run {self.run_id!r} stopped at step {self._state.seq}, its last committed "
@@ -409,15 +420,16 @@ class Run:
         return self._record_bytes * 2 >= self._snapshot_bytes or since >= 8 * every
 
     async def _commit_retrying(self, commit: Commit) -> None:
-        """Commit; an unreachable store is retried for up to a lease's length.
+        """Commit again after a failure; an unreachable store is retried for a lease's length.
 
         Commits are idempotent (one found already written succeeds), so a retry after a
         lost reply is safe. While the lease lives, a store blip costs a pause, not the
-        run; once the lease would expire, :meth:`_under_lease` stops the wait.
+        run; once the lease would expire, :meth:`_cut_off` stops the wait.
         """
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._options.lease_ttl
         for attempt in itertools.count():
+            await asyncio.sleep(_RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)])
             try:
                 await self._store.commit(self._lease, commit)
                 return
@@ -427,38 +439,35 @@ class Run:
             except StoreUnavailableError:
                 if loop.time() >= give_up:
                     raise
-            await asyncio.sleep(_RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)])
 
     # -- the lease ---------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _under_lease(self) -> AsyncIterator[None]:
-        """Run the block only while the lease is surely ours: cut it off when it may expire.
+    async def _leased(self, work: Coroutine[Any, Any, StepRecord]) -> StepRecord:
+        """Await ``work`` while the lease is ours; stop it when the lease lapses.
 
-        The cut-off is the lease's expiry as last renewed (see :meth:`_keep_lease`), so
-        an action still running then is cancelled before another process may take the
-        run over and start it again.
+        Cheaper than a timeout per step: the renewer (:meth:`_keep_lease`) already wakes
+        at the deadline, and then cancels the task doing this (see :meth:`_cut_off`).
 
         Raises:
-            LeaseLostError: The lease expired or was taken (the run can be resumed).
+            LeaseLostError: The lease expired (renewals failed until it would) or was
+                taken over; ``work`` was stopped.
         """
-        if self._lost is not None:
-            raise self._lost
+        if self._expired:
+            work.close()
+            raise self._lease_gone()
         if self._deadline is None:  # not entered: nothing renews the lease either
-            yield
-            return
-        guard = asyncio.timeout_at(self._deadline)
+            return await work
+        self._driving = task = asyncio.current_task()
         try:
-            async with guard:
-                self._guard = guard
-                try:
-                    yield
-                finally:
-                    self._guard = None
-        except TimeoutError as exc:
-            if not guard.expired():
-                raise
-            raise self._lease_gone() from exc
+            return await work
+        except asyncio.CancelledError:
+            if self._cutting and task is not None:
+                self._cutting = False
+                if task.uncancel() == 0:  # the cut-off alone: else let the cancel go on
+                    raise self._lease_gone() from None
+            raise
+        finally:
+            self._driving = None
 
     def _lease_gone(self) -> LeaseLostError:
         """The error for a run stopped because its lease expired (or was taken over)."""
@@ -507,13 +516,13 @@ class Run:
                         run_id=self.run_id,
                         seq=self._state.seq,
                     )
-                    self._cut_off(loop.time())
+                    self._cut_off()
                     return
                 except TimeoutError:
                     if loop.time() >= self._deadline:
                         if self._renew_error is None:
                             self._renew_error = TimeoutError("the store did not answer")
-                        self._cut_off(loop.time())
+                        self._cut_off()
                         return
                     self._renew_error = TimeoutError("the renewal timed out")
                 except Exception as exc:  # unreachable, locked, loading...: retry
@@ -521,16 +530,15 @@ class Run:
                 else:
                     self._renew_error = None
                     self._deadline = sent + ttl
-                    if self._guard is not None:
-                        self._guard.reschedule(self._deadline)
                     break
                 delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
                 attempt += 1
                 # The next try is cut off at the deadline if it comes to that.
                 await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
 
-    def _cut_off(self, now: float) -> None:
+    def _cut_off(self) -> None:
         """End the work under the lease now: the lease is, or may be, someone else's."""
-        self._deadline = now
-        if self._guard is not None:
-            self._guard.reschedule(now)
+        self._expired = True
+        if self._driving is not None and not self._cutting:
+            self._cutting = True
+            self._driving.cancel()
