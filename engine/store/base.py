@@ -116,7 +116,10 @@ class Store(abc.ABC):
         """Take the run's lease for ``ttl`` seconds (the run need not exist yet).
 
         A lease whose holder let it expire is taken over, and the token increases so the
-        old holder can no longer commit.
+        old holder can no longer commit. So is a live lease whose ``owner`` names a holder
+        process that provably died on this machine (see
+        :func:`~phasegraph.store.holder_gone`), atomically: only while that holder is still
+        the one recorded.
 
         Raises:
             LeaseHeldError: Another holder's lease has not expired.
