@@ -87,6 +87,7 @@ class ChildRecord:
         if self._folder is not None:
             with contextlib.suppress(OSError):
                 (self._folder / str(pid)).unlink()
+                self._folder.rmdir()  # only if empty: leave no folder per finished node
 
 
 def _own_start() -> int:
