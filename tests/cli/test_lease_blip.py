@@ -26,6 +26,7 @@ import pytest
 import redis
 
 from builders import cli_argv
+from phasegraph.cli._support import EXIT_STOPPED
 
 GRAPH = """\
 graph: blip
@@ -38,7 +39,6 @@ nodes:
 """
 # Notes that it started, waits for the go-ahead file, notes that it ended.
 SCRIPT = 'echo start >> "$LOG"; while [ ! -e "$GO" ]; do sleep 0.02; done; echo done >> "$LOG"'
-EXIT_RESUMABLE = 4
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -165,7 +165,7 @@ def _completed(code: int, out: str, err: str) -> None:
 
 def _stopped_resumable(run: _Run, code: int, err: str) -> None:
     """The run stopped when its lease would expire, saying how to continue it."""
-    assert code == EXIT_RESUMABLE, err
+    assert code == EXIT_STOPPED, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert f"run {run.run_id!r} stopped at step 1" in lines[0]
