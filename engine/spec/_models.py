@@ -400,8 +400,20 @@ class ToolsAction(_ActionBase):
         "relative paths resolve there and no call leaves it.",
     )
 
+    on_outcome: dict[Literal["observed", "advance"], _Name | None] = Field(
+        {},
+        description="Outcome -> trigger (observed, advance); advance: null answers an advance "
+        "call without ending the loop (for a state that takes no advance).",
+    )
+
     def _implied(self) -> list[tuple[Loc, str]]:
-        return [(("tools",), "observed"), (("tools",), "advance")]
+        found: list[tuple[Loc, str]] = []
+        for outcome in ("observed", "advance"):
+            trigger = self.on_outcome.get(outcome, outcome)
+            if trigger is not None:
+                where = ("on_outcome", outcome) if outcome in self.on_outcome else ("tools",)
+                found.append((where, trigger))
+        return found
 
 
 ActionSpec = Annotated[

@@ -10,7 +10,8 @@ the model made the mistake, so the model is told.
 With the ``loop_detection`` middleware, a call repeated too often gets a warning: the
 corrective message is injected into the conversation (a user message after the results);
 a repeat after a warning raises the loop error. A successful ``advance`` call fires
-``advance`` instead of ``observed``.
+``advance`` instead of ``observed`` (``on_outcome`` renames them; ``advance: null``
+answers such a call without ending the loop, for a state that takes no ``advance``).
 
 ``cwd: TEMPLATE`` (e.g. ``{repo}``) makes every call work in that folder: the model's
 relative paths resolve there and no call may leave it (the tools' ``cwd`` argument).
@@ -86,6 +87,9 @@ def build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
     """
     key = str(definition.config["tools"])
     folder = definition.config.get("cwd")
+    renamed = dict(definition.config.get("on_outcome") or {})
+    observed = renamed.get(OBSERVED_TRIGGER, OBSERVED_TRIGGER) or OBSERVED_TRIGGER
+    advancing = renamed.get(ADVANCE_TRIGGER, ADVANCE_TRIGGER)
 
     async def call(ctx: ActionContext) -> ActionResult:
         conversation, calls = _last_calls(ctx, key)
@@ -111,7 +115,7 @@ def build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
         updated = [*conversation, *results, *corrective]
         refused = sum(1 for r in results if '"error": "phase_violation"' in str(r["content"]))
         return ActionResult(
-            trigger=ADVANCE_TRIGGER if advance else OBSERVED_TRIGGER,
+            trigger=advancing if advance and advancing is not None else observed,
             data=frozen_map({key: updated}),
             payload=frozen_map({"calls": len(calls), "refused": refused, "at": len(updated)}),
         )

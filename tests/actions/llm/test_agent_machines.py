@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from builders import REPO, TESTS
 from model_kit import agent_node, graph_text, run_agent
 from phasegraph.analysis import Severity, check
+from phasegraph.api import Engine
 from phasegraph.model import RunStatus
+from phasegraph.store import open_store
 
 FIXTURES = TESTS / "fixtures" / "agents"
 
@@ -77,3 +81,56 @@ async def test_agent_quality_loop_reflects_with_the_model_then_passes(serve) -> 
     reflect_request = server.requests[1]["messages"]
     assert reflect_request[-1] == {"role": "user", "content": "It failed: not precise. Why?"}
     assert server.request_count == 3
+
+
+MY_LOOP = """
+machine: my_loop
+initial: ask
+budgets:
+  rounds: {limit: 5, spend_on: [ask]}
+states:
+  ask: {hook: think}
+  run: {hook: act}
+  finished: {final: success}
+  stopped: {final: gave_up}
+transitions:
+  - {trigger: tool_calls, source: ask, dest: run}
+  - {trigger: answer, source: ask, dest: finished}
+  - {trigger: compressed, source: ask, dest: ask}
+  - {trigger: compressed, source: ask, dest: stopped}
+  - {trigger: observed, source: run, dest: ask}
+  - {trigger: observed, source: run, dest: stopped}
+"""
+
+
+async def test_a_machine_without_advance_binds_tools_with_advance_off(
+    serve, tmp_path: Path
+) -> None:
+    (tmp_path / "my_loop.yaml").write_text(MY_LOOP, encoding="utf-8")
+    node = agent_node({"tools": ["advance"]}, machine="my_loop")
+    node["bind"]["act"] = {"tools": "conversation", "on_outcome": {"advance": None}}
+    graph = tmp_path / "g.yaml"
+
+    def write() -> None:
+        document = json.loads(graph_text(node, machines=["my_loop.yaml"]))
+        graph.write_text(yaml.safe_dump(document), encoding="utf-8")
+
+    write()
+    assert [f.message for f in check(graph).findings] == []
+    # Without advance: null, check says the act state does not take `advance`.
+    del node["bind"]["act"]["on_outcome"]
+    write()
+    assert any("'advance'" in f.message for f in check(graph).findings)
+
+    node["bind"]["act"]["on_outcome"] = {"advance": None}
+    write()
+    server = await serve(
+        [{"tool_calls": [{"name": "advance", "arguments": {}}]}, {"content": "ok"}]
+    )
+    async with open_store("memory://") as store:
+        engine = Engine(store)
+        state = await engine.run(graph, {"task": "go"})
+        history = await engine.history(state.run_id)
+    assert state.status is RunStatus.COMPLETED
+    assert [r.trigger for r in history if r.source == ("run",)] == ["observed"]
+    assert server.request_count == 2
