@@ -108,7 +108,7 @@ def _gap_findings(space: Space, prefix: str, lead: str) -> Iterable[_Found]:
         reason = " with " + " and ".join(why) if why else ""
         trace = lead + space.trace_text(gap.config, prefix)
         text = (
-            f"machine {machine.name!r}: trigger {trigger!r} in state {prefix}{state!r} is "
+            f"machine {machine.name!r}: trigger {trigger!r} in state {prefix + state!r} is "
             f"refused by every guard{reason}{_under(space.assumption)}, so the node fails "
             f"there; shortest trace: {trace} --{trigger}--> refused. Add a last transition "
             f"with no conditions, e.g. `{{trigger: {trigger}, source: {state}, dest: ...}}`"
@@ -132,7 +132,7 @@ def _liveness_findings(space: Space, prefix: str, lead: str) -> Iterable[_Found]
             continue
         reported.add(config.state)
         text = (
-            f"machine {machine.name!r}: a node can reach state {prefix}{config.state!r} "
+            f"machine {machine.name!r}: a node can reach state {prefix + config.state!r} "
             f"and then never finish{_under(space.assumption)}: no move its guards and budgets "
             f"allow leads to a final state from there; shortest trace: "
             f"{lead}{space.trace_text(config, prefix)}"

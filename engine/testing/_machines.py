@@ -113,12 +113,13 @@ def _property_test(
     name = "properties_of_" + re.sub(r"\W", "_", Path(label).stem if "." in label else label)
 
     def test() -> None:
+        __tracebackhide__ = True  # pytest shows the finding and its trace, not kit source
         subject = load()
         if subject.errors:
             raise PropertyFailed(
                 f"{subject.label} does not pass `phasegraph check`:\n  "
                 + "\n  ".join(subject.errors)
-            )
+            ) from None
 
         def example(script: Script, checkpoint_every: int) -> None:
             stats.examples += 1
@@ -137,7 +138,15 @@ def _property_test(
                 checkpoint_every=st.sampled_from((1, 3, 64)),
             )(example)
         )
-        run()
+        try:
+            run()
+        except PropertyFailed as exc:
+            # Raised afresh: the kit's frames say nothing about the user's definition;
+            # hypothesis's notes (the minimal script) are kept.
+            failure = PropertyFailed(str(exc))
+            for note in getattr(exc, "__notes__", []):
+                failure.add_note(note)
+            raise failure from None
 
     test.__name__ = test.__qualname__ = f"test_{name}"
     vars(test).update(stats=stats, properties=PROPERTIES)

@@ -3,6 +3,7 @@ library's trigger on every explored move), traces are shortest, and it stays qui
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from phasegraph.analysis._explore import Explorer
 from phasegraph.core import CompiledMachine
 from phasegraph.core._machine import _Guard
 from phasegraph.errors import IllegalTriggerError
-from phasegraph.spec import builtin_graphs, builtin_machines, load_machine_family
+from phasegraph.spec import builtin_graphs, builtin_machines, load_machine_family, machine_source
 
 
 @pytest.mark.parametrize("name", builtin_machines())
@@ -101,3 +102,28 @@ def test_a_graph_node_is_explored_with_its_own_settings(tmp_path: Path) -> None:
     assert "trigger 'go' in state 'start' is refused by every guard" in gap.message
     assert gap.location is not None
     assert gap.location.line == 4
+
+
+def test_a_gap_in_a_nested_machine_is_traced_as_a_path(tmp_path: Path) -> None:
+    """A graph node on a chain whose nested loop lost a fallback: the trace goes through
+    the parent state into the child, every state named by its path."""
+    loop = machine_source("quality_loop").read_text(encoding="utf-8")
+    loop = loop.replace("machine: quality_loop", "machine: my_loop")
+    loop = re.sub(r"^.*trigger: fail, source: verify, dest: gave_up.*\n", "", loop, flags=re.M)
+    (tmp_path / "my_loop.yaml").write_text(loop, encoding="utf-8")
+    chain = machine_source("guarded_quality_loop").read_text(encoding="utf-8")
+    chain = chain.replace("machine: guarded_quality_loop", "machine: my_chain")
+    chain = chain.replace("{machine: quality_loop,", "{machine: my_loop,")
+    (tmp_path / "my_chain.yaml").write_text(chain, encoding="utf-8")
+    (tmp_path / "acts.py").write_text("def x(ctx):\n    return 'ok'\n", encoding="utf-8")
+    hooks = ("execute", "verify", "reflect", "recover", "emergency")
+    binds = "".join(f"      {hook}: {{python: 'acts:x'}}\n" for hook in hooks)
+    path = tmp_path / "g.yaml"
+    path.write_text(
+        "graph: g\nmachines: [./my_chain.yaml, ./my_loop.yaml]\nnodes:\n"
+        f"  - id: build\n    machine: my_chain\n    bind:\n{binds}",
+        encoding="utf-8",
+    )
+    [gap] = check(path).findings
+    assert "trigger 'fail' in state 'main/verify' is refused by every guard" in gap.message
+    assert "shortest trace: main > main/execute --done--> main/verify --fail--> " in gap.message

@@ -144,3 +144,32 @@ def test_users_subclass_to_add_invariants() -> None:
 
     with pytest.raises(AssertionError, match="execute --"):
         run_state_machine_as_test(Broken, settings=settings(max_examples=30, deadline=None))
+
+
+def test_property_kit_failures_read_as_the_finding_and_trace(tmp_path: Path) -> None:
+    """machine_properties under pytest: a failing property shows its message, the path
+    and hypothesis's minimal script, and none of the kit's frames."""
+    (tmp_path / "test_user.py").write_text(
+        "from phasegraph.testing import _runs, machine_properties\n"
+        "def planted(subject, node_id, node, records):\n"
+        "    if node.path == ('verify',):\n"
+        "        raise _runs._fail(subject, node_id, records, 'reached verify (planted)')\n"
+        "_runs._check_node = planted\n"
+        "test_quality = machine_properties('quality_loop', max_examples=20)\n"
+        f"test_gap = machine_properties({str(DEFECTS / 'gap_budget.yaml')!r})\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    out = done.stdout
+    assert "2 failed" in out
+    assert "node 'quality_loop' reached verify (planted)" in out
+    assert "its path: execute --" in out
+    assert "properties_of_quality_loop(" in out  # the minimal script
+    assert "gap_budget.yaml does not pass `phasegraph check`" in out
+    assert "_machines.py" not in out
+    assert "_runs.py" not in out
