@@ -48,7 +48,8 @@ __all__ = [
 ]
 
 MAX_CONFIGURATIONS = 200_000
-"""Configurations explored per machine and assumption before the exploration stops."""
+"""Configurations explored per machine (over all its assumptions) before exploration
+stops; about a second of work, so ``check`` stays quick on any definition."""
 
 _MAX_ASSUMPTIONS = 64
 """Above this many limit x setting combinations only a few representative ones are used."""
@@ -343,7 +344,9 @@ class Explorer:
         """Explore machine ``name`` under ``assumption`` (nested machines under the same)."""
         key = (name, id(assumption.settings))
         if key not in self._spaces:
-            self._spaces[key] = self._explore(self._machines[name], assumption, None)
+            self._spaces[key] = self._explore(
+                self._machines[name], assumption, None, MAX_CONFIGURATIONS
+            )
         return self._spaces[key]
 
     def explore_all(self, name: str) -> list[Space]:
@@ -353,10 +356,15 @@ class Explorer:
             self._visiting.add(name)
             try:
                 outcomes = self._child_outcomes_all(machine)
-                self._all[name] = [
-                    self._explore(machine, a, outcomes)
-                    for a in assumptions(machine, self._machines)
-                ]
+                spaces: list[Space] = []
+                left = MAX_CONFIGURATIONS
+                for assumption in assumptions(machine, self._machines):
+                    if left <= 0:  # the budget is spent: what was explored is partial
+                        spaces[-1].truncated = True
+                        break
+                    spaces.append(self._explore(machine, assumption, outcomes, left))
+                    left -= len(spaces[-1].parent)
+                self._all[name] = spaces
             finally:
                 self._visiting.discard(name)
         return self._all[name]
@@ -401,6 +409,7 @@ class Explorer:
         machine: MachineDef,
         assumption: Assumption,
         outcomes: Mapping[str, frozenset[str]] | None,
+        limit: int = MAX_CONFIGURATIONS,
     ) -> Space:
         walk = _Walk(self.compiled(machine.name), Space(machine, assumption))
         start = walk.start()
@@ -414,7 +423,7 @@ class Explorer:
             if declared.final is not None:
                 walk.space.outcomes.setdefault(str(declared.final), config)
                 continue
-            if len(walk.space.parent) >= MAX_CONFIGURATIONS:
+            if len(walk.space.parent) >= limit:
                 walk.space.truncated = True
                 break
             if config.state not in moves_of:

@@ -253,6 +253,11 @@ def _test(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-crash", action="store_true", help="skip crash-equivalence (it runs the actions)"
     )
+    parser.add_argument(
+        "--approve",
+        action="store_true",
+        help="in those runs, answer every review gate with 'confirm' (as run --approve)",
+    )
 
 
 def _fork(parser: argparse.ArgumentParser) -> None:

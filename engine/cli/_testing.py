@@ -19,7 +19,7 @@ async def _cmd_test(args: argparse.Namespace) -> int:
         print(f"phasegraph test needs the test extra: pip install 'phasegraph[test]' ({exc})")
         return EXIT_BAD_INPUT
     run_input = parse_inputs(args.input, args.input_file)
-    results = verify(args.target, run_input, crash=not args.no_crash)
+    results = verify(args.target, run_input, crash=not args.no_crash, approve=args.approve)
     failed = sum(not r.ok for r in results)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2, sort_keys=True))

@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
+from phasegraph.errors import IllegalTriggerError
 from phasegraph.model import StepRecord
-from phasegraph.run import PreparedGraph, RunOptions, prepare
+from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
 from phasegraph.spec import load_graph
 from phasegraph.store import Commit, Lease, RunMeta, Store, StoredRun
 from phasegraph.store.memory import MemoryStore
@@ -168,27 +170,62 @@ def _steps(records: list[StepRecord]) -> dict[str, list[str]]:
     return steps
 
 
-async def _drive(engine: Engine, prepared: PreparedGraph, run_input: Mapping[str, Any]) -> None:
+async def _to_end(run: Run) -> None:
+    for _ in range(_MAX_COMMITS):
+        if await run.next() is None:
+            return
+
+
+async def _drive(
+    store: Store,
+    prepare_graph: Callable[[], PreparedGraph],
+    run_input: Mapping[str, Any],
+    approve: bool,
+) -> Engine:
+    """Run to the end (or a wait), resuming after the injected crash.
+
+    With ``approve``, each gate that accepts ``confirm`` is answered with it. The crash
+    ends the interpreter and everything it built (the prepared graph, with its
+    middleware's memory); the process goes on, as when a commit fails in a server and
+    the run is resumed, so state an action keeps in its module survives, as it would
+    there.
+    """
+    engine = _engine(store)
     try:
-        async with engine.start(prepared, run_input, run_id=_RUN_ID) as run:
-            for _ in range(_MAX_COMMITS):
-                if await run.next() is None:
-                    return
+        async with engine.start(prepare_graph(), run_input, run_id=_RUN_ID) as run:
+            await _to_end(run)
     except _InjectedCrash:
         pass
-    async with engine.open(_RUN_ID, graph=prepared) as run:
-        for _ in range(_MAX_COMMITS):
-            if await run.next() is None:
-                return
+    for _ in range(_MAX_COMMITS):
+        engine = _engine(store)
+        try:
+            async with engine.open(_RUN_ID, graph=prepare_graph()) as run:
+                await _to_end(run)
+                pending = sorted(run.state.interrupts)
+                if not approve or not pending or run.state.status.terminal:
+                    return engine
+                try:
+                    await run.reply(pending[0], ActionResult(trigger="confirm"))
+                except IllegalTriggerError:
+                    return engine  # this gate needs a real answer
+                await _to_end(run)
+        except _InjectedCrash:
+            continue
+    return engine
+
+
+def _engine(store: Store) -> Engine:
+    return Engine(store, options=RunOptions(owner="crash-equivalence"), clock=_FixedClock())
 
 
 async def _one(
-    prepared: PreparedGraph, run_input: Mapping[str, Any], crash_at: int | None
+    source: str, run_input: Mapping[str, Any], crash_at: int | None, approve: bool
 ) -> _Trial:
     store = _CrashingStore(crash_at)
     async with store:
-        engine = Engine(store, options=RunOptions(owner="crash-equivalence"), clock=_FixedClock())
-        await _drive(engine, prepared, run_input)
+        engine = await _drive(
+            store, lambda: prepare(load_graph(source), source), run_input, approve
+        )
         state = await engine.get(_RUN_ID)
         history = await engine.history(_RUN_ID)
     data = json.dumps(_plain(state.data), sort_keys=True, default=repr)
@@ -203,12 +240,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _trial(source: str, run_input: Mapping[str, Any], crash_at: int | None) -> _Trial:
+def _trial(
+    source: str, run_input: Mapping[str, Any], crash_at: int | None, approve: bool
+) -> _Trial:
     """One run in a process of its own (forked): module globals start as imported."""
     # The fork may copy a running event loop's marker from the parent: clear it.
     asyncio.events._set_running_loop(None)
-    prepared = prepare(load_graph(source), source)
-    return asyncio.run(_one(prepared, run_input, crash_at))
+    return asyncio.run(_one(source, run_input, crash_at, approve))
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +281,9 @@ def _first_difference(
     return None
 
 
-def crash_equivalence(source: str, run_input: Mapping[str, Any] | None = None) -> CrashReport:
+def crash_equivalence(
+    source: str, run_input: Mapping[str, Any] | None = None, *, approve: bool = False
+) -> CrashReport:
     """Compare uninterrupted runs with runs crashed before each commit and resumed.
 
     Every run happens in a fresh process forked from this one (where fork exists), so an
@@ -255,9 +295,11 @@ def crash_equivalence(source: str, run_input: Mapping[str, Any] | None = None) -
     Args:
         source: The graph: a built-in name or a file path.
         run_input: The run's input.
+        approve: Answer every gate that accepts ``confirm`` with it (as ``run
+            --approve``), so the runs go past human gates.
     """
     given = dict(run_input or {})
-    run = _runner()
+    run = _runner(approve)
     straight = run(source, given, None)
     again = run(source, given, None)
     varying = _first_difference(0, straight, again, shape_only=False)
@@ -278,13 +320,13 @@ def crash_equivalence(source: str, run_input: Mapping[str, Any] | None = None) -
 Runner = Callable[[str, Mapping[str, Any], "int | None"], _Trial]
 
 
-def _runner() -> Runner:
+def _runner(approve: bool) -> Runner:
     if "fork" not in multiprocessing.get_all_start_methods():
-        return _trial
+        return lambda source, run_input, crash_at: _trial(source, run_input, crash_at, approve)
 
     def forked(source: str, run_input: Mapping[str, Any], crash_at: int | None) -> _Trial:
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            return pool.submit(_trial, source, dict(run_input), crash_at).result()
+            return pool.submit(_trial, source, dict(run_input), crash_at, approve).result()
 
     return forked

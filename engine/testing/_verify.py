@@ -92,6 +92,7 @@ def verify(
     run_input: Mapping[str, Any] | None = None,
     *,
     crash: bool = True,
+    approve: bool = False,
 ) -> list[PropertyResult]:
     """Every property of a graph or machine (a built-in name or a path).
 
@@ -99,6 +100,7 @@ def verify(
         target: The definition.
         run_input: The run's input, for crash-equivalence.
         crash: Run the crash-equivalence property (graphs only).
+        approve: In those runs, answer every gate that accepts ``confirm`` with it.
 
     Raises:
         InputError: The target cannot be read.
@@ -143,19 +145,19 @@ def verify(
         _from_findings("outcomes", "every declared outcome can be reached", report, _OUTCOMES)
     )
     if kind == "graph" and crash:
-        results.append(_crash(target, run_input, runnable=not errors))
+        results.append(_crash(target, run_input, runnable=not errors, approve=approve))
     return results
 
 
 def _crash(
-    target: str | Path, run_input: Mapping[str, Any] | None, *, runnable: bool
+    target: str | Path, run_input: Mapping[str, Any] | None, *, runnable: bool, approve: bool
 ) -> PropertyResult:
     name = "crash-equivalence"
     claim = "a run crashed before any commit and resumed ends as an uninterrupted run"
     if not runnable:
         return PropertyResult(name, claim, False, ("not run: the graph does not pass check",))
     source = str(target)
-    report = crash_equivalence(source, run_input)
+    report = crash_equivalence(source, run_input, approve=approve)
     details = [
         f"{report.crashes} crash points tried over {report.commits} commits "
         f"(the uninterrupted run ended {report.status})"

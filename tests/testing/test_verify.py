@@ -173,3 +173,13 @@ def test_property_kit_failures_read_as_the_finding_and_trace(tmp_path: Path) -> 
     assert "gap_budget.yaml does not pass `phasegraph check`" in out
     assert "_machines.py" not in out
     assert "_runs.py" not in out
+
+
+def test_crash_equivalence_goes_past_gates_with_approve() -> None:
+    graph = str(TESTS / "fixtures" / "crash_ok" / "reviewed.yaml")
+    waiting = crash_equivalence(graph)
+    assert waiting.status == "waiting"
+    approved = crash_equivalence(graph, approve=True)
+    assert approved.first is None
+    assert approved.status == "completed"
+    assert approved.commits > waiting.commits
