@@ -126,10 +126,10 @@ def resolve(target: str | Path) -> Target:
         known = ", ".join([*builtin_machines(), *builtin_graphs()]) or "none"
         raise InputError(f"no built-in machine or graph is called {text!r} (built-ins: {known})")
     try:
-        content = Path(target).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InputError(f"cannot read {text}: {reason}") from exc
+        # Only to tell its kind: the loader says where a byte is not UTF-8.
+        content = Path(target).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {text}: {exc.strerror or exc}") from exc
     return Target(kind=_kind_of(content), source=Path(target), shown=text)
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import logging
 import signal
 import sys
 from pathlib import Path
 from types import MappingProxyType
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
@@ -58,9 +60,28 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
     )
 
 
+def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
+    """A request that is not valid HTTP is the client's mistake: one line, no traceback."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError):
+        lines = [line.strip() for line in error.message.splitlines()]
+        reason = " ".join(line for line in lines if line not in ("", "^"))  # drop the caret line
+        client = record.args[0] if isinstance(record.args, tuple) and record.args else "a client"
+        record.msg, record.args = (
+            "refused a request from %s that is not valid HTTP: %s",
+            (
+                client,
+                reason,
+            ),
+        )
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
 async def _cmd_serve(args: argparse.Namespace) -> int:
     ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
     settings = _settings(args, ttl)
+    logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
     options = RunOptions(lease_ttl=ttl)
     async with open_store(args.store) as store:
         app = create_app(Engine(store, options=options), settings=settings)

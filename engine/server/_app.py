@@ -130,7 +130,8 @@ def _auth(token: str) -> Any:
     async def bearer(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in PUBLIC_PATHS or server_ui.is_ui_path(request.path):
             return await handler(request)  # the viewer's files hold no data
-        given = request.headers.get("Authorization", "").encode()
+        # A header is bytes the client chose: surrogatepass encodes whatever it decoded to.
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")
         if not hmac.compare_digest(given, expected):  # constant time: no guessing by timing
             raise web.HTTPUnauthorized(
                 text="send the server's token as 'Authorization: Bearer TOKEN'",

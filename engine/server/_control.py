@@ -72,6 +72,8 @@ async def fork(request: web.Request) -> web.Response:
     body = await json_body(request, required=False)
     check_fields(body, _FORK_FIELDS)
     at_seq = body.get("at_seq")
+    if isinstance(at_seq, float) and at_seq.is_integer():
+        at_seq = int(at_seq)  # JSON has one number type: 3.0 is the integer 3
     if at_seq is not None and (type(at_seq) is not int or not 0 <= at_seq < MAX_SEQ):
         fail("body.at_seq", "expected a step number (an integer >= 0)")
     state = await request.app[EXECUTOR].fork(run_id, at_seq, optional_mapping(body, "data"))

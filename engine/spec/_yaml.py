@@ -1,4 +1,4 @@
-"""Read YAML documents, within limits, and remember where every node of them is.
+r"""Read YAML documents, within limits, and remember where every node of them is.
 
 With :mod:`._fastyaml`, the only modules that import ``yaml``. A document that needs it
 (anchors, aliases, tags, refusals) is parsed by a SafeLoader subclass that
@@ -6,6 +6,11 @@ records the mark (line and column) of every node and every mapping key by its ke
 and every key that repeats, so later checks can name ``path:line:col`` for any part of
 the document. Problems of reading and parsing come back as located
 :class:`~phasegraph.errors.Problem` values, never as exceptions.
+
+Text YAML cannot hold is refused with a located problem too: bytes that are not UTF-8,
+control characters and lone surrogates (YAML allows neither, even escaped in a string),
+and the escapes ``"\ud800"`` … ``"\udfff"``, which name half of a UTF-16 pair, not a
+character (no file or store could keep the string).
 
 Definitions are small, so a document that is not is refused before it is built
 (:class:`YamlLimits`): nesting is limited while composing (the composer recurses once
@@ -17,6 +22,7 @@ limits because graphs share action settings with them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +66,10 @@ class YamlLimits:
 
 _Mark = yaml.Mark | None
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")  # as YAML (and its marks) count lines
+_MAX_CHARACTER_PROBLEMS = 20
+
 
 def _start(event: yaml.Event) -> _Mark:
     # The pure-Python parser always gives yaml.Mark; the C one (never used here) another type.
@@ -83,6 +93,7 @@ class _MarkedLoader(yaml.SafeLoader):
         self.key_marks: dict[YamlPath, yaml.Mark] = {}
         self.duplicates: list[tuple[Any, yaml.Mark]] = []
         self.refused: list[Problem] = []
+        self.escapes: list[Problem] = []
         self.aliases: list[tuple[_Mark, yaml.Node]] = []
         self._walked: set[int] = set()
         self._depth = 0
@@ -185,7 +196,9 @@ class _MarkedLoader(yaml.SafeLoader):
         if id(node) in self._walked:  # an alias: walked once, so anchors never loop or explode
             return
         self._walked.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
+        if isinstance(node, yaml.ScalarNode):
+            self._check_escapes(node)
+        elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 self._record(item, (*path, index))
         elif isinstance(node, yaml.MappingNode):
@@ -193,12 +206,37 @@ class _MarkedLoader(yaml.SafeLoader):
             for key_node, value_node in node.value:
                 if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
                     continue
+                self._check_escapes(key_node)
                 key = self.construct_object(key_node)
                 if key in seen:
                     self.duplicates.append((key, key_node.start_mark))
                 seen.add(key)
                 self.key_marks[(*path, key)] = key_node.start_mark
                 self._record(value_node, (*path, key))
+
+    def _check_escapes(self, node: yaml.ScalarNode) -> None:
+        """Note a scalar holding a surrogate: only an escape can put one there.
+
+        The text itself was checked before parsing, and libyaml refuses these escapes
+        outright, so only this loader (PyYAML's pure-Python scanner) lets them through.
+        """
+        found = _SURROGATE.search(node.value)
+        if found is not None:
+            message = _surrogate_escape(node.value, found.start())
+            self.escapes.append(Problem(message, location(self.shown, node.start_mark)))
+
+
+def _surrogate_escape(value: str, at: int) -> str:
+    code = ord(value[at])
+    pair = value[at : at + 2]
+    hint = "write the character itself, or escape it with \\U and 8 hex digits"
+    if len(pair) == 2 and 0xD800 <= code <= 0xDBFF and 0xDC00 <= ord(pair[1]) <= 0xDFFF:
+        whole = 0x10000 + ((code - 0xD800) << 10) + (ord(pair[1]) - 0xDC00)
+        hint = f"write the character itself, or escape it as \\U{whole:08X}"
+    return (
+        f"the escape \\u{code:04x} names half of a UTF-16 surrogate pair, not a character, "
+        f"and cannot be stored: {hint}"
+    )
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -300,14 +338,60 @@ def read_file(
         The document (None when it cannot be used at all) and every problem found.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        data = path.read_bytes()
+    except OSError as exc:
         problem = Problem(
-            f"cannot read {what} file: {reason}; check the path", location(str(path), None)
+            f"cannot read {what} file: {exc.strerror or exc}; check the path",
+            location(str(path), None),
         )
         return None, [problem]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [_not_utf8(data, exc, str(path), what)]
     return parse_text(text, str(path), what, limits)
+
+
+def _not_utf8(data: bytes, exc: UnicodeDecodeError, shown: str, what: str) -> Problem:
+    """Where the first byte that is not UTF-8 is (its column counts bytes)."""
+    line_start = data.rfind(b"\n", 0, exc.start) + 1
+    where = SourceLocation(shown, data.count(b"\n", 0, exc.start) + 1, exc.start - line_start + 1)
+    text = (
+        f"a {what} file is UTF-8 text, and byte 0x{data[exc.start]:02x} here is not UTF-8 "
+        "(the file was saved in another encoding, or is not text): save it as UTF-8"
+    )
+    return Problem(text, where)
+
+
+def _character_problems(text: str, shown: str) -> list[Problem]:
+    """Characters YAML does not allow: control characters, lone surrogates, U+FFFE/U+FFFF.
+
+    One problem per line, at most a few: a binary file would list thousands.
+    """
+    problems: list[Problem] = []
+    last_line = 0
+    for found in yaml.reader.Reader.NON_PRINTABLE.finditer(text):
+        where = _position(text, found.start(), shown)
+        if where.line == last_line:
+            continue
+        last_line = where.line or 0
+        code = ord(found.group())
+        if 0xD800 <= code <= 0xDFFF:
+            kind = "a lone UTF-16 surrogate, not a character"
+        else:
+            kind = "a control character, which YAML does not allow in a file"
+        problems.append(Problem(f"character U+{code:04X} is {kind}: remove it", where))
+        if len(problems) == _MAX_CHARACTER_PROBLEMS:
+            break
+    return problems
+
+
+def _position(text: str, index: int, shown: str) -> SourceLocation:
+    """The 1-based line and column of ``text[index]``, counting lines as YAML does."""
+    line, line_start = 1, 0
+    for brk in _LINE_BREAK.finditer(text, 0, index):
+        line, line_start = line + 1, brk.end()
+    return SourceLocation(shown, line, index - line_start + 1)
 
 
 def parse_text(
@@ -326,6 +410,9 @@ def parse_text(
         problem found.
     """
     limits = limits or YamlLimits()
+    refused = _character_problems(text, shown)
+    if refused:
+        return None, refused
     fast = read_fast(text, limits.max_depth)
     if fast is not None:
         data, node_marks, key_marks, duplicates = fast
@@ -346,7 +433,7 @@ def parse_text(
 
 def _read_marked(text: str, shown: str, limits: YamlLimits) -> FastRead | list[Problem]:
     """Read with the full loader (anchors, aliases, tags, refusals); problems if it fails."""
-    loader = _MarkedLoader(text, shown, limits)
+    loader = _MarkedLoader(text, shown, limits)  # the text's characters were checked
     try:
         data = loader.load_marked()
     except SpecError as exc:
@@ -360,4 +447,6 @@ def _read_marked(text: str, shown: str, limits: YamlLimits) -> FastRead | list[P
         return [Problem(message, location(shown, mark))]
     finally:
         loader.dispose()
+    if loader.escapes:
+        return loader.escapes
     return data, loader.node_marks, loader.key_marks, loader.duplicates

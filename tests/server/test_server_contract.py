@@ -7,7 +7,9 @@
   with half-valid and garbage bodies, parameters and run ids) gets no 5xx and only
   documented, schema-valid answers. (schemathesis installs from PyPI, but its pytest
   plugin, loaded by every test run once installed, changes hypothesis' failure reports
-  and breaks tests of ``phasegraph.testing._contract``; this small fuzzer stands in for it.)
+  and breaks tests of ``phasegraph.testing._contract``; this small fuzzer stands in for it
+  here, and ``.ci/fuzz`` runs schemathesis itself, in its own virtualenv, against a live
+  ``phasegraph serve``.)
 """
 
 from __future__ import annotations
