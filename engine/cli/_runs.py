@@ -137,6 +137,9 @@ async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
     lines = []
     abandoned = []
     for m in runs:
+        if m.unreadable:
+            lines.append(f"{m.run_id:<28} unreadable: {m.unreadable}")
+            continue
         shown = m.status
         if m.status == RunStatus.RUNNING and await is_abandoned(engine, m.run_id):
             shown = "abandoned"

@@ -32,6 +32,7 @@ from phasegraph.errors import (
 )
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import PreparedGraph, Run
+from phasegraph.store.base import RunMeta
 
 __all__ = ["Executor", "ExecutorOptions"]
 
@@ -346,12 +347,16 @@ class Executor:
         self.recovered.set()
 
     async def _run_ids(self, status: RunStatus) -> list[str]:
-        ids: list[str] = []
+        pages: list[RunMeta] = []
         while True:
-            page = await self._engine.list_runs(status=status, limit=_PAGE, offset=len(ids))
-            ids += [meta.run_id for meta in page]
+            page = await self._engine.list_runs(status=status, limit=_PAGE, offset=len(pages))
+            pages += page
             if len(page) < _PAGE:
-                return ids
+                break
+        for meta in pages:
+            if meta.unreadable:
+                _log.warning("run %s is left alone: %s", meta.run_id, meta.unreadable)
+        return [meta.run_id for meta in pages if not meta.unreadable]
 
 
 def _fail(replies: list[_Reply], error: PhasegraphError) -> None:

@@ -250,7 +250,9 @@ def run_view(state: RunState) -> dict[str, Any]:
 
 
 def meta_view(meta: RunMeta) -> dict[str, Any]:
-    """A listed run: its indexed metadata, with ISO times."""
+    """A listed run: its indexed metadata, with ISO times (or why it cannot be read)."""
+    if meta.unreadable is not None:
+        return {"run_id": meta.run_id, "unreadable": meta.unreadable}
     return {
         "run_id": meta.run_id,
         "graph": meta.graph,

@@ -74,12 +74,13 @@ return {1}
 """
 
 # KEYS: meta, rec, snap, snaps. ARGV: seq or ''. Returns {-1} no run, {-2, head} no
-# such seq, {-3} no snapshot, or {1, graph, status, head, created, updated, seq,
-# snapshot_seq, snapshot, records...}.
+# such seq, {-3} no snapshot, {-4, stored head} a head that is not a number, or {1, graph,
+# status, head, created, updated, seq, snapshot_seq, snapshot, records...}.
 READ: Final = """
 local m = redis.call('HMGET', KEYS[1], 'graph', 'status', 'seq', 'created_at', 'updated_at')
 if not m[3] then return {-1} end
 local head = tonumber(m[3])
+if not head then return {-4, m[3]} end
 local seq = tonumber(ARGV[1]) or head
 if seq < 0 or seq > head then return {-2, head} end
 local s = redis.call('ZREVRANGEBYSCORE', KEYS[4], seq, '-inf', 'LIMIT', 0, 1)[1]

@@ -61,6 +61,9 @@ class RunMeta:
         seq: The head seq after the commit.
         created_at: Creation time, seconds since the epoch.
         updated_at: Time of the last commit, seconds since the epoch.
+        unreadable: Set in a listing when the stored metadata of this run cannot be read
+            (damaged, or changed outside phasegraph): says why; the other fields are then
+            placeholders (empty graph and status, seq -1, times 0).
     """
 
     run_id: str
@@ -69,6 +72,20 @@ class RunMeta:
     seq: int
     created_at: float
     updated_at: float
+    unreadable: str | None = None
+
+    @classmethod
+    def unreadable_run(cls, run_id: str, why: str) -> RunMeta:
+        """The listing entry of a run whose metadata cannot be read."""
+        return cls(
+            run_id=run_id,
+            graph="",
+            status="",
+            seq=-1,
+            created_at=0.0,
+            updated_at=0.0,
+            unreadable=why,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,6 +42,7 @@ from redis.asyncio.connection import parse_url
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store._holder import holder_gone
+from phasegraph.store._meta import listed_meta, stored_meta, stored_seq
 from phasegraph.store._open import (
     FINISHED_STATUSES,
     check_commit,
@@ -174,8 +175,11 @@ class RedisStore(Store):
             raise StoreError(
                 f"run {run_id!r} has no snapshot at or below seq {seq}", run_id=run_id, seq=seq
             )
+        if code == -4:
+            stored_seq(run_id, reply[1])  # raises, naming the run: the head is not a number
+            raise StoreError(f"run {run_id!r} has an unreadable head seq", run_id=run_id)
         return StoredRun(
-            meta=_meta(run_id, reply[1:6]),
+            meta=stored_meta(run_id, tuple(reply[1:6])),
             seq=int(reply[6]),
             snapshot_seq=int(reply[7]),
             snapshot=reply[8],
@@ -190,10 +194,11 @@ class RedisStore(Store):
         Records are read in batches; they never change once written, so batches agree.
         """
         meta_key, rec_key = self.run_keys(run_id)[:2]
-        head = await self._call("HGET", meta_key, "seq")
-        if head is None:
+        found = await self._call("HGET", meta_key, "seq")
+        if found is None:
             raise run_not_found_error(run_id)
-        end = int(head) + 1 if stop is None else min(stop, int(head) + 1)
+        head = stored_seq(run_id, found)
+        end = head + 1 if stop is None else min(stop, head + 1)
         for first in range(max(start, 0), end, _HISTORY_BATCH):
             last = min(first + _HISTORY_BATCH, end) - 1
             batch = cast("list[bytes]", await self._call("LRANGE", rec_key, first, last))
@@ -316,7 +321,11 @@ class RedisStore(Store):
         stale = [run_id for (run_id, score), row in pairs if row[2] is None and score < old]
         if stale:
             await self._call("ZREM", self._index, *stale)
-        metas = [_meta(run_id.decode(), row) for (run_id, _), row in pairs if row[2] is not None]
+        metas = [
+            listed_meta(run_id.decode(errors="backslashreplace"), tuple(row))
+            for (run_id, _), row in pairs
+            if row[2] is not None
+        ]
         # Scores and metas may disagree (a retried commit's time): order by the meta itself.
         return sorted(metas, key=lambda meta: -meta.updated_at)
 
@@ -336,18 +345,6 @@ class RedisStore(Store):
 
 _META_FIELDS: Final = ("graph", "status", "seq", "created_at", "updated_at")
 _RUN_KEYS: Final = ("meta", "rec", "snap", "snaps", "lease", "token")
-
-
-def _meta(run_id: str, row: Sequence[Any]) -> RunMeta:
-    graph, status, seq, created_at, updated_at = row
-    return RunMeta(
-        run_id=run_id,
-        graph=graph.decode(),
-        status=status.decode(),
-        seq=int(seq),
-        created_at=float(created_at),
-        updated_at=float(updated_at),
-    )
 
 
 def _lease_owner(lease_value: bytes) -> str:

@@ -42,6 +42,7 @@ from typing import Final, TypeVar, final
 from phasegraph.errors import InputError, PhasegraphError, StoreError, StoreUnavailableError
 from phasegraph.store._group_commit import GroupCommit, Outcomes
 from phasegraph.store._holder import holder_gone
+from phasegraph.store._meta import listed_meta, stored_meta
 from phasegraph.store._open import (
     check_commit,
     check_page,
@@ -426,7 +427,7 @@ class SqliteStore(Store):
         rows = conn.execute(
             sql + " ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?", params
         ).fetchall()
-        return [_row_meta(row) for row in rows]
+        return [listed_meta(row[0], tuple(row[1:])) for row in rows]
 
 
 def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]) -> Outcomes:
@@ -494,16 +495,4 @@ def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
     ).fetchone()
     if row is None:
         raise run_not_found_error(run_id)
-    return _row_meta(row)
-
-
-def _row_meta(row: tuple[str, str, str, int, float, float]) -> RunMeta:
-    run_id, graph, status, seq, created_at, updated_at = row
-    return RunMeta(
-        run_id=run_id,
-        graph=graph,
-        status=status,
-        seq=seq,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
+    return stored_meta(run_id, tuple(row[1:]))

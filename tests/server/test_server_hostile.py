@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import sqlite3
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import pytest
+import yaml
 from test_server import serving, settings_for
 
-from builders import cli_argv
+from builders import REPO, cli_argv
 from phasegraph import Engine
+from phasegraph.store import open_store
 from phasegraph.store.memory import MemoryStore
 
 TOKEN = "s3cret"
@@ -101,3 +105,23 @@ def test_a_request_that_is_not_http_is_one_log_line(tmp_path: Path) -> None:
         "refused a request from 127.0.0.1 that is not valid HTTP: "
         "Invalid header value char: b'X-Probe: \\x00'"
     ]
+
+
+async def test_get_runs_answers_with_the_unreadable_run_marked(tmp_path: Path) -> None:
+    spec = yaml.safe_load((REPO / "specs" / "openapi.yaml").read_text(encoding="utf-8"))
+    run_list = {"$ref": "#/components/schemas/RunList", "components": spec["components"]}
+    path = tmp_path / "runs.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        engine = Engine(store)
+        for run_id in ("first", "broken"):
+            await engine.run("hello", run_id=run_id)
+        with sqlite3.connect(path) as damage:
+            damage.execute("UPDATE runs SET status = 'lost' WHERE run_id = 'broken'")
+        async with serving(engine, settings_for(tmp_path)) as client:
+            response = await client.get("/runs")
+            assert response.status == 200, await response.text()
+            body = await response.json()
+    jsonschema.Draft202012Validator(run_list).validate(body)
+    unreadable = {run["run_id"]: run.get("unreadable") for run in body["runs"]}
+    assert unreadable["first"] is None
+    assert "status is 'lost', not a run status" in unreadable["broken"]
