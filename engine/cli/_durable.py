@@ -58,7 +58,7 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
         emit(args, report_view(report), _report_text(report))
         return EXIT_OK if report.identical else EXIT_FAILED
 
-    return await with_engine(args, body)
+    return await with_engine(args, body, read_only=True)
 
 
 def _report_text(report: ReplayReport) -> str:

@@ -54,7 +54,7 @@ async def _cmd_errors(args: argparse.Namespace) -> int:
         emit(args, error_rows(state, args.node), render_errors(state, args.node))
         return EXIT_OK
 
-    return await with_engine(args, body)
+    return await with_engine(args, body, read_only=True)
 
 
 HANDLERS: Handlers = MappingProxyType({"errors": _cmd_errors})

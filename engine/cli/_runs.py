@@ -20,6 +20,7 @@ from phasegraph.cli._support import (
     resume_command,
     sqlite_file,
     store_label,
+    store_writable,
     with_engine,
 )
 from phasegraph.errors import PhasegraphError, RunStateError
@@ -101,7 +102,8 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         await (_status_of_run(args, engine) if args.run else _status_of_runs(args, engine))
         return EXIT_OK
 
-    return await with_engine(args, body)
+    # Read-only where the store cannot be written (liveness is then not asked).
+    return await with_engine(args, body, read_only=not store_writable(args.store))
 
 
 async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
@@ -121,12 +123,13 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
     nodes = "\n".join(lines) + gate_lines(args, state, gates)
     head = f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}"
     if state.status is RunStatus.RUNNING:
-        if await is_abandoned(engine, state.run_id):
+        abandoned = await is_abandoned(engine, state.run_id)
+        if abandoned:
             head += (
                 f" (abandoned: no live process drives it; continue it with "
                 f"'{resume_command(args, state.run_id)}')"
             )
-        else:
+        elif abandoned is not None:
             head += " (a live process drives it)"
     emit(args, gates_view(state, gates), f"{head}: {run_summary(state)}\n{nodes}")
 
@@ -162,12 +165,15 @@ def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
     return {node: index for index, node in enumerate(order)}
 
 
-async def is_abandoned(engine: Engine, run_id: str) -> bool:
+async def is_abandoned(engine: Engine, run_id: str) -> bool | None:
     """Whether a ``running`` run has no live driver: its lease expired or was released.
 
     Asked by taking the lease and giving it back at once; a held lease means a live
-    process drives the run. A store that refuses the question counts as live.
+    process drives the run. A store that refuses the question counts as live; one opened
+    read-only cannot be asked (None: unknown).
     """
+    if getattr(engine.store, "read_only", False):
+        return None
     try:
         lease = await engine.store.acquire(run_id, f"{engine.options.owner_name()} (status)", 1.0)
     except PhasegraphError:
@@ -192,7 +198,7 @@ async def _cmd_history(args: argparse.Namespace) -> int:
         emit(args, None, "\n".join(lines))
         return EXIT_OK
 
-    return await with_engine(args, body)
+    return await with_engine(args, body, read_only=True)
 
 
 async def _cmd_show(args: argparse.Namespace) -> int:
@@ -203,7 +209,7 @@ async def _cmd_show(args: argparse.Namespace) -> int:
         emit(args, view, text)
         return EXIT_OK
 
-    return await with_engine(args, body)
+    return await with_engine(args, body, read_only=True)
 
 
 async def _cmd_machines(args: argparse.Namespace) -> int:

@@ -149,6 +149,14 @@ def sqlite_file(url: str) -> Path | None:
     return Path(unquote(parts.path[1:]))
 
 
+def store_writable(url: str) -> bool:
+    """Whether this process may write the store a URL names (only a SQLite file may not)."""
+    path = sqlite_file(url)
+    if path is None or not path.exists():
+        return True
+    return os.access(path, os.W_OK) and os.access(path.absolute().parent, os.W_OK)
+
+
 def store_label(url: str) -> str:
     """The store a URL names, for messages: a SQLite URL with its absolute file path."""
     path = sqlite_file(url)
@@ -258,11 +266,13 @@ async def with_engine(
     body: Callable[[Engine], Awaitable[int]],
     *,
     creates: bool = False,
+    read_only: bool = False,
 ) -> int:
     """Open the store named by ``--store`` and call ``body`` with an engine on it.
 
     Only a command that ``creates`` runs may create the store: for any other, a SQLite
-    file that does not exist holds no run, and is not made.
+    file that does not exist holds no run, and is not made. ``read_only`` commands open
+    the store so, and work on a store in a read-only location.
 
     Raises:
         RunNotFoundError: The store does not exist (for a command about one run).
@@ -271,7 +281,7 @@ async def with_engine(
     if not creates and path is not None and not path.exists():
         run_id = getattr(args, "run", None)
         raise RunNotFoundError(f"no run {run_id!r}: the store does not exist", run_id=run_id)
-    async with open_store(args.store) as store:
+    async with open_store(args.store, read_only=read_only) as store:
         return await body(Engine(store, options=RunOptions(lease_ttl=lease_ttl())))
 
 

@@ -78,11 +78,14 @@ _REDIS_TLS_OPTIONS: Final = frozenset(
 _CERT_REQS: Final = ("none", "optional", "required")
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, read_only: bool = False) -> Store:
     """Build the store a URL names, without connecting yet.
 
     Args:
         url: One of :data:`ACCEPTED_URL_FORMS`, e.g. :data:`DEFAULT_STORE_URL`.
+        read_only: For callers that only read: a SQLite store then never writes its file
+            or folder (so it can be read where they are read-only) and refuses writes.
+            Reading a Redis or memory store writes nothing anyway.
 
     Returns:
         An unopened store; use it as ``async with store:``.
@@ -98,7 +101,7 @@ def open_store(url: str) -> Store:
     if scheme == "memory":
         return _open_memory(url)
     if scheme == "sqlite":
-        return _open_sqlite(url)
+        return _open_sqlite(url, read_only)
     if scheme in ("redis", "rediss", "unix"):
         return _open_redis(url)
     raise _bad_url(url, f"unknown scheme {scheme!r}")
@@ -110,7 +113,7 @@ def _open_memory(url: str) -> Store:
     return _backend("memory", "MemoryStore")()
 
 
-def _open_sqlite(url: str) -> Store:
+def _open_sqlite(url: str, read_only: bool) -> Store:
     parts = urlsplit(url)
     if parts.netloc:
         raise _bad_url(url, f"unexpected host {parts.netloc!r} (use three slashes: sqlite:///)")
@@ -122,7 +125,9 @@ def _open_sqlite(url: str) -> Store:
     synchronous = options.get("synchronous", "normal").lower()
     if synchronous not in _SYNCHRONOUS:
         raise _bad_url(url, f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
-    return _backend("sqlite", "SqliteStore")(Path(path), synchronous=synchronous)
+    return _backend("sqlite", "SqliteStore")(
+        Path(path), synchronous=synchronous, read_only=read_only
+    )
 
 
 def _open_redis(url: str) -> Store:

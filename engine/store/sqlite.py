@@ -52,7 +52,12 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store._sqlite_layout import SCHEMA_VERSION, check_layout, foreign_file_error
+from phasegraph.store._sqlite_layout import (
+    SCHEMA_VERSION,
+    check_layout,
+    connect_read_only,
+    foreign_file_error,
+)
 from phasegraph.store._thread_worker import ThreadWorker
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
 
@@ -78,13 +83,16 @@ class SqliteStore(Store):
             directories are created on first use.
         synchronous: ``"normal"`` (default; durable across process crashes, the last
             commits may be lost on power failure) or ``"full"`` (fsync every commit).
+        read_only: Never write the file or its folder (works where they are read-only);
+            writing calls are refused, and a file not there yet reads as an empty store.
     """
 
-    def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
+    def __init__(self, path: Path, *, synchronous: str = "normal", read_only: bool = False) -> None:
         if synchronous not in ("normal", "full"):
             raise InputError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self._path = path.absolute()  # fixed now, whatever the cwd is at first use
         self._synchronous = synchronous
+        self._read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()  # held by whichever thread is using _conn
         self._worker = ThreadWorker("phasegraph-sqlite")
@@ -95,6 +103,11 @@ class SqliteStore(Store):
         # Runs whose lease this store took and has not released: with one, a commit is
         # written at once; with more, commits wait a turn to share a transaction.
         self._writers: set[str] = set()
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened read-only (it writes nothing, and refuses writes)."""
+        return self._read_only
 
     @property
     def path(self) -> Path:
@@ -126,6 +139,8 @@ class SqliteStore(Store):
         check_commit(lease, commit)
         if self._closed:
             raise self._closed_error()
+        if self._read_only:
+            raise self._read_only_error()
         await self._group.submit((lease, commit), alone=len(self._writers) <= 1)
 
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
@@ -184,8 +199,13 @@ class SqliteStore(Store):
         """
         if self._closed:
             raise self._closed_error()
+        if write and self._read_only:
+            raise self._read_only_error()
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
         return await self._worker.call(self._in_transaction, begin, fn, args)
+
+    def _read_only_error(self) -> StoreError:
+        return StoreError(f"the SQLite store {str(self._path)!r} was opened read-only")
 
     def _closed_error(self) -> StoreUnavailableError:
         return StoreUnavailableError(f"the SQLite store {str(self._path)!r} is closed")
@@ -256,6 +276,17 @@ class SqliteStore(Store):
                 raise self._failed(exc) from exc
 
     def _connect(self) -> sqlite3.Connection:
+        if self._read_only:
+            try:
+                self._conn = connect_read_only(self._path, _BUSY_TIMEOUT)
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailableError(
+                    f"cannot read SQLite store {str(self._path)!r}: {exc}"
+                ) from exc
+            except sqlite3.DatabaseError as exc:
+                why = f"it is not an SQLite database ({exc})"
+                raise foreign_file_error(self._path, why) from exc
+            return self._conn
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
