@@ -181,6 +181,17 @@ class _Connection(asyncio.Protocol):
             return
         overdue = time.monotonic() - self._progress
         if self._pending and overdue > self._timeout:
+            # A busy event loop runs this late, and may not have read replies that are
+            # waiting on the socket: blame the server only if a turn that reads the
+            # socket first (a timer due now runs after the turn's I/O) brings nothing.
+            self._watchdog = self.loop.call_later(0, self._confirm_overdue, self._progress)
+            return
+        self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)
+
+    def _confirm_overdue(self, progress: float) -> None:
+        if self.broken is not None:
+            return
+        if self._pending and self._progress == progress:
             self.close(TimeoutError(f"no reply from Redis within {self._timeout:g} s"))
             return
         self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)

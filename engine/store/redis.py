@@ -74,7 +74,9 @@ _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
 _COMMIT_ARGS: Final = 11  # ARGV of the COMMIT script
-_HEADS_KEPT: Final = 4096  # runs whose packed commit head is kept
+# Runs whose packed commit head is kept: a run stepping alone reuses its own, and
+# thousands of concurrent runs do not each keep one (~0.5 KB a run).
+_HEADS_KEPT: Final = 64
 # Error replies of a server that will answer soon (loading its data after a restart, ...).
 _NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 

@@ -15,7 +15,7 @@ import pytest
 
 from phasegraph.errors import StoreError, StoreUnavailableError
 from phasegraph.store import open_store
-from phasegraph.store._redis_wire import RedisWire, ReplyError, WireOptions
+from phasegraph.store._redis_wire import RedisWire, ReplyError, WireOptions, pack
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import make_commit
 
@@ -88,6 +88,30 @@ async def test_an_overdue_reply_drops_the_connection_and_the_next_call_reconnect
         assert time.monotonic() - started < 0.7
         await asyncio.sleep(0.8)  # let the server finish the script
         assert await wire.call("CLIENT", "ID") != first_id
+    finally:
+        await wire.aclose()
+
+
+async def test_a_stalled_event_loop_is_not_taken_for_an_overdue_server(redis_url: str) -> None:
+    """A callback that runs longer than the timeout must not fail replies read late."""
+    wire = RedisWire(_options(redis_url, timeout=0.2))
+    try:
+        await wire.call("PING")
+        connection = wire._connection  # white-box: stall the loop at the worst moment
+        assert connection is not None
+        assert connection._watchdog is not None
+        loop = asyncio.get_running_loop()
+        sent: list[asyncio.Future[Any]] = []
+
+        def send_then_stall() -> None:
+            sent.append(connection.send_one(pack(("ECHO", "still here"))))
+            time.sleep(0.5)  # the reply arrives meanwhile, unread: the loop is busy here
+
+        # Run the stall in the turn where the watchdog is due, just before it.
+        time.sleep(max(0.0, connection._watchdog.when() - loop.time()) + 0.01)
+        loop.call_soon(send_then_stall)
+        await asyncio.sleep(0)
+        assert await sent[0] == b"still here"
     finally:
         await wire.aclose()
 
