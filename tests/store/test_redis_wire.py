@@ -107,9 +107,14 @@ async def test_a_stalled_event_loop_is_not_taken_for_an_overdue_server(redis_url
             sent.append(connection.send_one(pack(("ECHO", "still here"))))
             time.sleep(0.5)  # the reply arrives meanwhile, unread: the loop is busy here
 
-        # Run the stall in the turn where the watchdog is due, just before it.
-        time.sleep(max(0.0, connection._watchdog.when() - loop.time()) + 0.01)
-        loop.call_soon(send_then_stall)
+        def stall_before_the_watchdog() -> None:
+            # Block until the watchdog is due, so it runs in the next turn right after
+            # send_then_stall (a timer due joins a turn after its queued callbacks).
+            time.sleep(max(0.0, connection._watchdog.when() - loop.time()) + 0.01)
+            loop.call_soon(send_then_stall)
+
+        loop.call_soon(stall_before_the_watchdog)
+        await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert await sent[0] == b"still here"
     finally:
