@@ -1,9 +1,12 @@
 """LangGraph's side of ``compare.py``: the same loop and DAG with InMemorySaver and SqliteSaver.
 
 The loop is one node that adds 1 to ``i`` and a conditional edge back to itself until
-``i == n``; the unchanged data is a string channel ``blob`` that no step writes. Runs use
-``durability="sync"`` (each checkpoint is written before the next superstep starts, like
-phasegraph's commit per step) and a recursion limit above the loop length. SqliteSaver
+``i == n``; the unchanged data is a string channel ``blob`` that no step writes. The loop
+runs in both durability modes: ``durability="sync"`` (each checkpoint is written before
+the next superstep starts, like phasegraph's commit per step) and LangGraph's default
+``"async"`` (the checkpoint is written while the next superstep runs, so a crash may lose
+the last steps). The DAG and resume use ``"sync"``. Recursion limits are above the loop
+length. SqliteSaver
 runs on its own ``sqlite3`` connection with LangGraph's defaults (WAL; the SQLite default
 ``synchronous=FULL``). Graphs are compiled before the clock starts.
 """
@@ -15,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from bench_common import Case, Counted, Latency, Timed, latency, wchar
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -90,6 +93,13 @@ def _config(thread: str, **extra: Any) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}, "recursion_limit": 10**7, **extra}
 
 
+Durability = Literal["sync", "async"]
+DURABILITY: dict[Durability, str] = {
+    "sync": "each checkpoint written before the next step starts (as phasegraph commits)",
+    "async": "LangGraph's default: a step's checkpoint is written while the next step runs",
+}
+
+
 class LangGraph:
     """Builds the LangGraph cases of each workload."""
 
@@ -107,17 +117,17 @@ class LangGraph:
     def _saver(self, store: str) -> BaseCheckpointSaver[Any]:
         return InMemorySaver() if store == "memory" else self.sqlite
 
-    def _timed_loop(self, store: str, steps: int, blob: str) -> Timed:
+    def _timed_loop(self, store: str, steps: int, blob: str, durability: Durability) -> Timed:
         app = self.loop.compile(checkpointer=self._saver(store))
         thread = uuid.uuid4().hex
         started = time.perf_counter()
-        out = app.invoke({"i": 0, "n": steps, "blob": blob}, _config(thread), durability="sync")
+        out = app.invoke({"i": 0, "n": steps, "blob": blob}, _config(thread), durability=durability)
         elapsed = time.perf_counter() - started
         if out["i"] != steps:
             raise SystemExit(f"LangGraph loop ended at i={out['i']}")
         return Timed(elapsed, steps + 2)  # the input checkpoint + one per superstep
 
-    def _counted_loop(self, store: str, steps: int, blob: str) -> Counted:
+    def _counted_loop(self, store: str, steps: int, blob: str, durability: Durability) -> Counted:
         serde = CountingSerde()
         saver: BaseCheckpointSaver[Any] = (
             InMemorySaver(serde=serde) if store == "memory" else SqliteSaver(self.conn)
@@ -125,7 +135,7 @@ class LangGraph:
         app = self.loop.compile(checkpointer=saver)
         thread = uuid.uuid4().hex
         before = wchar()
-        app.invoke({"i": 0, "n": steps, "blob": blob}, _config(thread), durability="sync")
+        app.invoke({"i": 0, "n": steps, "blob": blob}, _config(thread), durability=durability)
         written = wchar() - before
         checkpoints = len(list(saver.list({"configurable": {"thread_id": thread}})))
         if store == "memory":
@@ -144,20 +154,24 @@ class LangGraph:
         return int(checkpoints) + int(writes)
 
     def loop_cases(self, steps: int, size: int) -> list[Case]:
-        """The loop on InMemorySaver and SqliteSaver."""
+        """The loop on InMemorySaver and SqliteSaver, in both durability modes."""
         blob = "x" * size
-        peers = {"memory": "memory", "SQLite": "SQLite"}
-        return [
-            Case(
-                SYSTEM,
-                "InMemorySaver" if store == "memory" else "SqliteSaver",
-                run=lambda store=store: self._timed_loop(store, steps, blob),
-                count=lambda store=store: self._counted_loop(store, steps, blob),
-                peer=peer,
-                note="durability=sync" + (", WAL, synchronous=FULL" if store == "SQLite" else ""),
-            )
-            for store, peer in peers.items()
-        ]
+        cases = []
+        for store in ("memory", "SQLite"):
+            saver = "InMemorySaver" if store == "memory" else "SqliteSaver"
+            for durability in DURABILITY:
+                cases.append(
+                    Case(
+                        SYSTEM,
+                        f"{saver}, durability={durability}",
+                        run=lambda s=store, d=durability: self._timed_loop(s, steps, blob, d),
+                        count=lambda s=store, d=durability: self._counted_loop(s, steps, blob, d),
+                        peer=store,
+                        note=DURABILITY[durability]
+                        + (", WAL, synchronous=FULL" if store == "SQLite" else ""),
+                    )
+                )
+        return cases
 
     def _timed_dag(self, store: str) -> Timed:
         app = self.dag.compile(checkpointer=self._saver(store))
@@ -173,7 +187,7 @@ class LangGraph:
                 "InMemorySaver" if store == "memory" else "SqliteSaver",
                 run=lambda store=store: self._timed_dag(store),
                 peer=store,
-                note="max_concurrency=3; one checkpoint per layer (superstep)",
+                note="durability=sync; max_concurrency=3; one checkpoint per layer (superstep)",
             )
             for store in ("memory", "SQLite")
         ]
