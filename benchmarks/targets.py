@@ -315,11 +315,14 @@ def _sample(case: str, redis_url: str, tree: Path | None) -> dict[str, float]:
         env["PYTHONPATH"] = str(tree)
     out = subprocess.run(
         [sys.executable, __file__, "--child", case, "--redis", redis_url],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
         env=env,
     )
+    if out.returncode:  # counted in the report, not a reason to lose the other samples
+        print(f"{case} failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return {"failed": 1.0, "load": os.getloadavg()[0]}
     return dict(json.loads(out.stdout))
 
 
@@ -365,6 +368,16 @@ def report(samples: dict[str, dict[str, list[dict[str, float]]]], trees: list[st
         )
         cells.append(met)
         lines.append("| " + " | ".join(cells) + " |")
+    for tree in trees:
+        failed = {
+            case: sum(1 for s in runs if "failed" in s) for case, runs in samples[tree].items()
+        }
+        failed = {case: n for case, n in failed.items() if n}
+        if failed:
+            lines.append("")
+            lines.append(
+                f"Failed samples ({tree}): " + ", ".join(f"{c} {n}" for c, n in failed.items())
+            )
     loads = [s["load"] for tree in trees for runs in samples[tree].values() for s in runs]
     if loads:
         lines.append("")
