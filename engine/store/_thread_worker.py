@@ -80,11 +80,13 @@ class ThreadWorker:
 
     def stop(self) -> None:
         """Let the thread end once the calls already submitted are done (idempotent)."""
-        if self._thread is not None and not self._stopped:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._thread is not None:
             self._jobs.append(None)
             self._signal()
             os.close(self._wake)
-        self._stopped = True
 
     def _start(self) -> None:
         read_end, self._wake = os.pipe()
@@ -96,7 +98,9 @@ class ThreadWorker:
         self._thread.start()
 
     def _signal(self) -> None:
-        with contextlib.suppress(BlockingIOError):
+        # A full pipe already holds unread wake-ups. A closed read end means the thread
+        # took the stop marker while draining an earlier wake-up: nobody is left to wake.
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
             os.write(self._wake, b"\0")
 
     def _run(self, read_end: int) -> None:

@@ -1,6 +1,7 @@
 """The worker thread a blocking store hands its calls to."""
 
 import asyncio
+import collections
 import fcntl
 import threading
 
@@ -65,6 +66,29 @@ async def test_stop_lets_queued_calls_finish_then_refuses_new_ones() -> None:
     worker.stop()
     worker.stop()
     assert await asyncio.gather(*pending) == list(range(5))
+    with pytest.raises(StoreUnavailableError, match="stopped"):
+        await worker.call(lambda: None)
+
+
+async def test_a_thread_that_ends_before_the_stop_wakes_it_is_no_error() -> None:
+    # The thread, still draining an earlier wake-up, may take the stop marker and close its
+    # end of the pipe before stop() writes its own wake-up: stop() must stay quiet.
+    worker = ThreadWorker("test-worker")
+    gate = threading.Event()
+    first = asyncio.ensure_future(worker.call(gate.wait, 30))
+    await asyncio.sleep(0.05)  # the thread is inside the first call
+
+    class _ThreadEndsFirst(collections.deque[object]):
+        def append(self, job: object) -> None:
+            super().append(job)
+            if job is None:  # the stop marker: let the thread take it and end, now
+                gate.set()
+                assert worker._thread is not None
+                worker._thread.join(30)
+
+    worker._jobs = _ThreadEndsFirst()
+    worker.stop()
+    assert await first
     with pytest.raises(StoreUnavailableError, match="stopped"):
         await worker.call(lambda: None)
 
