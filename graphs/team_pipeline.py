@@ -33,8 +33,11 @@ async def _write(ctx: ActionContext, path: str, text: str) -> None:
 
 
 async def _append(ctx: ActionContext, path: str, text: str) -> None:
+    # An action runs at least once: after a crash before its commit it runs again, and a
+    # line it already added must not be added twice.
     current = await ctx.tool("read_file", cwd=ctx.data["repo"], path=path)
-    await _write(ctx, path, current["text"] + text)
+    if not current["text"].endswith(text):
+        await _write(ctx, path, current["text"] + text)
 
 
 def _done(line: str) -> ActionResult:
