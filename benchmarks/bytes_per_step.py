@@ -36,7 +36,6 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -47,53 +46,28 @@ from bench_common import wchar
 
 from phasegraph import Engine, RunState, open_store
 from phasegraph.codec import encode_snapshot
-from phasegraph.store import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store import Commit, ForwardingStore, Lease, Store
 from phasegraph.views import jsonable
 
 GRAPH = Path(__file__).with_name("loop.yaml")
 SIZES = {"0 KB": 0, "10 KB": 10 * 1024, "100 KB": 100 * 1024}
 
 
-class CountingStore(Store):
+class CountingStore(ForwardingStore):
     """Delegates to a store and counts the payload bytes of every commit."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.record_bytes = 0
         self.snapshot_bytes = 0
         self.snapshots = 0
 
-    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
-        return await self.inner.acquire(run_id, owner, ttl)
-
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        return await self.inner.renew(lease, ttl)
-
-    async def release(self, lease: Lease) -> None:
-        await self.inner.release(lease)
-
     async def commit(self, lease: Lease, commit: Commit) -> None:
-        await self.inner.commit(lease, commit)
+        await super().commit(lease, commit)
         self.record_bytes += len(commit.record)
         if commit.snapshot is not None:
             self.snapshot_bytes += len(commit.snapshot)
             self.snapshots += 1
-
-    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
-        return await self.inner.read(run_id, seq)
-
-    def history(
-        self, run_id: str, *, start: int = 0, stop: int | None = None
-    ) -> AsyncIterator[tuple[int, bytes]]:
-        return self.inner.history(run_id, start=start, stop=stop)
-
-    async def list_runs(
-        self, *, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[RunMeta]:
-        return await self.inner.list_runs(status=status, limit=limit, offset=offset)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def _run(store: Store, steps: int, size: int) -> tuple[RunState, float]:

@@ -38,14 +38,13 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio
 
 from phasegraph import Engine, Store, codec, open_store
-from phasegraph.store import Commit, Lease, RunMeta, StoredRun
+from phasegraph.store import Commit, ForwardingStore, Lease
 
 HERE = Path(__file__).parent
 GRAPH = HERE / "conversation.yaml"
@@ -54,43 +53,18 @@ sys.path.insert(0, str(HERE))
 from loop_actions import _message  # noqa: E402
 
 
-class CountingStore(Store):
+class CountingStore(ForwardingStore):
     """Delegates to a store and counts the payload bytes of every commit."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.written = 0
         self.snapshots = 0
 
-    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
-        return await self.inner.acquire(run_id, owner, ttl)
-
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        return await self.inner.renew(lease, ttl)
-
-    async def release(self, lease: Lease) -> None:
-        await self.inner.release(lease)
-
     async def commit(self, lease: Lease, commit: Commit) -> None:
-        await self.inner.commit(lease, commit)
+        await super().commit(lease, commit)
         self.written += len(commit.record) + len(commit.snapshot or b"")
         self.snapshots += commit.snapshot is not None
-
-    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
-        return await self.inner.read(run_id, seq)
-
-    def history(
-        self, run_id: str, *, start: int = 0, stop: int | None = None
-    ) -> AsyncIterator[tuple[int, bytes]]:
-        return self.inner.history(run_id, start=start, stop=stop)
-
-    async def list_runs(
-        self, *, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[RunMeta]:
-        return await self.inner.list_runs(status=status, limit=limit, offset=offset)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _median_ms(samples: list[float]) -> float:

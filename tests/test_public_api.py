@@ -187,6 +187,7 @@ PUBLIC = {
         "Commit",
         "DEFAULT_STORE_URL",
         "FINISHED_STATUSES",
+        "ForwardingStore",
         "HOLDER_SEPARATOR",
         "Lease",
         "RunMeta",

@@ -30,7 +30,7 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, ForwardingStore, Lease, RunMeta, Store, StoredRun
 
 __all__ = [
     "ACCEPTED_URL_FORMS",
@@ -38,6 +38,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "HOLDER_SEPARATOR",
     "Commit",
+    "ForwardingStore",
     "Lease",
     "RunMeta",
     "Store",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-__all__ = ["Commit", "Lease", "RunMeta", "Store", "StoredRun"]
+__all__ = ["Commit", "ForwardingStore", "Lease", "RunMeta", "Store", "StoredRun"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,3 +203,53 @@ class Store(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class ForwardingStore(Store):
+    """A store that hands every call to ``inner``: subclass it to observe or alter one call.
+
+    Benchmarks count the bytes of each commit with it, and the property kit loses a chosen
+    commit to inject a crash, each overriding :meth:`commit` alone.
+
+    Args:
+        inner: The store that does the work.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
+        """Forwarded to ``inner``."""
+        return await self.inner.acquire(run_id, owner, ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Forwarded to ``inner``."""
+        return await self.inner.renew(lease, ttl)
+
+    async def release(self, lease: Lease) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.release(lease)
+
+    async def commit(self, lease: Lease, commit: Commit) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.commit(lease, commit)
+
+    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
+        """Forwarded to ``inner``."""
+        return await self.inner.read(run_id, seq)
+
+    def history(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """Forwarded to ``inner``."""
+        return self.inner.history(run_id, start=start, stop=stop)
+
+    async def list_runs(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunMeta]:
+        """Forwarded to ``inner``."""
+        return await self.inner.list_runs(status=status, limit=limit, offset=offset)
+
+    async def aclose(self) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.aclose()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +34,7 @@ from phasegraph.errors import IllegalTriggerError
 from phasegraph.model import StepRecord
 from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
 from phasegraph.spec import load_graph
-from phasegraph.store import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store import Commit, ForwardingStore, Lease, Store
 from phasegraph.store.memory import MemoryStore
 
 __all__ = ["CrashReport", "Difference", "crash_equivalence"]
@@ -47,45 +47,20 @@ class _InjectedCrash(Exception):
     """Raised instead of the commit a crash is injected before."""
 
 
-class _CrashingStore(Store):
+class _CrashingStore(ForwardingStore):
     """A memory store that loses its ``crash_at``-th commit (raising instead), once."""
 
     def __init__(self, crash_at: int | None) -> None:
-        self._inner = MemoryStore()
+        super().__init__(MemoryStore())
         self.crash_at = crash_at
         self.commits = 0
-
-    async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
-        return await self._inner.acquire(run_id, owner, ttl)
-
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        return await self._inner.renew(lease, ttl)
-
-    async def release(self, lease: Lease) -> None:
-        await self._inner.release(lease)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
         self.commits += 1
         if self.crash_at is not None and self.commits == self.crash_at:
             self.crash_at = None  # the resumed run commits normally
             raise _InjectedCrash(f"crash injected before commit {self.commits}")
-        await self._inner.commit(lease, commit)
-
-    async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
-        return await self._inner.read(run_id, seq)
-
-    def history(
-        self, run_id: str, *, start: int = 0, stop: int | None = None
-    ) -> AsyncIterator[tuple[int, bytes]]:
-        return self._inner.history(run_id, start=start, stop=stop)
-
-    async def list_runs(
-        self, *, status: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[RunMeta]:
-        return await self._inner.list_runs(status=status, limit=limit, offset=offset)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+        await super().commit(lease, commit)
 
 
 class _FixedClock:

@@ -25,7 +25,7 @@ from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
 from phasegraph.model import NodeDef, apply_record, apply_records, extension
 from phasegraph.run import PreparedGraph
-from phasegraph.store import Commit, Store, open_store
+from phasegraph.store import Commit, ForwardingStore, Lease, Store, open_store
 from phasegraph.testing import isolated_redis_store
 
 Op = tuple[str, int]
@@ -177,39 +177,18 @@ def test_the_same_on_redis(redis_url: str) -> None:
 # --------------------------------------------------------------------------- bytes
 
 
-class Counting(Store):
+class Counting(ForwardingStore):
     """Counts the payload bytes of every commit of the store it wraps."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.records = 0
         self.snapshots = 0
 
-    async def acquire(self, run_id: str, owner: str, ttl: float) -> Any:
-        return await self.inner.acquire(run_id, owner, ttl)
-
-    async def renew(self, lease: Any, ttl: float) -> Any:
-        return await self.inner.renew(lease, ttl)
-
-    async def release(self, lease: Any) -> None:
-        await self.inner.release(lease)
-
-    async def commit(self, lease: Any, commit: Commit) -> None:
-        await self.inner.commit(lease, commit)
+    async def commit(self, lease: Lease, commit: Commit) -> None:
+        await super().commit(lease, commit)
         self.records += len(commit.record)
         self.snapshots += len(commit.snapshot or b"")
-
-    async def read(self, run_id: str, seq: int | None = None) -> Any:
-        return await self.inner.read(run_id, seq)
-
-    def history(self, run_id: str, *, start: int = 0, stop: int | None = None) -> Any:
-        return self.inner.history(run_id, start=start, stop=stop)
-
-    async def list_runs(self, **options: Any) -> Any:
-        return await self.inner.list_runs(**options)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.mark.parametrize("resume_every", [None, 50])
