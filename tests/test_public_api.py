@@ -234,6 +234,14 @@ PUBLIC = {
         "scripted_actions",
         "verify",
     ],
+    "phasegraph.worker": [
+        "QueueEntry",
+        "WorkQueue",
+        "Worker",
+        "WorkerOptions",
+        "WorkerStats",
+        "work_queue_of",
+    ],
     "phasegraph.tools": [
         "ADVANCE_TOOL",
         "ALL_TOOLS",

@@ -87,6 +87,9 @@ class ActionContext:
             entries, the ones a model is shown); refused names are left out.
         stream: Publishes a live event that is *not* committed (e.g. a model's token
             deltas): listeners see it now, the history never holds it.
+        attempt: Which attempt at this step this call is: the fencing token of the lease
+            it runs under, larger for every process that took the run over (after a
+            crash, a lost lease or a worker's death), so two attempts never share it.
     """
 
     run_id: str
@@ -105,6 +108,18 @@ class ActionContext:
     tool: ToolCall = field(default=_no_tools, repr=False, compare=False)
     offer: ToolOffer = field(default=_offer_nothing, repr=False, compare=False)
     stream: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
+    attempt: int = 0
+
+    @property
+    def idempotency_key(self) -> str:
+        """``run:node:step``, the same for every attempt at this step, new for the next.
+
+        A step's action runs at least once (again after a crash before its commit), and
+        its result is committed exactly once: pass this key to a side effect that can
+        deduplicate (a payment API's idempotency key, a unique row) so it happens once.
+        ``step`` is the number of transitions the node had taken when the action started.
+        """
+        return f"{self.run_id}:{self.node_id}:{self.steps}"
 
     def values(self) -> Mapping[str, Any]:
         """Input and data merged (data wins), as templates see them."""

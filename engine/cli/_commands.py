@@ -115,6 +115,12 @@ def _serve() -> Handlers:
     return module.HANDLERS
 
 
+def _worker() -> Handlers:
+    from phasegraph.cli import _worker as module
+
+    return module.HANDLERS
+
+
 # Arguments of each command, in the order of the table.
 
 
@@ -152,12 +158,22 @@ def _run(parser: argparse.ArgumentParser) -> None:
         help="answer every gate that accepts TRIGGER with it (repeatable: the first one a "
         "gate accepts is used)",
     )
+    _detach(parser, "create the run (its first step committed), hand it to")
+
+
+def _detach(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help=f"{what} the 'phasegraph worker' processes (Redis store) and return at once",
+    )
 
 
 def _resume(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     parser.add_argument("--graph", help="use this graph file instead of the recorded one")
     _allow_changed(parser, "continue")
+    _detach(parser, "hand the run to")
 
 
 def _allow_changed(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -210,6 +226,7 @@ def _reply(parser: argparse.ArgumentParser) -> None:
         parser, "--data", "a data update sent with the reply (JSON if it parses); repeatable"
     )
     _allow_changed(parser, "answer")
+    _detach(parser, "commit the answer, then hand the run to")
 
 
 def _cancel(parser: argparse.ArgumentParser) -> None:
@@ -363,6 +380,37 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--concurrency", type=_count, default=16, help="runs driven at once (default %(default)s)"
+    )
+    parser.add_argument(
+        "--name", help="this worker's consumer name (default HOST:PID; unique per live worker)"
+    )
+    parser.add_argument(
+        "--reclaim-after",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="take over a silent worker's runs after this long (default: the lease length; "
+        "keep it at least that where workers run on several hosts)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=_count,
+        default=1,
+        help="streams to spread runs over, if the store has none recorded yet (a cluster "
+        "spreads them over its primaries; default %(default)s)",
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        type=_positive,
+        default=None,
+        help="seconds a run's lease outlives a killed worker (default: env "
+        "PHASEGRAPH_LEASE_TTL, else 30)",
+    )
+
+
 COMMANDS = (
     Command("run", "start a run of a graph and drive it to the end (or a wait)", _run, _runs),
     Command("resume", "continue a run from its last committed step", _resume, _runs),
@@ -414,6 +462,13 @@ COMMANDS = (
         "serve the HTTP API: runs, events, replies (until Ctrl-C)",
         _serve_arguments,
         _serve,
+    ),
+    Command(
+        "worker",
+        "take runs from the Redis store's work queue and drive them (any number of workers, "
+        "on any number of hosts; until Ctrl-C or SIGTERM)",
+        _worker_arguments,
+        _worker,
     ),
 )
 """Every command, in the order ``phasegraph --help`` lists them."""

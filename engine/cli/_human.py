@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from types import MappingProxyType
+from typing import Any
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
@@ -28,6 +29,8 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         if args.allow_changed:
             await fits_changed_graph(engine, args.run)
+        if args.detach:
+            return await _reply_detached(args, engine, trigger, payload, data)
         with await progress(args, engine, args.run):
             state = await engine.reply(
                 args.run,
@@ -40,6 +43,30 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
         return await finished(args, engine, state)
 
     return await with_engine(args, body)
+
+
+async def _reply_detached(
+    args: argparse.Namespace,
+    engine: Engine,
+    trigger: str,
+    payload: dict[str, str],
+    data: dict[str, Any],
+) -> int:
+    """Commit the answer here (a refused one is said at once) and let a worker go on."""
+    from phasegraph.cli._worker import can_hand_over, detached, hand_over
+
+    can_hand_over(args, engine.store)
+    state = await engine.reply(
+        args.run,
+        args.id,
+        trigger,
+        payload=payload,
+        data=data,
+        drive=False,
+        allow_changed=args.allow_changed,
+    )
+    await hand_over(engine, state.run_id)
+    return detached(args, state)
 
 
 async def _cmd_cancel(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import sys
 from types import MappingProxyType
+from typing import Any
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
@@ -23,7 +24,7 @@ from phasegraph.cli._support import (
     store_writable,
     with_engine,
 )
-from phasegraph.errors import PhasegraphError, RunStateError
+from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
 from phasegraph.views import record_view, run_summary, state_view
@@ -43,6 +44,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         # Chosen here, so that an interrupted run can be named (see run_command).
         args.run_id = args.run_id or engine.ids.new_run_id()
+        if args.detach:
+            return await _start_detached(args, engine, run_input)
         with contextlib.ExitStack() as shown:
             async with engine.start(args.graph, run_input, run_id=args.run_id) as run:
                 # Shown once the run exists (its first step is committed), not before.
@@ -58,10 +61,23 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     return await with_engine(args, body, creates=True)
 
 
+async def _start_detached(args: argparse.Namespace, engine: Engine, run_input: Any) -> int:
+    """Create the run (its first step committed) and hand it to the workers."""
+    from phasegraph.cli._worker import can_hand_over, detached, hand_over
+
+    can_hand_over(args, engine.store)
+    async with engine.start(args.graph, run_input, run_id=args.run_id) as run:
+        state = run.state
+    await hand_over(engine, state.run_id)
+    return detached(args, state)
+
+
 async def _cmd_resume(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         if args.allow_changed:
             await fits_changed_graph(engine, args.run, args.graph)
+        if args.detach:
+            return await _resume_detached(args, engine)
         with await progress(args, engine, args.run, graph=args.graph):
             state = await engine.resume(
                 args.run, graph=args.graph, allow_changed=args.allow_changed
@@ -69,6 +85,25 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
         return await finished(args, engine, state)
 
     return await with_engine(args, body)
+
+
+async def _resume_detached(args: argparse.Namespace, engine: Engine) -> int:
+    """Hand an unfinished run to the workers (they drive it under its recorded graph)."""
+    from phasegraph.cli._worker import can_hand_over, detached, hand_over
+
+    can_hand_over(args, engine.store)
+    if args.graph or args.allow_changed:
+        raise InputError(
+            "--detach hands the run to the workers, which drive it under the graph it "
+            "recorded: drop --graph and --allow-changed, or resume it here without --detach"
+        )
+    state = await engine.get(args.run)
+    if state.status.terminal:
+        raise RunStateError(
+            f"run {args.run!r} already {state.status}; nothing to resume", run_id=args.run
+        )
+    await hand_over(engine, state.run_id)
+    return detached(args, state)
 
 
 async def fits_changed_graph(engine: Engine, run_id: str, graph: str | None = None) -> None:

@@ -296,6 +296,7 @@ class Run:
             tool=tools.bind(definition, where, emit),
             offer=functools.partial(tools.offered, definition, where),
             stream=functools.partial(self._stream, node_id),
+            attempt=self._lease.token,
         )
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:

@@ -40,6 +40,7 @@ from phasegraph.server._support import (
     ServerSettings,
     ok,
 )
+from phasegraph.worker import work_queue_of
 
 __all__ = ["PUBLIC_PATHS", "STATUS_FOR", "ServerSettings", "create_app", "problem"]
 
@@ -164,10 +165,13 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     """Own the executor and the event hub for as long as the app runs."""
     engine, settings = app[ENGINE], app[SETTINGS]
     app[HUB] = EventHub(engine.bus)
+    queue = work_queue_of(engine.store) if settings.queue else None
     executor = Executor(
         engine,
         ExecutorOptions(
-            max_runs=settings.max_concurrent_runs, adopt_interval=settings.adopt_interval
+            max_runs=settings.max_concurrent_runs,
+            adopt_interval=settings.adopt_interval,
+            queue=queue,
         ),
     )
     app[EXECUTOR] = executor
@@ -178,6 +182,8 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
         app[HUB].close()
         # Shielded: a cancelled shutdown must still leave every run at a committed step.
         await asyncio.shield(executor.aclose())
+        if queue is not None:
+            await queue.aclose()
 
 
 async def _end_streams(app: web.Application) -> None:

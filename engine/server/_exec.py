@@ -8,6 +8,10 @@ committed step (the interpreter never commits half a step), so the next server r
 All work on one run goes through its driver: a reply is queued in the run's mailbox and
 applied between two steps, so a run is never opened twice by this process, and the
 interpreter's single-writer lease only ever refuses *other* processes.
+
+In front of workers (``ExecutorOptions.queue`` set, ``phasegraph serve --queue``) the
+server drives nothing itself: a new run's first step is committed, a reply's step too,
+and the run goes into the store's work queue for the ``phasegraph worker`` processes.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from phasegraph.errors import (
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import PreparedGraph, Run
 from phasegraph.store.base import RunMeta
+from phasegraph.worker import WorkQueue
 
 __all__ = ["Executor", "ExecutorOptions"]
 
@@ -51,10 +56,13 @@ class ExecutorOptions:
         max_runs: How many runs may be stepped at once (others queue for a slot).
         adopt_interval: Seconds between attempts to take over a ``running`` run whose
             lease another process (live, or dead with a lease not yet expired) holds.
+        queue: Hand runs to the workers through this queue instead of driving them here
+            (the caller closes it).
     """
 
     max_runs: int = 64
     adopt_interval: float = 1.0
+    queue: WorkQueue | None = None
 
     def __post_init__(self) -> None:
         if self.max_runs < 1:
@@ -99,6 +107,9 @@ class Executor:
 
     def start(self) -> None:
         """Begin recovery: resume ``running`` runs, arm deadlines of waiting ones."""
+        if self._options.queue is not None:
+            self.recovered.set()  # the workers own every run, the ones found now too
+            return
         task = asyncio.create_task(self._recover(), name="phasegraph-server:recover")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -115,6 +126,9 @@ class Executor:
         """
         async with self._engine.start(graph, run_input, run_id=run_id) as run:
             state = run.state
+        if self._options.queue is not None:
+            await self._options.queue.enqueue(state.run_id)
+            return state
         self._graphs[state.run_id] = graph
         self.submit(state.run_id)
         return state
@@ -130,6 +144,12 @@ class Executor:
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
             LeaseHeldError: Another process is driving the run.
         """
+        if self._options.queue is not None:
+            async with self._engine.open(run_id) as run:
+                await run.reply(interrupt_id, result)
+                state = run.state
+            await self._options.queue.enqueue(run_id)
+            return state
         if self._closing or run_id in self._held:
             why = "is being cancelled" if run_id in self._held else "cannot be answered now"
             raise RunStateError(f"run {run_id!r} {why}; the server is busy with it", run_id=run_id)
@@ -150,6 +170,9 @@ class Executor:
             raise RunStateError(
                 f"run {run_id!r} already {state.status}; nothing to resume", run_id=run_id
             )
+        if self._options.queue is not None:
+            await self._options.queue.enqueue(run_id)
+            return state
         self.submit(run_id)
         return state
 
@@ -161,6 +184,10 @@ class Executor:
             RunStateError: The run already finished.
             LeaseHeldError: Another process is driving the run.
         """
+        if self._options.queue is not None:
+            state = await self._engine.cancel(run_id, reason)
+            await self._options.queue.unschedule(run_id)  # its deadline has nothing to fire
+            return state
         self._held.add(run_id)  # no driver may start while the cancel is under way
         driver, timer = self._drivers.get(run_id), self._timers.get(run_id)
         try:
@@ -185,6 +212,10 @@ class Executor:
         """Fork a run at ``at_seq`` with ``patch``; drive the fork if it is unfinished."""
         new_id = await self._engine.fork(run_id, at_seq, patch)
         state = await self._engine.get(new_id)
+        if self._options.queue is not None:
+            if state.status is RunStatus.RUNNING:
+                await self._options.queue.enqueue(new_id)
+            return state
         if state.status is RunStatus.RUNNING:
             self.submit(new_id)
         else:

@@ -73,6 +73,8 @@ class ServerSettings:
         keepalive_interval: Seconds of silence after which a stream sends a comment.
         adopt_interval: Seconds between attempts to take over a run another process
             holds (after a crash, its lease must expire first).
+        queue: Hand runs to ``phasegraph worker`` processes through the store's work
+            queue (a Redis store) instead of driving them in the server.
     """
 
     token: str | None = None
@@ -89,6 +91,7 @@ class ServerSettings:
     poll_interval: float = 1.0
     keepalive_interval: float = 15.0
     adopt_interval: float = 1.0
+    queue: bool = False
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():

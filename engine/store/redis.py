@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final, cast, final
 from urllib.parse import urlsplit
 
+from redis.asyncio import Redis
 from redis.asyncio.connection import parse_url
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
@@ -54,6 +55,7 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
+from phasegraph.store._redis_queue import QueueEntry, RunQueue
 from phasegraph.store._redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
     Arg,
@@ -65,7 +67,7 @@ from phasegraph.store._redis_wire import (
 )
 from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
 
-__all__ = ["RedisStore"]
+__all__ = ["QueueEntry", "RedisStore", "RunQueue"]
 
 # Commits are idempotent, so a commit that met a connection error is retried: five
 # attempts over about two seconds ride out a restart or failover without hanging long.
@@ -98,6 +100,7 @@ class RedisStore(Store):
         prefix: str = "pg",
         ttl: float | None = None,
     ) -> None:
+        self._url = url
         self._where = redact_url(url)  # for messages: never show a password
         self._wire = RedisWire(_wire_options(url, self._where))
         self._prefix = prefix
@@ -115,6 +118,22 @@ class RedisStore(Store):
         """The keys of one run: meta, rec, snap, snaps, lease, token (one hash slot)."""
         base = f"{self._prefix}:{{{run_id}}}:"
         return tuple(base + suffix for suffix in _RUN_KEYS)
+
+    def queue_client(self) -> Redis:
+        """A new redis-py asyncio client for the same server (the caller closes it).
+
+        The worker processes' queue uses it: blocking reads (``XREADGROUP BLOCK``) need
+        connections of their own, which the store's one shared connection cannot lend.
+        """
+        return Redis.from_url(self._url, decode_responses=False)
+
+    def work_queue(self, *, partitions: int = 1) -> RunQueue:
+        """The run work queue on this server (see :mod:`phasegraph.store._redis_queue`).
+
+        Args:
+            partitions: How many streams to spread runs over, if none is recorded yet.
+        """
+        return RunQueue(self.queue_client(), prefix=self._prefix, partitions=partitions)
 
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
         """Take the run's lease; see :meth:`Store.acquire`."""

@@ -1,0 +1,135 @@
+"""The ``worker`` command, and handing runs to workers (``--detach``).
+
+A worker takes run work from the Redis store's queue until SIGINT or SIGTERM; on either it
+stops its drives at their last committed step and hands their runs back to the queue, so
+the other workers continue them at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from types import MappingProxyType
+
+from phasegraph.api import Engine
+from phasegraph.cli._commands import DEFAULT_STORE_URL, Handlers
+from phasegraph.cli._support import EXIT_OK, emit, lease_ttl
+from phasegraph.errors import InputError
+from phasegraph.model import RunState
+from phasegraph.run import RunOptions
+from phasegraph.store import Store, open_store, redact_url
+from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
+
+__all__ = ["HANDLERS", "can_hand_over", "detached", "hand_over"]
+
+
+async def _cmd_worker(args: argparse.Namespace) -> int:
+    ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
+    name = args.name or f"{socket.gethostname()}:{os.getpid()}"
+    options = WorkerOptions(
+        concurrency=args.concurrency,
+        reclaim_after=args.reclaim_after if args.reclaim_after is not None else ttl,
+    )
+    _log_to_stderr(args.quiet)
+    # As serve does: what is alive now is never collected again, and a step's short-lived
+    # objects die young, so many runs in flight do not pay for full collections.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
+    async with open_store(args.store) as store, _queue(store, args.partitions) as queue:
+        engine = Engine(store, options=RunOptions(lease_ttl=ttl, owner=f"worker {name}"))
+        worker = Worker(engine, queue, name=name, options=options)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        partitions = await queue.partitions()
+        print(
+            f"worker {name} on {redact_url(args.store)}: {partitions} partition(s), "
+            f"{options.concurrency} runs at once; a dead worker's runs are taken over after "
+            f"{options.reclaim_after:g} s; Ctrl-C or SIGTERM stops it (its runs go on in "
+            "other workers)",
+            file=sys.stderr,
+            flush=True,
+        )
+        await worker.run(stop)
+        stats = worker.stats
+        print(
+            f"worker {name} stopped: {stats.drives} drives, {stats.steps} steps, "
+            f"{stats.reclaimed} entries taken over, {stats.deadlines} deadlines fired",
+            file=sys.stderr,
+            flush=True,
+        )
+    return EXIT_OK
+
+
+def _log_to_stderr(quiet: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("phasegraph.worker")
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+@contextlib.asynccontextmanager
+async def _queue(store: Store, partitions: int = 1) -> AsyncIterator[WorkQueue]:
+    queue = work_queue_of(store, partitions=partitions)
+    try:
+        yield queue
+    finally:
+        await queue.aclose()
+
+
+def can_hand_over(args: argparse.Namespace, store: Store) -> None:
+    """Refuse ``--detach`` up front (nothing committed) where no worker can take the run.
+
+    Raises:
+        InputError: The store has no work queue (it is not Redis), or ``--approve`` was
+            given (it answers gates in this process, which does not drive the run).
+    """
+    if getattr(args, "approve", False) or getattr(args, "approve_with", None):
+        raise InputError(
+            "--approve answers gates in the process that drives the run; with --detach a "
+            "worker drives it: answer its gates with 'phasegraph reply'"
+        )
+    if getattr(store, "work_queue", None) is None:
+        raise InputError(
+            f"--detach hands the run to 'phasegraph worker' processes, which share runs "
+            f"through Redis: the store {redact_url(args.store)} has no work queue (use "
+            "--store redis://HOST:PORT/DB)"
+        )
+
+
+async def hand_over(engine: Engine, run_id: str) -> None:
+    """Put the run in the work queue of ``engine``'s store, for any worker to drive.
+
+    Raises:
+        InputError: The store has no work queue (it is not Redis).
+    """
+    async with _queue(engine.store) as queue:
+        await queue.enqueue(run_id)
+
+
+def detached(args: argparse.Namespace, state: RunState) -> int:
+    """Report a run handed to the workers; the exit status is 0."""
+    where = "" if args.store == DEFAULT_STORE_URL else f" --store {shlex.quote(args.store)}"
+    emit(
+        args,
+        {"run_id": state.run_id, "status": state.status, "seq": state.seq, "queued": True},
+        f"run {state.run_id} ({state.graph}) queued for the workers at step {state.seq}; "
+        f"follow it with 'phasegraph status {state.run_id}{where}'",
+    )
+    return EXIT_OK
+
+
+HANDLERS: Handlers = MappingProxyType({"worker": _cmd_worker})
+"""This module's command handlers by command name (see :mod:`phasegraph.cli._commands`)."""

@@ -1,0 +1,271 @@
+"""The work queue of the worker processes: Redis Streams with one consumer group.
+
+A run that needs driving — created with ``--detach``, answered, resumed, or whose gate
+deadline passed — is an entry ``{run: <run id>}`` in a stream. Workers read entries
+through the consumer group ``workers`` (``XREADGROUP``) and acknowledge one (``XACK``)
+only once the run is idle again (finished, waiting or parked) and its lease given back,
+so an entry a worker took is never lost: while it drives the run it keeps the entry's
+idle time short (``XCLAIM ... JUSTID`` is its heartbeat), and when it dies the entry ages
+until another worker reclaims it (``XAUTOCLAIM``). Who may commit is still decided by the
+run's lease and fencing token, inside the commit script: a reclaimed entry whose old
+worker is merely slow finds the lease held and is retried later, never committed twice.
+
+Deadlines of waiting and parked runs live in a sorted set scored by the time they fall
+due (ms since the epoch); a run waiting there holds no worker, no task and no memory
+anywhere but its keys. Any live worker moves due runs into the stream with one script
+that reads the server's clock, so whichever worker is alive fires a deadline.
+
+Keys (``P`` is the store's prefix): the stream ``P:{q<i>}:work`` and the deadlines
+``P:{q<i>}:due`` of each partition ``i`` share a hash tag, so one script may touch both
+on a Redis Cluster; a run belongs to partition ``crc32(run_id) % partitions``. The number
+of partitions is fixed when the first client writes ``P:{q}:partitions`` and read from
+there by every later one, so submitters and workers always agree.
+
+This module speaks to Redis through a redis-py asyncio client (a plain or a cluster
+client): the queue costs a few commands per *drive*, not per step, so it does not need
+the store's own wire.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+from redis.exceptions import ResponseError
+
+from phasegraph.errors import InputError, StoreError
+
+__all__ = ["GROUP", "QueueEntry", "RunQueue"]
+
+GROUP: Final = "workers"
+"""The consumer group every worker reads through."""
+
+# KEYS: due, work. ARGV: how many at most. Moves the runs whose deadline passed (by the
+# server's clock) into the stream; returns how many moved and the next deadline's score
+# (or -1). Atomic, so two workers never both move one deadline.
+_MOVE_DUE: Final = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, run in ipairs(due) do
+  redis.call('ZREM', KEYS[1], run)
+  redis.call('XADD', KEYS[2], '*', 'run', run)
+end
+local next = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {#due, next[2] or -1, ms}
+"""
+
+# KEYS: work. ARGV: group. Trims entries every consumer is done with: older than the
+# group's last delivered entry and than its oldest pending one (a pending entry is never
+# trimmed, so a dead worker's work is still there to reclaim).
+_TRIM: Final = """
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then return 0 end
+local floor = nil
+for _, group in ipairs(groups) do
+  local fields = {}
+  for i = 1, #group, 2 do fields[group[i]] = group[i + 1] end
+  if fields['name'] == ARGV[1] then floor = fields['last-delivered-id'] end
+end
+if not floor then return 0 end
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
+if pending[2] then floor = pending[2] end
+return redis.call('XTRIM', KEYS[1], 'MINID', floor)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """One piece of run work taken from the stream.
+
+    Attributes:
+        partition: The partition whose stream holds it.
+        entry_id: The stream entry's id (what ``XACK`` and the heartbeat name).
+        run_id: The run to drive.
+        deliveries: How many times the entry was handed out (1 the first time).
+    """
+
+    partition: int
+    entry_id: bytes
+    run_id: str
+    deliveries: int = 1
+
+
+@final
+class RunQueue:
+    """The run work queue on one Redis server or cluster.
+
+    Args:
+        client: A redis-py asyncio client (``decode_responses=False``); closed by
+            :meth:`aclose`.
+        prefix: The store's key prefix.
+        partitions: How many streams to spread runs over, used only if none is recorded
+            yet (the first client decides for every later one).
+    """
+
+    def __init__(self, client: Any, *, prefix: str, partitions: int = 1) -> None:
+        if partitions < 1:
+            raise InputError(f"partitions must be at least 1, not {partitions}")
+        self._client = client
+        self._prefix = prefix
+        self._wanted = partitions
+        self._count: int | None = None
+        self._groups: set[int] = set()
+
+    # -- layout -------------------------------------------------------------------------
+
+    async def partitions(self) -> int:
+        """The number of partitions (recorded by the first client to ask)."""
+        if self._count is None:
+            key = f"{self._prefix}:{{q}}:partitions"
+            await self._client.set(key, self._wanted, nx=True)
+            found = await self._client.get(key)
+            try:
+                self._count = int(found)
+            except (TypeError, ValueError):
+                raise StoreError(f"the queue's partition count at {key!r} is {found!r}") from None
+        return self._count
+
+    def work_key(self, partition: int) -> str:
+        """The stream of one partition."""
+        return f"{self._prefix}:{{q{partition}}}:work"
+
+    def due_key(self, partition: int) -> str:
+        """The deadlines of one partition's runs."""
+        return f"{self._prefix}:{{q{partition}}}:due"
+
+    async def partition_of(self, run_id: str) -> int:
+        """The partition a run's work goes to."""
+        return zlib.crc32(run_id.encode()) % await self.partitions()
+
+    # -- submitting -----------------------------------------------------------------------
+
+    async def enqueue(self, run_id: str) -> None:
+        """Ask for the run to be driven by some worker (a new run, a reply, a resume)."""
+        partition = await self.partition_of(run_id)
+        await self._client.xadd(self.work_key(partition), {"run": run_id})
+
+    async def schedule(self, run_id: str, due_ms: int) -> None:
+        """Have the run driven once ``due_ms`` (ms since the epoch) has passed.
+
+        A run has one deadline in the set: the earliest its driver last saw.
+        """
+        partition = await self.partition_of(run_id)
+        await self._client.zadd(self.due_key(partition), {run_id: due_ms})
+
+    async def unschedule(self, run_id: str) -> None:
+        """Forget the run's deadline (it finished, or a reply is driving it on)."""
+        partition = await self.partition_of(run_id)
+        await self._client.zrem(self.due_key(partition), run_id)
+
+    async def deadline(self, run_id: str) -> int | None:
+        """The run's recorded deadline in ms since the epoch, if it has one."""
+        partition = await self.partition_of(run_id)
+        score = await self._client.zscore(self.due_key(partition), run_id)
+        return None if score is None else int(score)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def join(self, partition: int) -> None:
+        """Create the consumer group of a partition's stream if it does not exist."""
+        if partition in self._groups:
+            return
+        try:
+            await self._client.xgroup_create(self.work_key(partition), GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._groups.add(partition)
+
+    async def take(
+        self, partition: int, consumer: str, count: int, block_ms: int
+    ) -> list[QueueEntry]:
+        """New entries for ``consumer`` (at most ``count``; waits up to ``block_ms``)."""
+        await self.join(partition)
+        key = self.work_key(partition)
+        try:
+            reply = await self._client.xreadgroup(
+                GROUP, consumer, {key: ">"}, count=count, block=block_ms
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._groups.discard(partition)  # the stream was deleted: make it again
+            return []
+        entries: list[QueueEntry] = []
+        for _, items in _stream_items(reply):
+            entries += [_entry(partition, entry_id, fields) for entry_id, fields in items]
+        return entries
+
+    async def reclaim(
+        self, partition: int, consumer: str, idle_ms: int, count: int
+    ) -> list[QueueEntry]:
+        """Take over entries idle for ``idle_ms`` or more (their worker died or gave up)."""
+        await self.join(partition)
+        key = self.work_key(partition)
+        reply = await self._client.xautoclaim(
+            key, GROUP, consumer, idle_ms, start_id="0-0", count=count
+        )
+        items = reply[1] if len(reply) > 1 else []
+        claimed = [_entry(partition, entry_id, fields) for entry_id, fields in items if fields]
+        if not claimed:
+            return []
+        # How often each was handed out, to tell a poison entry from a dead worker's.
+        counts = await self._client.xpending_range(
+            key, GROUP, min=claimed[0].entry_id, max=claimed[-1].entry_id, count=len(claimed)
+        )
+        times = {item["message_id"]: int(item["times_delivered"]) for item in counts}
+        return [
+            QueueEntry(e.partition, e.entry_id, e.run_id, times.get(e.entry_id, 1)) for e in claimed
+        ]
+
+    async def touch(self, consumer: str, entries: Sequence[QueueEntry]) -> None:
+        """Reset the idle time of entries ``consumer`` is working on (its heartbeat)."""
+        by_partition: dict[int, list[bytes]] = {}
+        for entry in entries:
+            by_partition.setdefault(entry.partition, []).append(entry.entry_id)
+        for partition, ids in by_partition.items():
+            await self._client.xclaim(
+                self.work_key(partition), GROUP, consumer, 0, ids, justid=True
+            )
+
+    async def ack(self, entry: QueueEntry) -> None:
+        """The entry's work is done: nobody needs to take it again."""
+        await self._client.xack(self.work_key(entry.partition), GROUP, entry.entry_id)
+
+    async def move_due(self, partition: int, limit: int = 500) -> tuple[int, float | None]:
+        """Move runs whose deadline passed into the stream.
+
+        Returns:
+            How many moved, and seconds until the next deadline (None: there is none).
+        """
+        moved, next_ms, now_ms = await self._client.eval(
+            _MOVE_DUE, 2, self.due_key(partition), self.work_key(partition), limit
+        )
+        following = float(next_ms)
+        return int(moved), None if following < 0 else max(following - int(now_ms), 0) / 1000
+
+    async def trim(self, partition: int) -> int:
+        """Drop entries every worker is done with; returns how many went."""
+        return int(await self._client.eval(_TRIM, 1, self.work_key(partition), GROUP))
+
+    async def pending(self, partition: int) -> int:
+        """How many entries are taken but not acknowledged."""
+        summary = await self._client.xpending(self.work_key(partition), GROUP)
+        return int(summary["pending"])
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self._client.aclose()
+
+
+def _stream_items(reply: Any) -> list[tuple[Any, list[tuple[bytes, dict[bytes, bytes]]]]]:
+    """``XREADGROUP``'s reply (RESP2: a list of [stream, entries]) as pairs."""
+    return [(key, items) for key, items in reply or ()]
+
+
+def _entry(partition: int, entry_id: bytes, fields: dict[bytes, bytes]) -> QueueEntry:
+    run = fields.get(b"run", b"")
+    return QueueEntry(partition, entry_id, run.decode(errors="replace"))

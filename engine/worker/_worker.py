@@ -1,0 +1,407 @@
+"""A worker process's loop: take run work from the queue, drive each run until it is idle.
+
+The unit of work is a run, not a step: an entry says "this run needs driving", and the
+worker that takes it opens the run (taking its lease), steps it until nothing more can
+happen — it finished, or waits on a human or a deadline — gives the lease back, records
+the run's next deadline and only then acknowledges the entry. A run's steps therefore
+stay on one worker while it moves (its state is in memory, no step re-reads it), and
+many runs spread over all workers.
+
+What makes it safe:
+
+* **Commit exactly once.** Every commit checks the run's lease and fencing token in the
+  store, so whichever worker holds the lease is the only one that can write; an entry
+  reclaimed from a worker that is merely slow finds the lease held and is retried later.
+* **Run at least once.** An entry is acknowledged only after its run is idle and its
+  lease released. A worker that dies leaves its entries pending; their idle time grows
+  (the heartbeat stopped) and after ``reclaim_after`` any worker takes them over
+  (``XAUTOCLAIM``) and resumes the runs from their last committed step. The action
+  that was in flight runs again, with the same :attr:`ActionContext.idempotency_key`.
+* **Nothing lost in between.** A second entry for a run this worker is driving (a reply
+  landing while the drive ends) drives it once more after the drive, before either
+  entry is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol, final
+
+from phasegraph.api import Engine
+from phasegraph.errors import (
+    InputError,
+    LeaseHeldError,
+    LeaseLostError,
+    PhasegraphError,
+    RunNotFoundError,
+    StoreUnavailableError,
+)
+from phasegraph.model import RunState
+from phasegraph.store import Store
+
+__all__ = ["QueueEntry", "WorkQueue", "Worker", "WorkerOptions", "WorkerStats", "work_queue_of"]
+
+_log = logging.getLogger("phasegraph.worker")
+
+# Retries of a run whose lease another holder has (it may be giving it back right now).
+_HELD_RETRIES: Final = (0.1, 0.3, 1.0, 2.0)
+_TRIM_EVERY: Final = 60.0  # seconds between trims of acknowledged entries
+_DUE_POLL_MAX: Final = 1.0  # seconds: a deadline set by another process is seen this soon
+
+
+class WorkQueue(Protocol):
+    """What a worker needs of the queue (:class:`phasegraph.store.redis.RunQueue`)."""
+
+    async def partitions(self) -> int:
+        """How many partitions there are."""
+        ...
+
+    async def enqueue(self, run_id: str) -> None:
+        """Ask for a run to be driven."""
+        ...
+
+    async def schedule(self, run_id: str, due_ms: int) -> None:
+        """Drive a run once a time passes."""
+        ...
+
+    async def unschedule(self, run_id: str) -> None:
+        """Forget a run's deadline."""
+        ...
+
+    async def take(
+        self, partition: int, consumer: str, count: int, block_ms: int
+    ) -> Sequence[QueueEntry]:
+        """New entries."""
+        ...
+
+    async def reclaim(
+        self, partition: int, consumer: str, idle_ms: int, count: int
+    ) -> Sequence[QueueEntry]:
+        """Entries other consumers left idle."""
+        ...
+
+    async def touch(self, consumer: str, entries: Sequence[QueueEntry]) -> None:
+        """Heartbeat for entries being worked on."""
+        ...
+
+    async def ack(self, entry: QueueEntry) -> None:
+        """Done with an entry."""
+        ...
+
+    async def move_due(self, partition: int, limit: int = 500) -> tuple[int, float | None]:
+        """Move due runs into the stream."""
+        ...
+
+    async def trim(self, partition: int) -> int:
+        """Drop acknowledged entries."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close connections."""
+        ...
+
+
+class QueueEntry(Protocol):
+    """One entry (:class:`phasegraph.store.redis.QueueEntry`)."""
+
+    @property
+    def partition(self) -> int:
+        """Its partition."""
+        ...
+
+    @property
+    def entry_id(self) -> bytes:
+        """Its stream id."""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """The run to drive."""
+        ...
+
+
+def work_queue_of(store: Store, *, partitions: int = 1) -> WorkQueue:
+    """The work queue on ``store``'s server.
+
+    Raises:
+        InputError: The store has no work queue (only Redis stores have one).
+    """
+    make = getattr(store, "work_queue", None)
+    if make is None:
+        raise InputError(
+            f"workers share runs through Redis: {type(store).__name__} has no work queue "
+            "(use --store redis://HOST:PORT/DB)"
+        )
+    queue: WorkQueue = make(partitions=partitions)
+    return queue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """How a worker takes and keeps work.
+
+    Attributes:
+        concurrency: Runs driven at once.
+        reclaim_after: Seconds an entry may go without a heartbeat before another worker
+            takes it over (a dead worker's runs move after about this long). Keep it at
+            least the lease length where workers run on several hosts: a dead holder on
+            another host keeps its lease until it expires.
+        block: Seconds one read waits for new entries.
+    """
+
+    concurrency: int = 16
+    reclaim_after: float = 30.0
+    block: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise InputError(f"concurrency must be at least 1, not {self.concurrency}")
+        if not self.reclaim_after > 0:
+            raise InputError(f"reclaim_after must be positive, not {self.reclaim_after}")
+        if not self.block > 0:
+            raise InputError(f"block must be positive, not {self.block}")
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """What a worker did so far (also logged when it stops).
+
+    Attributes:
+        drives: Runs driven until idle.
+        steps: Steps committed.
+        reclaimed: Entries taken over from other workers.
+        deadlines: Deadlines this worker moved into the queue.
+    """
+
+    drives: int = 0
+    steps: int = 0
+    reclaimed: int = 0
+    deadlines: int = 0
+
+
+@dataclass(slots=True)
+class _Active:
+    """A run being driven here and the entries it answers."""
+
+    entries: list[QueueEntry] = field(default_factory=list)
+    again: bool = False  # another entry came while driving: drive once more
+
+
+@final
+class Worker:
+    """Drives runs taken from a :class:`WorkQueue` until stopped.
+
+    Args:
+        engine: The engine (and store) runs are driven with.
+        queue: Where work comes from.
+        name: The consumer name in the group (unique per live worker).
+        options: Concurrency and timing.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        queue: WorkQueue,
+        *,
+        name: str,
+        options: WorkerOptions | None = None,
+    ) -> None:
+        self._engine = engine
+        self._queue = queue
+        self._name = name
+        self._options = options or WorkerOptions()
+        self._active: dict[str, _Active] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
+        self.stats = WorkerStats()
+
+    @property
+    def name(self) -> str:
+        """The consumer name."""
+        return self._name
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Take and drive work until ``stop`` is set, then stop every drive.
+
+        Drives are cut at their last committed step and their runs handed back to the
+        queue, so another worker continues them at once.
+        """
+        partitions = await self._queue.partitions()
+        loops = [
+            *(self._read(p, stop) for p in range(partitions)),
+            self._heartbeat(stop),
+            self._deadlines(partitions, stop),
+        ]
+        background = [asyncio.create_task(loop) for loop in loops]
+        try:
+            await stop.wait()
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self._hand_back()
+
+    # -- taking work --------------------------------------------------------------------
+
+    async def _read(self, partition: int, stop: asyncio.Event) -> None:
+        options = self._options
+        idle_ms = round(options.reclaim_after * 1000)
+        block_ms = round(options.block * 1000)
+        next_reclaim = 0.0
+        while not stop.is_set():
+            free = await self._wait_for_room()
+            try:
+                entries: Sequence[QueueEntry] = ()
+                if time.monotonic() >= next_reclaim:
+                    next_reclaim = time.monotonic() + options.reclaim_after / 4
+                    entries = await self._queue.reclaim(partition, self._name, idle_ms, free)
+                    self.stats.reclaimed += len(entries)
+                if not entries:
+                    entries = await self._queue.take(partition, self._name, free, block_ms)
+            except Exception as exc:  # the store is away (redis-py raises its own classes)
+                _log.warning("cannot read work (partition %d): %s; retrying", partition, exc)
+                await asyncio.sleep(1.0)
+                continue
+            for entry in entries:
+                self._start(entry)
+
+    async def _wait_for_room(self) -> int:
+        """How many more runs may start now (waits until at least one may)."""
+        while len(self._tasks) >= self._options.concurrency:
+            self._room.clear()
+            await self._room.wait()
+        return self._options.concurrency - len(self._tasks)
+
+    def _start(self, entry: QueueEntry) -> None:
+        active = self._active.get(entry.run_id)
+        if active is not None:  # already driving it here: once more when that drive ends
+            active.entries.append(entry)
+            active.again = True
+            return
+        self._active[entry.run_id] = _Active([entry])
+        name = f"phasegraph-worker:{entry.run_id}"
+        task = asyncio.create_task(self._serve(entry.run_id), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
+        self._room.set()
+
+    # -- driving ------------------------------------------------------------------------
+
+    async def _serve(self, run_id: str) -> None:
+        """Drive a run until idle (again while more entries came), then acknowledge."""
+        active = self._active[run_id]
+        try:
+            while True:
+                active.again = False
+                done = await self._drive_with_retries(run_id)
+                if not done:
+                    return  # left pending: some worker takes it again later
+                if not active.again:
+                    break
+            for entry in active.entries:
+                await self._queue.ack(entry)
+        finally:
+            del self._active[run_id]
+
+    async def _drive_with_retries(self, run_id: str) -> bool:
+        """Drive the run; False when it must be left for later (held, store away)."""
+        for delay in (*_HELD_RETRIES, None):
+            try:
+                await self._drive(run_id)
+                return True
+            except LeaseHeldError as exc:
+                if delay is None:
+                    _log.info("run %s is driven elsewhere (%s); left for later", run_id, exc)
+                    return False
+                await asyncio.sleep(delay)
+            except (LeaseLostError, StoreUnavailableError) as exc:
+                _log.warning("run %s stopped (%s); left for later", run_id, exc)
+                return False
+            except RunNotFoundError as exc:
+                _log.warning("dropping work for a run that does not exist: %s", exc)
+                return True
+            except PhasegraphError as exc:
+                # Its graph no longer loads, or changed: a person must act (the run stays
+                # as committed; 'phasegraph resume' with --allow-changed, say).
+                _log.error("run %s cannot be driven: %s", run_id, exc)
+                return True
+        return False
+
+    async def _drive(self, run_id: str) -> None:
+        engine = self._engine
+        async with engine.open(run_id) as run:
+            steps = 0
+            if not run.state.status.terminal:
+                while await run.next() is not None:
+                    steps += 1
+            state = run.state
+        self.stats.drives += 1
+        self.stats.steps += steps
+        await self._settle(state)
+        _log.info("run %s: %d steps, now %s at step %d", run_id, steps, state.status, state.seq)
+
+    async def _settle(self, state: RunState) -> None:
+        """Record the run's next deadline (or that it has none) for whoever is alive then."""
+        deadlines = [i.deadline for i in state.interrupts.values() if i.deadline is not None]
+        if state.status.terminal or not deadlines:
+            await self._queue.unschedule(state.run_id)
+            return
+        due_ms = int(min(deadlines).timestamp() * 1000) + _SLACK_MS
+        await self._queue.schedule(state.run_id, due_ms)
+
+    # -- keeping work -------------------------------------------------------------------
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Keep the entries being worked on from looking abandoned."""
+        every = self._options.reclaim_after / 3
+        while not stop.is_set():
+            await asyncio.sleep(every)
+            entries = [e for active in self._active.values() for e in active.entries]
+            if entries:
+                with contextlib.suppress(Exception):  # a missed beat is retried next time
+                    await self._queue.touch(self._name, entries)
+
+    async def _deadlines(self, partitions: int, stop: asyncio.Event) -> None:
+        """Move runs whose deadline passed into the queue; trim what every worker is done with."""
+        next_trim = time.monotonic() + _TRIM_EVERY
+        while not stop.is_set():
+            wait = _DUE_POLL_MAX
+            try:
+                for partition in range(partitions):
+                    moved, following = await self._queue.move_due(partition)
+                    self.stats.deadlines += moved
+                    if following is not None:
+                        wait = min(wait, following)
+                if time.monotonic() >= next_trim:
+                    next_trim = time.monotonic() + _TRIM_EVERY
+                    for partition in range(partitions):
+                        await self._queue.trim(partition)
+            except Exception as exc:  # the store is away: try again shortly
+                _log.warning("cannot move due runs: %s", exc)
+            await asyncio.sleep(max(wait, 0.01))
+
+    async def _hand_back(self) -> None:
+        """Stop every drive at its last committed step and requeue its run at once."""
+        held = {run_id: list(active.entries) for run_id, active in self._active.items()}
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for run_id, entries in held.items():
+            with contextlib.suppress(Exception):  # else the entries are reclaimed later
+                await self._queue.enqueue(run_id)
+                for entry in entries:
+                    await self._queue.ack(entry)
+
+
+_SLACK_MS: Final = 20  # wake a little after a deadline, so the interpreter sees it passed
