@@ -378,6 +378,18 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=str(Path(".phasegraph") / "uploads"),
         help="where uploaded graphs are kept (default %(default)s)",
     )
+    parser.add_argument(
+        "--queue",
+        action="store_true",
+        help="drive no run here: put new, answered and resumed runs in the Redis store's "
+        "queue for 'phasegraph worker' processes",
+    )
+    parser.add_argument(
+        "--with-worker",
+        action="store_true",
+        help="--queue, and drive queued runs in this process too (--max-runs at once), "
+        "alongside any other workers",
+    )
 
 
 def _worker_arguments(parser: argparse.ArgumentParser) -> None:

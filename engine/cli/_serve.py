@@ -4,16 +4,22 @@ Binding an address other than loopback needs a bearer token (``--token`` or env
 ``PHASEGRAPH_TOKEN``) unless ``--insecure-no-token`` says a proxy in front authenticates.
 On a signal the server stops taking requests, ends event streams and stops every run at
 its last committed step; the next ``serve`` on the same store resumes them.
+
+With ``--queue`` (a Redis store) the server drives nothing: it commits a new run's first
+step (or a reply) and puts the run in the store's work queue for ``phasegraph worker``
+processes; ``--with-worker`` runs one such worker in the server's own process, so one
+machine still needs one command.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import ipaddress
 import logging
+import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -23,11 +29,13 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
-from phasegraph.cli._support import EXIT_OK, lease_ttl
+from phasegraph.cli._support import EXIT_OK, lease_ttl, tune_collector
+from phasegraph.cli._worker import log_to_stderr, worker_queue
 from phasegraph.errors import InputError
 from phasegraph.run import RunOptions
 from phasegraph.server import ServerSettings, create_app
-from phasegraph.store import open_store, redact_url
+from phasegraph.store import Store, open_store, redact_url
+from phasegraph.worker import Worker, WorkerOptions
 
 __all__ = ["HANDLERS"]
 
@@ -58,6 +66,7 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
         max_concurrent_runs=args.max_runs,
         upload_dir=Path(args.upload_dir),
         adopt_interval=min(max(ttl / 3, 0.05), 5.0),
+        queue=args.queue or args.with_worker,
     )
 
 
@@ -79,28 +88,17 @@ def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
     return True
 
 
-def _tune_collector() -> None:
-    """Keep the garbage collector out of the way of many runs in flight.
-
-    What is alive once the server has started (modules, compiled graphs) is frozen out of
-    every collection, and the young generation is collected every 50,000 allocations
-    instead of 700, so a step's short-lived objects die before a collection promotes them.
-    With 10,000 runs in flight, the defaults spent about 40 % of the time in full
-    collections (``benchmarks/targets.py``, case ``many_10000``).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 10)
-
-
 async def _cmd_serve(args: argparse.Namespace) -> int:
-    _tune_collector()
+    tune_collector()
     ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
     settings = _settings(args, ttl)
     logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
     options = RunOptions(lease_ttl=ttl)
     async with open_store(args.store) as store:
-        app = create_app(Engine(store, options=options), settings=settings)
+        if settings.queue:
+            _has_queue(store, args.store)
+        engine = Engine(store, options=options)
+        app = create_app(engine, settings=settings)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         try:
@@ -115,10 +113,43 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
                 print(f"phasegraph serving http://{shown}:{port}", flush=True)
             if not args.quiet:
                 print(f"  store {redact_url(args.store)}", file=sys.stderr, flush=True)
-            await stop.wait()
+            if args.with_worker:
+                await _embedded_worker(args, engine, ttl, stop)
+            else:
+                if settings.queue and not args.quiet:
+                    print("  runs go to the workers' queue", file=sys.stderr, flush=True)
+                await stop.wait()
         finally:
             await runner.cleanup()
     return EXIT_OK
+
+
+def _has_queue(store: Store, url: str) -> None:
+    """Refuse ``--queue`` before serving anything where no worker could take a run."""
+    if getattr(store, "work_queue", None) is None:
+        raise InputError(
+            f"--queue and --with-worker hand runs to 'phasegraph worker' processes, which "
+            f"share runs through Redis: the store {redact_url(url)} has no work queue (use "
+            "--store redis://HOST:PORT/DB, or serve without them to drive runs here)"
+        )
+
+
+async def _embedded_worker(
+    args: argparse.Namespace, engine: Engine, ttl: float, stop: asyncio.Event
+) -> None:
+    """Drive queued runs in this process (as ``phasegraph worker`` would) until ``stop``."""
+    log_to_stderr(args.quiet)
+    name = f"{socket.gethostname()}:{os.getpid()}"
+    options = WorkerOptions(concurrency=args.max_runs, reclaim_after=ttl)
+    async with worker_queue(engine.store) as queue:
+        if not args.quiet:
+            print(
+                f"  runs go to the workers' queue; worker {name} in this process drives "
+                f"{options.concurrency} at once",
+                file=sys.stderr,
+                flush=True,
+            )
+        await Worker(engine, queue, name=name, options=options).run(stop)
 
 
 async def _listen(site: web.TCPSite, host: str, port: int) -> None:

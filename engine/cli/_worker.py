@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import shlex
@@ -22,14 +21,21 @@ from types import MappingProxyType
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handlers
-from phasegraph.cli._support import EXIT_OK, emit, lease_ttl
+from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tune_collector
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
 from phasegraph.store import Store, open_store, redact_url
 from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
 
-__all__ = ["HANDLERS", "can_hand_over", "detached", "hand_over"]
+__all__ = [
+    "HANDLERS",
+    "can_hand_over",
+    "detached",
+    "hand_over",
+    "log_to_stderr",
+    "worker_queue",
+]
 
 
 async def _cmd_worker(args: argparse.Namespace) -> int:
@@ -39,13 +45,9 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         reclaim_after=args.reclaim_after if args.reclaim_after is not None else ttl,
     )
-    _log_to_stderr(args.quiet)
-    # As serve does: what is alive now is never collected again, and a step's short-lived
-    # objects die young, so many runs in flight do not pay for full collections.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 10)
-    async with open_store(args.store) as store, _queue(store, args.partitions) as queue:
+    log_to_stderr(args.quiet)
+    tune_collector()
+    async with open_store(args.store) as store, worker_queue(store, args.partitions) as queue:
         engine = Engine(store, options=RunOptions(lease_ttl=ttl, owner=f"worker {name}"))
         worker = Worker(engine, queue, name=name, options=options)
         stop = asyncio.Event()
@@ -72,7 +74,8 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _log_to_stderr(quiet: bool) -> None:
+def log_to_stderr(quiet: bool) -> None:
+    """Worker lines (runs taken over, drives given up) on stderr; warnings only if quiet."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger = logging.getLogger("phasegraph.worker")
@@ -81,7 +84,7 @@ def _log_to_stderr(quiet: bool) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _queue(store: Store, partitions: int = 1) -> AsyncIterator[WorkQueue]:
+async def worker_queue(store: Store, partitions: int = 1) -> AsyncIterator[WorkQueue]:
     queue = work_queue_of(store, partitions=partitions)
     try:
         yield queue
@@ -115,7 +118,7 @@ async def hand_over(engine: Engine, run_id: str) -> None:
     Raises:
         InputError: The store has no work queue (it is not Redis).
     """
-    async with _queue(engine.store) as queue:
+    async with worker_queue(engine.store) as queue:
         await queue.enqueue(run_id)
 
 

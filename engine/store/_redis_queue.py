@@ -57,9 +57,10 @@ local next = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {#due, next[2] or -1, ms}
 """
 
-# KEYS: work. ARGV: group. Trims entries every consumer is done with: older than the
-# group's last delivered entry and than its oldest pending one (a pending entry is never
-# trimmed, so a dead worker's work is still there to reclaim).
+# KEYS: work. ARGV: group. Trims entries every consumer is done with: those before the
+# oldest pending entry, or up to the last delivered one when none is pending (a pending
+# entry is never trimmed, so a dead worker's work is still there to reclaim; an entry not
+# yet delivered neither).
 _TRIM: Final = """
 local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
 if not ok then return 0 end
@@ -71,7 +72,13 @@ for _, group in ipairs(groups) do
 end
 if not floor then return 0 end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
-if pending[2] then floor = pending[2] end
+if pending[2] then
+  floor = pending[2]
+else
+  -- Nothing pending: the last delivered entry is done too (MINID keeps what it names).
+  local ms, seq = string.match(floor, '^(%d+)-(%d+)$')
+  floor = ms .. '-' .. (tonumber(seq) + 1)
+end
 return redis.call('XTRIM', KEYS[1], 'MINID', floor)
 """
 

@@ -31,11 +31,12 @@ LOOPS = 12
 
 
 class _Server:
-    """One ``phasegraph serve`` process on a free port."""
+    """One ``phasegraph serve`` process on a free port (``extra``: options in place of -q)."""
 
-    def __init__(self, store_url: str, workdir: Path) -> None:
+    def __init__(self, store_url: str, workdir: Path, *extra: str) -> None:
         self.store_url = store_url
         self.workdir = workdir
+        self.extra = extra
         self.process: asyncio.subprocess.Process | None = None
         self.url = ""
 
@@ -53,7 +54,7 @@ class _Server:
             "1",
             "--upload-dir",
             str(self.workdir / "uploads"),
-            "-q",
+            *(self.extra or ("-q",)),
         )
         path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}

@@ -14,14 +14,11 @@ import os
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
-import redis.asyncio
 
 from builders import cli_argv
 from phasegraph import Engine, open_store
@@ -34,26 +31,6 @@ pytestmark = pytest.mark.redis
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workers"
 LOOP_GATE = FIXTURES / "loop_gate.yaml"
 RECLAIM_AFTER = 2.0  # seconds: how soon a dead worker's runs move in these tests
-
-
-def prefixed(url: str, prefix: str) -> str:
-    parts = urlsplit(url)
-    query = urlencode([*parse_qsl(parts.query), ("prefix", prefix)])
-    return urlunsplit(parts._replace(query=query))
-
-
-@pytest.fixture
-async def store_url(redis_url: str) -> AsyncIterator[str]:
-    """A store URL under a prefix of its own; its keys are deleted afterwards."""
-    prefix = "pgwork" + uuid.uuid4().hex[:10]
-    yield prefixed(redis_url, prefix)
-    client = redis.asyncio.Redis.from_url(redis_url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,101 @@
+"""``phasegraph serve`` in front of workers (``--queue``) and with one inside (``--with-worker``).
+
+Real processes on a private redis-server, HTTP over a socket: the server commits a new
+run's first step and a reply, the worker drives everything else, and each run ends as
+the same run driven by a plain server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+from test_server import FIXTURES, GATED, LOOPING
+from test_server_crash import _json, _Server, _until, store_url
+
+from builders import cli_argv
+from phasegraph import Engine
+from phasegraph.store.memory import MemoryStore
+
+pytestmark = pytest.mark.redis
+__all__ = ["store_url"]  # the fixture, shared with the crash test
+
+LOOPS = 6
+
+
+async def _reference() -> dict[str, object]:
+    async with MemoryStore() as store:
+        state = await Engine(store).run(FIXTURES / "looping.yaml", {"loops": LOOPS})
+    return {"seq": state.seq, "data": dict(state.data)}
+
+
+async def _drive_both(url: str) -> None:
+    """A looping run to its end, a gated run to its gate, answered, to its end."""
+    expected = await _reference()
+    async with aiohttp.ClientSession(url) as session:
+        body = {"graph_yaml": LOOPING, "input": {"loops": LOOPS}}
+        looping = (await _json(session, "POST", "/runs", json=body))["run_id"]
+        body = {"graph_yaml": GATED, "input": {"topic": "queue"}}
+        gated = (await _json(session, "POST", "/runs", json=body))["run_id"]
+        done = await _until(session, looping, lambda v: v["status"] == "completed")
+        assert done["seq"] == expected["seq"]
+        snapshot = await _json(session, "GET", f"/runs/{looping}/snapshot")
+        assert snapshot["data"] == expected["data"]
+        await _until(session, gated, lambda v: v["status"] == "waiting")
+        reply = {"interrupt_id": f"{gated}:spec:spec_review", "trigger": "confirm"}
+        await _json(session, "POST", f"/runs/{gated}/reply", json=reply)
+        done = await _until(session, gated, lambda v: v["status"] == "completed")
+        assert done["nodes"]["build"]["status"] == "completed"
+
+
+async def test_a_server_in_front_of_a_worker_drives_nothing_itself(
+    store_url: str, tmp_path: Path
+) -> None:
+    server = _Server(store_url, tmp_path, "--queue")
+    path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    argv = cli_argv("worker", "--store", store_url, "--name", "w", "--lease-ttl", "1")
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = await asyncio.create_subprocess_exec(*argv, env=env, cwd=tmp_path, stderr=log)
+    try:
+        await server.start()
+        await _drive_both(server.url)
+        assert await server.stop(signal.SIGTERM) == 0, server.log()
+        assert "runs go to the workers' queue" in server.log()
+    finally:
+        await server.stop(signal.SIGKILL)
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await worker.wait()
+    # The worker drove both runs: the first drive of each, then the gated one's reply.
+    stopped = (tmp_path / "worker.log").read_text().splitlines()[-1]
+    assert stopped.startswith("worker w stopped: 3 drives, "), stopped
+
+
+async def test_serve_with_worker_is_one_command_for_one_machine(
+    store_url: str, tmp_path: Path
+) -> None:
+    server = _Server(store_url, tmp_path, "--with-worker")
+    try:
+        await server.start()
+        await _drive_both(server.url)
+        assert await server.stop(signal.SIGTERM) == 0, server.log()
+        assert " in this process drives 64 at once" in server.log()
+    finally:
+        await server.stop(signal.SIGKILL)
+
+
+@pytest.mark.parametrize("option", ["--queue", "--with-worker"])
+def test_queue_on_a_store_without_one_is_one_clear_error(option: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    argv = cli_argv("serve", "--store", url, "--port", "0", option)
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 2
+    assert refused.stdout == ""  # never started serving
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "has no work queue (use --store redis://HOST:PORT/DB" in refused.stderr

@@ -1,0 +1,108 @@
+"""``run``, ``reply`` and ``resume`` with ``--detach``, as a user types them, with a worker.
+
+The real console script in subprocesses on a private redis-server: a detached run is
+driven by the worker process, not by the command that created it, and ends as the same
+run driven in one process would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_workers import LOOP_GATE, reference, shape, workers
+
+from builders import cli_argv
+from phasegraph import Engine, open_store
+
+pytestmark = pytest.mark.redis
+
+
+def cli(*args: str, marks: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if marks is not None:
+        env["PHASEGRAPH_TEST_MARKS"] = str(marks)
+    path = [str(LOOP_GATE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return subprocess.run(
+        cli_argv(*args), capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def status_of(store_url: str, run_id: str, wanted: str) -> dict[str, Any]:
+    """Poll ``phasegraph status RUN --json`` until the run is ``wanted``."""
+    deadline = time.monotonic() + 60
+    while True:
+        shown = cli("status", run_id, "--store", store_url, "--json")
+        assert shown.returncode in (0, 1, 3), shown.stderr
+        view: dict[str, Any] = json.loads(shown.stdout)
+        if view["status"] == wanted:
+            return view
+        assert time.monotonic() < deadline, f"run {run_id} still {view['status']}"
+        time.sleep(0.1)
+
+
+def test_detached_run_is_driven_by_the_worker_and_answered_detached(
+    store_url: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks.txt"
+    expected = asyncio.run(reference(LOOP_GATE, {"n": 3}, "ok"))
+    with workers(store_url, 1, marks) as (worker,):
+        started = cli("run", str(LOOP_GATE), "--input", "n=3", "--detach", "--store", store_url)
+        assert started.returncode == 0, started.stderr
+        assert " queued for the workers at step " in started.stdout
+        run_id = started.stdout.split()[1]
+        assert f"phasegraph status {run_id} --store " in started.stdout
+
+        waiting = status_of(store_url, run_id, "waiting")
+        (gate,) = waiting["interrupts"]
+        answered = cli(
+            "reply", run_id, "--id", gate, "--trigger", "ok", "--detach",
+            "--store", store_url, "--json",
+        )  # fmt: skip
+        assert answered.returncode == 0, answered.stderr
+        assert json.loads(answered.stdout)["queued"] is True
+        status_of(store_url, run_id, "completed")
+
+        # Every action ran in the worker process, none in the commands that queued it.
+        pids = {line.split()[-1] for line in marks.read_text().splitlines()}
+        assert pids == {str(worker.pid)}
+        again = cli("resume", run_id, "--detach", "--store", store_url)
+        assert again.returncode == 2
+        assert "completed" in again.stderr
+
+    async def final() -> tuple[Any, ...]:
+        async with open_store(store_url) as store:
+            engine = Engine(store)
+            state = await engine.get(run_id)
+            return (state.status, dict(state.data), shape(await engine.history(run_id)))
+
+    assert asyncio.run(final()) == expected
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_detach_without_a_shared_store_is_refused_before_anything_is_committed(
+    store: str, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}" if store == "sqlite" else "memory://"
+    refused = cli("run", str(LOOP_GATE), "--input", "n=1", "--detach", "--store", url)
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
+    assert "has no work queue (use --store redis://HOST:PORT/DB)" in refused.stderr
+    if store == "sqlite":
+        listed = cli("status", "--store", url, "--json")
+        assert json.loads(listed.stdout) == []
+
+
+def test_detach_refuses_approve(store_url: str) -> None:
+    refused = cli(
+        "run", str(LOOP_GATE), "--input", "n=1", "--detach", "--approve", "--store", store_url
+    )
+    assert refused.returncode == 2
+    assert "answer its gates with 'phasegraph reply'" in refused.stderr
