@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from phasegraph.actions import ActionContext, ActionResult
 
 _AGAIN = ActionResult(trigger="again")
@@ -50,3 +52,9 @@ async def converse(ctx: ActionContext) -> ActionResult:
         return _STOP
     message = _message(turn, ctx.input["size"])
     return ActionResult(trigger="again", data={"conversation": [*conversation, message]})
+
+
+async def nap(ctx: ActionContext) -> ActionResult:
+    """``work`` that first sleeps the run input's ``nap`` seconds (a step that takes time)."""
+    await asyncio.sleep(float(ctx.input.get("nap", 0)))
+    return await work(ctx)

@@ -13,9 +13,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from phasegraph.analysis._findings import Code, Finding, Severity
+from phasegraph.analysis._kinds import Kind, kind_of
 from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_bound
 from phasegraph.analysis._runnable import graph_run_findings, machine_file_findings
 from phasegraph.errors import InputError, Problem, SourceLocation, SpecError
@@ -43,8 +43,6 @@ __all__ = [
     "resolve",
     "step_bound",
 ]
-
-Kind = Literal["machine", "graph"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,17 +87,6 @@ class Report:
 
 # --------------------------------------------------------------------------- targets
 
-_TOP_KEY = re.compile(r"""^["']?(machine|states|initial|nodes|graph)["']?[ \t]*:""", re.M)
-
-
-def _kind_of(text: str) -> Kind | None:
-    keys = set(_TOP_KEY.findall(text))
-    if "nodes" in keys and "states" not in keys:
-        return "graph"
-    if keys & {"machine", "states", "initial"}:
-        return "machine"
-    return "graph" if "graph" in keys else None
-
 
 def resolve(target: str | Path) -> Target:
     """Find what ``target`` names: a built-in machine or graph, or a YAML file.
@@ -130,7 +117,7 @@ def resolve(target: str | Path) -> Target:
         content = Path(target).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InputError(f"cannot read {text}: {exc.strerror or exc}") from exc
-    return Target(kind=_kind_of(content), source=Path(target), shown=text)
+    return Target(kind=kind_of(content), source=Path(target), shown=text)
 
 
 # --------------------------------------------------------------------------- loading

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from phasegraph.actions import TIMEOUT_TRIGGER
 from phasegraph.analysis._findings import Code, Finding, Severity
+from phasegraph.analysis._kinds import is_machine_file
 from phasegraph.core import compile_graph, declared_conflicts, find_cycle
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.model import GraphDef, MachineDef, NodeDef, nested_machines
@@ -135,7 +136,7 @@ def _shadowed_files(definition: GraphDef, folder: Path) -> list[Finding]:
         if machine is None or name not in builtin_machines():
             continue
         beside = folder / f"{name}.yaml"
-        if beside.is_file() and beside.resolve() not in listed:
+        if is_machine_file(beside) and beside.resolve() not in listed:
             findings.append(_shadow_warning(name, beside, definition.location))
     return findings
 
@@ -152,7 +153,7 @@ def machine_file_findings(
             if name is None or name not in builtin_machines() or name == root.name:
                 continue
             beside = folder / f"{name}.yaml"
-            if beside.is_file() and beside.resolve() != path.resolve():
+            if is_machine_file(beside) and beside.resolve() != path.resolve():
                 findings.append(_shadow_warning(name, beside, state.location))
     return list(dict.fromkeys(findings))
 

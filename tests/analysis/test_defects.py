@@ -302,3 +302,34 @@ def test_check_passes_what_only_running_the_actions_finds(
     """keeps_state loads, prepares and explores clean: only crash-equivalence finds it."""
     found = _by_file([DEFECTS / name for name, _ in RUN_ONLY])
     assert all(status == 0 for status, _ in found.values())
+
+
+def test_a_graph_file_named_like_a_builtin_machine_is_not_taken_for_one(tmp_path: Path) -> None:
+    # loop.yaml here is a graph (as benchmarks/loop.yaml is): nothing shadows the built-in.
+    graph = (
+        "graph: {name}\nnodes:\n  - id: a\n    machine: loop\n    bind:\n"
+        '      work: {{python: "m:f", triggers: [again, stop]}}\n'
+    )
+    (tmp_path / "loop.yaml").write_text(graph.format(name="a_loop"))
+    (tmp_path / "other.yaml").write_text(graph.format(name="other"))
+    (tmp_path / "m.py").write_text("async def f(ctx):\n    return 'stop'\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _MAIN, "check", "--strict", "loop.yaml", "other.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "shadow" not in done.stdout + done.stderr
+    # A machine file of that name is what the warning is for.
+    (tmp_path / "loop.yaml").write_text(
+        "machine: loop\ninitial: a\nstates:\n  a: {final: success}\n"
+    )
+    warned = subprocess.run(
+        [sys.executable, "-c", _MAIN, "check", "--strict", "other.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert warned.returncode == 1
+    assert "is the built-in machine, not the file loop.yaml beside" in warned.stdout
