@@ -28,6 +28,7 @@ the store's own wire.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,21 +120,27 @@ class RunQueue:
         self._prefix = prefix
         self._wanted = partitions
         self._count: int | None = None
+        self._counting = asyncio.Lock()  # many first enqueues at once: read the count once
         self._groups: set[int] = set()
 
     # -- layout -------------------------------------------------------------------------
 
     async def partitions(self) -> int:
         """The number of partitions (recorded by the first client to ask)."""
-        if self._count is None:
-            key = f"{self._prefix}:{{q}}:partitions"
-            await self._client.set(key, self._wanted, nx=True)
-            found = await self._client.get(key)
-            try:
-                self._count = int(found)
-            except (TypeError, ValueError):
-                raise StoreError(f"the queue's partition count at {key!r} is {found!r}") from None
-        return self._count
+        if self._count is not None:
+            return self._count
+        async with self._counting:
+            if self._count is None:
+                key = f"{self._prefix}:{{q}}:partitions"
+                await self._client.set(key, self._wanted, nx=True)
+                found = await self._client.get(key)
+                try:
+                    self._count = int(found)
+                except (TypeError, ValueError):
+                    raise StoreError(
+                        f"the queue's partition count at {key!r} is {found!r}"
+                    ) from None
+            return self._count
 
     def work_key(self, partition: int) -> str:
         """The stream of one partition."""

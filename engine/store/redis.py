@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final, cast, final
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import parse_url
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
@@ -79,6 +79,7 @@ _COMMIT_ARGS: Final = 11  # ARGV of the COMMIT script
 # Runs whose packed commit head is kept: a run stepping alone reuses its own, and
 # thousands of concurrent runs do not each keep one (~0.5 KB a run).
 _HEADS_KEPT: Final = 64
+_QUEUE_CONNECTIONS: Final = 32  # the work queue's pool: enough for a worker's blocking reads
 # Error replies of a server that will answer soon (loading its data after a restart, ...).
 _NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 
@@ -124,8 +125,13 @@ class RedisStore(Store):
 
         The worker processes' queue uses it: blocking reads (``XREADGROUP BLOCK``) need
         connections of their own, which the store's one shared connection cannot lend.
+        Its pool waits for a free connection rather than failing when many coroutines
+        queue runs at once (a busy ``serve --queue``).
         """
-        return Redis.from_url(self._url, decode_responses=False)
+        pool = BlockingConnectionPool.from_url(
+            self._url, max_connections=_QUEUE_CONNECTIONS, timeout=None
+        )
+        return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
     def work_queue(self, *, partitions: int = 1) -> RunQueue:
         """The run work queue on this server (see :mod:`phasegraph.store._redis_queue`).

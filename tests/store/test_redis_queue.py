@@ -8,6 +8,7 @@ drops an entry someone still holds.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -122,3 +123,19 @@ async def test_a_deleted_stream_is_made_again_on_the_next_take(
     await queue.enqueue("run-b")
     (entry,) = await queue.take(0, "c1", count=10, block_ms=10)
     assert entry.run_id == "run-b"
+
+
+async def test_many_runs_queued_at_once_wait_for_connections_instead_of_failing(
+    store: RedisStore,
+) -> None:
+    # A busy `serve --queue` enqueues from many requests at once: more than the pool holds.
+    queue = store.work_queue(partitions=3)
+    try:
+        run_ids = [f"run-{i}" for i in range(500)]
+        await asyncio.gather(*(queue.enqueue(run_id) for run_id in run_ids))
+        taken = []
+        for partition in range(await queue.partitions()):
+            taken += await queue.take(partition, "c1", count=1000, block_ms=10)
+        assert sorted(entry.run_id for entry in taken) == sorted(run_ids)
+    finally:
+        await queue.aclose()
