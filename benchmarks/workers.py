@@ -1,6 +1,6 @@
 """Workers on one Redis: throughput by worker count, takeover time, and what a waiting run costs.
 
-    python benchmarks/workers.py [--runs 300] [--steps 40] [--workers 1 2 4] [--repeat 3]
+    python benchmarks/workers.py [--runs 300] [--steps 200] [--workers 1 2 4] [--repeat 3]
                                  [--waiting 20000] [--lease-ttl 3]
 
 Uses a private ``redis-server`` (or ``$PHASEGRAPH_TEST_REDIS_URL``), real ``phasegraph
@@ -114,7 +114,7 @@ async def _enqueue_and_wait(url: str, run_ids: list[str], status: str) -> float:
                 metas = await store.list_runs(status=status, limit=len(run_ids) + 10)
                 if wanted <= {meta.run_id for meta in metas}:
                     return time.perf_counter() - started
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)  # a light poll: the workers need the CPU
         finally:
             await queue.aclose()
 
@@ -214,7 +214,7 @@ def waiting_cost(base: str, count: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--waiting", type=int, default=20_000)
