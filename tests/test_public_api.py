@@ -225,6 +225,7 @@ PUBLIC = {
         "graph_properties",
         "graph_test",
         "isolated_redis_store",
+        "isolated_redis_url",
         "machine_properties",
         "machine_state_machine",
         "machine_test",

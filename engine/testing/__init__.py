@@ -15,6 +15,7 @@ from phasegraph.testing._contract import (
     REDIS_URL_ENV,
     StoreContract,
     isolated_redis_store,
+    isolated_redis_url,
     make_commit,
     redis_server,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "graph_properties",
     "graph_test",
     "isolated_redis_store",
+    "isolated_redis_url",
     "machine_properties",
     "machine_state_machine",
     "machine_test",

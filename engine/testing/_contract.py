@@ -50,6 +50,7 @@ __all__ = [
     "REDIS_URL_ENV",
     "StoreContract",
     "isolated_redis_store",
+    "isolated_redis_url",
     "make_commit",
     "redis_server",
 ]
@@ -420,8 +421,10 @@ def _answers_ping(url: str, *, deadline: float) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]:
-    """A Redis store under a prefix of its own; its keys are deleted afterwards.
+async def isolated_redis_url(url: str, **options: str) -> AsyncIterator[str]:
+    """``url`` under a key prefix no other test uses; its keys are deleted afterwards.
+
+    For tests that hand a store URL to other processes (workers, a server).
 
     Args:
         url: A Redis URL, e.g. from :func:`redis_server`.
@@ -431,8 +434,7 @@ async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]
     parts = urlsplit(url)
     query = urlencode([*parse_qsl(parts.query), ("prefix", prefix), *options.items()])
     try:
-        async with open_store(urlunsplit(parts._replace(query=query))) as store:
-            yield store
+        yield urlunsplit(parts._replace(query=query))
     finally:
         client = redis.asyncio.Redis.from_url(url)
         try:
@@ -441,3 +443,15 @@ async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]
                 await client.delete(*keys)
         finally:
             await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]:
+    """A Redis store under a prefix of its own; its keys are deleted afterwards.
+
+    Args:
+        url: A Redis URL, e.g. from :func:`redis_server`.
+        **options: More store URL options (such as ``ttl="60"``).
+    """
+    async with isolated_redis_url(url, **options) as isolated, open_store(isolated) as store:
+        yield store

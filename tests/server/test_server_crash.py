@@ -10,20 +10,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import pytest
-import redis
 from test_server import FIXTURES, GATED, LOOPING
 
 from builders import cli_argv
 from phasegraph import Engine, open_store
 from phasegraph.store.memory import MemoryStore
+from phasegraph.testing import isolated_redis_url
 
 pytestmark = pytest.mark.redis
 
@@ -80,14 +78,8 @@ class _Server:
 
 @pytest.fixture
 async def store_url(redis_url: str) -> AsyncIterator[str]:
-    prefix = "pgserve" + uuid.uuid4().hex[:10]
-    parts = urlsplit(redis_url)
-    yield urlunsplit(parts._replace(query=urlencode([*parse_qsl(parts.query), ("prefix", prefix)])))
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    async with isolated_redis_url(redis_url) as url:
+        yield url
 
 
 async def _json(session: aiohttp.ClientSession, method: str, path: str, **kw: Any) -> Any:

@@ -10,29 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio
 
-from phasegraph import open_store
 from phasegraph.store.redis import RedisStore, RunQueue
+from phasegraph.testing import isolated_redis_store
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[RedisStore]:
-    prefix = "pgqueue" + uuid.uuid4().hex[:10]
-    async with open_store(f"{redis_url}?prefix={prefix}") as opened:
+    async with isolated_redis_store(redis_url) as opened:
         assert isinstance(opened, RedisStore)
         yield opened
-    client = redis.asyncio.Redis.from_url(redis_url)
-    keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
 
 
 @pytest.fixture
