@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from phasegraph.testing import redis_server
+from phasegraph.testing import redis_cluster, redis_server
 
 # CI runs the same examples every time, so a red CI reproduces locally with
 # HYPOTHESIS_PROFILE=ci; local runs explore new examples and remember failures.
@@ -30,4 +30,15 @@ def redis_url() -> Iterator[str]:
     keys, e.g. with ``phasegraph.testing.isolated_redis_store``.
     """
     with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """``redis+cluster://`` URL of a real Redis Cluster of three primaries (started once).
+
+    ``$PHASEGRAPH_TEST_REDIS_CLUSTER_URL``, or three private ``redis-server`` processes.
+    Tests that use it fail (never skip) when no cluster can be had.
+    """
+    with redis_cluster() as url:
         yield url

@@ -61,6 +61,8 @@ ACCEPTED_URL_FORMS: Final = (
     "rediss://... (Redis over TLS, same options and ssl_ca_certs, ssl_cert_reqs, "
     "ssl_certfile, ssl_keyfile, ssl_check_hostname)",
     "unix:///path/to/redis.sock[?db=N&prefix=pg&ttl=SECONDS]",
+    "redis+cluster://[[user]:password@]host[:port][/0] [?prefix=pg&ttl=SECONDS] "
+    "(a Redis Cluster, by any one node; rediss+cluster:// over TLS)",
 )
 """Human-readable list of the store URLs :func:`open_store` accepts."""
 
@@ -102,7 +104,7 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
         return _open_memory(url)
     if scheme == "sqlite":
         return _open_sqlite(url, read_only)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return _open_redis(url)
     raise _bad_url(url, f"unknown scheme {scheme!r}")
 
@@ -144,10 +146,13 @@ def _open_redis(url: str) -> Store:
             raise _bad_url(url, "it names no host")
         if parts.path not in ("", "/") and not parts.path[1:].isdigit():
             raise _bad_url(url, f"the database {parts.path[1:]!r} is not a number")
+    cluster = parts.scheme.endswith("+cluster")
     allowed = _REDIS_OPTIONS | {"prefix", "ttl"}
-    if parts.scheme == "rediss":
+    if parts.scheme.startswith("rediss"):
         allowed |= _REDIS_TLS_OPTIONS
     options = _query(url, parts.query, allowed=allowed)
+    if cluster and (parts.path.strip("/") not in ("", "0") or options.get("db", "0") != "0"):
+        raise _bad_url(url, "a Redis Cluster has database 0 only")
     if options.get("ssl_cert_reqs", "required").lower() not in _CERT_REQS:
         raise _bad_url(url, f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
     prefix = options.pop("prefix", "pg")

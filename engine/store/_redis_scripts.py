@@ -44,7 +44,8 @@ redis.call('INCR', KEYS[2])
 return {0, '', 0, now[1], now[2]}
 """
 
-# KEYS: meta, rec, snap, snaps, lease, token, index.
+# KEYS: meta, rec, snap, snaps, lease, token, and index (only on one server: on a Redis
+# Cluster the index is in another slot, and the store updates it with its own command).
 # ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
 #       updated_at, retention ('' none, '0' persist, else expiry in ms), run id.
 # Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}.
@@ -69,7 +70,7 @@ if ARGV[10] ~= '' then
     if ARGV[10] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[10]) end
   end
 end
-redis.call('ZADD', KEYS[7], ARGV[9], ARGV[11])
+if KEYS[7] then redis.call('ZADD', KEYS[7], ARGV[9], ARGV[11]) end
 return {1}
 """
 

@@ -1,4 +1,4 @@
-"""The production store: plain Redis 7 (no modules), over one multiplexed connection.
+"""The production store: plain Redis 7 (no modules), on one server or a Redis Cluster.
 
 Key layout (``P`` is the prefix, default ``pg``); every key of one run shares the hash
 tag ``{<run_id>}`` so a run lives in one Redis Cluster slot and one Lua script may
@@ -12,16 +12,28 @@ touch all of it:
 * ``P:{run}:token`` counter — the last fencing token issued (INCR);
 * ``P:runs``        sorted set — run ids by updated_at (the global index).
 
-A commit is one command, one round trip: an EVALSHA of the commit script, which checks
-the lease, the head and idempotency, then makes every write of the run and updates the
-index. The index key is in another hash slot than the run's, so the script needs one
-server (standalone, or the primary of a replicated pair), not a Redis Cluster. Retention
-can expire a run and leave its index entry behind; ``list_runs`` trusts only the per-run
-meta and prunes such entries.
+On one server (``redis://``, ``rediss://``, ``unix://``) a commit is one command, one
+round trip: an EVALSHA of the commit script, which checks the lease, the head and
+idempotency, then makes every write of the run and updates the index. Commands go
+through :mod:`phasegraph.store._redis_wire`: every coroutine of the process shares one
+connection, so concurrent runs' commits reach the server pipelined; redis-py parses the
+URL.
 
-Commands go through :mod:`phasegraph.store._redis_wire`: every coroutine of the process
-shares one connection, so concurrent runs' commits reach the server pipelined; redis-py
-parses the URL.
+On a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``, naming any one node)
+commands go through redis-py's cluster client (:mod:`phasegraph.store._redis_cluster`),
+which sends each to the primary serving its key's slot. The index is in another slot than
+any run, so the commit script writes the run alone and the index is written with
+commands of its own: before a run's first commit (seq 0) its entry is added if missing,
+so a run is never committed without being listed, even if the process dies right after;
+after every commit the entry's score is set to the commit's updated_at. A process that
+dies between a later commit and that second write leaves the run listed with the score
+of an earlier commit: ``list_runs`` still shows it with its current meta, but the order
+of runs across pages may lag until its next commit. A first commit costs three round
+trips, the others two.
+
+Retention can expire a run and leave its index entry behind, and on a cluster a refused
+first commit leaves an entry with no run; ``list_runs`` trusts only the per-run meta and
+prunes such entries once they are old.
 
 Retention (``ttl``): a commit with a finished status (completed, failed, cancelled) sets
 that expiry on the run's keys; any other status removes it, so a waiting or parked run
@@ -34,12 +46,14 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Final, cast, final
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Final, Protocol, cast, final
 from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import parse_url
+from redis.exceptions import RedisClusterException
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store._holder import holder_gone
@@ -55,6 +69,7 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
+from phasegraph.store._redis_cluster import ClusterLink, cluster_client, is_cluster_url, node_url
 from phasegraph.store._redis_queue import QueueEntry, RunQueue
 from phasegraph.store._redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
@@ -84,14 +99,43 @@ _QUEUE_CONNECTIONS: Final = 32  # the work queue's pool: enough for a worker's b
 _NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 
 
+class _Link(Protocol):
+    """How the store's commands reach Redis: one server's wire, or a cluster's nodes.
+
+    Replies come back as they are, an error reply as a :data:`ReplyError` value; a
+    server that cannot be reached raises :class:`ConnectionError`, :class:`TimeoutError`
+    or :class:`OSError`.
+    """
+
+    async def commit(self, run_id: str, args: Sequence[Arg]) -> Any:
+        """Run the commit script for ``run_id`` with ``args`` (its ARGV)."""
+        ...
+
+    async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run one of the store's scripts."""
+        ...
+
+    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Plain commands; replies in order."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        ...
+
+
 @final
 class RedisStore(Store):
-    """A store on one Redis server.
+    """A store on one Redis server, or on a Redis Cluster.
 
     Args:
-        url: The ``redis://``, ``rediss://`` or ``unix://`` URL to connect to.
+        url: The ``redis://``, ``rediss://`` or ``unix://`` URL of a server, or the
+            ``redis+cluster://`` or ``rediss+cluster://`` URL of any node of a cluster.
         prefix: Prefix of every key this store touches.
         ttl: Seconds a finished run is kept after its last commit; ``None`` keeps it.
+
+    Raises:
+        InputError: A URL option is unusable (the message names the URL).
     """
 
     def __init__(
@@ -103,12 +147,19 @@ class RedisStore(Store):
     ) -> None:
         self._url = url
         self._where = redact_url(url)  # for messages: never show a password
-        self._wire = RedisWire(_wire_options(url, self._where))
+        self._cluster = is_cluster_url(url)
+        options = _wire_options(node_url(url), self._where)
         self._prefix = prefix
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(_ms(ttl))
-        self._commit_heads: dict[str, bytes] = {}  # run id -> packed EVALSHA, script, keys
         self._closed = False
+        self._wire: RedisWire | None = None  # the one server's connection (not on a cluster)
+        self._link: _Link
+        if self._cluster:
+            self._link = _cluster_link(url, options, self.run_keys, self._where)
+        else:
+            self._wire = RedisWire(options)
+            self._link = _WireLink(self._wire, self._commit_keys)
 
     @property
     def prefix(self) -> str:
@@ -120,21 +171,23 @@ class RedisStore(Store):
         base = f"{self._prefix}:{{{run_id}}}:"
         return tuple(base + suffix for suffix in _RUN_KEYS)
 
-    def queue_client(self) -> Redis:
-        """A new redis-py asyncio client for the same server (the caller closes it).
+    def queue_client(self) -> Redis | RedisCluster:
+        """A new redis-py asyncio client for the same server or cluster (the caller closes it).
 
         The worker processes' queue uses it: blocking reads (``XREADGROUP BLOCK``) need
         connections of their own, which the store's one shared connection cannot lend.
         Its pool waits for a free connection rather than failing when many coroutines
         queue runs at once (a busy ``serve --queue``).
         """
+        if self._cluster:
+            return cluster_client(self._url, decode_responses=False)
         pool = BlockingConnectionPool.from_url(
             self._url, max_connections=_QUEUE_CONNECTIONS, timeout=None
         )
         return Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
     def work_queue(self, *, partitions: int = 1) -> RunQueue:
-        """The run work queue on this server (see :mod:`phasegraph.store._redis_queue`).
+        """The run work queue on this server or cluster (:mod:`phasegraph.store._redis_queue`).
 
         Args:
             partitions: How many streams to spread runs over, if none is recorded yet.
@@ -168,16 +221,19 @@ class RedisStore(Store):
         await self._lease("release", lease.run_id, lease.token, 1.0, lease.owner)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
-        """Write one step with one command; see :meth:`Store.commit`.
+        """Write one step with one command (two or three on a cluster); see :meth:`Store.commit`.
 
         A connection error is retried a few times (about two seconds in all): a commit
         whose reply was lost is found already written and succeeds.
         """
         check_commit(lease, commit)
-        command = self._commit_command(lease, commit)
+        args = self._commit_args(lease, commit)
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                reply = await self._eval_packed(COMMIT, command)
+                if self._cluster:
+                    reply = await self._commit_and_index(lease.run_id, commit, args)
+                else:
+                    reply = self._script_reply(await self._link.commit(lease.run_id, args))
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
@@ -253,7 +309,7 @@ class RedisStore(Store):
         if self._closed:
             return
         self._closed = True
-        await asyncio.shield(self._wire.aclose())
+        await asyncio.shield(self._link.aclose())
 
     # ------------------------------------------------------------------ internals
 
@@ -279,37 +335,48 @@ class RedisStore(Store):
             lease.run_id,
         )
 
-    def _commit_command(self, lease: Lease, commit: Commit) -> bytes:
-        """The commit's EVALSHA, packed; the part fixed per run (script, keys) is cached."""
-        head = self._commit_heads.get(lease.run_id)
-        if head is None:
-            if len(self._commit_heads) >= _HEADS_KEPT:
-                self._commit_heads.clear()  # a bound, not a cache policy: refilled on use
-            keys = (*self.run_keys(lease.run_id), self._index)
-            count = 3 + len(keys) + _COMMIT_ARGS
-            fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
-            head = self._commit_heads[lease.run_id] = b"*%d\r\n%s" % (count, fixed)
-        return head + pack_parts(self._commit_args(lease, commit))
+    def _commit_keys(self, run_id: str) -> tuple[str, ...]:
+        """The commit script's keys on one server: the run's, then the index."""
+        return (*self.run_keys(run_id), self._index)
+
+    async def _commit_and_index(
+        self, run_id: str, commit: Commit, args: Sequence[Arg]
+    ) -> list[Any]:
+        """Cluster: the commit script on the run's slot, and the index in its own slot.
+
+        Connection errors are raised as they are, for the caller to retry the whole: each
+        command may be sent again (the commit is idempotent, the index writes too).
+        """
+        score = commit.meta.updated_at
+        if commit.seq == 0:
+            # Listed before it exists, so a crash after the commit cannot leave it unlisted.
+            # NX: a refused seq 0 (the id is taken) never moves a listed run's score.
+            await self._index_write(("ZADD", self._index, "NX", score, run_id))
+        reply = self._script_reply(await self._link.commit(run_id, args))
+        if int(reply[0]) > 0:  # written now, or found written by a retry
+            await self._index_write(("ZADD", self._index, score, run_id))
+        return reply
+
+    async def _index_write(self, command: tuple[Arg, ...]) -> None:
+        """One write of the index (cluster); connection errors are raised as they are."""
+        (reply,) = await self._link.call_many([command])
+        self._refused(command, reply)
 
     async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
         """Run a script by its digest, loading it first if the server does not have it.
 
         Connection errors are raised as they are (the caller decides about retrying);
-        an error reply becomes a :class:`StoreError` (a :class:`StoreUnavailableError`
-        from a server still loading its data or failing over).
+        an error reply becomes a :class:`StoreError` (see :meth:`_script_reply`).
         """
-        return await self._eval_packed(
-            script, pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
-        )
+        return self._script_reply(await self._link.eval(script, keys, args))
 
-    async def _eval_packed(self, script: str, command: bytes) -> list[Any]:
-        """As :meth:`_eval`, for the packed EVALSHA of ``script``."""
-        reply = await self._wire.call_packed(command)
-        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
-            # A new server, a restart or SCRIPT FLUSH: load it and send again.
-            loaded, reply = await self._wire.call_many((("SCRIPT", "LOAD", script), command))
-            if isinstance(loaded, ReplyError):
-                reply = loaded
+    def _script_reply(self, reply: Any) -> list[Any]:
+        """A script's reply; an error reply is a :class:`StoreError`.
+
+        Raises:
+            StoreUnavailableError: The server is still loading its data or failing over.
+            StoreError: The server refused the script.
+        """
         if isinstance(reply, ReplyError):
             if str(reply).startswith(_NOT_READY):  # restarting or failing over: try later
                 raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
@@ -324,11 +391,15 @@ class RedisStore(Store):
     async def _call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Plain commands in one write; any refusal is a :class:`StoreError`."""
         with self._errors():
-            replies = await self._wire.call_many(commands)
+            replies = await self._link.call_many(commands)
         for command, reply in zip(commands, replies, strict=True):
-            if isinstance(reply, ReplyError):
-                raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
+            self._refused(command, reply)
         return replies
+
+    def _refused(self, command: Sequence[Arg], reply: Any) -> None:
+        """Raise :class:`StoreError` if ``reply`` (to ``command``) is an error reply."""
+        if isinstance(reply, ReplyError):
+            raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
 
     async def _index_page(self, start: int, size: int) -> list[RunMeta] | None:
         """Metas of the runs at index ranks ``start ..`` that still exist (None: no more)."""
@@ -341,8 +412,8 @@ class RedisStore(Store):
         entries = [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
         meta_keys = [self.run_keys(run_id.decode())[0] for run_id, _ in entries]
         rows = await self._call_many([("HMGET", key, *_META_FIELDS) for key in meta_keys])
-        # No meta: a refused first commit, or a run that retention expired. Prune old
-        # entries only: a fresh one may belong to a first commit landing right now.
+        # No meta: a run that retention expired, or (cluster) a refused first commit.
+        # Prune old entries only: a fresh one may belong to a first commit landing now.
         old = time.time() - _INDEX_PRUNE_AFTER
         pairs = list(zip(entries, rows, strict=True))
         stale = [run_id for (run_id, score), row in pairs if row[2] is None and score < old]
@@ -368,6 +439,80 @@ class RedisStore(Store):
         if self._closed:
             return StoreUnavailableError(f"the Redis store {self._where} is closed")
         return StoreUnavailableError(f"cannot reach Redis at {self._where}: {exc}")
+
+
+@final
+class _WireLink:
+    """The store's commands on one server, over its one multiplexed connection.
+
+    Args:
+        wire: The connection.
+        commit_keys: The keys the commit script gets for a run (with the index).
+    """
+
+    def __init__(self, wire: RedisWire, commit_keys: Callable[[str], tuple[str, ...]]) -> None:
+        self._wire = wire
+        self._commit_keys = commit_keys
+        self._heads: dict[str, bytes] = {}  # run id -> packed EVALSHA, script, keys
+
+    async def commit(self, run_id: str, args: Sequence[Arg]) -> Any:
+        """The commit's EVALSHA, packed; the part fixed per run (script, keys) is cached."""
+        head = self._heads.get(run_id)
+        if head is None:
+            if len(self._heads) >= _HEADS_KEPT:
+                self._heads.clear()  # a bound, not a cache policy: refilled on use
+            keys = self._commit_keys(run_id)
+            count = 3 + len(keys) + _COMMIT_ARGS
+            fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
+            head = self._heads[run_id] = b"*%d\r\n%s" % (count, fixed)
+        command = head + pack_parts(args)
+        reply = await self._wire.call_packed(command)
+        if isinstance(reply, ReplyError):
+            return await self._loaded(COMMIT, command, reply)
+        return reply
+
+    async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run a script by its digest, loading it first if the server does not have it."""
+        command = pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
+        reply = await self._wire.call_packed(command)
+        if isinstance(reply, ReplyError):
+            return await self._loaded(script, command, reply)
+        return reply
+
+    async def _loaded(self, script: str, command: bytes, reply: Any) -> Any:
+        """The reply to ``command`` sent again after loading ``script`` if it was missing."""
+        if not str(reply).startswith("NOSCRIPT"):
+            return reply
+        # A new server, a restart or SCRIPT FLUSH: load it and send again.
+        loaded, reply = await self._wire.call_many((("SCRIPT", "LOAD", script), command))
+        return loaded if isinstance(loaded, ReplyError) else reply
+
+    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Plain commands in one write; replies in order."""
+        return await self._wire.call_many(commands)
+
+    async def aclose(self) -> None:
+        """Close the connection."""
+        await self._wire.aclose()
+
+
+def _cluster_link(
+    url: str, options: WireOptions, run_keys: Callable[[str], tuple[str, ...]], where: str
+) -> ClusterLink:
+    """The commands of a store on a Redis Cluster (nothing connects yet).
+
+    Raises:
+        InputError: redis-py refuses an option of the URL.
+    """
+    try:
+        return ClusterLink(
+            url,
+            connect_timeout=options.connect_timeout,
+            timeout=options.timeout,
+            commit_keys=run_keys,  # the index is not among them: it is in another slot
+        )
+    except (ValueError, TypeError, RedisClusterException) as exc:
+        raise _unusable(where, exc) from None
 
 
 _META_FIELDS: Final = ("graph", "status", "seq", "created_at", "updated_at")

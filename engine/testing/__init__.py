@@ -1,8 +1,8 @@
 """The public test kit (needs the ``test`` extra).
 
-The store contract suite, a Redis server for tests, hypothesis property tests for your
-own machines and graphs, and a scripted OpenAI-compatible model server
-(:class:`ScriptedModelServer`) to run agent graphs against, offline.
+The store contract suite, a Redis server and a Redis Cluster for tests, hypothesis
+property tests for your own machines and graphs, and a scripted OpenAI-compatible model
+server (:class:`ScriptedModelServer`) to run agent graphs against, offline.
 
 Owns ``hypothesis``. May import :mod:`phasegraph.api`, :mod:`phasegraph.analysis` and
 everything below them.
@@ -11,6 +11,7 @@ everything below them.
 from __future__ import annotations
 
 from phasegraph.actions.llm import ScriptedModelServer
+from phasegraph.testing._cluster import REDIS_CLUSTER_URL_ENV, redis_cluster
 from phasegraph.testing._contract import (
     REDIS_URL_ENV,
     StoreContract,
@@ -38,6 +39,7 @@ from phasegraph.testing._verify import PropertyResult, graph_test, machine_test,
 
 __all__ = [
     "PROPERTIES",
+    "REDIS_CLUSTER_URL_ENV",
     "REDIS_URL_ENV",
     "CrashReport",
     "Difference",
@@ -61,6 +63,7 @@ __all__ = [
     "machine_test",
     "make_commit",
     "outcomes",
+    "redis_cluster",
     "redis_server",
     "scripted_actions",
     "verify",

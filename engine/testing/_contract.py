@@ -10,8 +10,9 @@ async ``store`` fixture that yields a fresh, empty store::
                 yield store
 
 Payloads are plain bytes: the suite needs no codec. It needs ``pytest-asyncio`` in
-auto mode. :func:`redis_server` gives a URL of a real Redis for tests that need one, and
-:func:`isolated_redis_store` a store under a prefix no other test uses.
+auto mode. :func:`redis_server` gives a URL of a real Redis for tests that need one
+(:func:`~phasegraph.testing.redis_cluster` one of a Redis Cluster), and
+:func:`isolated_redis_store` a store under a prefix no other test uses, on either.
 """
 
 from __future__ import annotations
@@ -427,7 +428,8 @@ async def isolated_redis_url(url: str, **options: str) -> AsyncIterator[str]:
     For tests that hand a store URL to other processes (workers, a server).
 
     Args:
-        url: A Redis URL, e.g. from :func:`redis_server`.
+        url: A Redis URL, e.g. from :func:`redis_server`, or a Redis Cluster URL (from
+            :func:`~phasegraph.testing.redis_cluster`).
         **options: More store URL options (such as ``ttl="60"``).
     """
     prefix = "pgtest" + uuid.uuid4().hex[:12]
@@ -436,8 +438,9 @@ async def isolated_redis_url(url: str, **options: str) -> AsyncIterator[str]:
     try:
         yield urlunsplit(parts._replace(query=query))
     finally:
-        client = redis.asyncio.Redis.from_url(url)
+        client = _client(url)
         try:
+            # On a cluster both calls go to every node (SCAN) or to each key's node (DEL).
             keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
             if keys:
                 await client.delete(*keys)
@@ -450,8 +453,16 @@ async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]
     """A Redis store under a prefix of its own; its keys are deleted afterwards.
 
     Args:
-        url: A Redis URL, e.g. from :func:`redis_server`.
+        url: A Redis or Redis Cluster URL, as for :func:`isolated_redis_url`.
         **options: More store URL options (such as ``ttl="60"``).
     """
     async with isolated_redis_url(url, **options) as isolated, open_store(isolated) as store:
         yield store
+
+
+def _client(url: str) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+    """A redis-py client for a server's or a cluster's URL."""
+    scheme, sep, rest = url.partition("://")
+    if scheme.lower().endswith("+cluster"):
+        return redis.asyncio.RedisCluster.from_url(scheme[: -len("+cluster")] + sep + rest)
+    return redis.asyncio.Redis.from_url(url)

@@ -1,4 +1,5 @@
-"""The store contract, run against every backend phasegraph ships."""
+"""The store contract, run against every backend phasegraph ships (Redis: a server and a
+three-primary cluster)."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,4 +45,20 @@ class TestRedisStoreWithRetention(StoreContract):
     @pytest.fixture
     async def store(self, redis_url: str) -> AsyncIterator[Store]:
         async with isolated_redis_store(redis_url, ttl="60") as store:
+            yield store
+
+
+@pytest.mark.redis
+class TestRedisClusterStore(StoreContract):
+    @pytest.fixture
+    async def store(self, redis_cluster_url: str) -> AsyncIterator[Store]:
+        async with isolated_redis_store(redis_cluster_url) as store:
+            yield store
+
+
+@pytest.mark.redis
+class TestRedisClusterStoreWithRetention(StoreContract):
+    @pytest.fixture
+    async def store(self, redis_cluster_url: str) -> AsyncIterator[Store]:
+        async with isolated_redis_store(redis_cluster_url, ttl="60") as store:
             yield store

@@ -49,6 +49,8 @@ def test_sqlite_urls(url: str, path: Path) -> None:
         ("unix:///run/redis.sock?db=1&prefix=x1", "x1"),
         ("redis://localhost/0?prefix=app:pg", "app:pg"),
         ("redis://localhost/0?ttl=0.5&socket_timeout=3", "pg"),
+        ("redis+cluster://localhost:7000", "pg"),
+        ("rediss+cluster://user:secret@example.test:7000/0?prefix=team&ttl=60", "team"),
     ],
 )
 def test_redis_urls(url: str, prefix: str) -> None:
@@ -82,6 +84,10 @@ def test_redis_urls(url: str, prefix: str) -> None:
         ("unix:///tmp/r.sock?ssl_cert_reqs=none", "unknown option 'ssl_cert_reqs'"),
         ("rediss://localhost/0?ssl_cert_reqs=maybe", "ssl_cert_reqs must be one of"),
         ("unix://", "needs a socket path"),
+        ("redis+cluster:///0", "names no host"),
+        ("redis+cluster://localhost:7000/1", "database 0 only"),
+        ("redis+cluster://localhost:7000?db=2", "database 0 only"),
+        ("redis+cluster://localhost/0?ssl_ca_certs=/ca.pem", "unknown option 'ssl_ca_certs'"),
     ],
 )
 def test_bad_urls_name_the_url_and_the_accepted_forms(url: str, why: str) -> None:
@@ -100,6 +106,8 @@ def test_bad_urls_name_the_url_and_the_accepted_forms(url: str, why: str) -> Non
         ("rediss://:hunter2@localhost/0?ssl_ca_certs=/no/ca.pem", "ssl_ca_certs '/no/ca.pem'"),
         ("rediss://:hunter2@localhost/0?ssl_certfile=/no/me.pem", "ssl_certfile '/no/me.pem'"),
         ("redis://:hunter2@localhost/0?socket_timeout=soon", "socket_timeout"),
+        ("rediss+cluster://:hunter2@localhost/0?ssl_ca_certs=/no/ca.pem", "ssl_ca_certs"),
+        ("redis+cluster://:hunter2@localhost/0?socket_timeout=soon", "socket_timeout"),
     ],
 )
 def test_unusable_redis_options_are_refused_at_once(url: str, why: str) -> None:

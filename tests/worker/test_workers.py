@@ -1,8 +1,9 @@
 """Worker processes on one store: runs spread over them, survive a SIGKILL, end as if alone.
 
-Real parts only: a private redis-server, ``phasegraph worker`` processes started with the
-console script, runs submitted and answered as a user's program would (``Engine`` plus
-the store's work queue, as ``run --detach`` and ``reply --detach`` do).
+Real parts only: a private redis-server (and a private three-primary Redis Cluster: each
+test runs on both), ``phasegraph worker`` processes started with the console script, runs
+submitted and answered as a user's program would (``Engine`` plus the store's work queue,
+as ``run --detach`` and ``reply --detach`` do).
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ async def reference(graph: Path, run_input: dict[str, Any], trigger: str) -> tup
         return (state.status, dict(state.data), shape(await engine.history(state.run_id)))
 
 
+def assert_no_errors_logged(folder: Path) -> None:
+    """No worker met an unexpected failure (a drive that crashed is logged as an ERROR)."""
+    for log in sorted(folder.glob("worker*.log")):
+        assert b" ERROR " not in log.read_bytes(), log.read_text()[-3000:]
+
+
 def started_by(marks: Path, pid: int) -> int:
     """How many actions the process ``pid`` started."""
     if not marks.exists():
@@ -201,6 +208,7 @@ async def test_three_workers_survive_a_sigkill_and_end_as_an_uninterrupted_run(
     assert all(len(tokens) == 2 and len(set(tokens)) == 2 for tokens in repeated.values())
     runs_repeating = collections.Counter(key.rsplit(":", 2)[0] for key in repeated)
     assert all(count == 1 for count in runs_repeating.values())
+    assert_no_errors_logged(tmp_path)
 
 
 async def test_a_deadline_fires_in_whichever_worker_is_alive(
