@@ -1,11 +1,12 @@
 """Workers on one Redis: throughput by worker count, takeover time, and what a waiting run costs.
 
     python benchmarks/workers.py [--runs 300] [--steps 200] [--workers 1 2 4] [--repeat 3]
-                                 [--waiting 20000] [--lease-ttl 3]
+                                 [--waiting 20000] [--lease-ttl 3] [--cluster]
 
-Uses a private ``redis-server`` (or ``$PHASEGRAPH_TEST_REDIS_URL``), real ``phasegraph
-worker`` processes, and the loop graph of ``loop.yaml`` (no-op actions: what is measured
-is the engine, the store and the queue).
+Uses a private ``redis-server`` (or ``$PHASEGRAPH_TEST_REDIS_URL``; with ``--cluster`` a
+private three-primary Redis Cluster, or ``$PHASEGRAPH_TEST_REDIS_CLUSTER_URL``), real
+``phasegraph worker`` processes, and the loop graph of ``loop.yaml`` (no-op actions: what
+is measured is the engine, the store and the queue).
 
 * **Throughput**: ``--runs`` runs of ``--steps`` steps are created (their first step
   committed), then queued at once; the clock runs from the first enqueue until the last
@@ -39,7 +40,7 @@ from typing import Any
 import redis
 
 from phasegraph import Engine, open_store
-from phasegraph.testing import redis_server
+from phasegraph.testing import redis_cluster, redis_server
 from phasegraph.worker import work_queue_of
 
 HERE = Path(__file__).resolve().parent
@@ -119,16 +120,31 @@ async def _enqueue_and_wait(url: str, run_ids: list[str], status: str) -> float:
             await queue.aclose()
 
 
+def _client(url: str) -> Any:
+    """A redis-py client of a server's or a cluster's (``redis+cluster://``) URL."""
+    if url.startswith("redis+cluster://"):
+        return redis.RedisCluster.from_url(url.replace("+cluster", "", 1))
+    return redis.Redis.from_url(url)
+
+
+def _info(client: Any, section: str) -> list[dict[str, Any]]:
+    """One INFO section of the server, or of every primary of a cluster."""
+    if isinstance(client, redis.RedisCluster):
+        found = client.info(section, target_nodes=redis.RedisCluster.PRIMARIES)
+        return list(found.values())
+    return [client.info(section)]
+
+
 def _server_stats(url: str) -> tuple[int, float, float]:
-    """EVALSHA calls, their total µs, and the server's CPU seconds so far."""
-    client = redis.Redis.from_url(url)
+    """EVALSHA calls, their total µs, and the servers' CPU seconds so far (all primaries)."""
+    client = _client(url)
     try:
-        stats = client.info("commandstats").get("cmdstat_evalsha", {})
-        cpu = client.info("cpu")
+        stats = [info.get("cmdstat_evalsha", {}) for info in _info(client, "commandstats")]
+        cpu = _info(client, "cpu")
         return (
-            int(stats.get("calls", 0)),
-            float(stats.get("usec", 0)),
-            float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+            sum(int(one.get("calls", 0)) for one in stats),
+            sum(float(one.get("usec", 0)) for one in stats),
+            sum(float(one["used_cpu_user"]) + float(one["used_cpu_sys"]) for one in cpu),
         )
     finally:
         client.close()
@@ -164,7 +180,7 @@ def takeover(base: str, ttl: float) -> tuple[float, int]:
     with workers(url, 2, *options) as procs:
         asyncio.run(_enqueue_and_wait(url, run_ids, "running"))
         time.sleep(1.0)  # both workers are driving by now
-        client = redis.Redis.from_url(base)
+        client = _client(base)
         held = {
             row["message_id"]
             for row in client.xpending_range(
@@ -197,15 +213,24 @@ async def _park(url: str, count: int) -> None:
             await queue.aclose()
 
 
+def _memory(client: Any) -> tuple[int, int]:
+    """Bytes of ``used_memory`` and keys, summed over the primaries."""
+    if isinstance(client, redis.RedisCluster):
+        client.execute_command("MEMORY PURGE", target_nodes=redis.RedisCluster.PRIMARIES)
+        keys = int(client.dbsize(target_nodes=redis.RedisCluster.PRIMARIES))  # summed
+    else:
+        client.execute_command("MEMORY", "PURGE")
+        keys = client.dbsize()
+    return sum(int(info["used_memory"]) for info in _info(client, "memory")), keys
+
+
 def waiting_cost(base: str, count: int) -> dict[str, float]:
     url, _ = _prefixed(base)
-    client = redis.Redis.from_url(base)
+    client = _client(base)
     try:
-        client.execute_command("MEMORY", "PURGE")
-        memory0, keys0 = client.info("memory")["used_memory"], client.dbsize()
+        memory0, keys0 = _memory(client)
         asyncio.run(_park(url, count))
-        client.execute_command("MEMORY", "PURGE")
-        memory1, keys1 = client.info("memory")["used_memory"], client.dbsize()
+        memory1, keys1 = _memory(client)
     finally:
         client.close()
     return {"bytes_per_run": (memory1 - memory0) / count, "keys_per_run": (keys1 - keys0) / count}
@@ -219,15 +244,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--waiting", type=int, default=20_000)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
+    parser.add_argument("--cluster", action="store_true", help="on a 3-primary Redis Cluster")
     args = parser.parse_args()
-    with redis_server() as base:
+    with redis_cluster() if args.cluster else redis_server() as base:
         samples: dict[int, list[dict[str, float]]] = {count: [] for count in args.workers}
         for _ in range(args.repeat):
             for count in args.workers:
                 samples[count].append(throughput(base, count, args.runs, args.steps))
-        print(
-            f"nproc {os.cpu_count()}; {args.runs} runs x {args.steps} steps, {args.repeat} samples"
-        )
+        where = "a 3-primary Redis Cluster" if args.cluster else "one Redis server"
+        print(f"nproc {os.cpu_count()}; {where}; {args.runs} runs x {args.steps} steps; medians")
         print("| workers | steps/s | ÷ 1 | load (1 min) | Redis µs/commit | Redis CPU µs/commit |")
         print("|---|---|---|---|---|---|")
         one = statistics.median(s["steps_per_s"] for s in samples[args.workers[0]])
