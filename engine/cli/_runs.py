@@ -158,8 +158,12 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
     nodes = "\n".join(lines) + gate_lines(args, state, gates)
     head = f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}"
     if state.status is RunStatus.RUNNING:
+        from phasegraph.cli._worker import queued_runs  # only a status command asks workers
+
         abandoned = await is_abandoned(engine, state.run_id)
-        if abandoned:
+        if abandoned and await queued_runs(engine, [state.run_id]):
+            head += " (queued: the next free 'phasegraph worker' drives it)"
+        elif abandoned:
             head += (
                 f" (abandoned: no live process drives it; continue it with "
                 f"'{resume_command(args, state.run_id)}')"
@@ -170,19 +174,27 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
 
 
 async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
+    from phasegraph.cli._worker import queued_runs  # only a status command asks workers
+
     status = RunStatus(args.status) if args.status else None
     runs = await engine.list_runs(status=status, limit=args.limit)
-    lines = []
-    abandoned = []
-    for m in runs:
-        if m.unreadable:
-            lines.append(f"{m.run_id:<28} unreadable: {m.unreadable}")
-            continue
-        shown = m.status
-        if m.status == RunStatus.RUNNING and await is_abandoned(engine, m.run_id):
-            shown = "abandoned"
-            abandoned.append(m.run_id)
-        lines.append(f"{m.run_id:<28} {m.graph:<20} {shown:<10} step {m.seq}")
+    undriven = [
+        m.run_id
+        for m in runs
+        if not m.unreadable
+        and m.status == RunStatus.RUNNING
+        and await is_abandoned(engine, m.run_id)
+    ]
+    # A run nobody drives is only abandoned if no worker is going to take it either.
+    queued = await queued_runs(engine, undriven)
+    abandoned = [run_id for run_id in undriven if run_id not in queued]
+    shown = {**dict.fromkeys(abandoned, "abandoned"), **dict.fromkeys(queued, "queued")}
+    lines = [
+        f"{m.run_id:<28} unreadable: {m.unreadable}"
+        if m.unreadable
+        else f"{m.run_id:<28} {m.graph:<20} {shown.get(m.run_id, m.status):<10} step {m.seq}"
+        for m in runs
+    ]
     if abandoned:
         lines.append(
             "abandoned: running, but no live process drives it (it stopped or crashed); "

@@ -16,7 +16,7 @@ import shlex
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import MappingProxyType
 
 from phasegraph.api import Engine
@@ -34,6 +34,7 @@ __all__ = [
     "detached",
     "hand_over",
     "log_to_stderr",
+    "queued_runs",
     "worker_queue",
 ]
 
@@ -120,6 +121,14 @@ async def hand_over(engine: Engine, run_id: str) -> None:
     """
     async with worker_queue(engine.store) as queue:
         await queue.enqueue(run_id)
+
+
+async def queued_runs(engine: Engine, run_ids: Sequence[str]) -> set[str]:
+    """Of ``run_ids``, those in the workers' queue (none where the store has no queue)."""
+    if not run_ids or getattr(engine.store, "work_queue", None) is None:
+        return set()
+    async with worker_queue(engine.store) as queue:
+        return {run_id for run_id in run_ids if await queue.queued(run_id)}
 
 
 def detached(args: argparse.Namespace, state: RunState) -> int:

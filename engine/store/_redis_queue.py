@@ -15,11 +15,13 @@ due (ms since the epoch); a run waiting there holds no worker, no task and no me
 anywhere but its keys. Any live worker moves due runs into the stream with one script
 that reads the server's clock, so whichever worker is alive fires a deadline.
 
-Keys (``P`` is the store's prefix): the stream ``P:{q<i>}:work`` and the deadlines
-``P:{q<i>}:due`` of each partition ``i`` share a hash tag, so one script may touch both
-on a Redis Cluster; a run belongs to partition ``crc32(run_id) % partitions``. The number
-of partitions is fixed when the first client writes ``P:{q}:partitions`` and read from
-there by every later one, so submitters and workers always agree.
+Keys (``P`` is the store's prefix): the stream ``P:{q<i>}:work``, the deadlines
+``P:{q<i>}:due`` and the count of each run's unfinished entries ``P:{q<i>}:queued`` (a
+hash, so ``phasegraph status`` can tell a queued run from an abandoned one) of each
+partition ``i`` share a hash tag, so one script may touch them all on a Redis Cluster.
+A run belongs to partition ``crc32(run_id) % partitions``. The number of partitions is
+fixed when the first client writes ``P:{q}:partitions`` and read from there by every
+later one, so submitters and workers always agree.
 
 This module speaks to Redis through a redis-py asyncio client (a plain or a cluster
 client): the queue costs a few commands per *drive*, not per step, so it does not need
@@ -43,15 +45,33 @@ __all__ = ["GROUP", "QueueEntry", "RunQueue"]
 GROUP: Final = "workers"
 """The consumer group every worker reads through."""
 
-# KEYS: due, work. ARGV: how many at most. Moves the runs whose deadline passed (by the
-# server's clock) into the stream; returns how many moved and the next deadline's score
-# (or -1). Atomic, so two workers never both move one deadline.
+# KEYS: work, queued. ARGV: run. Adds an entry for the run and counts it as queued, in
+# one step, so the count never misses an entry.
+_ENQUEUE: Final = """
+redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+return redis.call('XADD', KEYS[1], '*', 'run', ARGV[1])
+"""
+
+# KEYS: work, queued. ARGV: group, entry id, run. Acknowledges the entry and uncounts it
+# (only the first acknowledgement of an entry counts).
+_ACK: Final = """
+local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if acked == 1 and redis.call('HINCRBY', KEYS[2], ARGV[3], -1) <= 0 then
+  redis.call('HDEL', KEYS[2], ARGV[3])
+end
+return acked
+"""
+
+# KEYS: due, work, queued. ARGV: how many at most. Moves the runs whose deadline passed
+# (by the server's clock) into the stream, counted as queued; returns how many moved and
+# the next deadline's score (or -1). Atomic, so two workers never both move one deadline.
 _MOVE_DUE: Final = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, run in ipairs(due) do
   redis.call('ZREM', KEYS[1], run)
+  redis.call('HINCRBY', KEYS[3], run, 1)
   redis.call('XADD', KEYS[2], '*', 'run', run)
 end
 local next = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -156,10 +176,28 @@ class RunQueue:
 
     # -- submitting -----------------------------------------------------------------------
 
+    def queued_key(self, partition: int) -> str:
+        """How many unacknowledged entries each run of a partition has (a hash)."""
+        return f"{self._prefix}:{{q{partition}}}:queued"
+
     async def enqueue(self, run_id: str) -> None:
         """Ask for the run to be driven by some worker (a new run, a reply, a resume)."""
         partition = await self.partition_of(run_id)
-        await self._client.xadd(self.work_key(partition), {"run": run_id})
+        keys = (self.work_key(partition), self.queued_key(partition))
+        await self._client.eval(_ENQUEUE, 2, *keys, run_id)
+
+    async def queued(self, run_id: str) -> bool:
+        """Whether the run has an entry no worker has finished (taken or not yet).
+
+        Only reads: where no queue was ever used, no partition count is recorded here.
+        """
+        if self._count is None:
+            found = await self._client.get(f"{self._prefix}:{{q}}:partitions")
+            if found is None:
+                return False
+            self._count = int(found)
+        partition = zlib.crc32(run_id.encode()) % self._count
+        return bool(await self._client.hexists(self.queued_key(partition), run_id))
 
     async def schedule(self, run_id: str, due_ms: int) -> None:
         """Have the run driven once ``due_ms`` (ms since the epoch) has passed.
@@ -247,7 +285,8 @@ class RunQueue:
 
     async def ack(self, entry: QueueEntry) -> None:
         """The entry's work is done: nobody needs to take it again."""
-        await self._client.xack(self.work_key(entry.partition), GROUP, entry.entry_id)
+        keys = (self.work_key(entry.partition), self.queued_key(entry.partition))
+        await self._client.eval(_ACK, 2, *keys, GROUP, entry.entry_id, entry.run_id)
 
     async def move_due(self, partition: int, limit: int = 500) -> tuple[int, float | None]:
         """Move runs whose deadline passed into the stream.
@@ -255,9 +294,8 @@ class RunQueue:
         Returns:
             How many moved, and seconds until the next deadline (None: there is none).
         """
-        moved, next_ms, now_ms = await self._client.eval(
-            _MOVE_DUE, 2, self.due_key(partition), self.work_key(partition), limit
-        )
+        keys = (self.due_key(partition), self.work_key(partition), self.queued_key(partition))
+        moved, next_ms, now_ms = await self._client.eval(_MOVE_DUE, 3, *keys, limit)
         following = float(next_ms)
         return int(moved), None if following < 0 else max(following - int(now_ms), 0) / 1000
 

@@ -65,6 +65,10 @@ class WorkQueue(Protocol):
         """Ask for a run to be driven."""
         ...
 
+    async def queued(self, run_id: str) -> bool:
+        """Whether a run has an entry no worker has finished."""
+        ...
+
     async def schedule(self, run_id: str, due_ms: int) -> None:
         """Drive a run once a time passes."""
         ...

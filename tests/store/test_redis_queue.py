@@ -131,3 +131,27 @@ async def test_many_runs_queued_at_once_wait_for_connections_instead_of_failing(
         assert sorted(entry.run_id for entry in taken) == sorted(run_ids)
     finally:
         await queue.aclose()
+
+
+async def test_a_run_counts_as_queued_until_its_last_entry_is_acknowledged(
+    store: RedisStore, queue: RunQueue
+) -> None:
+    # Only reading: a store where no queue was used records no partition count.
+    assert await queue.queued("run-a") is False
+    client = store.queue_client()
+    assert await client.exists(f"{store.prefix}:{{q}}:partitions") == 0
+    await client.aclose()
+    await queue.enqueue("run-a")
+    await queue.enqueue("run-a")  # e.g. a reply landing while it is queued
+    assert await queue.queued("run-a") is True
+    first, second = await queue.take(0, "c1", count=10, block_ms=10)
+    await queue.ack(first)
+    await queue.ack(first)  # acknowledged twice: counted once
+    assert await queue.queued("run-a") is True
+    await queue.ack(second)
+    assert await queue.queued("run-a") is False
+    # A deadline that fires queues its run too.
+    await queue.schedule("run-b", int(time.time() * 1000) - 1)
+    assert await queue.queued("run-b") is False
+    assert (await queue.move_due(0))[0] == 1
+    assert await queue.queued("run-b") is True

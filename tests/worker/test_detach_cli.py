@@ -106,3 +106,17 @@ def test_detach_refuses_approve(store_url: str) -> None:
     )
     assert refused.returncode == 2
     assert "answer its gates with 'phasegraph reply'" in refused.stderr
+
+
+def test_a_queued_run_is_shown_queued_not_abandoned(store_url: str) -> None:
+    started = cli(
+        "run", str(LOOP_GATE), "--input", "n=1", "--detach", "--store", store_url, "--run-id", "q1"
+    )
+    assert started.returncode == 0, started.stderr
+    one = cli("status", "q1", "--store", store_url)
+    assert one.stdout.startswith(
+        "run q1 (loop_gate) running at step 0 (queued: the next free 'phasegraph worker' drives it)"
+    )
+    listed = cli("status", "--store", store_url)
+    assert listed.stdout.split("\n")[0].split() == ["q1", "loop_gate", "queued", "step", "0"]
+    assert "abandoned" not in listed.stdout
