@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from types import MappingProxyType
-from typing import Any
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._runs import fits_changed_graph
 from phasegraph.cli._support import emit, finished, parse_inputs, progress, with_engine
+from phasegraph.errors import LeaseHeldError, RunStateError
+from phasegraph.model import RunStatus
 
 __all__ = ["HANDLERS"]
 
@@ -30,51 +32,60 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
         if args.allow_changed:
             await fits_changed_graph(engine, args.run)
         if args.detach:
-            return await _reply_detached(args, engine, trigger, payload, data)
-        with await progress(args, engine, args.run):
-            state = await engine.reply(
-                args.run,
-                args.id,
-                trigger,
-                payload=payload,
-                data=data,
-                allow_changed=args.allow_changed,
+            from phasegraph.cli._worker import can_hand_over
+
+            can_hand_over(args, engine.store)
+        try:
+            # Detached, nothing is driven here: no progress display.
+            shown = (
+                contextlib.nullcontext() if args.detach else await progress(args, engine, args.run)
             )
+            with shown:
+                state = await engine.reply(
+                    args.run,
+                    args.id,
+                    trigger,
+                    payload=payload,
+                    data=data,
+                    drive=not args.detach,
+                    allow_changed=args.allow_changed,
+                )
+        except LeaseHeldError:
+            from phasegraph.cli._worker import driven_by_worker, reply_by_worker
+
+            if not await driven_by_worker(engine, args.run):
+                raise
+            reply = {"trigger": trigger, "payload": payload, "data": data}
+            return await reply_by_worker(args, engine, reply)
+        if args.detach:
+            from phasegraph.cli._worker import detached, hand_over
+
+            await hand_over(engine, state.run_id)
+            return detached(args, state)
         return await finished(args, engine, state)
 
     return await with_engine(args, body)
 
 
-async def _reply_detached(
-    args: argparse.Namespace,
-    engine: Engine,
-    trigger: str,
-    payload: dict[str, str],
-    data: dict[str, Any],
-) -> int:
-    """Commit the answer here (a refused one is said at once) and let a worker go on."""
-    from phasegraph.cli._worker import can_hand_over, detached, hand_over
-
-    can_hand_over(args, engine.store)
-    state = await engine.reply(
-        args.run,
-        args.id,
-        trigger,
-        payload=payload,
-        data=data,
-        drive=False,
-        allow_changed=args.allow_changed,
-    )
-    await hand_over(engine, state.run_id)
-    return detached(args, state)
-
-
 async def _cmd_cancel(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         before = await engine.get(args.run)
-        state = await engine.cancel(args.run, args.reason)
+        by = ""
+        try:
+            state = await engine.cancel(args.run, args.reason)
+        except LeaseHeldError:
+            from phasegraph.cli._worker import cancel_by_worker, driven_by_worker
+
+            if not await driven_by_worker(engine, args.run):
+                raise
+            state, by = await cancel_by_worker(args, engine), " by the worker driving it"
         closed = sorted(before.interrupts)
-        text = f"run {state.run_id} cancelled"
+        if state.status is not RunStatus.CANCELLED:  # it ended first
+            raise RunStateError(
+                f"run {state.run_id!r} already {state.status}; nothing to cancel",
+                run_id=state.run_id,
+            )
+        text = f"run {state.run_id} cancelled{by}"
         if closed:
             text += f"; closed unanswered: {', '.join(closed)}"
         emit(args, {"run_id": state.run_id, "status": state.status, "closed": closed}, text)

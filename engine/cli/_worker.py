@@ -16,13 +16,17 @@ import shlex
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
+from phasegraph.actions import TIMEOUT_TRIGGER
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handlers
+from phasegraph.cli._gates import open_gates
 from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tune_collector
-from phasegraph.errors import InputError
+from phasegraph.errors import IllegalTriggerError, InputError, RunStateError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
 from phasegraph.store import Store, open_store, redact_url
@@ -31,10 +35,13 @@ from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
 __all__ = [
     "HANDLERS",
     "can_hand_over",
+    "cancel_by_worker",
     "detached",
+    "driven_by_worker",
     "hand_over",
     "log_to_stderr",
     "queued_runs",
+    "reply_by_worker",
     "worker_queue",
 ]
 
@@ -129,6 +136,69 @@ async def queued_runs(engine: Engine, run_ids: Sequence[str]) -> set[str]:
         return set()
     async with worker_queue(engine.store) as queue:
         return {run_id for run_id in run_ids if await queue.queued(run_id)}
+
+
+async def driven_by_worker(engine: Engine, run_id: str) -> bool:
+    """Whether a worker drives the run or is about to (its queue entry is unfinished)."""
+    return bool(await queued_runs(engine, [run_id]))
+
+
+async def reply_by_worker(
+    args: argparse.Namespace, engine: Engine, reply: Mapping[str, Any]
+) -> int:
+    """Hand a reply to the worker driving the run, once it is known to fit an open gate.
+
+    The worker applies it between two steps of the run, as a server applies a reply to
+    a run it drives.
+
+    Raises:
+        RunStateError: The run has no such open gate.
+        IllegalTriggerError: The gate does not accept the trigger.
+    """
+    state = await engine.get(args.run)
+    gate = next((g for g in await open_gates(engine, state) if g.interrupt.id == args.id), None)
+    if gate is None:
+        pending = ", ".join(sorted(state.interrupts)) or "none"
+        raise RunStateError(
+            f"run {args.run!r} has no pending interrupt {args.id!r} (pending: {pending})",
+            run_id=args.run,
+        )
+    node = state.nodes[gate.interrupt.node]
+    if gate.answers and reply["trigger"] not in (*gate.answers, TIMEOUT_TRIGGER):
+        raise IllegalTriggerError(
+            reply["trigger"], node.state, gate.answers, node_id=gate.interrupt.node, run_id=args.run
+        )
+    async with worker_queue(engine.store) as queue:
+        await queue.post_reply(args.run, {"interrupt_id": args.id, **reply})
+    where = "" if args.store == DEFAULT_STORE_URL else f" --store {shlex.quote(args.store)}"
+    emit(
+        args,
+        {"run_id": args.run, "status": state.status, "seq": state.seq, "queued": True},
+        f"reply to {args.id} handed to the worker driving run {args.run}: it is applied "
+        f"between two of the run's steps; follow it with 'phasegraph status {args.run}{where}'",
+    )
+    return EXIT_OK
+
+
+async def cancel_by_worker(args: argparse.Namespace, engine: Engine) -> RunState:
+    """Ask the worker driving the run to cancel it; wait until the run has ended.
+
+    Raises:
+        RunStateError: No worker ended the run within two lease lengths.
+    """
+    async with worker_queue(engine.store) as queue:
+        await queue.request_cancel(args.run, args.reason)
+    deadline = time.monotonic() + 2 * lease_ttl() + 5
+    while time.monotonic() < deadline:
+        state = await engine.get(args.run)
+        if state.status.terminal:
+            return state
+        await asyncio.sleep(0.1)
+    raise RunStateError(
+        f"run {args.run!r}: the cancel is requested, but no worker has acted on it yet; "
+        "the next worker to drive the run cancels it",
+        run_id=args.run,
+    )
 
 
 def detached(args: argparse.Namespace, state: RunState) -> int:

@@ -19,6 +19,10 @@ Keys (``P`` is the store's prefix): the stream ``P:{q<i>}:work``, the deadlines
 ``P:{q<i>}:due`` and the count of each run's unfinished entries ``P:{q<i>}:queued`` (a
 hash, so ``phasegraph status`` can tell a queued run from an abandoned one) of each
 partition ``i`` share a hash tag, so one script may touch them all on a Redis Cluster.
+Replies and cancel requests for a run a worker is driving wait in the run's own hash
+slot, ``P:{<run>}:inbox`` (a list) and ``P:{<run>}:cancel``, and an entry in the stream
+wakes that worker up.
+
 A run belongs to partition ``crc32(run_id) % partitions``. The number of partitions is
 fixed when the first client writes ``P:{q}:partitions`` and read from there by every
 later one, so submitters and workers always agree.
@@ -31,8 +35,9 @@ the store's own wire.
 from __future__ import annotations
 
 import asyncio
+import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -43,6 +48,7 @@ from phasegraph.errors import InputError, StoreError
 __all__ = ["GROUP", "QueueEntry", "RunQueue"]
 
 GROUP: Final = "workers"
+_INBOX_BATCH: Final = 100  # replies applied per look at a run's inbox
 """The consumer group every worker reads through."""
 
 # KEYS: work, queued. ARGV: run. Adds an entry for the run and counts it as queued, in
@@ -198,6 +204,39 @@ class RunQueue:
             self._count = int(found)
         partition = zlib.crc32(run_id.encode()) % self._count
         return bool(await self._client.hexists(self.queued_key(partition), run_id))
+
+    # -- mail for runs a worker is driving --------------------------------------------
+
+    def _run_key(self, run_id: str, name: str) -> str:
+        return f"{self._prefix}:{{{run_id}}}:{name}"  # the run's hash slot, as its keys
+
+    async def post_reply(self, run_id: str, reply: Mapping[str, Any]) -> None:
+        """Hand a reply to whichever worker drives the run (applied between two steps)."""
+        await self._client.rpush(self._run_key(run_id, "inbox"), json.dumps(dict(reply)))
+        await self.enqueue(run_id)  # the wake-up: its worker looks at the inbox
+
+    async def replies(self, run_id: str) -> list[dict[str, Any]]:
+        """The replies posted to the run, oldest first (kept until :meth:`replies_done`)."""
+        raw = await self._client.lrange(self._run_key(run_id, "inbox"), 0, _INBOX_BATCH - 1)
+        return [json.loads(item) for item in raw]
+
+    async def replies_done(self, run_id: str, count: int) -> None:
+        """Forget the first ``count`` replies (applied, or refused and logged)."""
+        await self._client.ltrim(self._run_key(run_id, "inbox"), count, -1)
+
+    async def request_cancel(self, run_id: str, reason: str) -> None:
+        """Ask whichever worker drives the run to stop it and commit it as cancelled."""
+        await self._client.set(self._run_key(run_id, "cancel"), reason.encode())
+        await self.enqueue(run_id)
+
+    async def cancel_requested(self, run_id: str) -> str | None:
+        """The reason of a pending cancel request, if there is one."""
+        found = await self._client.get(self._run_key(run_id, "cancel"))
+        return None if found is None else bytes(found).decode(errors="replace")
+
+    async def cancel_done(self, run_id: str) -> None:
+        """The run is cancelled (or had finished): drop the request."""
+        await self._client.delete(self._run_key(run_id, "cancel"))
 
     async def schedule(self, run_id: str, due_ms: int) -> None:
         """Have the run driven once ``due_ms`` (ms since the epoch) has passed.

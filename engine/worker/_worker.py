@@ -28,20 +28,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol, final
+from typing import Any, Final, Protocol, final
 
+from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import (
+    IllegalTriggerError,
     InputError,
     LeaseHeldError,
     LeaseLostError,
     PhasegraphError,
     RunNotFoundError,
+    RunStateError,
     StoreUnavailableError,
 )
-from phasegraph.model import RunState
+from phasegraph.model import RunState, frozen_map
+from phasegraph.run import Run
 from phasegraph.store import Store
 
 __all__ = ["QueueEntry", "WorkQueue", "Worker", "WorkerOptions", "WorkerStats", "work_queue_of"]
@@ -67,6 +71,30 @@ class WorkQueue(Protocol):
 
     async def queued(self, run_id: str) -> bool:
         """Whether a run has an entry no worker has finished."""
+        ...
+
+    async def post_reply(self, run_id: str, reply: Mapping[str, Any]) -> None:
+        """Hand a reply to the worker driving a run."""
+        ...
+
+    async def replies(self, run_id: str) -> list[dict[str, Any]]:
+        """Replies posted to a run."""
+        ...
+
+    async def replies_done(self, run_id: str, count: int) -> None:
+        """Forget replies dealt with."""
+        ...
+
+    async def request_cancel(self, run_id: str, reason: str) -> None:
+        """Ask the worker driving a run to cancel it."""
+        ...
+
+    async def cancel_requested(self, run_id: str) -> str | None:
+        """A pending cancel request's reason."""
+        ...
+
+    async def cancel_done(self, run_id: str) -> None:
+        """Drop a cancel request."""
         ...
 
     async def schedule(self, run_id: str, due_ms: int) -> None:
@@ -194,6 +222,9 @@ class _Active:
 
     entries: list[QueueEntry] = field(default_factory=list)
     again: bool = False  # another entry came while driving: drive once more
+    mail: bool = False  # ... and it may bring a reply: look at the inbox between steps
+    cancel: str | None = None  # a cancel request's reason, once seen
+    drive: asyncio.Task[bool] | None = None
 
 
 @final
@@ -221,6 +252,7 @@ class Worker:
         self._options = options or WorkerOptions()
         self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._side: set[asyncio.Task[None]] = set()  # short tasks beside the drives
         self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
         self.stats = WorkerStats()
 
@@ -285,7 +317,8 @@ class Worker:
         active = self._active.get(entry.run_id)
         if active is not None:  # already driving it here: once more when that drive ends
             active.entries.append(entry)
-            active.again = True
+            active.again = active.mail = True
+            self._watch(self._look_for_cancel(entry.run_id))
             return
         self._active[entry.run_id] = _Active([entry])
         name = f"phasegraph-worker:{entry.run_id}"
@@ -307,7 +340,18 @@ class Worker:
         try:
             while True:
                 active.again = False
-                done = await self._drive_with_retries(run_id)
+                active.cancel = active.cancel or await self._queue.cancel_requested(run_id)
+                if active.cancel is not None:
+                    await self._cancel(run_id, active.cancel)
+                    break
+                active.drive = asyncio.create_task(self._drive_with_retries(run_id))
+                try:
+                    done = await active.drive
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if active.cancel is None or (current is not None and current.cancelling()):
+                        raise  # the worker is stopping
+                    continue  # stopped for a cancel request: commit it next
                 if not done:
                     return  # left pending: some worker takes it again later
                 if not active.again:
@@ -315,7 +359,37 @@ class Worker:
             for entry in active.entries:
                 await self._queue.ack(entry)
         finally:
+            if active.drive is not None and not active.drive.done():
+                active.drive.cancel()
+                await asyncio.gather(active.drive, return_exceptions=True)
             del self._active[run_id]
+
+    def _watch(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _look_for_cancel(self, run_id: str) -> None:
+        """Stop the run's drive (at its last committed step) if a cancel was requested."""
+        with contextlib.suppress(Exception):  # store away: the next drive looks again
+            reason = await self._queue.cancel_requested(run_id)
+            active = self._active.get(run_id)
+            if reason is not None and active is not None and active.cancel is None:
+                active.cancel = reason
+                if active.drive is not None:
+                    active.drive.cancel()
+
+    async def _cancel(self, run_id: str, reason: str) -> None:
+        """Commit the requested cancel (the drive has stopped and let the lease go)."""
+        try:
+            await self._engine.cancel(run_id, reason)
+            _log.info("run %s cancelled: %s", run_id, reason)
+        except RunStateError as exc:
+            _log.info("cancel of run %s not needed: %s", run_id, exc)
+        except PhasegraphError as exc:
+            _log.error("run %s cannot be cancelled: %s", run_id, exc)
+        await self._queue.cancel_done(run_id)
+        await self._queue.unschedule(run_id)
 
     async def _drive_with_retries(self, run_id: str) -> bool:
         """Drive the run; False when it must be left for later (held, store away)."""
@@ -343,16 +417,40 @@ class Worker:
 
     async def _drive(self, run_id: str) -> None:
         engine = self._engine
+        active = self._active[run_id]
         async with engine.open(run_id) as run:
             steps = 0
-            if not run.state.status.terminal:
-                while await run.next() is not None:
-                    steps += 1
+            await self._deliver(run)  # replies posted while no drive held the run
+            while not run.state.status.terminal:
+                stepped = await run.next() is not None
+                steps += stepped
+                if active.mail:  # a reply may have come for a gate of this run
+                    active.mail = False
+                    await self._deliver(run)
+                elif not stepped:
+                    break
             state = run.state
         self.stats.drives += 1
         self.stats.steps += steps
         await self._settle(state)
         _log.info("run %s: %d steps, now %s at step %d", run_id, steps, state.status, state.seq)
+
+    async def _deliver(self, run: Run) -> None:
+        """Apply the replies posted to the run, between two of its steps."""
+        replies = await self._queue.replies(run.run_id)
+        for reply in replies:
+            result = ActionResult(
+                trigger=str(reply.get("trigger", "")),
+                payload=frozen_map(reply.get("payload") or {}),
+                data=frozen_map(reply.get("data") or {}),
+            )
+            try:
+                await run.reply(str(reply.get("interrupt_id", "")), result)
+            except (RunStateError, IllegalTriggerError) as exc:
+                # Answered meanwhile (or a re-delivery after a crash): nothing to apply.
+                _log.warning("reply to run %s not applied: %s", run.run_id, exc)
+        if replies:
+            await self._queue.replies_done(run.run_id, len(replies))
 
     async def _settle(self, state: RunState) -> None:
         """Record the run's next deadline (or that it has none) for whoever is alive then."""

@@ -120,3 +120,60 @@ def test_a_queued_run_is_shown_queued_not_abandoned(store_url: str) -> None:
     listed = cli("status", "--store", store_url)
     assert listed.stdout.split("\n")[0].split() == ["q1", "loop_gate", "queued", "step", "0"]
     assert "abandoned" not in listed.stdout
+
+
+SIDE_GATE = LOOP_GATE.parent / "side_gate.yaml"
+
+
+def _open_gate(store_url: str, run_id: str) -> str:
+    """Wait until the run's gate is open while its loop still runs; the gate's id."""
+    deadline = time.monotonic() + 60
+    while True:
+        view = json.loads(cli("status", run_id, "--store", store_url, "--json").stdout)
+        if view["interrupts"] and view["status"] == "running":
+            (gate,) = view["interrupts"]
+            return str(gate)
+        assert time.monotonic() < deadline, view
+        time.sleep(0.05)
+
+
+def test_a_reply_to_a_run_a_worker_drives_is_applied_between_its_steps(
+    store_url: str, tmp_path: Path
+) -> None:
+    with workers(store_url, 1, tmp_path / "marks.txt"):
+        run = ("run", str(SIDE_GATE), "--input", "n=30", "--input", "nap=0.1", "--detach")
+        started = cli(*run, "--store", store_url, "--run-id", "s1")
+        assert started.returncode == 0, started.stderr
+        gate = _open_gate(store_url, "s1")
+        refused = cli("reply", "s1", "--id", gate, "--trigger", "nope", "--store", store_url)
+        assert refused.returncode == 2
+        assert "'nope'" in refused.stderr
+        answered = cli("reply", "s1", "--id", gate, "--trigger", "ok", "--store", store_url)
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout.startswith(f"reply to {gate} handed to the worker driving run s1")
+        status_of(store_url, "s1", "completed")
+
+    async def history() -> list[Any]:
+        async with open_store(store_url) as store:
+            return await Engine(store).history("s1")
+
+    records = asyncio.run(history())
+    replies = [r.seq for r in records if r.kind == "reply"]
+    counting = [r.seq for r in records if r.node == "count"]
+    # Answered once, while the loop beside the gate was still counting.
+    assert len(replies) == 1
+    assert replies[0] < counting[-1]
+
+
+def test_a_cancel_of_a_run_a_worker_drives_stops_it_there(store_url: str, tmp_path: Path) -> None:
+    with workers(store_url, 1, tmp_path / "marks.txt") as (worker,):
+        run = ("run", str(SIDE_GATE), "--input", "n=100000", "--input", "nap=0.05", "--detach")
+        assert cli(*run, "--store", store_url, "--run-id", "c1").returncode == 0
+        gate = _open_gate(store_url, "c1")
+        cancelled = cli("cancel", "c1", "--reason", "enough", "--store", store_url)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert cancelled.stdout.startswith("run c1 cancelled by the worker driving it")
+        assert gate in cancelled.stdout  # the gate it closed unanswered
+        view = status_of(store_url, "c1", "cancelled")
+        assert all(node["status"] != "running" for node in view["nodes"].values())
+        assert worker.poll() is None  # the worker goes on serving
