@@ -6,12 +6,13 @@ import argparse
 import contextlib
 from types import MappingProxyType
 
+from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._runs import fits_changed_graph
 from phasegraph.cli._support import emit, finished, parse_inputs, progress, with_engine
 from phasegraph.errors import LeaseHeldError, RunStateError
-from phasegraph.model import RunStatus
+from phasegraph.model import RunStatus, frozen_map
 
 __all__ = ["HANDLERS"]
 
@@ -55,8 +56,10 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
 
             if not await driven_by_worker(engine, args.run):
                 raise
-            reply = {"trigger": trigger, "payload": payload, "data": data}
-            return await reply_by_worker(args, engine, reply)
+            result = ActionResult(
+                trigger=trigger, payload=frozen_map(payload), data=frozen_map(data)
+            )
+            return await reply_by_worker(args, engine, result)
         if args.detach:
             from phasegraph.cli._worker import detached, hand_over
 
@@ -74,11 +77,11 @@ async def _cmd_cancel(args: argparse.Namespace) -> int:
         try:
             state = await engine.cancel(args.run, args.reason)
         except LeaseHeldError:
-            from phasegraph.cli._worker import cancel_by_worker, driven_by_worker
+            from phasegraph.cli._worker import cancel_through_worker, driven_by_worker
 
             if not await driven_by_worker(engine, args.run):
                 raise
-            state, by = await cancel_by_worker(args, engine), " by the worker driving it"
+            state, by = await cancel_through_worker(args, engine), " by the worker driving it"
         closed = sorted(before.interrupts)
         if state.status is not RunStatus.CANCELLED:  # it ended first
             raise RunStateError(

@@ -16,26 +16,30 @@ import shlex
 import signal
 import socket
 import sys
-import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import MappingProxyType
-from typing import Any
 
-from phasegraph.actions import TIMEOUT_TRIGGER
+from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handlers
-from phasegraph.cli._gates import open_gates
 from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tune_collector
-from phasegraph.errors import IllegalTriggerError, InputError, RunStateError
+from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
 from phasegraph.store import Store, open_store, redact_url
-from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
+from phasegraph.worker import (
+    Worker,
+    WorkerOptions,
+    WorkQueue,
+    cancel_by_worker,
+    post_reply,
+    work_queue_of,
+)
 
 __all__ = [
     "HANDLERS",
     "can_hand_over",
-    "cancel_by_worker",
+    "cancel_through_worker",
     "detached",
     "driven_by_worker",
     "hand_over",
@@ -143,33 +147,15 @@ async def driven_by_worker(engine: Engine, run_id: str) -> bool:
     return bool(await queued_runs(engine, [run_id]))
 
 
-async def reply_by_worker(
-    args: argparse.Namespace, engine: Engine, reply: Mapping[str, Any]
-) -> int:
-    """Hand a reply to the worker driving the run, once it is known to fit an open gate.
-
-    The worker applies it between two steps of the run, as a server applies a reply to
-    a run it drives.
+async def reply_by_worker(args: argparse.Namespace, engine: Engine, result: ActionResult) -> int:
+    """Hand a reply to the worker driving the run (checked against its open gate first).
 
     Raises:
         RunStateError: The run has no such open gate.
         IllegalTriggerError: The gate does not accept the trigger.
     """
-    state = await engine.get(args.run)
-    gate = next((g for g in await open_gates(engine, state) if g.interrupt.id == args.id), None)
-    if gate is None:
-        pending = ", ".join(sorted(state.interrupts)) or "none"
-        raise RunStateError(
-            f"run {args.run!r} has no pending interrupt {args.id!r} (pending: {pending})",
-            run_id=args.run,
-        )
-    node = state.nodes[gate.interrupt.node]
-    if gate.answers and reply["trigger"] not in (*gate.answers, TIMEOUT_TRIGGER):
-        raise IllegalTriggerError(
-            reply["trigger"], node.state, gate.answers, node_id=gate.interrupt.node, run_id=args.run
-        )
     async with worker_queue(engine.store) as queue:
-        await queue.post_reply(args.run, {"interrupt_id": args.id, **reply})
+        state = await post_reply(engine, queue, args.run, args.id, result)
     where = "" if args.store == DEFAULT_STORE_URL else f" --store {shlex.quote(args.store)}"
     emit(
         args,
@@ -180,25 +166,16 @@ async def reply_by_worker(
     return EXIT_OK
 
 
-async def cancel_by_worker(args: argparse.Namespace, engine: Engine) -> RunState:
-    """Ask the worker driving the run to cancel it; wait until the run has ended.
+async def cancel_through_worker(args: argparse.Namespace, engine: Engine) -> RunState:
+    """Ask the worker driving the run to cancel it; the run once it has ended.
 
     Raises:
         RunStateError: No worker ended the run within two lease lengths.
     """
     async with worker_queue(engine.store) as queue:
-        await queue.request_cancel(args.run, args.reason)
-    deadline = time.monotonic() + 2 * lease_ttl() + 5
-    while time.monotonic() < deadline:
-        state = await engine.get(args.run)
-        if state.status.terminal:
-            return state
-        await asyncio.sleep(0.1)
-    raise RunStateError(
-        f"run {args.run!r}: the cancel is requested, but no worker has acted on it yet; "
-        "the next worker to drive the run cancels it",
-        run_id=args.run,
-    )
+        return await cancel_by_worker(
+            engine, queue, args.run, args.reason, within=2 * lease_ttl() + 5
+        )
 
 
 def detached(args: argparse.Namespace, state: RunState) -> int:

@@ -37,7 +37,7 @@ from phasegraph.errors import (
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import PreparedGraph, Run
 from phasegraph.store.base import RunMeta
-from phasegraph.worker import WorkQueue
+from phasegraph.worker import WorkQueue, cancel_by_worker, post_reply, reply_applied
 
 __all__ = ["Executor", "ExecutorOptions"]
 
@@ -144,11 +144,20 @@ class Executor:
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
             LeaseHeldError: Another process is driving the run.
         """
-        if self._options.queue is not None:
-            async with self._engine.open(run_id) as run:
-                await run.reply(interrupt_id, result)
-                state = run.state
-            await self._options.queue.enqueue(run_id)
+        queue = self._options.queue
+        if queue is not None:
+            try:
+                async with self._engine.open(run_id) as run:
+                    await run.reply(interrupt_id, result)
+                    state = run.state
+            except LeaseHeldError:
+                if not await queue.queued(run_id):
+                    raise
+                # A worker drives the run (a gate opened beside running nodes): it applies
+                # the reply between two steps, as this server would.
+                before = await post_reply(self._engine, queue, run_id, interrupt_id, result)
+                return await reply_applied(self._engine, run_id, interrupt_id, before.seq)
+            await queue.enqueue(run_id)
             return state
         if self._closing or run_id in self._held:
             why = "is being cancelled" if run_id in self._held else "cannot be answered now"
@@ -184,9 +193,20 @@ class Executor:
             RunStateError: The run already finished.
             LeaseHeldError: Another process is driving the run.
         """
-        if self._options.queue is not None:
-            state = await self._engine.cancel(run_id, reason)
-            await self._options.queue.unschedule(run_id)  # its deadline has nothing to fire
+        queue = self._options.queue
+        if queue is not None:
+            try:
+                state = await self._engine.cancel(run_id, reason)
+            except LeaseHeldError:
+                if not await queue.queued(run_id):
+                    raise
+                within = 2 * self._engine.options.lease_ttl + 5
+                state = await cancel_by_worker(self._engine, queue, run_id, reason, within=within)
+                if state.status is not RunStatus.CANCELLED:
+                    raise RunStateError(
+                        f"run {run_id!r} already {state.status}; nothing to cancel", run_id=run_id
+                    ) from None
+            await queue.unschedule(run_id)  # its deadline has nothing to fire
             return state
         self._held.add(run_id)  # no driver may start while the cancel is under way
         driver, timer = self._drivers.get(run_id), self._timers.get(run_id)

@@ -8,6 +8,7 @@ server and the answering commands put work in the queue (see
 
 from __future__ import annotations
 
+from phasegraph.worker._mail import cancel_by_worker, post_reply, reply_applied
 from phasegraph.worker._worker import (
     QueueEntry,
     Worker,
@@ -17,4 +18,14 @@ from phasegraph.worker._worker import (
     work_queue_of,
 )
 
-__all__ = ["QueueEntry", "WorkQueue", "Worker", "WorkerOptions", "WorkerStats", "work_queue_of"]
+__all__ = [
+    "QueueEntry",
+    "WorkQueue",
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
+    "cancel_by_worker",
+    "post_reply",
+    "reply_applied",
+    "work_queue_of",
+]

@@ -8,14 +8,16 @@ the same run driven by a plain server does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from test_server import FIXTURES, GATED, LOOPING
+from test_server import FIXTURES, GATED, LOOPING, SIDE_GATE
 from test_server_crash import _json, _Server, _until, store_url
 
 from builders import cli_argv
@@ -53,28 +55,69 @@ async def _drive_both(url: str) -> None:
         assert done["nodes"]["build"]["status"] == "completed"
 
 
+@contextlib.asynccontextmanager
+async def _worker(store_url: str, workdir: Path) -> AsyncIterator[Path]:
+    """One ``phasegraph worker`` process; yields its log's path (read after it stopped)."""
+    path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    argv = cli_argv("worker", "--store", store_url, "--name", "w", "--lease-ttl", "1")
+    log_path = workdir / "worker.log"
+    with log_path.open("wb") as log:
+        worker = await asyncio.create_subprocess_exec(*argv, env=env, cwd=workdir, stderr=log)
+    try:
+        yield log_path
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await worker.wait()
+
+
 async def test_a_server_in_front_of_a_worker_drives_nothing_itself(
     store_url: str, tmp_path: Path
 ) -> None:
     server = _Server(store_url, tmp_path, "--queue")
-    path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    argv = cli_argv("worker", "--store", store_url, "--name", "w", "--lease-ttl", "1")
-    with (tmp_path / "worker.log").open("wb") as log:
-        worker = await asyncio.create_subprocess_exec(*argv, env=env, cwd=tmp_path, stderr=log)
-    try:
-        await server.start()
-        await _drive_both(server.url)
-        assert await server.stop(signal.SIGTERM) == 0, server.log()
-        assert "runs go to the workers' queue" in server.log()
-    finally:
-        await server.stop(signal.SIGKILL)
-        worker.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(20):
-            await worker.wait()
+    async with _worker(store_url, tmp_path) as log:
+        try:
+            await server.start()
+            await _drive_both(server.url)
+            assert await server.stop(signal.SIGTERM) == 0, server.log()
+            assert "runs go to the workers' queue" in server.log()
+        finally:
+            await server.stop(signal.SIGKILL)
     # The worker drove both runs: the first drive of each, then the gated one's reply.
-    stopped = (tmp_path / "worker.log").read_text().splitlines()[-1]
+    stopped = log.read_text().splitlines()[-1]
     assert stopped.startswith("worker w stopped: 3 drives, "), stopped
+
+
+async def test_a_reply_and_a_cancel_reach_runs_a_worker_is_driving(
+    store_url: str, tmp_path: Path
+) -> None:
+    server = _Server(store_url, tmp_path, "--queue")
+    async with _worker(store_url, tmp_path):
+        try:
+            await server.start()
+            async with aiohttp.ClientSession(server.url) as session:
+                body = {"graph_yaml": SIDE_GATE, "input": {"loops": 40, "delay": 0.05}}
+                answered_id = (await _json(session, "POST", "/runs", json=body))["run_id"]
+                body = {"graph_yaml": SIDE_GATE, "input": {"loops": 100000, "delay": 0.05}}
+                cancelled_id = (await _json(session, "POST", "/runs", json=body))["run_id"]
+                for run_id in (answered_id, cancelled_id):
+                    gated = await _until(session, run_id, lambda v: bool(v["interrupts"]))
+                    assert gated["status"] == "running"  # the side loop still works
+                reply = {"interrupt_id": f"{answered_id}:gate:run", "trigger": "ok"}
+                answered = await _json(session, "POST", f"/runs/{answered_id}/reply", json=reply)
+                # The run right after the reply's step, which the worker committed.
+                assert answered["nodes"]["gate"]["status"] == "completed"
+                assert answered["status"] == "running"
+                path = f"/runs/{cancelled_id}/cancel"
+                cancelled = await _json(session, "POST", path, json={"reason": "enough"})
+                assert cancelled["status"] == "cancelled"
+                done = await _until(session, answered_id, lambda v: v["status"] == "completed")
+                assert done["nodes"]["side"]["steps"] == 41
+                again = await session.post(f"/runs/{answered_id}/reply", json=reply)
+                assert again.status == 409
+        finally:
+            await server.stop(signal.SIGKILL)
 
 
 async def test_serve_with_worker_is_one_command_for_one_machine(
