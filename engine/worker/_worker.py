@@ -20,6 +20,10 @@ What makes it safe:
 * **Nothing lost in between.** A second entry for a run this worker is driving (a reply
   landing while the drive ends) drives it once more after the drive, before either
   entry is acknowledged.
+* **Answers reach a busy run.** A reply posted for a run being driven here (its gate
+  opened while other nodes work) is read from the run's inbox between two steps and
+  applied; a cancel request stops the drive at its last committed step and commits the
+  cancel (see :mod:`phasegraph.worker._mail`).
 """
 
 from __future__ import annotations
