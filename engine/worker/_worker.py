@@ -281,9 +281,9 @@ class Worker:
         try:
             await stop.wait()
         finally:
-            for task in background:
+            for task in (*background, *self._side):
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.gather(*background, *self._side, return_exceptions=True)
             await self._hand_back()
 
     # -- taking work --------------------------------------------------------------------
