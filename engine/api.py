@@ -37,6 +37,7 @@ from phasegraph.run import (
     decode_history,
     first_commit,
     fork_state,
+    history_json,
     load,
 )
 from phasegraph.store.base import Lease, RunMeta, Store
@@ -349,6 +350,23 @@ class Engine:
         # inside it, so the collector can be paused while thousands of records are built.
         stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
         return decode_history(run_id, stored, start)
+
+    async def history_json(self, run_id: str, *, start: int = 0, stop: int | None = None) -> bytes:
+        """The step records ``start <= seq < stop`` as JSON: what ``history --json`` prints.
+
+        The text (UTF-8) is :func:`~phasegraph.codec.to_json` of the
+        :func:`~phasegraph.views.record_view` of each record :meth:`history` returns,
+        byte for byte, and the errors are the same; it is rendered from the stored bytes,
+        with no step record built (see :func:`~phasegraph.run.history_json`).
+
+        Raises:
+            RunNotFoundError: No such run.
+            CodecError: A stored record is corrupt or of a newer format; the message
+                names the run and the seq.
+        """
+        # As history: every blob read first, then rendered in one synchronous block.
+        stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
+        return history_json(run_id, stored, start)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
