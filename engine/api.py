@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.actions import ActionResult
 from phasegraph.codec import SnapshotCache
 from phasegraph.errors import InputError, RunStateError, SequenceConflictError
 from phasegraph.events import EventBus
@@ -43,9 +42,9 @@ from phasegraph.run import (
 from phasegraph.store.base import Lease, RunMeta, Store
 
 # Reading a run needs none of the machinery that drives one: the interpreter, graph
-# preparation, replay and the YAML loader are reached through ``runs`` (imported on first
-# use, see phasegraph.run) and imported in the methods that drive, so ``phasegraph
-# history`` and ``show`` start fast.
+# preparation, replay, the action kinds and the YAML loader are reached through ``runs``
+# (imported on first use, see phasegraph.run) and imported in the methods that drive, so
+# ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
     from phasegraph.run import PreparedGraph, ReplayReport, Run
 
@@ -296,6 +295,8 @@ class Engine:
                 changed and ``allow_changed`` is false.
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
         """
+        from phasegraph.actions import ActionResult  # here, not at the top: see the imports
+
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
         async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
             if run.state.status.terminal:
