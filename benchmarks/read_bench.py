@@ -25,7 +25,9 @@ Builds one run of ``loop.yaml`` per store (outside the clock), then prints:
   (``benchmarks/cli_startup.py`` measures start-up alone). The children load modules
   from cached bytecode, as an installed phasegraph does: ``PYTHONDONTWRITEBYTECODE`` is
   dropped from their environment and one unmeasured run writes the ``.pyc`` files
-  (``--no-pyc`` keeps the environment as it is: then every run compiles every module).
+  (``--no-pyc``: each version's package is copied without its ``__pycache__`` and
+  ``PYTHONDONTWRITEBYTECODE`` set, so every run compiles phasegraph's modules, as in an
+  environment that never writes bytecode; the standard library's stays cached).
 
 ``--base DIR`` also compares with an older checkout: ``DIR/phasegraph`` is (a link to)
 its package directory, e.g. ``git archive <commit> | tar -x -C /tmp/base`` and ``ln -s
@@ -41,9 +43,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -117,13 +121,37 @@ async def _measure(
 
 
 def _env(base: str | None, pyc: bool) -> dict[str, str]:
-    """The environment of a child process: the base's package first, if given."""
+    """The environment of a child process: the base's package first, if given.
+
+    Without ``pyc``, the package (this checkout's or the base's) is a copy with no
+    bytecode, and none is written: the child compiles phasegraph's modules.
+    """
     env = dict(os.environ)
     if pyc:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        base = _copy_without_bytecode(base)
     if base is not None:
         env["PYTHONPATH"] = base
     return env
+
+
+_COPIES: dict[str | None, str] = {}
+
+
+def _copy_without_bytecode(base: str | None) -> str:
+    """A directory holding a ``phasegraph`` package copied from ``base`` (or this one)."""
+    if base not in _COPIES:
+        import phasegraph
+
+        source = Path(base, "phasegraph") if base else Path(phasegraph.__file__).parent
+        target = Path(tempfile.mkdtemp(prefix="readbench-nopyc-"))
+        atexit.register(shutil.rmtree, target, ignore_errors=True)
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(source.resolve(), target / "phasegraph", ignore=ignore)
+        _COPIES[base] = str(target)
+    return _COPIES[base]
 
 
 def _worker(argv: list[str], base: str | None) -> str:
@@ -203,7 +231,7 @@ def _print_gets(title: str, columns: dict[str, list[Row]]) -> None:
 
 
 def _print_cli(args: argparse.Namespace, cli: dict[str, list[float]]) -> None:
-    pyc = "cached .pyc" if args.pyc else "no .pyc: every module compiled"
+    pyc = "cached .pyc" if args.pyc else "no .pyc: phasegraph compiled every run"
     records = args.steps + 2
     print(f"\nsqlite: phasegraph history RUN --json, {args.cli} runs ({pyc}); goal <= 0.3 s")
     for key, (wall, cpu) in cli.items():
