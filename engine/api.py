@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.actions import ActionResult
 from phasegraph.codec import SnapshotCache
 from phasegraph.errors import InputError, RunStateError, SequenceConflictError
 from phasegraph.events import EventBus
@@ -37,14 +36,15 @@ from phasegraph.run import (
     decode_history,
     first_commit,
     fork_state,
+    history_json,
     load,
 )
 from phasegraph.store.base import Lease, RunMeta, Store
 
 # Reading a run needs none of the machinery that drives one: the interpreter, graph
-# preparation, replay and the YAML loader are reached through ``runs`` (imported on first
-# use, see phasegraph.run) and imported in the methods that drive, so ``phasegraph
-# history`` and ``show`` start fast.
+# preparation, replay, the action kinds and the YAML loader are reached through ``runs``
+# (imported on first use, see phasegraph.run) and imported in the methods that drive, so
+# ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
     from phasegraph.run import PreparedGraph, ReplayReport, Run
 
@@ -295,6 +295,8 @@ class Engine:
                 changed and ``allow_changed`` is false.
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
         """
+        from phasegraph.actions import ActionResult  # here, not at the top: see the imports
+
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
         async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
             if run.state.status.terminal:
@@ -349,6 +351,23 @@ class Engine:
         # inside it, so the collector can be paused while thousands of records are built.
         stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
         return decode_history(run_id, stored, start)
+
+    async def history_json(self, run_id: str, *, start: int = 0, stop: int | None = None) -> bytes:
+        """The step records ``start <= seq < stop`` as JSON: what ``history --json`` prints.
+
+        The text (UTF-8) is :func:`~phasegraph.codec.to_json` of the
+        :func:`~phasegraph.views.record_view` of each record :meth:`history` returns,
+        byte for byte, and the errors are the same; it is rendered from the stored bytes,
+        with no step record built (see :func:`~phasegraph.run.history_json`).
+
+        Raises:
+            RunNotFoundError: No such run.
+            CodecError: A stored record is corrupt or of a newer format; the message
+                names the run and the seq.
+        """
+        # As history: every blob read first, then rendered in one synchronous block.
+        stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
+        return history_json(run_id, stored, start)
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0

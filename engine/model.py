@@ -41,6 +41,7 @@ __all__ = [
     "apply_record",
     "apply_records",
     "empty_field",
+    "extended_lists",
     "extension",
     "frozen_map",
     "nested_machines",
@@ -715,15 +716,26 @@ def _out_of_order(run_id: str, seq: int, after: int) -> RunStateError:
 
 def _extended(run_id: str, data: Mapping[str, Any], record: StepRecord) -> dict[str, list[Any]]:
     """The lists ``record.appended`` extends, with its items added at their end."""
+    return extended_lists(run_id, record.seq, data, record.appended)
+
+
+def extended_lists(
+    run_id: str, seq: int, data: Mapping[str, Any], appended: Mapping[str, Sequence[Any]]
+) -> dict[str, list[Any]]:
+    """The lists of ``data`` that step ``seq`` extends by ``appended``, items added at their end.
+
+    Raises:
+        RunStateError: A key ``appended`` extends does not hold a list in ``data``.
+    """
     out: dict[str, list[Any]] = {}
-    for key, items in record.appended.items():
+    for key, items in appended.items():
         old = data.get(key)
         if type(old) is not list and type(old) is not tuple:
             raise RunStateError(
-                f"run {run_id!r}: step {record.seq} appends to data key {key!r}, "
+                f"run {run_id!r}: step {seq} appends to data key {key!r}, "
                 f"which holds {type(old).__name__}, not a list: the stored run is inconsistent",
                 run_id=run_id,
-                seq=record.seq,
+                seq=seq,
             )
         out[key] = [*old, *items]
     return out

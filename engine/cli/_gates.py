@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from phasegraph.actions import TIMEOUT_TRIGGER
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL
 from phasegraph.errors import PhasegraphError
@@ -41,6 +40,9 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
     """The run's pending interrupts with the answers each accepts, in id order."""
     if not state.interrupts:
         return []
+    # Here, not at the top: a command that shows no gate (history) starts without actions.
+    from phasegraph.actions import TIMEOUT_TRIGGER
+
     try:
         prepared = engine.prepare(state.graph_source)
     except PhasegraphError:

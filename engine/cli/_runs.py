@@ -15,6 +15,7 @@ from phasegraph.cli._gates import gate_lines, gates_view, open_gates
 from phasegraph.cli._support import (
     EXIT_OK,
     emit,
+    emit_bytes,
     finished,
     parse_inputs,
     progress,
@@ -27,7 +28,7 @@ from phasegraph.cli._support import (
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
-from phasegraph.views import record_view, run_summary, state_view
+from phasegraph.views import run_summary, state_view
 
 __all__ = ["HANDLERS"]
 
@@ -231,10 +232,10 @@ async def is_abandoned(engine: Engine, run_id: str) -> bool | None:
 
 async def _cmd_history(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
-        records = await engine.history(args.run, start=args.start, stop=args.stop)
-        if args.json:
-            emit(args, [record_view(r) for r in records], "", plain=True)
+        if args.json:  # rendered from the stored bytes: no step record is built
+            emit_bytes(await engine.history_json(args.run, start=args.start, stop=args.stop))
             return EXIT_OK
+        records = await engine.history(args.run, start=args.start, stop=args.stop)
         lines = []
         for r in records:
             move = f"{'/'.join(r.source) or '-'} --{r.trigger}--> " if r.trigger else ""

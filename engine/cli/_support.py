@@ -18,19 +18,23 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
 from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
-from phasegraph.cli._progress import Progress, progress_for
 from phasegraph.codec import to_json
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError, RunNotFoundError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
 from phasegraph.store import open_store, redact_url
 from phasegraph.views import jsonable, run_summary
+
+# The progress display (and rich with it) is imported by the commands that drive a run,
+# in progress(): the read-only commands (history, show, status) start without it.
+if TYPE_CHECKING:
+    from phasegraph.cli._progress import Progress
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -42,6 +46,7 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_WAITING",
     "emit",
+    "emit_bytes",
     "exit_for",
     "finished",
     "interrupted",
@@ -188,6 +193,22 @@ def emit(args: argparse.Namespace, payload: Any, text: str, *, plain: bool = Fal
         print(text)
 
 
+def emit_bytes(text: bytes) -> None:
+    """Print UTF-8 text already encoded (JSON from :mod:`phasegraph.codec`) and a newline.
+
+    Written to stdout's byte stream as it is, not decoded and encoded again: a long
+    history is megabytes. What was printed before is flushed first, so the order holds.
+    """
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:  # a text-only stdout (replaced by a caller): print the text
+        print(text.decode())
+        return
+    sys.stdout.flush()
+    stream.write(text)
+    stream.write(b"\n")
+    stream.flush()
+
+
 def report_error(args: argparse.Namespace, exc: PhasegraphError) -> int:
     """Print ``exc`` on stderr (with ``--json``, also as JSON on stdout); return its exit status.
 
@@ -320,6 +341,8 @@ async def progress(
         graph: The graph: what ``run`` starts, or a replacement for the recorded one.
         state: The run as committed now (default: read from the store).
     """
+    from phasegraph.cli._progress import progress_for  # here: see the imports
+
     if args.quiet or args.json:
         return progress_for(engine.bus, quiet=True)
     state = state or await engine.get(run_id)

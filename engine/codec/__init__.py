@@ -9,8 +9,10 @@ from __future__ import annotations
 from phasegraph.codec._envelope import (
     FORMAT_VERSION,
     MAX_DEPTH,
+    RecordBody,
     SnapshotCache,
     StoredSnapshot,
+    apply_bodies,
     check_encodable,
     collector_paused,
     decode_record,
@@ -19,15 +21,20 @@ from phasegraph.codec._envelope import (
     encode_record,
     encode_snapshot,
     encode_value,
+    read_record,
+    read_records,
     read_snapshot,
 )
+from phasegraph.codec._history import history_json, history_page_json
 from phasegraph.codec._json import to_json
 
 __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
+    "RecordBody",
     "SnapshotCache",
     "StoredSnapshot",
+    "apply_bodies",
     "check_encodable",
     "collector_paused",
     "decode_record",
@@ -36,6 +43,10 @@ __all__ = [
     "encode_record",
     "encode_snapshot",
     "encode_value",
+    "history_json",
+    "history_page_json",
+    "read_record",
+    "read_records",
     "read_snapshot",
     "to_json",
 ]

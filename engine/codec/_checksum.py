@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from typing import Final
 
-__all__ = ["intact", "seal", "sealed"]
+__all__ = ["intact", "seal", "sealed", "verified"]
 
 _HEADER: Final = 0x84  # a fixmap of four entries: body, kind, v, z
 _TRAILER: Final = b"\xa1z\xce"  # the key "z", then a uint32 marker
@@ -35,3 +35,18 @@ def sealed(data: bytes) -> bool:
 def intact(data: bytes) -> bool:
     """Whether the checksum of a :func:`sealed` payload matches its bytes."""
     return zlib.crc32(memoryview(data)[1:-_TAIL]) == int.from_bytes(data[-4:], "big")
+
+
+def verified(data: bytes) -> bool:
+    """:func:`sealed` and :func:`intact` in one call: the usual check of every payload read.
+
+    Payloads are read by the thousand (a history, the records after a snapshot): the two
+    checks are written out here rather than called, with the CRC over a copied slice (a
+    few hundred bytes copy faster than a memoryview is made).
+    """
+    return (
+        len(data) > _TAIL
+        and data[0] == _HEADER
+        and data[-_TAIL:-4] == _TRAILER
+        and zlib.crc32(data[1:-_TAIL]) == int.from_bytes(data[-4:], "big")
+    )

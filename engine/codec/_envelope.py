@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
 from types import MappingProxyType, NoneType, UnionType
-from typing import Any, Final, Generic, TypeVar, Union, get_args, get_origin
+from typing import Any, Final, Generic, TypeAlias, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
 from phasegraph import model
-from phasegraph.codec._checksum import intact, seal, sealed
+from phasegraph.codec._checksum import _HEADER, _TAIL, _TRAILER, intact, seal, sealed, verified
 from phasegraph.codec._chunks import SnapshotCache
 from phasegraph.codec._segments import Layout, join
 from phasegraph.codec._values import (
@@ -49,6 +50,8 @@ from phasegraph.codec._wire import (
     Segment,
     Snapshot,
     Wire,
+    apply_bodies,
+    check_record,
     node_map_wire,
     record_wire,
     run_state,
@@ -60,8 +63,10 @@ from phasegraph.errors import CodecError, UnsupportedFormatError
 __all__ = [
     "FORMAT_VERSION",
     "MAX_DEPTH",
+    "RecordBody",
     "SnapshotCache",
     "StoredSnapshot",
+    "apply_bodies",
     "check_encodable",
     "collector_paused",
     "decode_record",
@@ -70,8 +75,13 @@ __all__ = [
     "encode_record",
     "encode_snapshot",
     "encode_value",
+    "read_record",
+    "read_records",
     "read_snapshot",
 ]
+
+RecordBody: TypeAlias = Record
+"""A step record as :func:`read_record` reads it: checked, in its wire form (``seq`` is its seq)."""
 
 FORMAT_VERSION: Final = 2
 """The format version this phasegraph writes, and the newest it reads."""
@@ -263,7 +273,7 @@ def read_snapshot(data: bytes) -> StoredSnapshot:
         UnsupportedFormatError: The snapshot was written by a newer format version.
         CodecError: The bytes are not a snapshot of a format this phasegraph reads.
     """
-    if sealed(data) and intact(data):
+    if verified(data):
         try:
             envelope = _DECODE_SNAPSHOT(data)
         except _DECODE_ERRORS:
@@ -365,15 +375,73 @@ def decode_record(data: bytes) -> model.StepRecord:
         UnsupportedFormatError: The record was written by a newer format version.
         CodecError: The bytes are not a step record of a format this phasegraph reads.
     """
-    if sealed(data) and intact(data):
+    return step_record(_record_body(data))
+
+
+def read_record(data: bytes) -> RecordBody:
+    """Read step-record bytes as :func:`decode_record` does, keeping the record unbuilt.
+
+    Every check :func:`decode_record` makes is made, with the same errors; what comes
+    back is the record's body as it is on the wire, for the reads that go through many
+    records at once without needing a model value for each: folding the records after a
+    snapshot (:func:`apply_bodies`) and rendering a history as JSON
+    (:func:`~phasegraph.codec.history_json`). Its ``seq`` is the record's seq.
+
+    Raises:
+        UnsupportedFormatError: The record was written by a newer format version.
+        CodecError: The bytes are not a step record of a format this phasegraph reads.
+    """
+    body = _record_body(data)
+    check_record(body)
+    return body
+
+
+def read_records(blobs: Iterable[bytes]) -> list[RecordBody]:
+    """:func:`read_record` of each of ``blobs``, in one loop: the reads of many records.
+
+    The usual case (a valid payload of the current format) is taken here without a call
+    per step: a history or the records after a snapshot are read by the dozen or the
+    thousand, and the calls cost more than the checks.
+
+    Raises:
+        UnsupportedFormatError: A record was written by a newer format version.
+        CodecError: A record is not a step record of a format this phasegraph reads: the
+            error :func:`read_record` raises for the first such record (which one is not
+            said: read them one by one to name it).
+    """
+    bodies: list[Record] = []
+    append, decode, check, crc32 = bodies.append, _DECODE_RECORD, check_record, zlib.crc32
+    for data in blobs:
+        if (  # verified(data), written out
+            len(data) > _TAIL
+            and data[0] == _HEADER
+            and data[-_TAIL:-4] == _TRAILER
+            and crc32(data[1:-_TAIL]) == int.from_bytes(data[-4:], "big")
+        ):
+            try:
+                envelope = decode(data)
+            except _DECODE_ERRORS:
+                pass
+            else:
+                if envelope.v == FORMAT_VERSION and envelope.kind == "record":
+                    check(envelope.body)
+                    append(envelope.body)
+                    continue
+        append(read_record(data))  # the checked way says why, or reads an older format
+    return bodies
+
+
+def _record_body(data: bytes) -> Record:
+    """The body of step-record bytes, its layout checked (its user data not yet)."""
+    if verified(data):
         try:
             envelope = _DECODE_RECORD(data)
         except _DECODE_ERRORS:
             pass
         else:
             if envelope.v == FORMAT_VERSION and envelope.kind == "record":
-                return step_record(envelope.body)
-    return step_record(_checked(data, "record", Record))
+                return envelope.body
+    return _checked(data, "record", Record)
 
 
 def decode_value(data: bytes) -> Any:

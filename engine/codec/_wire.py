@@ -25,7 +25,7 @@ from msgspec import Struct, field
 
 from phasegraph import model
 from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map, type_name
-from phasegraph.errors import CodecError
+from phasegraph.errors import CodecError, RunStateError
 
 __all__ = [
     "Error",
@@ -34,6 +34,8 @@ __all__ = [
     "Record",
     "Segment",
     "Snapshot",
+    "apply_bodies",
+    "check_record",
     "record_wire",
     "run_state",
     "snapshot_wire",
@@ -493,4 +495,119 @@ def step_record(wire: Record) -> model.StepRecord:
             None if interrupts is None else _interrupts(interrupts),
             tuple(_frozen(event, "record.events") for event in events) if events else (),
         )
+    )
+
+
+# --------------------------------------------------------------------------- records unbuilt
+# A read that folds dozens of records onto a snapshot, or renders thousands as JSON, needs
+# no model value per record: check_record makes every check step_record makes (the same
+# messages, in the same order) and builds nothing; apply_bodies folds checked bodies the
+# way model.apply_records folds records, building only what survives the fold (the last
+# state of each node, the last interrupt map).
+
+
+def _check_user(value: dict[str, Any], label: str) -> None:
+    """What :func:`_frozen` checks: a nested user-data map holds only plain values."""
+    if value and not _CONTAINERS.isdisjoint(map(type, value.values())):
+        check_plain(value, 0, label)
+
+
+def check_record(wire: Record) -> None:
+    """Check a record body as :func:`step_record` does, without building the record.
+
+    Raises:
+        CodecError: User data or a timestamp is invalid (the message of step_record).
+    """
+    if type(wire.time) is not datetime:
+        _when(wire.time, "record.time")
+    # Empty maps and lists (most of them) are passed over without a call.
+    if wire.result:
+        _check_user(wire.result, "record.result")
+    if wire.data:
+        _check_user(wire.data, "record.data")
+    if wire.appended:
+        _check_user(wire.appended, "record.appended")
+    for node in wire.nodes.values():
+        if node.payload:
+            _check_user(node.payload, "node.payload")
+    if wire.errors or wire.interrupts or wire.events:
+        _check_logged(wire)
+
+
+def _check_logged(wire: Record) -> None:
+    """The checks of :func:`check_record` for a record's errors, interrupts and events."""
+    for error in wire.errors:
+        _when(error.time, "error.time")
+        _check_user(error.details, "error.details")
+    if wire.interrupts:
+        for item in wire.interrupts.values():
+            _check_user(item.payload, "interrupt.payload")
+            _when_or_none(item.deadline, "interrupt.deadline")
+            _when_or_none(item.created_at, "interrupt.created_at")
+    for event in wire.events:
+        _check_user(event, "record.events")
+
+
+def apply_bodies(state: model.RunState, bodies: list[Record]) -> model.RunState:
+    """:func:`~phasegraph.model.apply_records` of the records ``bodies`` hold.
+
+    The same run state (equal field by field, of the same types), built once: a node
+    state, error record or interrupt is built only for what the fold keeps.
+
+    Args:
+        state: The run state just before the first body.
+        bodies: Record bodies, each checked by :func:`check_record`, in seq order.
+
+    Raises:
+        RunStateError: A body's seq does not follow the one before it, or a body appends
+            to a data key that does not hold a list.
+    """
+    if not bodies:
+        return state
+    run_id, seq = state.run_id, state.seq
+    data: dict[str, Any] | None = None
+    writers: dict[str, tuple[str, ...]] | None = None
+    nodes: dict[str, Node] = {}
+    errors: list[model.ErrorRecord] = []
+    interrupts: dict[str, Interrupt] | None = None
+    for body in bodies:
+        if body.seq != seq + 1:
+            raise RunStateError(
+                f"step {body.seq} cannot follow step {seq}", run_id=run_id, seq=body.seq
+            )
+        seq = body.seq
+        changed, appended = body.data, body.appended
+        if changed or appended:
+            data = dict(state.data) if data is None else data
+            extended = model.extended_lists(run_id, seq, data, appended) if appended else None
+            data.update(changed)
+            if extended:
+                data.update(extended)
+            if body.node is not None:
+                writers = dict(state.writers) if writers is None else writers
+                writers.update(dict.fromkeys([*changed, *appended], (body.node,)))
+        if body.nodes:
+            nodes.update(body.nodes)
+        if body.errors:
+            errors += map(_error, body.errors)
+        if body.interrupts is not None:
+            interrupts = body.interrupts
+    last = bodies[-1]
+    return model.RunState(
+        run_id=run_id,
+        graph=state.graph,
+        graph_source=state.graph_source,
+        graph_digest=state.graph_digest,
+        seq=last.seq,
+        status=last.status,
+        input=state.input,
+        data=state.data if data is None else MappingProxyType(data),
+        nodes=model.updated_map(
+            state.nodes, dict(zip(nodes, map(_node_state, nodes.values()), strict=True))
+        ),
+        interrupts=state.interrupts if interrupts is None else _interrupts(interrupts),
+        errors=state.errors + tuple(errors) if errors else state.errors,
+        writers=state.writers if writers is None else MappingProxyType(writers),
+        created_at=state.created_at,
+        updated_at=_when(last.time, "record.time"),
     )

@@ -41,6 +41,9 @@ __all__ = ["Run"]
 # Waits between attempts after a failed renewal or commit; the last one repeats until the
 # lease would expire (renewals) or a lease's length has passed (a commit).
 _RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
+# A state the records since its last snapshot outweigh this many times over is written
+# again before its interval is up (see Run._checkpoint_due): at most 1/8 more bytes.
+_SMALL_STATE: Final = 8
 
 
 class _Done(NamedTuple):
@@ -409,16 +412,24 @@ class Run:
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.
 
-        Every ``checkpoint_every`` steps at the earliest, and only once the records written
-        since the last snapshot add up to half its size (so a large, unchanging state is not
-        rewritten every few steps), but never more than eight intervals apart (which bounds
-        how many records a read must apply).
+        Every ``checkpoint_every`` steps, once the records written since the last snapshot
+        add up to half its size (so a large, unchanging state is not rewritten every few
+        steps), but never more than eight intervals apart (which bounds how many records
+        a read must apply).
+
+        A small state is written sooner: once the records since its last snapshot add up
+        to :data:`_SMALL_STATE` times its size, but not before an eighth of an interval.
+        Reading the head decodes the snapshot and every record since (what ``Engine.get``
+        and every resume pay); for a state smaller than a few records, writing it again
+        costs less than what the reads pay for the records, and adds at most an eighth
+        to the bytes written. A run of tiny steps is read in a dozen records, not 63.
         """
         since = seq - self._snapshot_seq
         every = self._options.checkpoint_every
-        if since < every:
-            return False
-        return self._record_bytes * 2 >= self._snapshot_bytes or since >= 8 * every
+        if since >= every:
+            return self._record_bytes * 2 >= self._snapshot_bytes or since >= 8 * every
+        small = self._record_bytes >= _SMALL_STATE * self._snapshot_bytes
+        return small and since >= max(every // 8, 1)
 
     async def _commit_retrying(self, commit: Commit) -> None:
         """Commit again after a failure; an unreachable store is retried for a lease's length.

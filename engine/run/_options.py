@@ -83,9 +83,11 @@ class RunOptions:
     """How runs are written.
 
     Attributes:
-        checkpoint_every: Write a full snapshot at most this often, in steps (records in
-            between hold only what changed); a large state waits until the records since
-            the last snapshot add up to half its size, up to eight times as long.
+        checkpoint_every: Write a full snapshot this often, in steps (records in between
+            hold only what changed); a large state waits until the records since the last
+            snapshot add up to half its size, up to eight times as long. A small state is
+            written sooner, once the records since outweigh it eight times over (but not
+            before an eighth of this), so a read of the head applies few records.
         lease_ttl: Seconds a lease lasts without renewal.
         owner: Who holds the lease, shown to a refused second writer.
     """

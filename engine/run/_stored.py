@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from phasegraph import codec
 from phasegraph.errors import CodecError
-from phasegraph.model import RunState, StepRecord, apply_records
+from phasegraph.model import RunState, StepRecord
 from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "decode_history",
     "decode_stored",
     "first_commit",
+    "history_json",
     "load",
     "rebuild",
     "run_meta",
@@ -29,6 +30,9 @@ __all__ = [
 
 
 T = TypeVar("T")
+
+_JSON_PAGE: Final = 256
+"""Records :func:`history_json` renders at a time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,16 +103,28 @@ def rebuild(stored: StoredRun) -> RunState:
 
 
 def _apply(run_id: str, state: RunState, stored: StoredRun) -> RunState:
-    """``state`` (at the read's snapshot) with the read's records applied, holes refused."""
-    records = []
-    for offset, blob in enumerate(stored.records, stored.snapshot_seq + 1):
-        record = decode_stored(run_id, offset, blob, codec.decode_record)
-        if record.seq != offset:
-            raise missing_record(run_id, offset, record.seq)
-        records.append(record)
-    if stored.snapshot_seq + len(records) != stored.seq:
-        raise missing_record(run_id, stored.snapshot_seq + len(records) + 1, None)
-    return apply_records(state, records)
+    """``state`` (at the read's snapshot) with the read's records applied, holes refused.
+
+    The records are read unbuilt and folded at once (:func:`~phasegraph.codec.apply_bodies`,
+    the same state as decoding each and applying it): a head read builds one run state,
+    not a step record per record since the snapshot.
+    """
+    first = stored.snapshot_seq + 1
+    try:
+        bodies = codec.read_records(stored.records)
+    except CodecError:
+        bodies = []  # one is unreadable: read them in seq order to name the first problem
+        for offset, blob in enumerate(stored.records, first):
+            body = decode_stored(run_id, offset, blob, codec.read_record)
+            if body.seq != offset:
+                raise missing_record(run_id, offset, body.seq) from None
+            bodies.append(body)
+    for offset, body in enumerate(bodies, first):
+        if body.seq != offset:
+            raise missing_record(run_id, offset, body.seq)
+    if stored.snapshot_seq + len(bodies) != stored.seq:
+        raise missing_record(run_id, stored.snapshot_seq + len(bodies) + 1, None)
+    return codec.apply_bodies(state, bodies)
 
 
 def missing_record(run_id: str, seq: int, found: int | None) -> CodecError:
@@ -132,8 +148,8 @@ def decode_stored(run_id: str, seq: int, blob: bytes, decode: Callable[[bytes], 
     try:
         return decode(blob)
     except CodecError as exc:
-        what = "step record" if decode is codec.decode_record else "snapshot"
-        raise _unreadable(run_id, seq, what, exc) from exc
+        record = decode is codec.decode_record or decode is codec.read_record
+        raise _unreadable(run_id, seq, "step record" if record else "snapshot", exc) from exc
 
 
 def decode_history(
@@ -167,6 +183,63 @@ def decode_history(
             append(record)
             expected += 1
     return records
+
+
+def history_json(run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 0) -> bytes:
+    """The JSON ``phasegraph history --json`` prints of a history read, in one synchronous block.
+
+    The text is what :func:`~phasegraph.codec.to_json` makes of the
+    :func:`~phasegraph.views.record_view` of every record :func:`decode_history` decodes,
+    byte for byte (UTF-8), with the same errors; it is made from the stored bytes with no
+    step record built, :data:`_JSON_PAGE` records at a time (what one page of records and
+    their views hold stays in the processor's caches), with the collector paused as in
+    :func:`decode_history`.
+
+    Args:
+        run_id: The run.
+        stored: What the store's history yielded.
+        start: The first seq asked for: the records must follow on from it, one per seq.
+
+    Raises:
+        CodecError: A record is corrupt, of a newer format or missing; the message names
+            the run and the seq.
+    """
+    pages: list[bytes] = []
+    expected = start
+    with codec.collector_paused():
+        for first in range(0, len(stored), _JSON_PAGE):
+            page = stored[first : first + _JSON_PAGE]
+            try:
+                bodies = codec.read_records([blob for _, blob in page])
+            except CodecError:  # one is unreadable: read them in seq order to name the first
+                bodies = _one_by_one(run_id, page, expected)
+            for (seq, _), body in zip(page, bodies, strict=True):
+                if seq != expected or body.seq != seq:
+                    raise missing_record(run_id, expected, seq if seq != expected else body.seq)
+                expected += 1
+            pages.append(codec.history_page_json(bodies))
+    return codec.history_json(pages)
+
+
+def _one_by_one(
+    run_id: str, page: Sequence[tuple[int, bytes]], expected: int
+) -> list[codec.RecordBody]:
+    """The records of a page read as :func:`decode_history` reads them, in seq order.
+
+    Raises:
+        CodecError: The first record that is unreadable or missing, named.
+    """
+    bodies = []
+    for seq, blob in page:
+        try:
+            body = codec.read_record(blob)
+        except CodecError as exc:
+            raise _unreadable(run_id, seq, "step record", exc) from exc
+        if seq != expected or body.seq != seq:
+            raise missing_record(run_id, expected, seq if seq != expected else body.seq)
+        bodies.append(body)
+        expected += 1
+    return bodies
 
 
 def _unreadable(run_id: str, seq: int, what: str, exc: CodecError) -> CodecError:

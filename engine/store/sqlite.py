@@ -3,8 +3,10 @@
 Commits go through a group commit (:mod:`phasegraph.store._group_commit`): the commits
 of concurrent runs queued in one event-loop turn share one ``BEGIN IMMEDIATE … COMMIT``,
 written on the event-loop thread when SQLite grants the write lock at once (no thread
-hop), else on the worker thread, which waits for it. Reads, leases and commits that must
-wait are one hop each to a dedicated worker thread
+hop), else on the worker thread, which waits for it. A run read (``read``) is made on the
+event-loop thread too when the connection is free and no lock is in the way. Other
+reads, leases, and commits and run reads that must wait are one hop each to a dedicated
+worker thread
 (:class:`~phasegraph.store._thread_worker.ThreadWorker`), one transaction each. One
 connection serves both threads, one at a time (a lock). With ``synchronous=full`` the
 fsync of a commit written at once blocks the event loop for its duration; that is the
@@ -144,7 +146,16 @@ class SqliteStore(Store):
         await self._group.submit((lease, commit), alone=len(self._writers) <= 1)
 
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
-        """Read a run at ``seq`` (default: head); see :meth:`Store.read`."""
+        """Read a run at ``seq`` (default: head); see :meth:`Store.read`.
+
+        Read on this thread when that needs no waiting (see :meth:`_read_now`), else on
+        the worker thread, which waits for a lock if another process holds one.
+        """
+        if self._closed:
+            raise self._closed_error()
+        done = self._read_now(run_id, seq)
+        if done is not None:
+            return done
         return await self._call(self._read, run_id, seq, write=False)
 
     async def history(
@@ -230,6 +241,39 @@ class SqliteStore(Store):
             except sqlite3.Error as exc:
                 raise self._failed(exc) from exc
             return self._write_begun(conn, items)
+        finally:
+            self._lock.release()
+
+    def _read_now(self, run_id: str, seq: int | None) -> StoredRun | None:
+        """Read on the event-loop thread if that needs no waiting, else return ``None``.
+
+        A read is three indexed lookups (meta, the nearest snapshot, the records after
+        it), shorter than the hop to the worker and back (measured: 25-40 µs for a head
+        read of the loop benchmark, the hop 60-90 µs more), so it is made at once when
+        the connection is free; as for a commit written at once, the loop waits for it.
+        The connection's busy timeout is 0 between calls: a read that would wait for a
+        lock (rare in WAL mode) is left to the worker, which waits.
+        """
+        conn = self._conn
+        if conn is None or not self._lock.acquire(blocking=False):
+            return None  # not connected yet, or the worker is using the connection
+        try:
+            try:
+                conn.execute("BEGIN")
+                try:
+                    stored = self._read(conn, run_id, seq)
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode in _LOCKED:
+                    return None  # a lock held elsewhere: the worker will wait for it
+                raise self._failed(exc) from exc
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from exc
+            return stored
         finally:
             self._lock.release()
 

@@ -16,6 +16,7 @@ from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import StepRecord
 from phasegraph.store import Store, open_store
 from phasegraph.testing import make_commit
+from phasegraph.views import record_view
 
 T0 = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
 
@@ -89,3 +90,33 @@ async def test_long_histories_cross_every_batch_boundary(store: Store) -> None:
     assert [seq async for seq, _ in store.history("r", start=-5, stop=3)] == [0, 1, 2]
     assert [seq async for seq, _ in store.history("r", start=3, stop=-1)] == []
     assert [seq async for seq, _ in store.history("r", start=count - 2)] == [count - 2, count - 1]
+
+
+async def test_history_json_renders_a_long_history_page_by_page_as_one(store: Store) -> None:
+    """``history --json`` text crosses every page of records rendered at once unchanged,
+    and an unreadable record far into it is named as ``history`` names it."""
+    count = 700
+    blobs = [codec.encode_record(record(seq)) for seq in range(count)]
+    await commit_records(store, blobs)
+    engine = Engine(store)
+    for start, stop in [(0, None), (250, 530), (256, 512), (511, 513), (699, None)]:
+        records = await engine.history("r", start=start, stop=stop)
+        expected = codec.to_json([record_view(r) for r in records]).encode()
+        assert await engine.history_json("r", start=start, stop=stop) == expected
+    assert gc.isenabled()
+
+
+async def test_history_json_names_an_unreadable_record_far_into_a_history(store: Store) -> None:
+    blobs = [codec.encode_record(record(seq)) for seq in range(600)]
+    blobs[400] = blobs[400][:-3]
+    await commit_records(store, blobs)
+    engine = Engine(store)
+    with pytest.raises(CodecError) as caught:
+        await engine.history_json("r")
+    assert (caught.value.run_id, caught.value.seq) == ("r", 400)
+    with pytest.raises(CodecError) as again:
+        await engine.history("r")
+    assert str(caught.value) == str(again.value)
+    assert gc.isenabled()
+    expected = codec.to_json([record_view(r) for r in await engine.history("r", stop=400)])
+    assert await engine.history_json("r", stop=400) == expected.encode()

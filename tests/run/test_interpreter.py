@@ -274,24 +274,23 @@ async def test_resume_after_abandoning_equals_uninterrupted(checkpoint_every):
 
 
 class _CountingStore(MemoryStore):
-    """Counts the full snapshots commits carry."""
+    """Counts the full snapshots commits carry, and the bytes of every commit."""
 
     def __init__(self) -> None:
         super().__init__()
         self.snapshots: list[int] = []
+        self.sizes: dict[int, tuple[int, int]] = {}  # seq -> record bytes, snapshot bytes
 
     async def commit(self, lease, commit):
         await super().commit(lease, commit)
+        self.sizes[commit.seq] = (len(commit.record), len(commit.snapshot or b""))
         if commit.snapshot is not None:
             self.snapshots.append(commit.seq)
 
 
-@pytest.mark.parametrize(
-    ("big", "expected"), [(0, list(range(0, 301, 16))), (50_000, [0, 128, 256])]
-)
-async def test_checkpoints_wait_for_records_to_outweigh_a_large_unchanged_state(big, expected):
-    """A small state is snapshotted every interval; a large one only when the records since
-    its last snapshot add up to half its size, capped at eight intervals."""
+async def test_checkpoints_wait_for_records_to_outweigh_a_large_unchanged_state():
+    """A large state is snapshotted only when the records since its last snapshot add up
+    to half its size, capped at eight intervals."""
 
     async def work(ctx: ActionContext) -> ActionResult:
         return ActionResult(trigger="stop" if ctx.counters["steps"] >= 299 else "again")
@@ -299,8 +298,42 @@ async def test_checkpoints_wait_for_records_to_outweigh_a_large_unchanged_state(
     definition = graph([("a", [])], machine="loop")
     store = _CountingStore()
     eng = engine(store, checkpoint_every=16)
-    state = await eng.run(prepared(definition, {("a", "work"): work}), {"blob": "x" * big})
+    state = await eng.run(prepared(definition, {("a", "work"): work}), {"blob": "x" * 50_000})
     assert state.status is RunStatus.COMPLETED
-    assert store.snapshots == [s for s in expected if s <= state.seq]
+    assert store.snapshots == [0, 128, 256]
+    for seq in (1, 127, 128, 200, state.seq):
+        assert (await eng.get(state.run_id, seq)).seq == seq
+
+
+@pytest.mark.parametrize("every", [16, 64])
+async def test_a_small_state_is_snapshotted_once_the_records_outweigh_it_eight_times(every):
+    """So a head read applies a dozen records, for at most an eighth more bytes written;
+    never sooner than an eighth of an interval, never later than one."""
+
+    async def work(ctx: ActionContext) -> ActionResult:
+        return ActionResult(trigger="stop" if ctx.counters["steps"] >= 299 else "again")
+
+    definition = graph([("a", [])], machine="loop")
+    store = _CountingStore()
+    eng = engine(store, checkpoint_every=every)
+    state = await eng.run(prepared(definition, {("a", "work"): work}))
+    assert state.status is RunStatus.COMPLETED
+    snaps = store.snapshots
+    assert len(snaps) > state.seq // every + 2  # more often than every interval
+    for index in range(1, len(snaps)):
+        last, snap = snaps[index - 1], snaps[index]
+        records = [store.sizes[seq][0] for seq in range(last + 1, snap + 1)]
+        weight = 8 * store.sizes[last][1]
+        assert max(every // 8, 1) <= snap - last <= every
+        # written at the first step the records since outweighed it eight times over
+        assert sum(records) >= weight or snap - last == every
+        assert sum(records[:-1]) < weight or snap - last == max(every // 8, 1)
+    records = sum(size for size, _ in store.sizes.values())
+    snapshots = sum(size for _, size in store.sizes.values())
+    assert snapshots - store.sizes[0][1] <= records / 8
+    for seq in (1, 127, 128, 200, state.seq):
+        got = await eng.get(state.run_id, seq)
+        assert got.seq == seq
+        assert seq - max(s for s in snaps if s <= seq) < 16
     for seq in (1, 127, 128, 200, state.seq):
         assert (await eng.get(state.run_id, seq)).seq == seq

@@ -1,11 +1,15 @@
-"""SQLite-only behaviour: the file layout, older layouts, and what a commit writes."""
+"""SQLite-only behaviour: the file layout, older layouts, what a commit writes, where a
+run read is made."""
 
+import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
-from phasegraph.errors import StoreError
+from phasegraph.errors import RunNotFoundError, StoreError
+from phasegraph.store.base import Lease
 from phasegraph.store.sqlite import SCHEMA_VERSION, SqliteStore
 from phasegraph.testing import make_commit
 
@@ -122,3 +126,109 @@ async def test_a_step_writes_about_three_pages(tmp_path: Path) -> None:
             await store.commit(lease, make_commit("r", seq, record=bytes(187)))
         per_step = (_wal_frames(path) - before) / steps
     assert per_step <= 4.0
+
+
+# --------------------------------------------------------------------------- run reads
+
+
+class _Hops:
+    """Counts the calls a store hands to its worker thread."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.count = 0
+        call = store._worker.call
+
+        async def counted(fn: object, *args: object) -> object:
+            self.count += 1
+            return await call(fn, *args)  # type: ignore[arg-type]
+
+        store._worker.call = counted  # type: ignore[method-assign]
+
+
+class _BusyOnce:
+    """A connection whose next ``BEGIN`` on the event-loop thread finds the file locked."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.busy = True
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "BEGIN" and self.busy and threading.current_thread() is threading.main_thread():
+            self.busy = False
+            exc = sqlite3.OperationalError("database is locked")
+            exc.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            raise exc
+        return self.conn.execute(sql, *args)
+
+
+async def _run_of(store: SqliteStore, steps: int) -> Lease:
+    """Run ``r`` with ``steps`` commits, a snapshot every fourth; its lease."""
+    lease = await store.acquire("r", "w", 30)
+    for seq in range(steps):
+        snapshot = b"snap-%d" % seq if seq % 4 == 0 else None
+        await store.commit(lease, make_commit("r", seq, snapshot=snapshot))
+    return lease
+
+
+async def test_a_run_read_takes_no_hop_to_the_worker_when_the_connection_is_free(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore(tmp_path / "runs.db") as store:
+        await _run_of(store, 7)
+        hops = _Hops(store)
+        stored = await store.read("r")
+        assert (stored.seq, stored.snapshot_seq, stored.snapshot) == (6, 4, b"snap-4")
+        assert stored.records == (b"record-5", b"record-6")
+        assert (await store.read("r", 2)).records == (b"record-1", b"record-2")
+        assert hops.count == 0
+        with pytest.raises(RunNotFoundError):
+            await store.read("r", 9)
+        with pytest.raises(RunNotFoundError):
+            await store.read("missing")
+        assert hops.count == 0
+        assert not store._conn.in_transaction  # type: ignore[union-attr]
+
+
+async def test_a_run_read_waits_on_the_worker_when_the_connection_is_busy(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "runs.db") as store:
+        await _run_of(store, 7)
+        hops = _Hops(store)
+        with store._lock:  # the worker (or a commit) is using the connection
+            pending = asyncio.ensure_future(store.read("r"))
+            await asyncio.sleep(0.01)
+            assert hops.count == 1
+            assert not pending.done()
+        assert (await pending).records == (b"record-5", b"record-6")
+
+
+async def test_a_run_read_that_finds_a_lock_is_left_to_the_worker(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "runs.db") as store:
+        await _run_of(store, 7)
+        hops = _Hops(store)
+        conn = store._conn
+        assert conn is not None
+        store._conn = _BusyOnce(conn)  # type: ignore[assignment]
+        try:
+            stored = await store.read("r")
+        finally:
+            store._conn = conn
+        assert stored.records == (b"record-5", b"record-6")
+        assert hops.count == 1
+        assert not conn.in_transaction
+
+
+async def test_a_read_only_store_reads_runs_on_the_loop_too(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with SqliteStore(path) as store:
+        lease = await _run_of(store, 7)
+        async with SqliteStore(path, read_only=True) as reader:
+            assert (await reader.read("r")).records == (b"record-5", b"record-6")
+            hops = _Hops(reader)
+            assert (await reader.read("r", 4)).records == ()
+            await store.commit(lease, make_commit("r", 7))  # another connection writes
+            assert (await reader.read("r")).records == (b"record-5", b"record-6", b"record-7")
+            assert hops.count == 0

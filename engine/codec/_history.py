@@ -1,0 +1,139 @@
+"""A history as JSON straight from its stored records: what ``history --json`` prints.
+
+The JSON of a record is :func:`phasegraph.views.record_view` of the decoded record, written
+by :func:`~phasegraph.codec.to_json` (keys sorted, indented by two): the same text, byte
+for byte. It is made here from the record's body as :func:`~phasegraph.codec.read_record`
+reads it (checked, unbuilt), with no model value and no view per record in between: for
+the records of a loop, about a quarter of the time of building them and their views.
+
+A long history is rendered in pages (:func:`history_page_json`), joined into one array by
+:func:`history_json`: the bodies and views of one page are alive at a time, not those of
+every record of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from types import NoneType
+from typing import Any, Final
+
+import msgspec
+
+from phasegraph.codec._wire import Error, Interrupt, Node, Record
+
+__all__ = ["history_json", "history_page_json"]
+
+_PLAIN: Final = frozenset({str, int, float, bool, NoneType})
+_ENCODE: Final = msgspec.json.Encoder(order="sorted").encode
+_FORMAT: Final = msgspec.json.format
+
+
+def _user(value: Any) -> Any:
+    """User data of a checked body as :func:`phasegraph.views.jsonable` renders it.
+
+    A body holds dicts (str keys), lists and the scalars of the type table: datetimes
+    are written in ISO 8601 (``isoformat``) and bytes in hex, as ``jsonable`` writes them.
+    """
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        if _PLAIN.issuperset(map(type, value.values())):
+            return value  # the usual map of run data, written as it is
+        return {key: _user(item) for key, item in value.items()}
+    if kind is list:
+        if _PLAIN.issuperset(map(type, value)):
+            return value
+        return [_user(item) for item in value]
+    if kind is datetime:
+        return value.isoformat()
+    if kind is bytes:
+        return value.hex()
+    return value  # not in a checked body
+
+
+def _node(node: Node) -> dict[str, Any]:
+    payload = node.payload
+    return {
+        "status": node.status,  # an enum member: msgspec writes its value
+        "path": node.path,
+        "outcome": node.outcome,
+        "counters": node.counters,
+        "steps": node.steps,
+        "error": node.error,
+        "payload": _user(payload) if payload else payload,
+    }
+
+
+def _error(error: Error) -> dict[str, Any]:
+    return {
+        "time": error.time.isoformat(),
+        "node": error.node,
+        "state": error.state,
+        "message": error.message,
+        "severity": error.severity,
+        "recovered": error.recovered,
+        "details": _user(error.details),
+    }
+
+
+def _interrupt(item: Interrupt) -> dict[str, Any]:
+    deadline, created_at = item.deadline, item.created_at
+    return {
+        "id": item.id,
+        "node": item.node,
+        "kind": item.kind,
+        "payload": _user(item.payload),
+        "deadline": None if deadline is None else deadline.isoformat(),
+        "created_at": None if created_at is None else created_at.isoformat(),
+        "parked": item.parked,
+    }
+
+
+def _record(body: Record) -> dict[str, Any]:
+    """The JSON value of one record: ``record_view`` of the record ``body`` holds."""
+    result, data, appended = body.result, body.data, body.appended
+    nodes, errors, interrupts, events = body.nodes, body.errors, body.interrupts, body.events
+    return {
+        "seq": body.seq,
+        "time": body.time.isoformat(),
+        "kind": body.kind,
+        "node": body.node,
+        "source": body.source,
+        "trigger": body.trigger,
+        "dest": body.dest,
+        # An empty map is written as it is: {} (as record_view writes it).
+        "result": _user(result) if result else result,
+        "data": _user(data) if data else data,
+        "appended": _user(appended) if appended else appended,
+        "nodes": {key: _node(node) for key, node in nodes.items()} if nodes else nodes,
+        "status": body.status,
+        "errors": [_error(error) for error in errors] if errors else [],
+        "interrupts": (
+            None if interrupts is None else {k: _interrupt(v) for k, v in interrupts.items()}
+        ),
+        "events": [_user(event) for event in events] if events else [],
+    }
+
+
+def history_page_json(bodies: Sequence[Record]) -> bytes:
+    """One page of a history: its records' JSON as items of the array :func:`history_json` makes.
+
+    Args:
+        bodies: Record bodies, each as :func:`~phasegraph.codec.read_record` returned it.
+
+    Returns:
+        The items, each indented by one level, separated by ``,`` and a newline; empty
+        for no records.
+    """
+    if not bodies:
+        return b""
+    text = _FORMAT(_ENCODE(list(map(_record, bodies))), indent=2)
+    return text[2:-2]  # without the page's own "[\n" and "\n]"
+
+
+def history_json(pages: Iterable[bytes]) -> bytes:
+    """The JSON array of every record of the pages, in order (UTF-8, as ``to_json``)."""
+    items = b",\n".join(page for page in pages if page)
+    return b"".join((b"[\n", items, b"\n]")) if items else b"[]"

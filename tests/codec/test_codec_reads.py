@@ -1,0 +1,334 @@
+"""Reads that go through many records without building each: the same answers as building.
+
+``read_record`` checks what ``decode_record`` checks and keeps the body unbuilt;
+``apply_bodies`` folds such bodies onto a run state as ``apply_records`` folds the decoded
+records; ``history_page_json`` and ``history_json`` render them as ``history --json``
+printed ``to_json`` of ``record_view`` of each decoded record. Each is checked here
+against that reference, on valid records of every kind, on corrupt ones and on format 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_codec import (
+    FAST,
+    GOLDEN,
+    envelope,
+    error_records,
+    interrupts,
+    node_states,
+    raw_body,
+    texts,
+    user_maps,
+    user_values,
+)
+from test_codec_records import (
+    PLACES,
+    corrupted,
+    every_corruption,
+    odd_values,
+    outcome,
+    shape,
+    step_records_of_every_kind,
+)
+
+from payloads import T0, golden_record, golden_record_v1, loop_record
+from phasegraph import codec
+from phasegraph.codec import _wire as codec_wire
+from phasegraph.errors import RunStateError
+from phasegraph.model import (
+    NodeState,
+    NodeStatus,
+    RunState,
+    RunStatus,
+    StepRecord,
+    apply_records,
+    frozen_map,
+)
+from phasegraph.views import record_view
+
+
+def built(data: bytes) -> StepRecord:
+    """``read_record``, then the record built from the body it kept."""
+    return codec_wire.step_record(codec.read_record(data))
+
+
+# --------------------------------------------------------------------------- read_record
+
+
+@pytest.mark.parametrize(
+    "record", [loop_record(7), golden_record(), golden_record_v1()], ids=["loop", "golden", "v1"]
+)
+def test_read_record_keeps_the_body_decode_record_builds(record: StepRecord) -> None:
+    data = codec.encode_record(record)
+    body = codec.read_record(data)
+    assert body.seq == record.seq
+    assert outcome(built, data) == outcome(codec.decode_record, data)
+
+
+def test_a_format_1_record_reads_unbuilt_as_it_decodes() -> None:
+    data = (GOLDEN / "record_v1.bin").read_bytes()
+    assert outcome(built, data) == outcome(codec.decode_record, data)
+    assert built(data) == golden_record_v1()
+
+
+@FAST
+@given(step_records_of_every_kind())
+def test_every_kind_reads_unbuilt_as_it_decodes(record: StepRecord) -> None:
+    data = codec.encode_record(record)
+    assert outcome(built, data) == outcome(codec.decode_record, data)
+
+
+@FAST
+@given(
+    step_records_of_every_kind() | st.builds(loop_record, st.integers(1, 10**6)),
+    st.sampled_from([*PLACES, "user"]),
+    st.integers(0, 100),
+    odd_values(),
+)
+def test_a_changed_field_is_refused_by_read_record_as_by_decode_record(
+    record: StepRecord, place: str, key: int, value: Any
+) -> None:
+    body = raw_body(codec.encode_record(record))
+    if place == "user":  # a non-str key or a deep nest inside user data: check_plain's part
+        field = ["r", "d", "a"][key % 3]
+        body[field] = {"k": {1: value}} if key % 2 else {"k": [[[value]] * 2] * 2}
+    else:
+        body = corrupted(body, place, key, value)
+    for version in (1, codec.FORMAT_VERSION):
+        if version == 1:
+            body = {k: v for k, v in body.items() if k != "a"}
+        data = envelope(v=version, kind="record", body=body)
+        assert outcome(built, data) == outcome(codec.decode_record, data)
+
+
+@pytest.mark.parametrize("record", [loop_record(7), golden_record()], ids=["loop", "golden"])
+def test_truncated_and_flipped_bytes_are_refused_by_read_record_as_by_decode_record(
+    record: StepRecord,
+) -> None:
+    for data in every_corruption(codec.encode_record(record)):
+        assert outcome(built, data) == outcome(codec.decode_record, data), data
+
+
+def test_user_data_nested_too_deep_is_refused_alike() -> None:
+    deep: Any = 1
+    for _ in range(codec.MAX_DEPTH + 2):
+        deep = [deep]
+    body = raw_body(codec.encode_record(loop_record(3)))
+    for field in ("r", "d", "ev"):
+        changed = {**body, field: [{"k": deep}] if field == "ev" else {"k": deep}}
+        data = envelope(v=codec.FORMAT_VERSION, kind="record", body=changed)
+        result = outcome(built, data)
+        assert result == outcome(codec.decode_record, data)
+        assert result[0] == "refused"
+
+
+# --------------------------------------------------------------------------- apply_bodies
+
+
+def start_state(data: dict[str, Any]) -> RunState:
+    return RunState(
+        run_id="r",
+        graph="g",
+        graph_source="g.yaml",
+        graph_digest="d",
+        seq=0,
+        status=RunStatus.RUNNING,
+        input=frozen_map({"n": 1}),
+        data=frozen_map(data),
+        nodes=MappingProxyType({"a": NodeState(), "b": NodeState()}),
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def steps() -> st.SearchStrategy[dict[str, Any]]:
+    """What one step changes (its seq and time are set by :func:`step_runs`)."""
+    return st.fixed_dictionaries(
+        {
+            "kind": st.sampled_from(["transition", "start", "status", "reply"]),
+            "node": st.sampled_from([None, "a", "b"]),
+            "result": user_maps(1),
+            "data": user_maps(2).filter(lambda data: "log" not in data),
+            "appended": st.none() | st.lists(user_values(), max_size=2),
+            "nodes": st.dictionaries(st.sampled_from(["a", "b", "c"]), node_states(), max_size=2),
+            "status": st.sampled_from(RunStatus),
+            "errors": st.just(()) | error_records(),
+            "interrupts": st.none() | interrupts(),
+            "events": st.lists(user_maps(1), max_size=1).map(tuple),
+        }
+    )
+
+
+@st.composite
+def step_runs(draw: st.DrawFn) -> tuple[RunState, list[StepRecord]]:
+    """A start state and records that follow it: data set and lists appended to, nodes
+    moved, errors logged, interrupts opened and closed, events raised."""
+    data = draw(st.dictionaries(texts(4), user_values(), max_size=3))
+    state = start_state({**data, "log": []})
+    records = []
+    for seq, step in enumerate(draw(st.lists(steps(), max_size=8)), 1):
+        appended = step.pop("appended")
+        records.append(
+            StepRecord(
+                seq=seq,
+                time=T0 + timedelta(seconds=seq),
+                appended=frozen_map({"log": appended}) if appended is not None else frozen_map(),
+                **step,
+            )
+        )
+    return state, records
+
+
+def through_bytes(
+    state: RunState, records: Sequence[StepRecord]
+) -> tuple[RunState, list[bytes], list[StepRecord]]:
+    """The state and records as a reader gets them back from their stored bytes."""
+    blobs = [codec.encode_record(record) for record in records]
+    return (
+        codec.decode_snapshot(codec.encode_snapshot(state)),
+        blobs,
+        [codec.decode_record(blob) for blob in blobs],
+    )
+
+
+def folded(fold: Any, state: RunState, items: Sequence[Any]) -> tuple[Any, ...]:
+    try:
+        value = fold(state, list(items))
+    except RunStateError as exc:
+        return "refused", type(exc), str(exc), exc.seq
+    return "folded", value, shape(value)
+
+
+@FAST
+@given(step_runs())
+def test_folding_bodies_gives_the_state_applying_records_gives(
+    run: tuple[RunState, list[StepRecord]],
+) -> None:
+    state, blobs, records = through_bytes(*run)
+    bodies = [codec.read_record(blob) for blob in blobs]
+    for end in {0, 1, len(records) // 2, len(records)}:
+        assert folded(codec.apply_bodies, state, bodies[:end]) == folded(
+            apply_records, state, records[:end]
+        )
+
+
+def test_a_fold_refuses_what_applying_refuses() -> None:
+    state = start_state({"log": "not a list"})
+    record = StepRecord(seq=1, time=T0, kind="transition", node="a", appended={"log": [1]})
+    state, blobs, records = through_bytes(state, [record])
+    refused = folded(codec.apply_bodies, state, [codec.read_record(blobs[0])])
+    assert refused == folded(apply_records, state, records)
+    assert refused[0] == "refused"
+    late = StepRecord(seq=3, time=T0, kind="status")
+    state, blobs, records = through_bytes(start_state({}), [late])
+    refused = folded(codec.apply_bodies, state, [codec.read_record(blobs[0])])
+    assert refused == folded(apply_records, state, records)
+    assert refused[0] == "refused"
+
+
+def test_the_golden_state_folds_the_golden_records_of_both_formats() -> None:
+    state = codec.decode_snapshot((GOLDEN / "snapshot_v1.bin").read_bytes())
+    for name in ("record_v1.bin", "record_v2.bin"):
+        blob = (GOLDEN / name).read_bytes()
+        body = codec.read_record(blob)
+        expected = apply_records(state, [codec.decode_record(blob)])
+        assert folded(codec.apply_bodies, state, [body]) == folded(
+            apply_records, state, [codec.decode_record(blob)]
+        )
+        assert codec.apply_bodies(state, [body]) == expected
+
+
+def test_a_loop_of_records_folds_to_the_last_node_state() -> None:
+    state = start_state({})
+    records = [
+        StepRecord(
+            seq=seq,
+            time=T0 + timedelta(milliseconds=seq),
+            kind="transition",
+            node="a",
+            nodes={"a": NodeState(status=NodeStatus.RUNNING, path=("work",), steps=seq)},
+        )
+        for seq in range(1, 64)
+    ]
+    state, blobs, records = through_bytes(state, records)
+    folded_state = codec.apply_bodies(state, [codec.read_record(blob) for blob in blobs])
+    assert folded_state == apply_records(state, records)
+    assert folded_state.nodes["a"].steps == 63
+    assert folded_state.nodes["b"] == NodeState()
+
+
+# --------------------------------------------------------------------------- history JSON
+
+
+def reference_json(blobs: Sequence[bytes]) -> bytes:
+    """What ``history --json`` printed before: ``to_json`` of each decoded record's view."""
+    return codec.to_json([record_view(codec.decode_record(blob)) for blob in blobs]).encode()
+
+
+def rendered(blobs: Sequence[bytes], cuts: Sequence[int] = ()) -> bytes:
+    """The history JSON of ``blobs`` rendered in pages cut at ``cuts``."""
+    bodies = [codec.read_record(blob) for blob in blobs]
+    edges = [0, *sorted(cuts), len(bodies)]
+    pages = [codec.history_page_json(bodies[a:b]) for a, b in itertools.pairwise(edges)]
+    return codec.history_json(pages)
+
+
+@FAST
+@given(
+    st.lists(step_records_of_every_kind(), max_size=6),
+    st.lists(st.integers(0, 6), max_size=3),
+)
+def test_history_json_is_what_to_json_of_record_views_was(
+    records: list[StepRecord], cuts: list[int]
+) -> None:
+    blobs = [codec.encode_record(record) for record in records]
+    assert rendered(blobs, [min(cut, len(blobs)) for cut in cuts]) == reference_json(blobs)
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [],
+        [loop_record(1)],
+        [loop_record(seq) for seq in range(1, 40)],
+        [golden_record(), golden_record_v1(), loop_record(9)],
+    ],
+    ids=["empty", "one", "loop", "golden"],
+)
+def test_history_json_of_known_records(records: list[StepRecord]) -> None:
+    blobs = [codec.encode_record(record) for record in records]
+    assert rendered(blobs) == reference_json(blobs)
+    assert rendered(blobs, [1, 1, 2]) == reference_json(blobs)
+
+
+def test_history_json_of_a_format_1_record() -> None:
+    blob = (GOLDEN / "record_v1.bin").read_bytes()
+    assert rendered([blob, codec.encode_record(loop_record(9))]) == reference_json(
+        [blob, codec.encode_record(loop_record(9))]
+    )
+
+
+@FAST
+@given(st.lists(user_values(), max_size=4))
+def test_history_json_writes_user_values_as_jsonable_does(values: list[Any]) -> None:
+    """bytes as hex, datetimes in ISO 8601 with their offset, nested maps and lists."""
+    record = StepRecord(
+        seq=1,
+        time=T0,
+        kind="transition",
+        data=frozen_map({f"k{i}": value for i, value in enumerate(values)}),
+        appended=frozen_map({"log": values}),
+        result=frozen_map({"deep": {"inner": values}}),
+        events=(frozen_map({"values": values}),),
+    )
+    blobs = [codec.encode_record(record)]
+    assert rendered(blobs) == reference_json(blobs)
