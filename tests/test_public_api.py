@@ -250,6 +250,9 @@ PUBLIC = {
         "Worker",
         "WorkerOptions",
         "WorkerStats",
+        "cancel_by_worker",
+        "post_reply",
+        "reply_applied",
         "work_queue_of",
     ],
     "phasegraph.tools": [
