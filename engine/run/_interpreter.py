@@ -14,12 +14,18 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Self
 
 from phasegraph import codec
-from phasegraph.actions import Action, ActionContext, ActionResult
+from phasegraph.actions import (
+    Action,
+    ActionContext,
+    ActionResult,
+    EventSink,
+    ToolCall,
+)
 from phasegraph.errors import (
     CodecError,
     LeaseLostError,
@@ -29,7 +35,7 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.events import EventBus, events_for, live_event
-from phasegraph.model import NodeStatus, RunState, StepRecord
+from phasegraph.model import NodeState, NodeStatus, RunState, StepRecord
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
@@ -49,6 +55,41 @@ class _Done(NamedTuple):
     result: ActionResult | None
     error: BaseException | None
     events: tuple[Mapping[str, Any], ...]
+
+
+class _Site(NamedTuple):
+    """What an action call of one node in one state needs that never changes."""
+
+    action: Action
+    where: str
+    hook: str
+    settings: Mapping[str, Any]
+    limits: Mapping[str, int]
+    offer: Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
+    bind_tool: Callable[[EventSink], ToolCall]
+
+
+def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site:
+    """Build (and keep, in the prepared graph) the call site of ``node_id`` at ``path``.
+
+    Raises:
+        KeyError: No action is bound to the hook of that state.
+    """
+    machines, tools = prepared.machines, prepared.tools
+    definition = prepared.workflow.nodes[node_id]
+    where = NodeState(path=path).state
+    hook = machines.hook(definition.machine, path) or ""
+    site = _Site(
+        action=prepared.actions[(node_id, hook)],
+        where=where,
+        hook=hook,
+        settings=definition.settings,
+        limits=machines[definition.machine].limits(definition.settings),
+        offer=functools.partial(tools.offered, definition, where),
+        bind_tool=tools.binder(definition, where),
+    )
+    prepared.sites[(node_id, path)] = site
+    return site
 
 
 def _encode(record: StepRecord) -> tuple[StepRecord, bytes]:
@@ -92,6 +133,7 @@ class Run:
         self._clock = clock
         self._bus = bus
         self._steps = StepBuilder(prepared, clock)
+        self._streams: dict[str, Callable[[str, Mapping[str, Any]], None]] = {}
         # Node chunks and list segments of the last snapshot: a checkpoint encodes only
         # what changed since (given when a run is opened from a snapshot with segments).
         self._snapshots = snapshots or codec.SnapshotCache()
@@ -252,8 +294,8 @@ class Run:
 
     def _call(self, node_id: str) -> tuple[Action, ActionContext, list[Mapping[str, Any]]]:
         events: list[Mapping[str, Any]] = []
-        ctx = self._context(node_id, events)
-        return self._prepared.actions[(node_id, ctx.hook)], ctx, events
+        site, ctx = self._context(node_id, events)
+        return site.action, ctx, events
 
     def _launch_actions(self) -> None:
         while self._to_launch:
@@ -268,34 +310,38 @@ class Run:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def _context(self, node_id: str, events: list[Mapping[str, Any]]) -> ActionContext:
+    def _context(
+        self, node_id: str, events: list[Mapping[str, Any]]
+    ) -> tuple[_Site, ActionContext]:
         """The context for the action bound to the node's current state."""
-        state, machines = self._state, self._prepared.machines
+        state = self._state
         node = state.nodes[node_id]
-        definition = self._prepared.workflow.nodes[node_id]
-        where = node.state
+        site = self._prepared.sites.get((node_id, node.path))
+        if site is None:
+            site = _site(self._prepared, node_id, node.path)
 
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
-        tools = self._prepared.tools
-
-        return ActionContext(
+        stream = self._streams.get(node_id)
+        if stream is None:
+            stream = self._streams[node_id] = functools.partial(self._stream, node_id)
+        return site, ActionContext(
             run_id=state.run_id,
             node_id=node_id,
-            state=where,
-            hook=machines.hook(definition.machine, node.path) or "",
+            state=site.where,
+            hook=site.hook,
             input=state.input,
             data=state.data,
-            settings=definition.settings,
+            settings=site.settings,
             counters=node.counters,
-            limits=machines[definition.machine].limits(definition.settings),
+            limits=site.limits,
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=tools.bind(definition, where, emit),
-            offer=functools.partial(tools.offered, definition, where),
-            stream=functools.partial(self._stream, node_id),
+            tool=site.bind_tool(emit),
+            offer=site.offer,
+            stream=stream,
             attempt=self._lease.token,
         )
 

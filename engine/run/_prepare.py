@@ -8,7 +8,7 @@ first step, so bad names fail fast and the per-step path does no lookups by stri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -52,6 +52,8 @@ class PreparedGraph:
         actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
         tools: Binds ``ctx.tool`` for each action call.
         gates: ``(node id, hook)`` → the human gate bound there.
+        sites: A cache the interpreter fills: ``(node id, state path)`` → what an action
+            call there needs that never changes (see ``phasegraph.run._interpreter``).
     """
 
     definition: GraphDef
@@ -61,6 +63,9 @@ class PreparedGraph:
     actions: Mapping[tuple[str, str], Action]
     tools: ToolFactory
     gates: Mapping[tuple[str, str], HumanGate]
+    sites: dict[tuple[str, tuple[str, ...]], Any] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:

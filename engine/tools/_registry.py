@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -264,9 +264,29 @@ class ToolFactory:
 
     def bind(self, node: NodeDef, state: str, emit: EventSink) -> ToolCall:
         """A tool caller for one action call of ``node`` in ``state`` (a path string)."""
+        return self.binder(node, state)(emit)
+
+    def binder(self, node: NodeDef, state: str) -> Callable[[EventSink], ToolCall]:
+        """:meth:`bind` for ``node`` in ``state``, with the phase rule looked up once.
+
+        The interpreter keeps one per node and state, so an action call only binds ``emit``.
+        """
         policy = self._policies.get(node.id, self._unrestricted)
         phase, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
 
+        def bind(emit: EventSink) -> ToolCall:
+            return self._caller(node, policy, phase, rule, emit)
+
+        return bind
+
+    def _caller(
+        self,
+        node: NodeDef,
+        policy: ToolPolicy,
+        phase: str,
+        rule: PhaseRule | None,
+        emit: EventSink,
+    ) -> ToolCall:
         async def call(name: str, /, **arguments: Any) -> Mapping[str, Any]:
             tool = self._tools.get(name)
             if tool is None:
