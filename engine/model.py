@@ -6,6 +6,7 @@ changes are returned as new values, never applied in place.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
@@ -115,6 +116,55 @@ def frozen_map(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 
 V = TypeVar("V")
+_C = TypeVar("_C", bound=type)
+
+
+def quick_init(cls: _C) -> _C:
+    """Give a frozen, slotted, keyword-only dataclass a faster ``__init__``.
+
+    The ``__init__`` that ``dataclasses`` writes for a frozen class sets every field with
+    ``object.__setattr__``; the one written here calls each slot's descriptor directly,
+    about twice as fast, with the same signature, defaults and result. Records, states
+    and commits are built several times per step, so this is a visible share of a step.
+    Apply it above ``@dataclass(frozen=True, slots=True, kw_only=True)``.
+
+    Raises:
+        TypeError: ``cls`` is not such a dataclass.
+    """
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass")
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params, lines = [], []
+    for item in dataclasses.fields(cls):
+        name = item.name
+        if not item.init or not item.kw_only:
+            raise TypeError(f"{cls.__name__}.{name} is not a keyword-only init field")
+        scope[f"_set_{name}"] = cls.__dict__[name].__set__
+        value = name
+        if item.default is not dataclasses.MISSING:
+            scope[f"_default_{name}"] = item.default
+            params.append(f"{name}=_default_{name}")
+        elif item.default_factory is _no_entries:  # always the one shared empty map
+            scope[f"_default_{name}"] = EMPTY
+            params.append(f"{name}=_default_{name}")
+        elif item.default_factory is not dataclasses.MISSING:
+            scope[f"_factory_{name}"] = item.default_factory
+            params.append(f"{name}=_FACTORY")
+            value = f"_factory_{name}() if {name} is _FACTORY else {name}"
+        else:
+            params.append(name)
+        lines.append(f"    _set_{name}(self, {value})")
+    source = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(lines or ["    pass"])
+    exec(source, scope)  # generated from the field list, as dataclasses does
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = dict(cls.__init__.__annotations__)
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+_FACTORY: Any = object()  # "no value given" for a field with a default factory
 
 
 @final
@@ -470,6 +520,7 @@ class GraphDef:
 # --------------------------------------------------------------------------- run state
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeState:
     """Where one node is.
@@ -499,6 +550,7 @@ class NodeState:
         return PATH_SEPARATOR.join(self.path)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Interrupt:
     """A question the run is waiting on (a human gate).
@@ -522,6 +574,7 @@ class Interrupt:
     parked: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorRecord:
     """One failure, recovery or emergency, kept in the run's error log."""
@@ -535,6 +588,7 @@ class ErrorRecord:
     details: Mapping[str, Any] = empty_field()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunState:
     """The whole state of a run after step ``seq``: what a snapshot holds.
@@ -573,6 +627,7 @@ class RunState:
     updated_at: datetime
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRecord:
     """What one step changed: the journal entry kept beside each snapshot.

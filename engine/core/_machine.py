@@ -33,6 +33,7 @@ from phasegraph.model import (
     MachineDef,
     NodeOutcome,
     StateDef,
+    quick_init,
 )
 
 __all__ = [
@@ -286,6 +287,7 @@ def _budget_left(budget: str) -> Predicate:
     return lambda guard: guard.counters.get(guard.prefix + budget, 0) < guard.limits[budget]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Position:
     """Where a node stands: its state path and spent budgets.
@@ -299,6 +301,7 @@ class Position:
     counters: Mapping[str, int]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepResult:
     """The position after a step, and the outcome if the node finished."""
