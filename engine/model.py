@@ -204,6 +204,16 @@ class ChunkedMap(Mapping[str, V]):
     def updated(self, changes: Mapping[str, V]) -> ChunkedMap[V]:
         """This map with ``changes`` applied (a new key rebuilds the chunks)."""
         where = self._where
+        if len(changes) == 1:  # the usual step: one node moved
+            for key, value in changes.items():
+                index = where.get(key)
+                if index is None:
+                    break
+                chunks = list(self._chunks)
+                chunk = dict(chunks[index])
+                chunk[key] = value
+                chunks[index] = MappingProxyType(chunk)
+                return ChunkedMap(tuple(chunks), where)
         touched: dict[int, dict[str, V]] = {}
         for key, value in changes.items():
             index = where.get(key)

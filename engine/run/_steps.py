@@ -233,6 +233,8 @@ class StepBuilder:
         Data is recorded after reducers, so the raw update of each reduced key is kept
         here too (replay needs what the action returned, not what the reducer made of it).
         """
+        if not (result.payload or result.output or result.spend or result.data):
+            return {"trigger": result.trigger} if result.trigger else {}  # the usual result
         summary = {
             "trigger": result.trigger,
             "payload": result.payload,
