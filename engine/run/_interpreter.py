@@ -16,7 +16,7 @@ import functools
 import itertools
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, NamedTuple, Self
+from typing import Any, Final, NamedTuple, Self, cast
 
 from phasegraph import codec
 from phasegraph.actions import (
@@ -106,6 +106,35 @@ class Run:
     then on, and work under it stops when it would expire unrenewed.
     """
 
+    # Thousands of runs may be in flight in one process: no per-instance dict.
+    __slots__ = (
+        "__weakref__",
+        "_bus",
+        "_clock",
+        "_cutting",
+        "_deadline",
+        "_driving",
+        "_expired",
+        "_lease",
+        "_leased_at",
+        "_lost",
+        "_options",
+        "_prepared",
+        "_record_bytes",
+        "_renew_error",
+        "_renewer",
+        "_snapshot_bytes",
+        "_snapshot_seq",
+        "_snapshots",
+        "_state",
+        "_steps",
+        "_store",
+        "_tasks",
+        "_to_launch",
+        "_uncertain",
+        "_waiter",
+    )
+
     def __init__(
         self,
         *,
@@ -133,16 +162,16 @@ class Run:
         self._clock = clock
         self._bus = bus
         self._steps = StepBuilder(prepared, clock)
-        self._streams: dict[str, Callable[[str, Mapping[str, Any]], None]] = {}
         # Node chunks and list segments of the last snapshot: a checkpoint encodes only
         # what changed since (given when a run is opened from a snapshot with segments).
-        self._snapshots = snapshots or codec.SnapshotCache()
+        self._snapshots = snapshots  # made at the first checkpoint, if not given
         self._tasks: dict[str, asyncio.Task[_Done]] = {}
         # Set by the first action task to finish while _wait_one sleeps.
         self._waiter: asyncio.Future[None] | None = None
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
-        self._renewer: asyncio.Task[None] | None = None
+        # The next renewal: a timer until it is due, then the task renewing (_keep_lease).
+        self._renewer: asyncio.TimerHandle | asyncio.Task[None] | None = None
         # When the lease may have expired, on the loop's clock (set on entry); work under
         # the lease is cut off then (see _cut_off), and a renewal moves it on.
         self._leased_at = leased_at
@@ -170,7 +199,7 @@ class Run:
         # store's expiry, whatever the store's clock says.
         leased_at = loop.time() if self._leased_at is None else self._leased_at
         self._deadline = leased_at + self._options.lease_ttl
-        self._renewer = asyncio.create_task(self._keep_lease())
+        self._renew_later()
         return self
 
     async def __aexit__(
@@ -183,9 +212,13 @@ class Run:
 
     async def aclose(self) -> None:
         """Cancel in-flight actions, stop renewing and release the lease (idempotent)."""
-        tasks = [*self._tasks.values(), *([self._renewer] if self._renewer else [])]
+        tasks: list[asyncio.Task[Any]] = [*self._tasks.values()]
+        renewer, self._renewer = self._renewer, None
+        if isinstance(renewer, asyncio.Task):
+            tasks.append(renewer)
+        elif renewer is not None:
+            renewer.cancel()  # a renewal not due yet
         self._tasks.clear()
-        self._renewer = None
         for task in tasks:
             task.cancel()
         # Shielded so that a cancelled caller still leaves nothing running behind it.
@@ -198,24 +231,29 @@ class Run:
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> StepRecord:
-        record = await self.next()
-        if record is None:
-            raise StopAsyncIteration
-        return record
+    def __anext__(self) -> Coroutine[Any, Any, StepRecord]:
+        # The step itself, not a coroutine awaiting it: one frame less per step in flight.
+        return cast("Coroutine[Any, Any, StepRecord]", self._step(stop=True))
 
-    async def next(self) -> StepRecord | None:
+    def next(self) -> Coroutine[Any, Any, StepRecord | None]:
         """Commit exactly one step and return it, or ``None`` if nothing more can happen.
 
         What the step is comes from :meth:`StepBuilder.decide`, which replay asks too.
+        (A coroutine to await: ``record = await run.next()``.)
 
         Raises:
             LeaseLostError: The lease expired (renewals failed until it did) or was taken
                 over: the in-flight actions were stopped; the run can be resumed.
             StoreError: The commit failed; nothing of this step was written.
         """
+        return self._step(stop=False)
+
+    async def _step(self, *, stop: bool) -> StepRecord | None:
+        """:meth:`next`; at the end, raise ``StopAsyncIteration`` if ``stop`` is set."""
         decided = self._steps.decide(self._state, self._to_launch)
         if decided is None:
+            if stop:
+                raise StopAsyncIteration
             return None
         if isinstance(decided, StepRecord):
             if decided.node in self._to_launch:  # a gate opened (or failed to render)
@@ -224,14 +262,23 @@ class Run:
         return await self._leased(self._act_and_commit())
 
     async def _act_and_commit(self) -> StepRecord:
-        return await self._commit_step(*await self._act())
-
-    async def _act(self) -> tuple[StepRecord, bytes]:
-        """Run the due actions and turn the first outcome into a step."""
+        """Run the due actions and commit the first outcome as a step."""
         if len(self._to_launch) == 1 and not self._tasks:
-            # The only thing that can happen next is this action: await it inline.
+            # The only thing that can happen next is this action: await it here, in the
+            # task driving the run (as _invoke would, without a frame of its own).
             node_id = self._to_launch.pop()
-            done = await self._invoke(*self._call(node_id))
+            action, ctx, events = self._call(node_id)
+            try:
+                result = await action(ctx)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # the run is being stopped (its lease lapsed, or its caller)
+                done = _Done(None, exc, tuple(events))  # the action cancelled the run
+            except Exception as exc:  # every action failure is data for the step
+                done = _Done(None, exc, tuple(events))
+            else:
+                done = _Done(result, None, tuple(events))
         else:
             self._launch_actions()
             if not self._tasks:
@@ -243,8 +290,8 @@ class Run:
         if isinstance(done.error, asyncio.CancelledError):
             await self._stop_actions()
             reason = f"cancelled by the action of node {node_id!r}"
-            return _encode(self._steps.cancel(self._state, reason))
-        return self._apply(node_id, done)
+            return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+        return await self._commit_step(*self._apply(node_id, done))
 
     async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
@@ -283,7 +330,7 @@ class Run:
 
     async def _stop_actions(self) -> None:
         """Cancel the in-flight actions and forget the due ones: their results are dropped."""
-        tasks = list(self._tasks.values())
+        tasks: list[asyncio.Task[Any]] = [*self._tasks.values()]
         self._tasks.clear()
         self._to_launch.clear()
         for task in tasks:
@@ -323,9 +370,6 @@ class Run:
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
-        stream = self._streams.get(node_id)
-        if stream is None:
-            stream = self._streams[node_id] = functools.partial(self._stream, node_id)
         return site, ActionContext(
             run_id=state.run_id,
             node_id=node_id,
@@ -341,7 +385,7 @@ class Run:
             emit=emit,
             tool=site.bind_tool(emit),
             offer=site.offer,
-            stream=stream,
+            stream=functools.partial(self._stream, node_id),
             attempt=self._lease.token,
         )
 
@@ -419,6 +463,8 @@ class Run:
         snapshot = None
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):
+            if self._snapshots is None:
+                self._snapshots = codec.SnapshotCache()
             snapshot = codec.encode_snapshot(state, self._snapshots)
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:
@@ -438,7 +484,7 @@ class Run:
             ) from exc
         previous = self._state.status
         self._state = state
-        if snapshot is not None:
+        if snapshot is not None and self._snapshots is not None:
             self._snapshots.accept(record.seq)
             # The size of the state it stands for, segments it refers to included: what
             # a read decodes, and what the checkpoint policy weighs records against.
@@ -539,8 +585,22 @@ class Run:
     def _resume_command(self) -> str:
         return f"phasegraph resume {self.run_id}"
 
+    def _renew_later(self) -> None:
+        """Renew the lease once a third of its length has passed since the deadline's start.
+
+        A timer, not a sleeping task: a run in flight costs the event loop one timer
+        until the renewal is due; only then does a task (:meth:`_keep_lease`) run it.
+        """
+        assert self._deadline is not None
+        loop = asyncio.get_running_loop()
+        when = self._deadline - self._options.lease_ttl * 2 / 3
+        self._renewer = loop.call_at(when, self._renew_now)
+
+    def _renew_now(self) -> None:
+        self._renewer = asyncio.create_task(self._keep_lease())
+
     async def _keep_lease(self) -> None:
-        """Renew the lease every third of its length; retry failures until it would expire.
+        """Renew the lease; retry failures until it would expire, then renew again later.
 
         A renewal counts from the moment it was sent, so the deadline is never later than
         the store's own expiry. If the deadline passes (the store stayed unreachable) or
@@ -549,39 +609,39 @@ class Run:
         loop = asyncio.get_running_loop()
         ttl = self._options.lease_ttl
         assert self._deadline is not None
+        attempt = 0
         while True:
-            await asyncio.sleep(max(self._deadline - loop.time() - ttl * 2 / 3, 0))
-            attempt = 0
-            while True:
-                sent = loop.time()
-                try:
-                    async with asyncio.timeout_at(self._deadline):
-                        self._lease = await self._store.renew(self._lease, ttl)
-                except LeaseLostError as exc:
-                    self._lost = LeaseLostError(
-                        f"run {self.run_id!r} stopped at step {self._state.seq}: {exc}",
-                        run_id=self.run_id,
-                        seq=self._state.seq,
-                    )
+            sent = loop.time()
+            try:
+                async with asyncio.timeout_at(self._deadline):
+                    self._lease = await self._store.renew(self._lease, ttl)
+            except LeaseLostError as exc:
+                self._lost = LeaseLostError(
+                    f"run {self.run_id!r} stopped at step {self._state.seq}: {exc}",
+                    run_id=self.run_id,
+                    seq=self._state.seq,
+                )
+                self._cut_off()
+                return
+            except TimeoutError:
+                if loop.time() >= self._deadline:
+                    if self._renew_error is None:
+                        self._renew_error = TimeoutError("the store did not answer")
                     self._cut_off()
                     return
-                except TimeoutError:
-                    if loop.time() >= self._deadline:
-                        if self._renew_error is None:
-                            self._renew_error = TimeoutError("the store did not answer")
-                        self._cut_off()
-                        return
-                    self._renew_error = TimeoutError("the renewal timed out")
-                except Exception as exc:  # unreachable, locked, loading...: retry
-                    self._renew_error = exc
-                else:
-                    self._renew_error = None
-                    self._deadline = sent + ttl
-                    break
-                delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
-                attempt += 1
-                # The next try is cut off at the deadline if it comes to that.
-                await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
+                self._renew_error = TimeoutError("the renewal timed out")
+            except Exception as exc:  # unreachable, locked, loading...: retry
+                self._renew_error = exc
+            else:
+                self._renew_error = None
+                self._deadline = sent + ttl
+                if self._renewer is asyncio.current_task():  # not closed meanwhile
+                    self._renew_later()
+                return
+            delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
+            attempt += 1
+            # The next try is cut off at the deadline if it comes to that.
+            await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
 
     def _cut_off(self) -> None:
         """End the work under the lease now: the lease is, or may be, someone else's."""

@@ -80,6 +80,8 @@ _STATUS_FOR_OUTCOME = {
 class StepBuilder:
     """Builds the next record for a run of one prepared graph."""
 
+    __slots__ = ("_clock", "_concurrency", "_decided_at", "_frontier", "_frontier_of", "_prepared")
+
     def __init__(self, prepared: PreparedGraph, clock: Clock) -> None:
         self._prepared = prepared
         self._clock = clock
