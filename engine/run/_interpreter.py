@@ -36,6 +36,7 @@ from phasegraph.errors import (
 )
 from phasegraph.events import EventBus, events_for, live_event
 from phasegraph.model import NodeState, NodeStatus, RunState, StepRecord
+from phasegraph.run import _collector
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
@@ -111,6 +112,7 @@ class Run:
         "__weakref__",
         "_bus",
         "_clock",
+        "_counted",
         "_cutting",
         "_deadline",
         "_driving",
@@ -182,6 +184,7 @@ class Run:
         self._renew_error: BaseException | None = None  # why the last renewal failed
         self._lost: LeaseLostError | None = None  # set once the lease is gone for good
         self._uncertain: int | None = None  # a commit cut off on its way to the store
+        self._counted = False  # counted among the runs in flight (see _collector)
 
     @property
     def state(self) -> RunState:
@@ -200,6 +203,8 @@ class Run:
         leased_at = loop.time() if self._leased_at is None else self._leased_at
         self._deadline = leased_at + self._options.lease_ttl
         self._renew_later()
+        self._counted = True
+        _collector.run_entered()
         return self
 
     async def __aexit__(
@@ -212,6 +217,9 @@ class Run:
 
     async def aclose(self) -> None:
         """Cancel in-flight actions, stop renewing and release the lease (idempotent)."""
+        if self._counted:
+            self._counted = False
+            _collector.run_left()
         tasks: list[asyncio.Task[Any]] = [*self._tasks.values()]
         renewer, self._renewer = self._renewer, None
         if isinstance(renewer, asyncio.Task):
