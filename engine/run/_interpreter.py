@@ -40,8 +40,7 @@ from phasegraph.run import _collector
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.run._stored import run_meta
-from phasegraph.store.base import Commit, Lease, Store
+from phasegraph.store.base import Commit, Lease, RunMeta, Store
 
 __all__ = ["Run"]
 
@@ -113,6 +112,7 @@ class Run:
         "_bus",
         "_clock",
         "_counted",
+        "_created_at",
         "_cutting",
         "_deadline",
         "_driving",
@@ -185,6 +185,7 @@ class Run:
         self._lost: LeaseLostError | None = None  # set once the lease is gone for good
         self._uncertain: int | None = None  # a commit cut off on its way to the store
         self._counted = False  # counted among the runs in flight (see _collector)
+        self._created_at = state.created_at.timestamp()
 
     @property
     def state(self) -> RunState:
@@ -474,7 +475,7 @@ class Run:
             if self._snapshots is None:
                 self._snapshots = codec.SnapshotCache()
             snapshot = codec.encode_snapshot(state, self._snapshots)
-        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
+        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=self._meta(state))
         try:
             try:
                 await self._store.commit(self._lease, commit)
@@ -490,6 +491,11 @@ class Run:
                 run_id=self.run_id,
                 seq=self._state.seq,
             ) from exc
+        self._committed(record, state, snapshot)
+        return record
+
+    def _committed(self, record: StepRecord, state: RunState, snapshot: bytes | None) -> None:
+        """Make the committed step's state the run's (and queue its node's next action)."""
         previous = self._state.status
         self._state = state
         if snapshot is not None and self._snapshots is not None:
@@ -502,9 +508,23 @@ class Run:
         if self._bus.listening:
             for event in events_for(state.run_id, record, previous):
                 self._bus.publish(event)
-        if record.node is not None and state.nodes[record.node].status is NodeStatus.RUNNING:
-            self._to_launch.append(record.node)
-        return record
+        node = record.node
+        if node is not None:
+            # The record holds the node's new state (the run state's map is slower to read).
+            moved = record.nodes.get(node) or state.nodes[node]
+            if moved.status is NodeStatus.RUNNING:
+                self._to_launch.append(node)
+
+    def _meta(self, state: RunState) -> RunMeta:
+        """``run_meta(state)``, with the run's creation time converted once."""
+        return RunMeta(
+            run_id=state.run_id,
+            graph=state.graph,
+            status=str(state.status),
+            seq=state.seq,
+            created_at=self._created_at,
+            updated_at=state.updated_at.timestamp(),
+        )
 
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.

@@ -208,7 +208,9 @@ class StepBuilder:
                 settings=definition.settings,
                 payload=result.payload,
             )
-            data = merge_update(self._prepared, state, node_id, result.data)
+            data = EMPTY
+            if result.data:
+                data = merge_update(self._prepared, state, node_id, result.data)
         except RunError as exc:
             exc.add_context(run_id=state.run_id)  # machines and merges know only the node
             raise
