@@ -228,10 +228,11 @@ class Run:
         elif renewer is not None:
             renewer.cancel()  # a renewal not due yet
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        # Shielded so that a cancelled caller still leaves nothing running behind it.
-        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        if tasks:
+            for task in tasks:
+                task.cancel()
+            # Shielded so that a cancelled caller still leaves nothing running behind it.
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
         if self._expired:
             return  # expired or taken: nothing to give back (and the store may be away)
         with contextlib.suppress(PhasegraphError):
@@ -267,8 +268,17 @@ class Run:
         if isinstance(decided, StepRecord):
             if decided.node in self._to_launch:  # a gate opened (or failed to render)
                 self._to_launch.remove(decided.node)
-            return await self._leased(self._commit_step(*_encode(decided)))
-        return await self._leased(self._act_and_commit())
+            work = self._commit_step(*_encode(decided))
+        else:
+            work = self._act_and_commit()
+        task = self._drive(work)  # as _leased, without a frame of its own
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self._cut_short(task)
+            raise
+        finally:
+            self._driving = None
 
     async def _act_and_commit(self) -> StepRecord:
         """Run the due actions and commit the first outcome as a step."""
@@ -568,27 +578,45 @@ class Run:
 
         Cheaper than a timeout per step: the renewer (:meth:`_keep_lease`) already wakes
         at the deadline, and then cancels the task doing this (see :meth:`_cut_off`).
+        (:meth:`_step` does the same inline.)
 
         Raises:
             LeaseLostError: The lease expired (renewals failed until it would) or was
                 taken over; ``work`` was stopped.
         """
+        task = self._drive(work)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self._cut_short(task)
+            raise
+        finally:
+            self._driving = None
+
+    def _drive(self, work: Coroutine[Any, Any, StepRecord]) -> asyncio.Task[Any] | None:
+        """Before awaiting ``work`` under the lease: the task driving it (None: not entered).
+
+        Raises:
+            LeaseLostError: The lease is gone already (``work`` is closed unstarted).
+        """
         if self._expired:
             work.close()
             raise self._lease_gone()
         if self._deadline is None:  # not entered: nothing renews the lease either
-            return await work
+            return None
         self._driving = task = asyncio.current_task()
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if self._cutting and task is not None:
-                self._cutting = False
-                if task.uncancel() == 0:  # the cut-off alone: else let the cancel go on
-                    raise self._lease_gone() from None
-            raise
-        finally:
-            self._driving = None
+        return task
+
+    def _cut_short(self, task: asyncio.Task[Any] | None) -> None:
+        """On a cancellation of work under the lease: raise if the lease cut-off alone did it.
+
+        Raises:
+            LeaseLostError: The renewer cut the work off (and nobody else cancelled it).
+        """
+        if self._cutting and task is not None:
+            self._cutting = False
+            if task.uncancel() == 0:  # the cut-off alone: else let the cancel go on
+                raise self._lease_gone() from None
 
     def _lease_gone(self) -> LeaseLostError:
         """The error for a run stopped because its lease expired (or was taken over)."""

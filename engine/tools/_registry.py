@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -287,27 +287,58 @@ class ToolFactory:
         rule: PhaseRule | None,
         emit: EventSink,
     ) -> ToolCall:
-        async def call(name: str, /, **arguments: Any) -> Mapping[str, Any]:
-            tool = self._tools.get(name)
-            if tool is None:
-                known = ", ".join(self.names) or "none"
-                raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
-            refused = None if rule is None else _check(name, arguments, phase, rule, self.names)
-            if refused is not None:
-                emit(PHASE_VIOLATION, {k: v for k, v in refused.items() if k != "error"})
-                return refused
-            cwd = arguments.pop("cwd", None)
-            try:
-                self._signatures[name].bind(None, **arguments)
-            except TypeError as exc:
-                raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
-            try:
-                scope = await asyncio.to_thread(_scope, policy.workspace, cwd)
-            except ToolRefused as exc:
-                return error_result(exc.code, str(exc))
-            return await tool(scope, **arguments)
+        return _Caller(self, node, policy, phase, rule, emit)
 
-        return call
+    async def _call(
+        self,
+        caller: _Caller,
+        name: str,
+        arguments: dict[str, Any],
+    ) -> Mapping[str, Any]:
+        node, rule, phase = caller.node, caller.rule, caller.phase
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(self.names) or "none"
+            raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
+        refused = None if rule is None else _check(name, arguments, phase, rule, self.names)
+        if refused is not None:
+            caller.emit(PHASE_VIOLATION, {k: v for k, v in refused.items() if k != "error"})
+            return refused
+        cwd = arguments.pop("cwd", None)
+        try:
+            self._signatures[name].bind(None, **arguments)
+        except TypeError as exc:
+            raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
+        try:
+            scope = await asyncio.to_thread(_scope, caller.policy.workspace, cwd)
+        except ToolRefused as exc:
+            return error_result(exc.code, str(exc))
+        return await tool(scope, **arguments)
+
+
+class _Caller:
+    """``ctx.tool`` of one action call: one small object (an action call makes one)."""
+
+    __slots__ = ("emit", "factory", "node", "phase", "policy", "rule")
+
+    def __init__(
+        self,
+        factory: ToolFactory,
+        node: NodeDef,
+        policy: ToolPolicy,
+        phase: str,
+        rule: PhaseRule | None,
+        emit: EventSink,
+    ) -> None:
+        self.factory = factory
+        self.node = node
+        self.policy = policy
+        self.phase = phase
+        self.rule = rule
+        self.emit = emit
+
+    def __call__(self, name: str, /, **arguments: Any) -> Awaitable[Mapping[str, Any]]:
+        return self.factory._call(self, name, arguments)
 
 
 async def _advance(scope: Scope) -> Mapping[str, Any]:
