@@ -249,9 +249,10 @@ class Engine:
         run_id: str | None = None,
     ) -> RunState:
         """Start a run and drive it until it finishes or waits; return its state."""
-        # As ``start``, without a generator frame held for as long as the run goes on.
+        # As ``start``, without a generator frame held for as long as the run goes on, and
+        # without holding each step's record until the next one is committed.
         async with await self._create(graph, run_input, run_id) as run:
-            async for _ in run:
+            while await run.next() is not None:
                 pass
             return run.state
 

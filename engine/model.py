@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from math import isqrt
 from types import MappingProxyType
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from phasegraph.errors import RunStateError, SourceLocation
 
@@ -193,8 +193,7 @@ class ChunkedMap(Mapping[str, V]):
             MappingProxyType({key: items[key] for key in keys[start : start + size]})
             for start in range(0, len(keys), size)
         )
-        where = MappingProxyType({key: index // size for index, key in enumerate(keys)})
-        return cls(chunks, where)
+        return cls(chunks, _where(keys, size))
 
     @property
     def chunks(self) -> tuple[Mapping[str, V], ...]:
@@ -240,6 +239,26 @@ class ChunkedMap(Mapping[str, V]):
 
     def __repr__(self) -> str:
         return f"ChunkedMap({dict(self)!r})"
+
+
+_WHERE: dict[tuple[str, ...], Mapping[str, int]] = {}
+"""Chunk index maps by sorted keys: every run of a graph has the same node ids."""
+_WHERE_KEYS: Final = 1024  # larger maps are not shared (nor kept)
+_WHERE_KEPT: Final = 64
+
+
+def _where(keys: list[str], size: int) -> Mapping[str, int]:
+    """Key → chunk index for ``keys`` (sorted) cut into chunks of ``size``; read-only."""
+    if len(keys) > _WHERE_KEYS:
+        return MappingProxyType({key: index // size for index, key in enumerate(keys)})
+    kept = tuple(keys)
+    where = _WHERE.get(kept)
+    if where is None:
+        if len(_WHERE) >= _WHERE_KEPT:
+            _WHERE.clear()  # a bound, not a cache policy
+        where = MappingProxyType({key: index // size for index, key in enumerate(keys)})
+        _WHERE[kept] = where
+    return where
 
 
 def updated_map(values: Mapping[str, V], changes: Mapping[str, V]) -> Mapping[str, V]:

@@ -26,7 +26,7 @@ from typing import Final
 
 __all__ = ["FREEZE_AT", "compiled", "run_entered", "run_left"]
 
-FREEZE_AT: Final = 16
+FREEZE_AT: Final = 8
 """Runs in flight at once from which compiled graphs are frozen (a busy, long-lived process)."""
 
 
