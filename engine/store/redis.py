@@ -175,14 +175,12 @@ class RedisStore(Store):
         """
         check_commit(lease, commit)
         command = self._commit_command(lease, commit)
-        for delay in (*_COMMIT_BACKOFF, None):
-            try:
-                reply = await self._eval_packed(COMMIT, command)
-                break
-            except _UNAVAILABLE as exc:
-                if delay is None or self._closed:
-                    raise self._unavailable(exc) from exc
-                await asyncio.sleep(delay)
+        try:
+            reply = await self._wire.request(command)
+            if isinstance(reply, ReplyError):
+                reply = await self._script_reply(COMMIT, command, reply)
+        except _UNAVAILABLE as exc:
+            reply = await self._commit_again(command, exc)
         code = int(reply[0])
         if code == -1:
             raise lease_lost_error(lease, _lease_owner(reply[1]) if reply[1] else None)
@@ -302,9 +300,33 @@ class RedisStore(Store):
             script, pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
         )
 
+    async def _commit_again(self, command: bytes, exc: BaseException) -> list[Any]:
+        """Send a commit again after a connection error, backing off between attempts.
+
+        Raises:
+            StoreUnavailableError: The last attempt failed too, or the store was closed.
+        """
+        for delay in _COMMIT_BACKOFF:
+            if self._closed:
+                break
+            await asyncio.sleep(delay)
+            try:
+                return await self._eval_packed(COMMIT, command)
+            except _UNAVAILABLE as again:
+                exc = again
+        raise self._unavailable(exc) from exc
+
     async def _eval_packed(self, script: str, command: bytes) -> list[Any]:
         """As :meth:`_eval`, for the packed EVALSHA of ``script``."""
-        reply = await self._wire.call_packed(command)
+        return await self._script_reply(script, command, await self._wire.call_packed(command))
+
+    async def _script_reply(self, script: str, command: bytes, reply: Any) -> list[Any]:
+        """The reply of the packed EVALSHA ``command``: loads ``script`` if the server lacks it.
+
+        Raises:
+            StoreError: The server refused the script (a StoreUnavailableError if it is
+                loading or failing over).
+        """
         if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
             # A new server, a restart or SCRIPT FLUSH: load it and send again.
             loaded, reply = await self._wire.call_many((("SCRIPT", "LOAD", script), command))

@@ -139,6 +139,7 @@ async def test_a_commit_whose_reply_was_lost_is_retried_and_found_written(
         return reply
 
     monkeypatch.setattr(wire, "call_packed", lose_first_reply)
+    monkeypatch.setattr(wire, "request", lose_first_reply)  # a commit's first attempt
     await store.commit(lease, make_commit("r", 1))
     assert sent == ["EVALSHA", "EVALSHA"]  # the retry found the step already written
     monkeypatch.undo()
