@@ -133,6 +133,13 @@ class Engine:
                 breaks the run-id rule (:data:`~phasegraph.run.RUN_ID_PATTERN`).
             RunStateError: A run with ``run_id`` exists already.
         """
+        async with await self._create(graph, run_input, run_id) as run:
+            yield run
+
+    async def _create(
+        self, graph: GraphSource, run_input: Mapping[str, Any] | None, run_id: str | None
+    ) -> Run:
+        """Create a run (committing seq 0); the caller enters the returned run."""
         prepared = self.prepare(graph)
         run_input = dict(run_input or {})
         _validate_input(prepared.definition, run_input)
@@ -156,8 +163,7 @@ class Engine:
             await self.store.release(lease)
             raise
         size = len(commit.snapshot or b"")
-        async with self._run(driver, prepared, lease, leased_at, state, 0, size) as run:
-            yield run
+        return self._run(driver, prepared, lease, leased_at, state, 0, size)
 
     @contextlib.asynccontextmanager
     async def open(
@@ -243,8 +249,10 @@ class Engine:
         run_id: str | None = None,
     ) -> RunState:
         """Start a run and drive it until it finishes or waits; return its state."""
-        async with self.start(graph, run_input, run_id=run_id) as run:
-            async for _ in run:
+        # As ``start``, without a generator frame held for as long as the run goes on, and
+        # without holding each step's record until the next one is committed.
+        async with await self._create(graph, run_input, run_id) as run:
+            while await run.next() is not None:
                 pass
             return run.state
 

@@ -6,6 +6,7 @@ changes are returned as new values, never applied in place.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from math import isqrt
 from types import MappingProxyType
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from phasegraph.errors import RunStateError, SourceLocation
 
@@ -116,6 +117,55 @@ def frozen_map(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 
 V = TypeVar("V")
+_C = TypeVar("_C", bound=type)
+
+
+def quick_init(cls: _C) -> _C:
+    """Give a frozen, slotted, keyword-only dataclass a faster ``__init__``.
+
+    The ``__init__`` that ``dataclasses`` writes for a frozen class sets every field with
+    ``object.__setattr__``; the one written here calls each slot's descriptor directly,
+    about twice as fast, with the same signature, defaults and result. Records, states
+    and commits are built several times per step, so this is a visible share of a step.
+    Apply it above ``@dataclass(frozen=True, slots=True, kw_only=True)``.
+
+    Raises:
+        TypeError: ``cls`` is not such a dataclass.
+    """
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass")
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params, lines = [], []
+    for item in dataclasses.fields(cls):
+        name = item.name
+        if not item.init or not item.kw_only:
+            raise TypeError(f"{cls.__name__}.{name} is not a keyword-only init field")
+        scope[f"_set_{name}"] = cls.__dict__[name].__set__
+        value = name
+        if item.default is not dataclasses.MISSING:
+            scope[f"_default_{name}"] = item.default
+            params.append(f"{name}=_default_{name}")
+        elif item.default_factory is _no_entries:  # always the one shared empty map
+            scope[f"_default_{name}"] = EMPTY
+            params.append(f"{name}=_default_{name}")
+        elif item.default_factory is not dataclasses.MISSING:
+            scope[f"_factory_{name}"] = item.default_factory
+            params.append(f"{name}=_FACTORY")
+            value = f"_factory_{name}() if {name} is _FACTORY else {name}"
+        else:
+            params.append(name)
+        lines.append(f"    _set_{name}(self, {value})")
+    source = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(lines or ["    pass"])
+    exec(source, scope)  # generated from the field list, as dataclasses does
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = dict(cls.__init__.__annotations__)
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+_FACTORY: Any = object()  # "no value given" for a field with a default factory
 
 
 @final
@@ -144,8 +194,7 @@ class ChunkedMap(Mapping[str, V]):
             MappingProxyType({key: items[key] for key in keys[start : start + size]})
             for start in range(0, len(keys), size)
         )
-        where = MappingProxyType({key: index // size for index, key in enumerate(keys)})
-        return cls(chunks, where)
+        return cls(chunks, _where(keys, size))
 
     @property
     def chunks(self) -> tuple[Mapping[str, V], ...]:
@@ -155,6 +204,16 @@ class ChunkedMap(Mapping[str, V]):
     def updated(self, changes: Mapping[str, V]) -> ChunkedMap[V]:
         """This map with ``changes`` applied (a new key rebuilds the chunks)."""
         where = self._where
+        if len(changes) == 1:  # the usual step: one node moved
+            for key, value in changes.items():
+                index = where.get(key)
+                if index is None:
+                    break
+                chunks = list(self._chunks)
+                chunk = dict(chunks[index])
+                chunk[key] = value
+                chunks[index] = MappingProxyType(chunk)
+                return ChunkedMap(tuple(chunks), where)
         touched: dict[int, dict[str, V]] = {}
         for key, value in changes.items():
             index = where.get(key)
@@ -181,6 +240,26 @@ class ChunkedMap(Mapping[str, V]):
 
     def __repr__(self) -> str:
         return f"ChunkedMap({dict(self)!r})"
+
+
+_WHERE: dict[tuple[str, ...], Mapping[str, int]] = {}
+"""Chunk index maps by sorted keys: every run of a graph has the same node ids."""
+_WHERE_KEYS: Final = 1024  # larger maps are not shared (nor kept)
+_WHERE_KEPT: Final = 64
+
+
+def _where(keys: list[str], size: int) -> Mapping[str, int]:
+    """Key → chunk index for ``keys`` (sorted) cut into chunks of ``size``; read-only."""
+    if len(keys) > _WHERE_KEYS:
+        return MappingProxyType({key: index // size for index, key in enumerate(keys)})
+    kept = tuple(keys)
+    where = _WHERE.get(kept)
+    if where is None:
+        if len(_WHERE) >= _WHERE_KEPT:
+            _WHERE.clear()  # a bound, not a cache policy
+        where = MappingProxyType({key: index // size for index, key in enumerate(keys)})
+        _WHERE[kept] = where
+    return where
 
 
 def updated_map(values: Mapping[str, V], changes: Mapping[str, V]) -> Mapping[str, V]:
@@ -471,6 +550,7 @@ class GraphDef:
 # --------------------------------------------------------------------------- run state
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeState:
     """Where one node is.
@@ -500,6 +580,7 @@ class NodeState:
         return PATH_SEPARATOR.join(self.path)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Interrupt:
     """A question the run is waiting on (a human gate).
@@ -523,6 +604,7 @@ class Interrupt:
     parked: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorRecord:
     """One failure, recovery or emergency, kept in the run's error log."""
@@ -536,6 +618,7 @@ class ErrorRecord:
     details: Mapping[str, Any] = empty_field()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunState:
     """The whole state of a run after step ``seq``: what a snapshot holds.
@@ -574,6 +657,7 @@ class RunState:
     updated_at: datetime
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRecord:
     """What one step changed: the journal entry kept beside each snapshot.

@@ -4,6 +4,7 @@ import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,3 +56,56 @@ def test_chunked_map_updates_like_a_dict_and_shares_what_did_not_change(
         if changes and set(changes) <= set(before):
             untouched = [c for c in before.chunks if not set(c) & set(changes)]
             assert all(any(c is d for d in current.chunks) for c in untouched)
+
+
+def _reference(cls: type) -> type:
+    """``cls`` as ``dataclasses`` alone would build it (without quick_init)."""
+    fields = [
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory))
+        for f in dataclasses.fields(cls)
+    ]
+    return dataclasses.make_dataclass(
+        cls.__name__, fields, frozen=True, slots=True, kw_only=True, namespace={}
+    )
+
+
+def test_quick_init_builds_what_the_dataclass_init_builds() -> None:
+    import inspect
+
+    from phasegraph.actions import ActionContext, ActionResult
+    from phasegraph.core import Position, StepResult
+    from phasegraph.model import ErrorRecord, Interrupt, NodeState, RunState, StepRecord
+    from phasegraph.store.base import Commit, Lease, RunMeta, StoredRun
+
+    classes = [NodeState, Interrupt, ErrorRecord, RunState, StepRecord, Commit, Lease]
+    classes += [RunMeta, StoredRun, ActionContext, ActionResult, Position, StepResult]
+    for cls in classes:
+        reference = _reference(cls)
+        ours = inspect.signature(cls).parameters
+        theirs = inspect.signature(reference).parameters
+        # Same names, kinds and required fields (a factory's default shows as its value).
+        assert [(p.name, p.kind, p.default is p.empty) for p in ours.values()] == [
+            (p.name, p.kind, p.default is p.empty) for p in theirs.values()
+        ], cls
+        required = {name: object() for name, p in ours.items() if p.default is p.empty}
+        built, expected = cls(**required), reference(**required)
+        for item in dataclasses.fields(cls):
+            assert getattr(built, item.name) is getattr(expected, item.name), (cls, item.name)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            built.__setattr__(dataclasses.fields(cls)[0].name, None)
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            cls(**required, not_a_field=1)
+        if required:
+            with pytest.raises(TypeError, match="missing"):
+                cls()
+
+
+def test_quick_init_refuses_what_it_cannot_speed_up() -> None:
+    from phasegraph.model import quick_init
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        a: int
+
+    with pytest.raises(TypeError):
+        quick_init(Plain)

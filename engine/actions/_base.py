@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from phasegraph.errors import ActionError
-from phasegraph.model import empty_field
+from phasegraph.model import empty_field, quick_init
 
 __all__ = [
     "Action",
@@ -30,6 +30,7 @@ def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
     return ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionResult:
     """What an action returns: the trigger to fire and what to change.
@@ -63,6 +64,7 @@ async def _no_tools(name: str, /, **arguments: Any) -> Mapping[str, Any]:
     raise ActionError(f"tool {name!r} called, but this node has no tools configured")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionContext:
     """Everything an action may read, frozen for the duration of the call.

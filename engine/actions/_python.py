@@ -186,8 +186,12 @@ def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
         invoke = _blocking(function, limit)
         limit = None  # nothing can interrupt it: _blocking checks the deadline afterwards
 
+    where = f"python action {target!r}"
+
     async def call(ctx: ActionContext) -> ActionResult:
         value = await (invoke(ctx) if limit is None else _within(float(limit), invoke, ctx))
-        return coerce_result(value, f"python action {target!r}")
+        if type(value) is ActionResult:  # the usual result, as coerce_result would take it
+            return value
+        return coerce_result(value, where)
 
     return call

@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from typing import Final
 
-__all__ = ["intact", "seal", "sealed", "verified"]
+__all__ = ["intact", "seal", "seal_parts", "sealed", "verified"]
 
 _HEADER: Final = 0x84  # a fixmap of four entries: body, kind, v, z
 _TRAILER: Final = b"\xa1z\xce"  # the key "z", then a uint32 marker
@@ -25,6 +25,16 @@ def seal(encoded: bytes) -> bytes:
     entries = memoryview(encoded)[1:]  # without the fixmap-of-three header (0x83)
     crc = zlib.crc32(entries)
     return b"".join((b"\x84", entries, _TRAILER, crc.to_bytes(4, "big")))
+
+
+def seal_parts(head: bytes, body: bytes, tail: bytes) -> bytes:
+    """:func:`seal` of the map ``{body, kind, v}`` encoded as ``0x83 + head + body + tail``.
+
+    ``head`` and ``tail`` are the envelope's fixed bytes around an encoded ``body``; the
+    result is the same bytes, without building the unsealed map first.
+    """
+    crc = zlib.crc32(tail, zlib.crc32(body, zlib.crc32(head)))
+    return b"".join((b"\x84", head, body, tail, _TRAILER, crc.to_bytes(4, "big")))
 
 
 def sealed(data: bytes) -> bool:

@@ -33,7 +33,16 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar, Union, get_args, get
 import msgspec
 
 from phasegraph import model
-from phasegraph.codec._checksum import _HEADER, _TAIL, _TRAILER, intact, seal, sealed, verified
+from phasegraph.codec._checksum import (
+    _HEADER,
+    _TAIL,
+    _TRAILER,
+    intact,
+    seal,
+    seal_parts,
+    sealed,
+    verified,
+)
 from phasegraph.codec._chunks import SnapshotCache
 from phasegraph.codec._segments import Layout, join
 from phasegraph.codec._values import (
@@ -192,6 +201,16 @@ def _list_items(key: str, items: list[Any] | tuple[Any, ...]) -> bytes:
         raise
 
 
+def _envelope_parts(kind: str) -> tuple[bytes, bytes]:
+    """The bytes of a ``kind`` envelope before and after its body (map header aside)."""
+    empty = _ENCODE(_Sealed(None, kind, FORMAT_VERSION))  # the body encodes as nil (0xc0)
+    at = empty.index(b"\xa4body\xc0") + 5
+    return empty[1:at], empty[at + 1 :]
+
+
+_RECORD_HEAD, _RECORD_TAIL = _envelope_parts("record")
+
+
 def encode_record(record: model.StepRecord) -> bytes:
     """Encode one step record as canonical bytes (once per step: the hot path).
 
@@ -200,7 +219,7 @@ def encode_record(record: model.StepRecord) -> bytes:
             message names the step, the node, the field and the key path.
     """
     try:
-        return seal(_ENCODE(_Sealed(record_wire(record), "record", FORMAT_VERSION)))
+        return seal_parts(_RECORD_HEAD, _ENCODE(record_wire(record)), _RECORD_TAIL)
     except _ENCODE_ERRORS as exc:
         what = f"step {record.seq}" + (f" of node {record.node!r}" if record.node else "")
         raise encode_failure(exc, what, node_id=record.node, seq=record.seq) from None

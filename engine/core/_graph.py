@@ -129,6 +129,8 @@ class Frontier:
     changes to anything else cost nothing.
     """
 
+    __slots__ = ("_nodes", "_outcomes", "_queue", "_ready", "_statuses", "_unmet", "_workflow")
+
     def __init__(self, workflow: WorkflowGraph, nodes: Mapping[str, NodeState]) -> None:
         self._workflow = workflow
         self._nodes = dict(nodes)

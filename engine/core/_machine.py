@@ -33,6 +33,7 @@ from phasegraph.model import (
     MachineDef,
     NodeOutcome,
     StateDef,
+    quick_init,
 )
 
 __all__ = [
@@ -286,6 +287,7 @@ def _budget_left(budget: str) -> Predicate:
     return lambda guard: guard.counters.get(guard.prefix + budget, 0) < guard.limits[budget]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Position:
     """Where a node stands: its state path and spent budgets.
@@ -299,6 +301,7 @@ class Position:
     counters: Mapping[str, int]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepResult:
     """The position after a step, and the outcome if the node finished."""
@@ -369,9 +372,25 @@ class MachineSet:
             IllegalTriggerError: The trigger is not legal in the innermost state.
             BudgetExhaustedError: The destination would exceed a budget.
         """
-        machines = self.levels(root, position.path)
+        path = position.path
+        machines = self._levels.get((root, path)) or self.levels(root, path)
+        if len(path) == 1:  # a flat machine (or the outermost level): the usual step
+            machine = machines[0]
+            limits = machine.limits(settings)
+            counters = position.counters
+            guard = _Guard(node_id, counters, limits, payload, settings, "")
+            dest = machine.fire(path[0], trigger, guard)
+            entered = machine.state(dest)
+            if entered.machine is None:  # no nested machine to descend into
+                spends = machine.spends(dest)
+                if spends:
+                    counters = _spent(dict(counters), "", spends, limits, node_id, dest)
+                elif type(counters) is not MappingProxyType:
+                    counters = MappingProxyType(dict(counters))
+                position = Position(path=(dest,), counters=counters)
+                return StepResult(position=position, outcome=entered.final)
         ctx = _StepContext(node_id=node_id, settings=settings, counters=dict(position.counters))
-        return self._fire_at(machines, position.path, trigger, payload, ctx)
+        return self._fire_at(machines, path, trigger, payload, ctx)
 
     def _fire_at(
         self,
@@ -429,18 +448,35 @@ class _StepContext:
 
 def _spend(machine: CompiledMachine, prefix: str, state: str, ctx: _StepContext) -> None:
     spends = machine.spends(state)
-    if not spends:
-        return
-    limits = machine.limits(ctx.settings)
+    if spends:
+        limits = machine.limits(ctx.settings)
+        _spent(ctx.counters, prefix, spends, limits, ctx.node_id, state)
+
+
+def _spent(
+    counters: dict[str, int],
+    prefix: str,
+    spends: tuple[str, ...],
+    limits: Mapping[str, int],
+    node_id: str,
+    state: str,
+) -> Mapping[str, int]:
+    """Spend one unit of each of ``spends`` in ``counters``; return them read-only.
+
+    Raises:
+        BudgetExhaustedError: A budget is spent already.
+    """
     for budget in spends:
         key = prefix + budget
-        if ctx.counters.get(key, 0) >= limits[budget]:
+        spent = counters.get(key, 0)
+        if spent >= limits[budget]:
             raise BudgetExhaustedError(
-                f"node {ctx.node_id!r}: entering {state!r} would exceed budget {budget!r} "
+                f"node {node_id!r}: entering {state!r} would exceed budget {budget!r} "
                 f"(limit {limits[budget]})",
-                node_id=ctx.node_id,
+                node_id=node_id,
             )
-        ctx.counters[key] = ctx.counters.get(key, 0) + 1
+        counters[key] = spent + 1
+    return MappingProxyType(counters)
 
 
 def _prefix(parents: tuple[str, ...]) -> str:

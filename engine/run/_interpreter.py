@@ -14,12 +14,18 @@ import asyncio
 import contextlib
 import functools
 import itertools
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, NamedTuple, Self
+from typing import Any, Final, NamedTuple, Self, cast
 
 from phasegraph import codec
-from phasegraph.actions import Action, ActionContext, ActionResult
+from phasegraph.actions import (
+    Action,
+    ActionContext,
+    ActionResult,
+    EventSink,
+    ToolCall,
+)
 from phasegraph.errors import (
     CodecError,
     LeaseLostError,
@@ -29,12 +35,12 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.events import EventBus, events_for, live_event
-from phasegraph.model import NodeStatus, RunState, StepRecord
+from phasegraph.model import NodeState, NodeStatus, RunState, StepRecord
+from phasegraph.run import _collector
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.run._stored import run_meta
-from phasegraph.store.base import Commit, Lease, Store
+from phasegraph.store.base import Commit, Lease, RunMeta, Store
 
 __all__ = ["Run"]
 
@@ -54,6 +60,41 @@ class _Done(NamedTuple):
     events: tuple[Mapping[str, Any], ...]
 
 
+class _Site(NamedTuple):
+    """What an action call of one node in one state needs that never changes."""
+
+    action: Action
+    where: str
+    hook: str
+    settings: Mapping[str, Any]
+    limits: Mapping[str, int]
+    offer: Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
+    bind_tool: Callable[[EventSink], ToolCall]
+
+
+def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site:
+    """Build (and keep, in the prepared graph) the call site of ``node_id`` at ``path``.
+
+    Raises:
+        KeyError: No action is bound to the hook of that state.
+    """
+    machines, tools = prepared.machines, prepared.tools
+    definition = prepared.workflow.nodes[node_id]
+    where = NodeState(path=path).state
+    hook = machines.hook(definition.machine, path) or ""
+    site = _Site(
+        action=prepared.actions[(node_id, hook)],
+        where=where,
+        hook=hook,
+        settings=definition.settings,
+        limits=machines[definition.machine].limits(definition.settings),
+        offer=functools.partial(tools.offered, definition, where),
+        bind_tool=tools.binder(definition, where),
+    )
+    prepared.sites[(node_id, path)] = site
+    return site
+
+
 def _encode(record: StepRecord) -> tuple[StepRecord, bytes]:
     return record, codec.encode_record(record)
 
@@ -67,6 +108,37 @@ class Run:
     the lease was taken (default: when the block is entered): the lease is renewed from
     then on, and work under it stops when it would expire unrenewed.
     """
+
+    # Thousands of runs may be in flight in one process: no per-instance dict.
+    __slots__ = (
+        "__weakref__",
+        "_bus",
+        "_clock",
+        "_counted",
+        "_created_at",
+        "_cutting",
+        "_deadline",
+        "_driving",
+        "_expired",
+        "_lease",
+        "_leased_at",
+        "_lost",
+        "_options",
+        "_prepared",
+        "_record_bytes",
+        "_renew_error",
+        "_renewer",
+        "_snapshot_bytes",
+        "_snapshot_seq",
+        "_snapshots",
+        "_state",
+        "_steps",
+        "_store",
+        "_tasks",
+        "_to_launch",
+        "_uncertain",
+        "_waiter",
+    )
 
     def __init__(
         self,
@@ -97,13 +169,14 @@ class Run:
         self._steps = StepBuilder(prepared, clock)
         # Node chunks and list segments of the last snapshot: a checkpoint encodes only
         # what changed since (given when a run is opened from a snapshot with segments).
-        self._snapshots = snapshots or codec.SnapshotCache()
+        self._snapshots = snapshots  # made at the first checkpoint, if not given
         self._tasks: dict[str, asyncio.Task[_Done]] = {}
         # Set by the first action task to finish while _wait_one sleeps.
         self._waiter: asyncio.Future[None] | None = None
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
-        self._renewer: asyncio.Task[None] | None = None
+        # The next renewal: a timer until it is due, then the task renewing (_keep_lease).
+        self._renewer: asyncio.TimerHandle | asyncio.Task[None] | None = None
         # When the lease may have expired, on the loop's clock (set on entry); work under
         # the lease is cut off then (see _cut_off), and a renewal moves it on.
         self._leased_at = leased_at
@@ -114,6 +187,8 @@ class Run:
         self._renew_error: BaseException | None = None  # why the last renewal failed
         self._lost: LeaseLostError | None = None  # set once the lease is gone for good
         self._uncertain: int | None = None  # a commit cut off on its way to the store
+        self._counted = False  # counted among the runs in flight (see _collector)
+        self._created_at = state.created_at.timestamp()
 
     @property
     def state(self) -> RunState:
@@ -131,7 +206,9 @@ class Run:
         # store's expiry, whatever the store's clock says.
         leased_at = loop.time() if self._leased_at is None else self._leased_at
         self._deadline = leased_at + self._options.lease_ttl
-        self._renewer = asyncio.create_task(self._keep_lease())
+        self._renew_later()
+        self._counted = True
+        _collector.run_entered()
         return self
 
     async def __aexit__(
@@ -144,13 +221,21 @@ class Run:
 
     async def aclose(self) -> None:
         """Cancel in-flight actions, stop renewing and release the lease (idempotent)."""
-        tasks = [*self._tasks.values(), *([self._renewer] if self._renewer else [])]
+        if self._counted:
+            self._counted = False
+            _collector.run_left()
+        tasks: list[asyncio.Task[Any]] = [*self._tasks.values()]
+        renewer, self._renewer = self._renewer, None
+        if isinstance(renewer, asyncio.Task):
+            tasks.append(renewer)
+        elif renewer is not None:
+            renewer.cancel()  # a renewal not due yet
         self._tasks.clear()
-        self._renewer = None
-        for task in tasks:
-            task.cancel()
-        # Shielded so that a cancelled caller still leaves nothing running behind it.
-        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        if tasks:
+            for task in tasks:
+                task.cancel()
+            # Shielded so that a cancelled caller still leaves nothing running behind it.
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
         if self._expired:
             return  # expired or taken: nothing to give back (and the store may be away)
         with contextlib.suppress(PhasegraphError):
@@ -159,40 +244,63 @@ class Run:
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> StepRecord:
-        record = await self.next()
-        if record is None:
-            raise StopAsyncIteration
-        return record
+    def __anext__(self) -> Coroutine[Any, Any, StepRecord]:
+        # The step itself, not a coroutine awaiting it: one frame less per step in flight.
+        return cast("Coroutine[Any, Any, StepRecord]", self._step(stop=True))
 
-    async def next(self) -> StepRecord | None:
+    def next(self) -> Coroutine[Any, Any, StepRecord | None]:
         """Commit exactly one step and return it, or ``None`` if nothing more can happen.
 
         What the step is comes from :meth:`StepBuilder.decide`, which replay asks too.
+        (A coroutine to await: ``record = await run.next()``.)
 
         Raises:
             LeaseLostError: The lease expired (renewals failed until it did) or was taken
                 over: the in-flight actions were stopped; the run can be resumed.
             StoreError: The commit failed; nothing of this step was written.
         """
+        return self._step(stop=False)
+
+    async def _step(self, *, stop: bool) -> StepRecord | None:
+        """:meth:`next`; at the end, raise ``StopAsyncIteration`` if ``stop`` is set."""
         decided = self._steps.decide(self._state, self._to_launch)
         if decided is None:
+            if stop:
+                raise StopAsyncIteration
             return None
         if isinstance(decided, StepRecord):
             if decided.node in self._to_launch:  # a gate opened (or failed to render)
                 self._to_launch.remove(decided.node)
-            return await self._leased(self._commit_step(*_encode(decided)))
-        return await self._leased(self._act_and_commit())
+            work = self._commit_step(*_encode(decided))
+        else:
+            work = self._act_and_commit()
+        task = self._drive(work)  # as _leased, without a frame of its own
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self._cut_short(task)
+            raise
+        finally:
+            self._driving = None
 
     async def _act_and_commit(self) -> StepRecord:
-        return await self._commit_step(*await self._act())
-
-    async def _act(self) -> tuple[StepRecord, bytes]:
-        """Run the due actions and turn the first outcome into a step."""
+        """Run the due actions and commit the first outcome as a step."""
         if len(self._to_launch) == 1 and not self._tasks:
-            # The only thing that can happen next is this action: await it inline.
+            # The only thing that can happen next is this action: await it here, in the
+            # task driving the run (as _invoke would, without a frame of its own).
             node_id = self._to_launch.pop()
-            done = await self._invoke(*self._call(node_id))
+            action, ctx, events = self._call(node_id)
+            try:
+                result = await action(ctx)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # the run is being stopped (its lease lapsed, or its caller)
+                done = _Done(None, exc, tuple(events))  # the action cancelled the run
+            except Exception as exc:  # every action failure is data for the step
+                done = _Done(None, exc, tuple(events))
+            else:
+                done = _Done(result, None, tuple(events))
         else:
             self._launch_actions()
             if not self._tasks:
@@ -204,8 +312,8 @@ class Run:
         if isinstance(done.error, asyncio.CancelledError):
             await self._stop_actions()
             reason = f"cancelled by the action of node {node_id!r}"
-            return _encode(self._steps.cancel(self._state, reason))
-        return self._apply(node_id, done)
+            return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
+        return await self._commit_step(*self._apply(node_id, done))
 
     async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
@@ -244,7 +352,7 @@ class Run:
 
     async def _stop_actions(self) -> None:
         """Cancel the in-flight actions and forget the due ones: their results are dropped."""
-        tasks = list(self._tasks.values())
+        tasks: list[asyncio.Task[Any]] = [*self._tasks.values()]
         self._tasks.clear()
         self._to_launch.clear()
         for task in tasks:
@@ -255,8 +363,8 @@ class Run:
 
     def _call(self, node_id: str) -> tuple[Action, ActionContext, list[Mapping[str, Any]]]:
         events: list[Mapping[str, Any]] = []
-        ctx = self._context(node_id, events)
-        return self._prepared.actions[(node_id, ctx.hook)], ctx, events
+        site, ctx = self._context(node_id, events)
+        return site.action, ctx, events
 
     def _launch_actions(self) -> None:
         while self._to_launch:
@@ -271,33 +379,34 @@ class Run:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def _context(self, node_id: str, events: list[Mapping[str, Any]]) -> ActionContext:
+    def _context(
+        self, node_id: str, events: list[Mapping[str, Any]]
+    ) -> tuple[_Site, ActionContext]:
         """The context for the action bound to the node's current state."""
-        state, machines = self._state, self._prepared.machines
+        state = self._state
         node = state.nodes[node_id]
-        definition = self._prepared.workflow.nodes[node_id]
-        where = node.state
+        site = self._prepared.sites.get((node_id, node.path))
+        if site is None:
+            site = _site(self._prepared, node_id, node.path)
 
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
-        tools = self._prepared.tools
-
-        return ActionContext(
+        return site, ActionContext(
             run_id=state.run_id,
             node_id=node_id,
-            state=where,
-            hook=machines.hook(definition.machine, node.path) or "",
+            state=site.where,
+            hook=site.hook,
             input=state.input,
             data=state.data,
-            settings=definition.settings,
+            settings=site.settings,
             counters=node.counters,
-            limits=machines[definition.machine].limits(definition.settings),
+            limits=site.limits,
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=tools.bind(definition, where, emit),
-            offer=functools.partial(tools.offered, definition, where),
+            tool=site.bind_tool(emit),
+            offer=site.offer,
             stream=functools.partial(self._stream, node_id),
             attempt=self._lease.token,
         )
@@ -376,8 +485,10 @@ class Run:
         snapshot = None
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):
+            if self._snapshots is None:
+                self._snapshots = codec.SnapshotCache()
             snapshot = codec.encode_snapshot(state, self._snapshots)
-        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
+        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=self._meta(state))
         try:
             try:
                 await self._store.commit(self._lease, commit)
@@ -393,9 +504,14 @@ class Run:
                 run_id=self.run_id,
                 seq=self._state.seq,
             ) from exc
+        self._committed(record, state, snapshot)
+        return record
+
+    def _committed(self, record: StepRecord, state: RunState, snapshot: bytes | None) -> None:
+        """Make the committed step's state the run's (and queue its node's next action)."""
         previous = self._state.status
         self._state = state
-        if snapshot is not None:
+        if snapshot is not None and self._snapshots is not None:
             self._snapshots.accept(record.seq)
             # The size of the state it stands for, segments it refers to included: what
             # a read decodes, and what the checkpoint policy weighs records against.
@@ -405,9 +521,23 @@ class Run:
         if self._bus.listening:
             for event in events_for(state.run_id, record, previous):
                 self._bus.publish(event)
-        if record.node is not None and state.nodes[record.node].status is NodeStatus.RUNNING:
-            self._to_launch.append(record.node)
-        return record
+        node = record.node
+        if node is not None:
+            # The record holds the node's new state (the run state's map is slower to read).
+            moved = record.nodes.get(node) or state.nodes[node]
+            if moved.status is NodeStatus.RUNNING:
+                self._to_launch.append(node)
+
+    def _meta(self, state: RunState) -> RunMeta:
+        """``run_meta(state)``, with the run's creation time converted once."""
+        return RunMeta(
+            run_id=state.run_id,
+            graph=state.graph,
+            status=str(state.status),
+            seq=state.seq,
+            created_at=self._created_at,
+            updated_at=state.updated_at.timestamp(),
+        )
 
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.
@@ -459,27 +589,45 @@ class Run:
 
         Cheaper than a timeout per step: the renewer (:meth:`_keep_lease`) already wakes
         at the deadline, and then cancels the task doing this (see :meth:`_cut_off`).
+        (:meth:`_step` does the same inline.)
 
         Raises:
             LeaseLostError: The lease expired (renewals failed until it would) or was
                 taken over; ``work`` was stopped.
         """
+        task = self._drive(work)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self._cut_short(task)
+            raise
+        finally:
+            self._driving = None
+
+    def _drive(self, work: Coroutine[Any, Any, StepRecord]) -> asyncio.Task[Any] | None:
+        """Before awaiting ``work`` under the lease: the task driving it (None: not entered).
+
+        Raises:
+            LeaseLostError: The lease is gone already (``work`` is closed unstarted).
+        """
         if self._expired:
             work.close()
             raise self._lease_gone()
         if self._deadline is None:  # not entered: nothing renews the lease either
-            return await work
+            return None
         self._driving = task = asyncio.current_task()
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if self._cutting and task is not None:
-                self._cutting = False
-                if task.uncancel() == 0:  # the cut-off alone: else let the cancel go on
-                    raise self._lease_gone() from None
-            raise
-        finally:
-            self._driving = None
+        return task
+
+    def _cut_short(self, task: asyncio.Task[Any] | None) -> None:
+        """On a cancellation of work under the lease: raise if the lease cut-off alone did it.
+
+        Raises:
+            LeaseLostError: The renewer cut the work off (and nobody else cancelled it).
+        """
+        if self._cutting and task is not None:
+            self._cutting = False
+            if task.uncancel() == 0:  # the cut-off alone: else let the cancel go on
+                raise self._lease_gone() from None
 
     def _lease_gone(self) -> LeaseLostError:
         """The error for a run stopped because its lease expired (or was taken over)."""
@@ -504,8 +652,22 @@ class Run:
     def _resume_command(self) -> str:
         return f"phasegraph resume {self.run_id}"
 
+    def _renew_later(self) -> None:
+        """Renew the lease once a third of its length has passed since the deadline's start.
+
+        A timer, not a sleeping task: a run in flight costs the event loop one timer
+        until the renewal is due; only then does a task (:meth:`_keep_lease`) run it.
+        """
+        assert self._deadline is not None
+        loop = asyncio.get_running_loop()
+        when = self._deadline - self._options.lease_ttl * 2 / 3
+        self._renewer = loop.call_at(when, self._renew_now)
+
+    def _renew_now(self) -> None:
+        self._renewer = asyncio.create_task(self._keep_lease())
+
     async def _keep_lease(self) -> None:
-        """Renew the lease every third of its length; retry failures until it would expire.
+        """Renew the lease; retry failures until it would expire, then renew again later.
 
         A renewal counts from the moment it was sent, so the deadline is never later than
         the store's own expiry. If the deadline passes (the store stayed unreachable) or
@@ -514,39 +676,39 @@ class Run:
         loop = asyncio.get_running_loop()
         ttl = self._options.lease_ttl
         assert self._deadline is not None
+        attempt = 0
         while True:
-            await asyncio.sleep(max(self._deadline - loop.time() - ttl * 2 / 3, 0))
-            attempt = 0
-            while True:
-                sent = loop.time()
-                try:
-                    async with asyncio.timeout_at(self._deadline):
-                        self._lease = await self._store.renew(self._lease, ttl)
-                except LeaseLostError as exc:
-                    self._lost = LeaseLostError(
-                        f"run {self.run_id!r} stopped at step {self._state.seq}: {exc}",
-                        run_id=self.run_id,
-                        seq=self._state.seq,
-                    )
+            sent = loop.time()
+            try:
+                async with asyncio.timeout_at(self._deadline):
+                    self._lease = await self._store.renew(self._lease, ttl)
+            except LeaseLostError as exc:
+                self._lost = LeaseLostError(
+                    f"run {self.run_id!r} stopped at step {self._state.seq}: {exc}",
+                    run_id=self.run_id,
+                    seq=self._state.seq,
+                )
+                self._cut_off()
+                return
+            except TimeoutError:
+                if loop.time() >= self._deadline:
+                    if self._renew_error is None:
+                        self._renew_error = TimeoutError("the store did not answer")
                     self._cut_off()
                     return
-                except TimeoutError:
-                    if loop.time() >= self._deadline:
-                        if self._renew_error is None:
-                            self._renew_error = TimeoutError("the store did not answer")
-                        self._cut_off()
-                        return
-                    self._renew_error = TimeoutError("the renewal timed out")
-                except Exception as exc:  # unreachable, locked, loading...: retry
-                    self._renew_error = exc
-                else:
-                    self._renew_error = None
-                    self._deadline = sent + ttl
-                    break
-                delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
-                attempt += 1
-                # The next try is cut off at the deadline if it comes to that.
-                await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
+                self._renew_error = TimeoutError("the renewal timed out")
+            except Exception as exc:  # unreachable, locked, loading...: retry
+                self._renew_error = exc
+            else:
+                self._renew_error = None
+                self._deadline = sent + ttl
+                if self._renewer is asyncio.current_task():  # not closed meanwhile
+                    self._renew_later()
+                return
+            delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
+            attempt += 1
+            # The next try is cut off at the deadline if it comes to that.
+            await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
 
     def _cut_off(self) -> None:
         """End the work under the lease now: the lease is, or may be, someone else's."""

@@ -8,7 +8,7 @@ first step, so bad names fail fast and the per-step path does no lookups by stri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -31,6 +31,7 @@ from phasegraph.model import (
     frozen_map,
     nested_machines,
 )
+from phasegraph.run import _collector
 from phasegraph.run._middleware import build_middleware, chain
 from phasegraph.tools import ToolFactory, build_tools
 
@@ -52,6 +53,8 @@ class PreparedGraph:
         actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
         tools: Binds ``ctx.tool`` for each action call.
         gates: ``(node id, hook)`` → the human gate bound there.
+        sites: A cache the interpreter fills: ``(node id, state path)`` → what an action
+            call there needs that never changes (see ``phasegraph.run._interpreter``).
     """
 
     definition: GraphDef
@@ -61,6 +64,9 @@ class PreparedGraph:
     actions: Mapping[tuple[str, str], Action]
     tools: ToolFactory
     gates: Mapping[tuple[str, str], HumanGate]
+    sites: dict[tuple[str, tuple[str, ...]], Any] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
@@ -124,7 +130,7 @@ def prepare(
         bound[key] = chain(middleware, action)
     if problems:
         raise SpecError(problems)
-    return PreparedGraph(
+    prepared = PreparedGraph(
         definition=definition,
         source=source,
         workflow=workflow,
@@ -133,6 +139,8 @@ def prepare(
         tools=build_tools(definition),
         gates=MappingProxyType(gates),
     )
+    _collector.compiled()  # long-lived: kept out of the collector's way (see there)
+    return prepared
 
 
 def initial_state(

@@ -80,6 +80,8 @@ _STATUS_FOR_OUTCOME = {
 class StepBuilder:
     """Builds the next record for a run of one prepared graph."""
 
+    __slots__ = ("_clock", "_concurrency", "_decided_at", "_frontier", "_frontier_of", "_prepared")
+
     def __init__(self, prepared: PreparedGraph, clock: Clock) -> None:
         self._prepared = prepared
         self._clock = clock
@@ -206,7 +208,9 @@ class StepBuilder:
                 settings=definition.settings,
                 payload=result.payload,
             )
-            data = merge_update(self._prepared, state, node_id, result.data)
+            data = EMPTY
+            if result.data:
+                data = merge_update(self._prepared, state, node_id, result.data)
         except RunError as exc:
             exc.add_context(run_id=state.run_id)  # machines and merges know only the node
             raise
@@ -233,6 +237,8 @@ class StepBuilder:
         Data is recorded after reducers, so the raw update of each reduced key is kept
         here too (replay needs what the action returned, not what the reducer made of it).
         """
+        if not (result.payload or result.output or result.spend or result.data):
+            return {"trigger": result.trigger} if result.trigger else {}  # the usual result
         summary = {
             "trigger": result.trigger,
             "payload": result.payload,

@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from phasegraph.model import quick_init
+
 __all__ = ["Commit", "ForwardingStore", "Lease", "RunMeta", "Store", "StoredRun"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
     """The right to commit to one run, until ``expires_at``.
@@ -50,6 +53,7 @@ class Lease:
     expires_at: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunMeta:
     """Indexed facts about a run, updated with every commit.
@@ -88,6 +92,7 @@ class RunMeta:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
     """Everything one step writes.
@@ -106,6 +111,7 @@ class Commit:
     meta: RunMeta
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredRun:
     """What a read returns: enough bytes to rebuild the run state at ``seq``.

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -264,30 +264,81 @@ class ToolFactory:
 
     def bind(self, node: NodeDef, state: str, emit: EventSink) -> ToolCall:
         """A tool caller for one action call of ``node`` in ``state`` (a path string)."""
+        return self.binder(node, state)(emit)
+
+    def binder(self, node: NodeDef, state: str) -> Callable[[EventSink], ToolCall]:
+        """:meth:`bind` for ``node`` in ``state``, with the phase rule looked up once.
+
+        The interpreter keeps one per node and state, so an action call only binds ``emit``.
+        """
         policy = self._policies.get(node.id, self._unrestricted)
         phase, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
 
-        async def call(name: str, /, **arguments: Any) -> Mapping[str, Any]:
-            tool = self._tools.get(name)
-            if tool is None:
-                known = ", ".join(self.names) or "none"
-                raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
-            refused = None if rule is None else _check(name, arguments, phase, rule, self.names)
-            if refused is not None:
-                emit(PHASE_VIOLATION, {k: v for k, v in refused.items() if k != "error"})
-                return refused
-            cwd = arguments.pop("cwd", None)
-            try:
-                self._signatures[name].bind(None, **arguments)
-            except TypeError as exc:
-                raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
-            try:
-                scope = await asyncio.to_thread(_scope, policy.workspace, cwd)
-            except ToolRefused as exc:
-                return error_result(exc.code, str(exc))
-            return await tool(scope, **arguments)
+        def bind(emit: EventSink) -> ToolCall:
+            return self._caller(node, policy, phase, rule, emit)
 
-        return call
+        return bind
+
+    def _caller(
+        self,
+        node: NodeDef,
+        policy: ToolPolicy,
+        phase: str,
+        rule: PhaseRule | None,
+        emit: EventSink,
+    ) -> ToolCall:
+        return _Caller(self, node, policy, phase, rule, emit)
+
+    async def _call(
+        self,
+        caller: _Caller,
+        name: str,
+        arguments: dict[str, Any],
+    ) -> Mapping[str, Any]:
+        node, rule, phase = caller.node, caller.rule, caller.phase
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(self.names) or "none"
+            raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
+        refused = None if rule is None else _check(name, arguments, phase, rule, self.names)
+        if refused is not None:
+            caller.emit(PHASE_VIOLATION, {k: v for k, v in refused.items() if k != "error"})
+            return refused
+        cwd = arguments.pop("cwd", None)
+        try:
+            self._signatures[name].bind(None, **arguments)
+        except TypeError as exc:
+            raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
+        try:
+            scope = await asyncio.to_thread(_scope, caller.policy.workspace, cwd)
+        except ToolRefused as exc:
+            return error_result(exc.code, str(exc))
+        return await tool(scope, **arguments)
+
+
+class _Caller:
+    """``ctx.tool`` of one action call: one small object (an action call makes one)."""
+
+    __slots__ = ("emit", "factory", "node", "phase", "policy", "rule")
+
+    def __init__(
+        self,
+        factory: ToolFactory,
+        node: NodeDef,
+        policy: ToolPolicy,
+        phase: str,
+        rule: PhaseRule | None,
+        emit: EventSink,
+    ) -> None:
+        self.factory = factory
+        self.node = node
+        self.policy = policy
+        self.phase = phase
+        self.rule = rule
+        self.emit = emit
+
+    def __call__(self, name: str, /, **arguments: Any) -> Awaitable[Mapping[str, Any]]:
+        return self.factory._call(self, name, arguments)
 
 
 async def _advance(scope: Scope) -> Mapping[str, Any]:

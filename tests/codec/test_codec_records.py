@@ -253,3 +253,15 @@ def test_collector_paused_restores_the_collector() -> None:
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+@FAST
+@given(step_records_of_every_kind())
+def test_a_record_is_sealed_as_its_whole_envelope_would_be(record: StepRecord) -> None:
+    """encode_record seals the body between fixed envelope bytes: the same bytes as
+    encoding the envelope map and sealing it."""
+    envelope = codec_envelope._Sealed(
+        codec_wire.record_wire(record), "record", codec.FORMAT_VERSION
+    )
+    expected = codec_envelope.seal(codec_envelope._ENCODE(envelope))
+    assert codec.encode_record(record) == expected
