@@ -156,12 +156,11 @@ async def reply_by_worker(args: argparse.Namespace, engine: Engine, result: Acti
     """
     async with worker_queue(engine.store) as queue:
         state = await post_reply(engine, queue, args.run, args.id, result)
-    where = "" if args.store == DEFAULT_STORE_URL else f" --store {shlex.quote(args.store)}"
     emit(
         args,
         {"run_id": args.run, "status": state.status, "seq": state.seq, "queued": True},
         f"reply to {args.id} handed to the worker driving run {args.run}: it is applied "
-        f"between two of the run's steps; follow it with 'phasegraph status {args.run}{where}'",
+        f"between two of the run's steps; follow it with {_status_command(args, args.run)}",
     )
     return EXIT_OK
 
@@ -180,14 +179,19 @@ async def cancel_through_worker(args: argparse.Namespace, engine: Engine) -> Run
 
 def detached(args: argparse.Namespace, state: RunState) -> int:
     """Report a run handed to the workers; the exit status is 0."""
-    where = "" if args.store == DEFAULT_STORE_URL else f" --store {shlex.quote(args.store)}"
     emit(
         args,
         {"run_id": state.run_id, "status": state.status, "seq": state.seq, "queued": True},
         f"run {state.run_id} ({state.graph}) queued for the workers at step {state.seq}; "
-        f"follow it with 'phasegraph status {state.run_id}{where}'",
+        f"follow it with {_status_command(args, state.run_id)}",
     )
     return EXIT_OK
+
+
+def _status_command(args: argparse.Namespace, run_id: str) -> str:
+    """``'phasegraph status RUN'``, quoted, with the store if one was given."""
+    where = "" if args.store == DEFAULT_STORE_URL else f" --store {shlex.quote(args.store)}"
+    return f"'phasegraph status {run_id}{where}'"
 
 
 HANDLERS: Handlers = MappingProxyType({"worker": _cmd_worker})
