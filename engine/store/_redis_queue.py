@@ -41,9 +41,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from phasegraph.errors import InputError, StoreError
+from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 
 __all__ = ["GROUP", "QueueEntry", "RunQueue"]
 
@@ -135,14 +137,17 @@ class RunQueue:
         client: A redis-py asyncio client (``decode_responses=False``); closed by
             :meth:`aclose`.
         prefix: The store's key prefix.
+        where: The server, as messages name it (a URL without its password).
         partitions: How many streams to spread runs over, used only if none is recorded
             yet (the first client decides for every later one).
     """
 
-    def __init__(self, client: Any, *, prefix: str, partitions: int = 1) -> None:
+    def __init__(
+        self, client: Any, *, prefix: str, partitions: int = 1, where: str = "Redis"
+    ) -> None:
         if partitions < 1:
             raise InputError(f"partitions must be at least 1, not {partitions}")
-        self._client = client
+        self._client = _Translated(client, where)
         self._prefix = prefix
         self._wanted = partitions
         self._count: int | None = None
@@ -350,6 +355,41 @@ class RunQueue:
     async def aclose(self) -> None:
         """Close the client's connections."""
         await self._client.aclose()
+
+
+_HANDLED_HERE: Final = frozenset({"xgroup_create", "xreadgroup"})
+
+
+class _Translated:
+    """The client, its errors turned into the store's: one line for a person, no traceback.
+
+    Every queue call is a redis-py coroutine; a connection that cannot be had is
+    :class:`StoreUnavailableError` (the caller may retry), a refused command
+    :class:`StoreError`.
+    """
+
+    __slots__ = ("_client", "_where")
+
+    def __init__(self, client: Any, where: str) -> None:
+        self._client = client
+        self._where = where
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(*args, **kwargs)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                raise StoreUnavailableError(f"cannot reach Redis at {self._where}: {exc}") from None
+            except ResponseError as exc:
+                if name in _HANDLED_HERE:
+                    raise  # the queue's own handling (BUSYGROUP, NOGROUP) looks at these
+                raise StoreError(f"Redis at {self._where} refused {name}: {exc}") from None
+            except (RedisError, RedisClusterException) as exc:
+                raise StoreError(f"Redis at {self._where} refused {name}: {exc}") from None
+
+        return call
 
 
 def _stream_items(reply: Any) -> list[tuple[Any, list[tuple[bytes, dict[bytes, bytes]]]]]:

@@ -192,7 +192,9 @@ class RedisStore(Store):
         Args:
             partitions: How many streams to spread runs over, if none is recorded yet.
         """
-        return RunQueue(self.queue_client(), prefix=self._prefix, partitions=partitions)
+        return RunQueue(
+            self.queue_client(), prefix=self._prefix, partitions=partitions, where=self._where
+        )
 
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
         """Take the run's lease; see :meth:`Store.acquire`."""

@@ -177,3 +177,16 @@ def test_a_cancel_of_a_run_a_worker_drives_stops_it_there(store_url: str, tmp_pa
         view = status_of(store_url, "c1", "cancelled")
         assert all(node["status"] != "running" for node in view["nodes"].values())
         assert worker.poll() is None  # the worker goes on serving
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "sqlite:///{tmp}/runs.db"])
+def test_a_worker_without_a_reachable_queue_says_so_in_one_line(url: str, tmp_path: Path) -> None:
+    refused = cli("worker", "--store", url.format(tmp=tmp_path))
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
+    assert refused.stderr.startswith(
+        (
+            "phasegraph: cannot reach Redis at redis://127.0.0.1:1/0",
+            "phasegraph: workers share runs through Redis",
+        )
+    )
