@@ -251,6 +251,7 @@ PUBLIC = {
         "WorkerOptions",
         "WorkerStats",
         "cancel_by_worker",
+        "has_work_queue",
         "post_reply",
         "reply_applied",
         "work_queue_of",

@@ -11,8 +11,8 @@ from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._runs import fits_changed_graph
 from phasegraph.cli._support import emit, finished, parse_inputs, progress, with_engine
-from phasegraph.errors import LeaseHeldError, RunStateError
-from phasegraph.model import RunStatus, frozen_map
+from phasegraph.errors import LeaseHeldError
+from phasegraph.model import frozen_map
 
 __all__ = ["HANDLERS"]
 
@@ -52,14 +52,15 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
                     allow_changed=args.allow_changed,
                 )
         except LeaseHeldError:
-            from phasegraph.cli._worker import driven_by_worker, reply_by_worker
+            from phasegraph.cli._worker import reply_by_worker
 
-            if not await driven_by_worker(engine, args.run):
-                raise
             result = ActionResult(
                 trigger=trigger, payload=frozen_map(payload), data=frozen_map(data)
             )
-            return await reply_by_worker(args, engine, result)
+            handed = await reply_by_worker(args, engine, result)
+            if handed is None:
+                raise  # another process drives the run, no worker
+            return handed
         if args.detach:
             from phasegraph.cli._worker import detached, hand_over
 
@@ -77,17 +78,13 @@ async def _cmd_cancel(args: argparse.Namespace) -> int:
         try:
             state = await engine.cancel(args.run, args.reason)
         except LeaseHeldError:
-            from phasegraph.cli._worker import cancel_through_worker, driven_by_worker
+            from phasegraph.cli._worker import cancel_through_worker
 
-            if not await driven_by_worker(engine, args.run):
-                raise
-            state, by = await cancel_through_worker(args, engine), " by the worker driving it"
+            by_worker = await cancel_through_worker(args, engine)
+            if by_worker is None:
+                raise  # another process drives the run, no worker
+            state, by = by_worker, " by the worker driving it"
         closed = sorted(before.interrupts)
-        if state.status is not RunStatus.CANCELLED:  # it ended first
-            raise RunStateError(
-                f"run {state.run_id!r} already {state.status}; nothing to cancel",
-                run_id=state.run_id,
-            )
         text = f"run {state.run_id} cancelled{by}"
         if closed:
             text += f"; closed unanswered: {', '.join(closed)}"

@@ -17,9 +17,7 @@ import argparse
 import asyncio
 import ipaddress
 import logging
-import os
 import signal
-import socket
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -30,11 +28,16 @@ from aiohttp.http_exceptions import HttpProcessingError
 from phasegraph.api import Engine
 from phasegraph.cli._commands import Handlers
 from phasegraph.cli._support import EXIT_OK, lease_ttl, tune_collector
-from phasegraph.cli._worker import log_to_stderr, worker_queue
+from phasegraph.cli._worker import (
+    default_worker_name,
+    log_to_stderr,
+    require_queue,
+    worker_queue,
+)
 from phasegraph.errors import InputError
 from phasegraph.run import RunOptions
 from phasegraph.server import ServerSettings, create_app
-from phasegraph.store import Store, open_store, redact_url
+from phasegraph.store import open_store, redact_url
 from phasegraph.worker import Worker, WorkerOptions
 
 __all__ = ["HANDLERS"]
@@ -96,7 +99,12 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     options = RunOptions(lease_ttl=ttl)
     async with open_store(args.store) as store:
         if settings.queue:
-            _has_queue(store, args.store)
+            require_queue(
+                store,
+                args.store,
+                "--queue and --with-worker hand runs to",
+                ", or serve without them to drive runs here",
+            )
         engine = Engine(store, options=options)
         app = create_app(engine, settings=settings)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -124,22 +132,12 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _has_queue(store: Store, url: str) -> None:
-    """Refuse ``--queue`` before serving anything where no worker could take a run."""
-    if getattr(store, "work_queue", None) is None:
-        raise InputError(
-            f"--queue and --with-worker hand runs to 'phasegraph worker' processes, which "
-            f"share runs through Redis: the store {redact_url(url)} has no work queue (use "
-            "--store redis://HOST:PORT/DB, or serve without them to drive runs here)"
-        )
-
-
 async def _embedded_worker(
     args: argparse.Namespace, engine: Engine, ttl: float, stop: asyncio.Event
 ) -> None:
     """Drive queued runs in this process (as ``phasegraph worker`` would) until ``stop``."""
     log_to_stderr(args.quiet)
-    name = f"{socket.gethostname()}:{os.getpid()}"
+    name = default_worker_name()
     options = WorkerOptions(concurrency=args.max_runs, reclaim_after=ttl)
     async with worker_queue(engine.store) as queue:
         if not args.quiet:

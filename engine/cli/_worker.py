@@ -32,6 +32,7 @@ from phasegraph.worker import (
     WorkerOptions,
     WorkQueue,
     cancel_by_worker,
+    has_work_queue,
     post_reply,
     work_queue_of,
 )
@@ -40,19 +41,20 @@ __all__ = [
     "HANDLERS",
     "can_hand_over",
     "cancel_through_worker",
+    "default_worker_name",
     "detached",
-    "driven_by_worker",
     "hand_over",
     "log_to_stderr",
     "queued_runs",
     "reply_by_worker",
+    "require_queue",
     "worker_queue",
 ]
 
 
 async def _cmd_worker(args: argparse.Namespace) -> int:
     ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
-    name = args.name or f"{socket.gethostname()}:{os.getpid()}"
+    name = args.name or default_worker_name()
     options = WorkerOptions(
         concurrency=args.concurrency,
         reclaim_after=args.reclaim_after if args.reclaim_after is not None else ttl,
@@ -86,6 +88,11 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def default_worker_name() -> str:
+    """``HOST:PID``: unique among live workers, and says where to look for one."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def log_to_stderr(quiet: bool) -> None:
     """Worker lines (runs taken over, drives given up) on stderr; warnings only if quiet."""
     handler = logging.StreamHandler(sys.stderr)
@@ -116,11 +123,20 @@ def can_hand_over(args: argparse.Namespace, store: Store) -> None:
             "--approve answers gates in the process that drives the run; with --detach a "
             "worker drives it: answer its gates with 'phasegraph reply'"
         )
-    if getattr(store, "work_queue", None) is None:
+    require_queue(store, args.store, "--detach hands the run to")
+
+
+def require_queue(store: Store, url: str, what: str, instead: str = "") -> None:
+    """Refuse, before anything is committed or served, where no worker could take a run.
+
+    Raises:
+        InputError: The store has no work queue (it is not Redis).
+    """
+    if not has_work_queue(store):
         raise InputError(
-            f"--detach hands the run to 'phasegraph worker' processes, which share runs "
-            f"through Redis: the store {redact_url(args.store)} has no work queue (use "
-            "--store redis://HOST:PORT/DB)"
+            f"{what} 'phasegraph worker' processes, which share runs through Redis: the "
+            f"store {redact_url(url)} has no work queue (use --store redis://HOST:PORT/DB"
+            f"{instead})"
         )
 
 
@@ -136,25 +152,29 @@ async def hand_over(engine: Engine, run_id: str) -> None:
 
 async def queued_runs(engine: Engine, run_ids: Sequence[str]) -> set[str]:
     """Of ``run_ids``, those in the workers' queue (none where the store has no queue)."""
-    if not run_ids or getattr(engine.store, "work_queue", None) is None:
+    if not run_ids or not has_work_queue(engine.store):
         return set()
     async with worker_queue(engine.store) as queue:
         return {run_id for run_id in run_ids if await queue.queued(run_id)}
 
 
-async def driven_by_worker(engine: Engine, run_id: str) -> bool:
-    """Whether a worker drives the run or is about to (its queue entry is unfinished)."""
-    return bool(await queued_runs(engine, [run_id]))
-
-
-async def reply_by_worker(args: argparse.Namespace, engine: Engine, result: ActionResult) -> int:
+async def reply_by_worker(
+    args: argparse.Namespace, engine: Engine, result: ActionResult
+) -> int | None:
     """Hand a reply to the worker driving the run (checked against its open gate first).
+
+    Returns:
+        The exit status, or None when no worker has the run (the refusal stands).
 
     Raises:
         RunStateError: The run has no such open gate.
         IllegalTriggerError: The gate does not accept the trigger.
     """
+    if not has_work_queue(engine.store):
+        return None
     async with worker_queue(engine.store) as queue:
+        if not await queue.queued(args.run):
+            return None
         state = await post_reply(engine, queue, args.run, args.id, result)
     emit(
         args,
@@ -165,13 +185,21 @@ async def reply_by_worker(args: argparse.Namespace, engine: Engine, result: Acti
     return EXIT_OK
 
 
-async def cancel_through_worker(args: argparse.Namespace, engine: Engine) -> RunState:
-    """Ask the worker driving the run to cancel it; the run once it has ended.
+async def cancel_through_worker(args: argparse.Namespace, engine: Engine) -> RunState | None:
+    """Ask the worker driving the run to cancel it; the run once cancelled.
+
+    Returns:
+        The cancelled run, or None when no worker has the run (the refusal stands).
 
     Raises:
-        RunStateError: No worker ended the run within two lease lengths.
+        RunStateError: The run ended otherwise first, or no worker acted on the request
+            within two lease lengths.
     """
+    if not has_work_queue(engine.store):
+        return None
     async with worker_queue(engine.store) as queue:
+        if not await queue.queued(args.run):
+            return None
         return await cancel_by_worker(
             engine, queue, args.run, args.reason, within=2 * lease_ttl() + 5
         )

@@ -202,10 +202,6 @@ class Executor:
                     raise
                 within = 2 * self._engine.options.lease_ttl + 5
                 state = await cancel_by_worker(self._engine, queue, run_id, reason, within=within)
-                if state.status is not RunStatus.CANCELLED:
-                    raise RunStateError(
-                        f"run {run_id!r} already {state.status}; nothing to cancel", run_id=run_id
-                    ) from None
             await queue.unschedule(run_id)  # its deadline has nothing to fire
             return state
         self._held.add(run_id)  # no driver may start while the cancel is under way

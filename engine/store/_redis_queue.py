@@ -151,6 +151,7 @@ class RunQueue:
         self._prefix = prefix
         self._wanted = partitions
         self._count: int | None = None
+        self._count_key = f"{prefix}:{{q}}:partitions"
         self._counting = asyncio.Lock()  # many first enqueues at once: read the count once
         self._groups: set[int] = set()
 
@@ -161,17 +162,25 @@ class RunQueue:
         if self._count is not None:
             return self._count
         async with self._counting:
-            if self._count is None:
-                key = f"{self._prefix}:{{q}}:partitions"
-                await self._client.set(key, self._wanted, nx=True)
-                found = await self._client.get(key)
-                try:
-                    self._count = int(found)
-                except (TypeError, ValueError):
-                    raise StoreError(
-                        f"the queue's partition count at {key!r} is {found!r}"
-                    ) from None
-            return self._count
+            await self._client.set(self._count_key, self._wanted, nx=True)
+            count = await self._recorded_partitions()
+        if count is None:  # deleted between the two commands
+            raise StoreError(f"the queue's partition count at {self._count_key!r} vanished")
+        return count
+
+    async def _recorded_partitions(self) -> int | None:
+        """The recorded number of partitions; None while no client has recorded one."""
+        if self._count is None:
+            found = await self._client.get(self._count_key)
+            if found is None:
+                return None
+            try:
+                self._count = int(found)
+            except ValueError:
+                raise StoreError(
+                    f"the queue's partition count at {self._count_key!r} is {found!r}"
+                ) from None
+        return self._count
 
     def work_key(self, partition: int) -> str:
         """The stream of one partition."""
@@ -183,7 +192,7 @@ class RunQueue:
 
     async def partition_of(self, run_id: str) -> int:
         """The partition a run's work goes to."""
-        return zlib.crc32(run_id.encode()) % await self.partitions()
+        return _partition(run_id, await self.partitions())
 
     # -- submitting -----------------------------------------------------------------------
 
@@ -202,12 +211,10 @@ class RunQueue:
 
         Only reads: where no queue was ever used, no partition count is recorded here.
         """
-        if self._count is None:
-            found = await self._client.get(f"{self._prefix}:{{q}}:partitions")
-            if found is None:
-                return False
-            self._count = int(found)
-        partition = zlib.crc32(run_id.encode()) % self._count
+        count = await self._recorded_partitions()
+        if count is None:
+            return False
+        partition = _partition(run_id, count)
         return bool(await self._client.hexists(self.queued_key(partition), run_id))
 
     # -- mail for runs a worker is driving --------------------------------------------
@@ -390,6 +397,10 @@ class _Translated:
                 raise StoreError(f"Redis at {self._where} refused {name}: {exc}") from None
 
         return call
+
+
+def _partition(run_id: str, count: int) -> int:
+    return zlib.crc32(run_id.encode()) % count
 
 
 def _stream_items(reply: Any) -> list[tuple[Any, list[tuple[bytes, dict[bytes, bytes]]]]]:

@@ -15,6 +15,7 @@ from phasegraph.worker._worker import (
     WorkerOptions,
     WorkerStats,
     WorkQueue,
+    has_work_queue,
     work_queue_of,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "WorkerOptions",
     "WorkerStats",
     "cancel_by_worker",
+    "has_work_queue",
     "post_reply",
     "reply_applied",
     "work_queue_of",

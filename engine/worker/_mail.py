@@ -16,7 +16,7 @@ from typing import Final
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import IllegalTriggerError, RunStateError
-from phasegraph.model import RunState
+from phasegraph.model import RunState, RunStatus
 from phasegraph.worker._worker import WorkQueue
 
 __all__ = ["cancel_by_worker", "post_reply", "reply_applied"]
@@ -85,18 +85,22 @@ async def reply_applied(engine: Engine, run_id: str, interrupt_id: str, since: i
 async def cancel_by_worker(
     engine: Engine, queue: WorkQueue, run_id: str, reason: str, *, within: float
 ) -> RunState:
-    """Ask the worker driving the run to cancel it; the run once it has ended.
+    """Ask the worker driving the run to cancel it; the run once cancelled.
 
     Raises:
-        RunStateError: The run had not ended ``within`` seconds (the request stays: the
-            next worker to drive the run cancels it).
+        RunStateError: The run ended otherwise first, or had not ended ``within``
+            seconds (the request stays: the next worker to drive the run cancels it).
     """
     await queue.request_cancel(run_id, reason)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         state = await engine.get(run_id)
-        if state.status.terminal:
+        if state.status is RunStatus.CANCELLED:
             return state
+        if state.status.terminal:
+            raise RunStateError(
+                f"run {run_id!r} already {state.status}; nothing to cancel", run_id=run_id
+            )
         await asyncio.sleep(_POLL)
     raise RunStateError(
         f"run {run_id!r}: the cancel is requested, but no worker has acted on it within "

@@ -52,7 +52,15 @@ from phasegraph.model import RunState, frozen_map
 from phasegraph.run import Run
 from phasegraph.store import Store
 
-__all__ = ["QueueEntry", "WorkQueue", "Worker", "WorkerOptions", "WorkerStats", "work_queue_of"]
+__all__ = [
+    "QueueEntry",
+    "WorkQueue",
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
+    "has_work_queue",
+    "work_queue_of",
+]
 
 _log = logging.getLogger("phasegraph.worker")
 
@@ -159,6 +167,11 @@ class QueueEntry(Protocol):
     def run_id(self) -> str:
         """The run to drive."""
         ...
+
+
+def has_work_queue(store: Store) -> bool:
+    """Whether workers can share runs through ``store`` (only Redis stores have a queue)."""
+    return getattr(store, "work_queue", None) is not None
 
 
 def work_queue_of(store: Store, *, partitions: int = 1) -> WorkQueue:
