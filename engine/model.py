@@ -130,10 +130,12 @@ def quick_init(cls: _C) -> _C:
     Apply it above ``@dataclass(frozen=True, slots=True, kw_only=True)``.
 
     Raises:
-        TypeError: ``cls`` is not such a dataclass.
+        TypeError: ``cls`` is not such a dataclass, or has a ``__post_init__``.
     """
     if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__} is not a slotted dataclass")
+    if hasattr(cls, "__post_init__"):  # the generated __init__ would silently skip it
+        raise TypeError(f"{cls.__name__} has a __post_init__, which quick_init does not call")
     scope: dict[str, Any] = {"_FACTORY": _FACTORY}
     params, lines = [], []
     for item in dataclasses.fields(cls):

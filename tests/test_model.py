@@ -109,3 +109,18 @@ def test_quick_init_refuses_what_it_cannot_speed_up() -> None:
 
     with pytest.raises(TypeError):
         quick_init(Plain)
+
+
+def test_quick_init_refuses_a_class_with_a_post_init() -> None:
+    from phasegraph.model import quick_init
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("negative")
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        quick_init(Checked)

@@ -52,7 +52,6 @@ def run_entered() -> None:
     state = _STATE
     state.runs += 1
     if state.pending and state.runs >= FREEZE_AT:
-        state.pending = False
         _freeze(state)
 
 
@@ -62,8 +61,10 @@ def run_left() -> None:
 
 
 def _freeze(state: _Collector) -> None:
+    """Freeze what is alive, unless the application manages the collector (then later)."""
     if not gc.isenabled() or (gc.get_freeze_count() and not state.ours):
-        return  # the application manages the collector
+        return  # still pending: asked again when the next run enters
+    state.pending = False
     gc.unfreeze()
     gc.collect()
     gc.freeze()

@@ -38,6 +38,7 @@ file, a path outside the root) come back as ``{"error": CODE, "message": ...}``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import shlex
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -273,21 +274,7 @@ class ToolFactory:
         """
         policy = self._policies.get(node.id, self._unrestricted)
         phase, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
-
-        def bind(emit: EventSink) -> ToolCall:
-            return self._caller(node, policy, phase, rule, emit)
-
-        return bind
-
-    def _caller(
-        self,
-        node: NodeDef,
-        policy: ToolPolicy,
-        phase: str,
-        rule: PhaseRule | None,
-        emit: EventSink,
-    ) -> ToolCall:
-        return _Caller(self, node, policy, phase, rule, emit)
+        return functools.partial(_Caller, self, node, policy, phase, rule)
 
     async def _call(
         self,

@@ -114,3 +114,19 @@ async def test_nothing_is_frozen_while_the_application_runs_the_collector(
         monkeypatch.setattr(gc, "collect", lambda *_: touched.append("collect") or 0)
         assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
         assert touched == []
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_graph_compiled_while_the_collector_was_off_is_frozen_once_it_is_on() -> None:
+    node = NodeDef(id="loop", machine="loop")
+    plan = prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): _loop})
+    async with MemoryStore() as store:
+        pg = engine(store)
+        gc.disable()
+        try:
+            assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
+        finally:
+            gc.enable()
+        assert gc.get_freeze_count() == 0
+        assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
+    assert gc.get_freeze_count() > 0
