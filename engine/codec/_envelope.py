@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gc
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
@@ -34,9 +33,6 @@ import msgspec
 
 from phasegraph import model
 from phasegraph.codec._checksum import (
-    _HEADER,
-    _TAIL,
-    _TRAILER,
     intact,
     seal,
     seal_parts,
@@ -429,14 +425,9 @@ def read_records(blobs: Iterable[bytes]) -> list[RecordBody]:
             said: read them one by one to name it).
     """
     bodies: list[Record] = []
-    append, decode, check, crc32 = bodies.append, _DECODE_RECORD, check_record, zlib.crc32
+    append, decode, check = bodies.append, _DECODE_RECORD, check_record
     for data in blobs:
-        if (  # verified(data), written out
-            len(data) > _TAIL
-            and data[0] == _HEADER
-            and data[-_TAIL:-4] == _TRAILER
-            and crc32(data[1:-_TAIL]) == int.from_bytes(data[-4:], "big")
-        ):
+        if verified(data):
             try:
                 envelope = decode(data)
             except _DECODE_ERRORS:

@@ -20,12 +20,12 @@ from typing import Any, Final
 
 import msgspec
 
+from phasegraph.codec._json import _ENCODE
 from phasegraph.codec._wire import Error, Interrupt, Node, Record
 
 __all__ = ["history_json", "history_page_json"]
 
 _PLAIN: Final = frozenset({str, int, float, bool, NoneType})
-_ENCODE: Final = msgspec.json.Encoder(order="sorted").encode
 _FORMAT: Final = msgspec.json.format
 
 

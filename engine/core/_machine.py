@@ -373,7 +373,7 @@ class MachineSet:
             BudgetExhaustedError: The destination would exceed a budget.
         """
         path = position.path
-        machines = self._levels.get((root, path)) or self.levels(root, path)
+        machines = self.levels(root, path)
         if len(path) == 1:  # a flat machine (or the outermost level): the usual step
             machine = machines[0]
             limits = machine.limits(settings)
@@ -389,6 +389,9 @@ class MachineSet:
                     counters = MappingProxyType(dict(counters))
                 position = Position(path=(dest,), counters=counters)
                 return StepResult(position=position, outcome=entered.final)
+            # Fired already: descend into the nested machine without firing again.
+            ctx = _StepContext(node_id=node_id, settings=settings, counters=dict(counters))
+            return self._enter(machines, (), "", dest, ctx)
         ctx = _StepContext(node_id=node_id, settings=settings, counters=dict(position.counters))
         return self._fire_at(machines, path, trigger, payload, ctx)
 

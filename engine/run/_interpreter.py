@@ -40,7 +40,8 @@ from phasegraph.run import _collector
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.store.base import Commit, Lease, RunMeta, Store
+from phasegraph.run._stored import run_meta
+from phasegraph.store.base import Commit, Lease, Store
 
 __all__ = ["Run"]
 
@@ -115,7 +116,6 @@ class Run:
         "_bus",
         "_clock",
         "_counted",
-        "_created_at",
         "_cutting",
         "_deadline",
         "_driving",
@@ -188,7 +188,6 @@ class Run:
         self._lost: LeaseLostError | None = None  # set once the lease is gone for good
         self._uncertain: int | None = None  # a commit cut off on its way to the store
         self._counted = False  # counted among the runs in flight (see _collector)
-        self._created_at = state.created_at.timestamp()
 
     @property
     def state(self) -> RunState:
@@ -274,33 +273,15 @@ class Run:
             work = self._commit_step(*_encode(decided))
         else:
             work = self._act_and_commit()
-        task = self._drive(work)  # as _leased, without a frame of its own
-        try:
-            return await work
-        except asyncio.CancelledError:
-            self._cut_short(task)
-            raise
-        finally:
-            self._driving = None
+        return await self._leased(work)
 
     async def _act_and_commit(self) -> StepRecord:
         """Run the due actions and commit the first outcome as a step."""
         if len(self._to_launch) == 1 and not self._tasks:
             # The only thing that can happen next is this action: await it here, in the
-            # task driving the run (as _invoke would, without a frame of its own).
+            # task driving the run.
             node_id = self._to_launch.pop()
-            action, ctx, events = self._call(node_id)
-            try:
-                result = await action(ctx)
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if task is None or task.cancelling():
-                    raise  # the run is being stopped (its lease lapsed, or its caller)
-                done = _Done(None, exc, tuple(events))  # the action cancelled the run
-            except Exception as exc:  # every action failure is data for the step
-                done = _Done(None, exc, tuple(events))
-            else:
-                done = _Done(result, None, tuple(events))
+            done = await self._invoke(*self._call(node_id))
         else:
             self._launch_actions()
             if not self._tasks:
@@ -488,7 +469,7 @@ class Run:
             if self._snapshots is None:
                 self._snapshots = codec.SnapshotCache()
             snapshot = codec.encode_snapshot(state, self._snapshots)
-        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=self._meta(state))
+        commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:
             try:
                 await self._store.commit(self._lease, commit)
@@ -527,17 +508,6 @@ class Run:
             moved = record.nodes.get(node) or state.nodes[node]
             if moved.status is NodeStatus.RUNNING:
                 self._to_launch.append(node)
-
-    def _meta(self, state: RunState) -> RunMeta:
-        """``run_meta(state)``, with the run's creation time converted once."""
-        return RunMeta(
-            run_id=state.run_id,
-            graph=state.graph,
-            status=str(state.status),
-            seq=state.seq,
-            created_at=self._created_at,
-            updated_at=state.updated_at.timestamp(),
-        )
 
     def _checkpoint_due(self, seq: int) -> bool:
         """Whether this step also writes a full snapshot.
@@ -589,7 +559,6 @@ class Run:
 
         Cheaper than a timeout per step: the renewer (:meth:`_keep_lease`) already wakes
         at the deadline, and then cancels the task doing this (see :meth:`_cut_off`).
-        (:meth:`_step` does the same inline.)
 
         Raises:
             LeaseLostError: The lease expired (renewals failed until it would) or was

@@ -82,6 +82,7 @@ class ClusterLink:
         connect_timeout: Seconds to wait for a connection to a node (unless the URL says).
         timeout: Seconds to wait for a reply (unless the URL says).
         commit_keys: The keys the commit script gets for a run.
+        index: The global run index's key (a sorted set in a slot of its own).
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class ClusterLink:
         connect_timeout: float,
         timeout: float,
         commit_keys: Callable[[str], Sequence[str]],
+        index: str,
     ) -> None:
         self._client = cluster_client(
             url,
@@ -104,12 +106,29 @@ class ClusterLink:
             retry=Retry(NoBackoff(), 0),
         )
         self._commit_keys = commit_keys
+        self._index = index
         self._in_flight = asyncio.Semaphore(_IN_FLIGHT)
         self._mapping = asyncio.Lock()
 
-    async def commit(self, run_id: str, args: Sequence[Arg]) -> Any:
-        """Run the commit script on the run's keys (the index is not among them)."""
-        return await self.eval(COMMIT, self._commit_keys(run_id), args)
+    async def commit(self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]) -> Any:
+        """The commit script on the run's slot, and the run's index entry in its own slot.
+
+        Each command may be sent again when the caller retries after a connection error
+        (the commit is idempotent, the index writes too). The reply is the script's, or
+        the first error reply of the three commands.
+        """
+        if seq == 0:
+            # Listed before it exists, so a crash after the commit cannot leave it unlisted.
+            # NX: a refused seq 0 (the id is taken) never moves a listed run's score.
+            (listed,) = await self.call_many([("ZADD", self._index, "NX", updated_at, run_id)])
+            if isinstance(listed, ReplyError):
+                return listed
+        reply = await self.eval(COMMIT, self._commit_keys(run_id), args)
+        if not isinstance(reply, ReplyError) and int(reply[0]) > 0:  # written (now or before)
+            (moved,) = await self.call_many([("ZADD", self._index, updated_at, run_id)])
+            if isinstance(moved, ReplyError):
+                return moved
+        return reply
 
     async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run a script by its digest on the node of its keys' slot."""

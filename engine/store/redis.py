@@ -107,8 +107,12 @@ class _Link(Protocol):
     or :class:`OSError`.
     """
 
-    async def commit(self, run_id: str, args: Sequence[Arg]) -> Any:
-        """Run the commit script for ``run_id`` with ``args`` (its ARGV)."""
+    async def commit(self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]) -> Any:
+        """Commit step ``seq`` of ``run_id`` (the commit script's ARGV ``args``).
+
+        On one server the script also lists the run in the index; on a cluster the link
+        writes the index entry (score ``updated_at``) with commands of its own.
+        """
         ...
 
     async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
@@ -156,7 +160,7 @@ class RedisStore(Store):
         self._wire: RedisWire | None = None  # the one server's connection (not on a cluster)
         self._link: _Link
         if self._cluster:
-            self._link = _cluster_link(url, options, self.run_keys, self._where)
+            self._link = _cluster_link(url, options, self.run_keys, self._index, self._where)
         else:
             self._wire = RedisWire(options)
             self._link = _WireLink(self._wire, self._commit_keys)
@@ -230,17 +234,16 @@ class RedisStore(Store):
         """
         check_commit(lease, commit)
         args = self._commit_args(lease, commit)
+        run_id, seq, updated_at = lease.run_id, commit.seq, commit.meta.updated_at
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                if self._cluster:
-                    reply = await self._commit_and_index(lease.run_id, commit, args)
-                else:
-                    reply = self._script_reply(await self._link.commit(lease.run_id, args))
+                raw = await self._link.commit(run_id, seq, updated_at, args)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
                     raise self._unavailable(exc) from exc
                 await asyncio.sleep(delay)
+        reply = self._script_reply(raw)
         code = int(reply[0])
         if code == -1:
             raise lease_lost_error(lease, _lease_owner(reply[1]) if reply[1] else None)
@@ -341,29 +344,6 @@ class RedisStore(Store):
         """The commit script's keys on one server: the run's, then the index."""
         return (*self.run_keys(run_id), self._index)
 
-    async def _commit_and_index(
-        self, run_id: str, commit: Commit, args: Sequence[Arg]
-    ) -> list[Any]:
-        """Cluster: the commit script on the run's slot, and the index in its own slot.
-
-        Connection errors are raised as they are, for the caller to retry the whole: each
-        command may be sent again (the commit is idempotent, the index writes too).
-        """
-        score = commit.meta.updated_at
-        if commit.seq == 0:
-            # Listed before it exists, so a crash after the commit cannot leave it unlisted.
-            # NX: a refused seq 0 (the id is taken) never moves a listed run's score.
-            await self._index_write(("ZADD", self._index, "NX", score, run_id))
-        reply = self._script_reply(await self._link.commit(run_id, args))
-        if int(reply[0]) > 0:  # written now, or found written by a retry
-            await self._index_write(("ZADD", self._index, score, run_id))
-        return reply
-
-    async def _index_write(self, command: tuple[Arg, ...]) -> None:
-        """One write of the index (cluster); connection errors are raised as they are."""
-        (reply,) = await self._link.call_many([command])
-        self._refused(command, reply)
-
     async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
         """Run a script by its digest, loading it first if the server does not have it.
 
@@ -457,8 +437,11 @@ class _WireLink:
         self._commit_keys = commit_keys
         self._heads: dict[str, bytes] = {}  # run id -> packed EVALSHA, script, keys
 
-    async def commit(self, run_id: str, args: Sequence[Arg]) -> Any:
-        """The commit's EVALSHA, packed; the part fixed per run (script, keys) is cached."""
+    async def commit(self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]) -> Any:
+        """The commit's EVALSHA, packed; the part fixed per run (script, keys) is cached.
+
+        The script lists the run in the index itself (the index is among its keys).
+        """
         head = self._heads.get(run_id)
         if head is None:
             if len(self._heads) >= _HEADS_KEPT:
@@ -499,7 +482,11 @@ class _WireLink:
 
 
 def _cluster_link(
-    url: str, options: WireOptions, run_keys: Callable[[str], tuple[str, ...]], where: str
+    url: str,
+    options: WireOptions,
+    run_keys: Callable[[str], tuple[str, ...]],
+    index: str,
+    where: str,
 ) -> ClusterLink:
     """The commands of a store on a Redis Cluster (nothing connects yet).
 
@@ -512,6 +499,7 @@ def _cluster_link(
             connect_timeout=options.connect_timeout,
             timeout=options.timeout,
             commit_keys=run_keys,  # the index is not among them: it is in another slot
+            index=index,
         )
     except (ValueError, TypeError, RedisClusterException) as exc:
         raise _unusable(where, exc) from None

@@ -18,11 +18,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
 
 import redis
 
 from phasegraph.errors import StoreUnavailableError
+from phasegraph.testing._contract import started
 
 __all__ = ["REDIS_CLUSTER_URL_ENV", "redis_cluster"]
 
@@ -79,7 +79,7 @@ def _start_nodes(
         for _attempt in range(3):  # another process may grab a free port first
             port, bus = _free_ports(2)
             process = _start_node(exe, workdir, port, bus)
-            if _answers_ping(port, deadline=time.monotonic() + 10, process=process):
+            if started(process, f"redis://127.0.0.1:{port}/0"):
                 processes.append(process)
                 ports.append((port, bus))
                 break
@@ -134,16 +134,8 @@ def _join(ports: list[tuple[int, int]], workdir: str) -> None:
 
 def _check_configured(url: str) -> None:
     """Refuse a configured cluster URL whose node does not answer or is not serving."""
-    parts = urlsplit(url)
-    client = redis.Redis(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 6379,
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password else None,
-        ssl=parts.scheme.startswith("rediss"),
-        socket_connect_timeout=5,
-        socket_timeout=5,
-    )
+    scheme, _, node = url.partition("+cluster")  # the node's own URL: redis://, rediss://
+    client = redis.Redis.from_url(scheme + node, socket_connect_timeout=5, socket_timeout=5)
     try:
         state = _cluster_info(client).get("cluster_state")
     except redis.RedisError as exc:
@@ -183,18 +175,3 @@ def _free_ports(count: int) -> list[int]:
         for probe in probes:
             probe.bind(("127.0.0.1", 0))
         return [int(probe.getsockname()[1]) for probe in probes]
-
-
-def _answers_ping(port: int, *, deadline: float, process: subprocess.Popen[bytes]) -> bool:
-    client = _client(port)
-    try:
-        while process.poll() is None:
-            try:
-                return bool(client.ping())
-            except redis.RedisError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.02)
-        return False
-    finally:
-        client.close()

@@ -46,6 +46,7 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.store import HOLDER_SEPARATOR, Commit, Lease, RunMeta, Store, open_store
+from phasegraph.store.redis import RedisStore
 
 __all__ = [
     "REDIS_URL_ENV",
@@ -398,14 +399,21 @@ def _start_redis(exe: str, workdir: str) -> tuple[subprocess.Popen[bytes], str]:
         with log:
             process = subprocess.Popen([*argv, "--dir", workdir], stdout=log, stderr=log)
         url = f"redis://127.0.0.1:{port}/0"
-        deadline = time.monotonic() + 10
-        while process.poll() is None and time.monotonic() < deadline:
-            if _answers_ping(url, deadline=time.monotonic()):
-                return process, url
-            time.sleep(0.02)
+        if started(process, url):
+            return process, url
         process.kill()
         process.wait()
     raise StoreUnavailableError(f"redis-server ({exe}) did not start; see logs in {workdir}")
+
+
+def started(process: subprocess.Popen[bytes], url: str, *, within: float = 10.0) -> bool:
+    """Whether the ``redis-server`` ``process`` answers PING at ``url`` within ``within`` s."""
+    deadline = time.monotonic() + within
+    while process.poll() is None and time.monotonic() < deadline:
+        if _answers_ping(url, deadline=time.monotonic()):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def _answers_ping(url: str, *, deadline: float) -> bool:
@@ -438,7 +446,9 @@ async def isolated_redis_url(url: str, **options: str) -> AsyncIterator[str]:
     try:
         yield urlunsplit(parts._replace(query=query))
     finally:
-        client = _client(url)
+        async with open_store(url) as store:  # the client its work queue uses: either kind
+            assert isinstance(store, RedisStore)
+            client = store.queue_client()
         try:
             # On a cluster both calls go to every node (SCAN) or to each key's node (DEL).
             keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
@@ -458,11 +468,3 @@ async def isolated_redis_store(url: str, **options: str) -> AsyncIterator[Store]
     """
     async with isolated_redis_url(url, **options) as isolated, open_store(isolated) as store:
         yield store
-
-
-def _client(url: str) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
-    """A redis-py client for a server's or a cluster's URL."""
-    scheme, sep, rest = url.partition("://")
-    if scheme.lower().endswith("+cluster"):
-        return redis.asyncio.RedisCluster.from_url(scheme[: -len("+cluster")] + sep + rest)
-    return redis.asyncio.Redis.from_url(url)

@@ -9,6 +9,7 @@ import pytest
 import phasegraph.store
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store import DEFAULT_STORE_URL, open_store
+from phasegraph.store._redis_cluster import ClusterLink
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
 from phasegraph.store.sqlite import SCHEMA_VERSION, SqliteStore
@@ -57,6 +58,8 @@ def test_redis_urls(url: str, prefix: str) -> None:
     store = open_store(url)
     assert isinstance(store, RedisStore)
     assert store.prefix == prefix
+    # A cluster URL talks to the cluster's nodes, any other to one server's connection.
+    assert isinstance(store._link, ClusterLink) is ("+cluster" in url)
 
 
 @pytest.mark.parametrize(

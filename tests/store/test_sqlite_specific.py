@@ -146,7 +146,10 @@ class _Hops:
 
 
 class _BusyOnce:
-    """A connection whose next ``BEGIN`` on the event-loop thread finds the file locked."""
+    """A connection whose next read on the event-loop thread finds the file locked.
+
+    As SQLite does: a deferred ``BEGIN`` takes no lock, the first ``SELECT`` after it does.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -157,7 +160,9 @@ class _BusyOnce:
         return self.conn.in_transaction
 
     def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
-        if sql == "BEGIN" and self.busy and threading.current_thread() is threading.main_thread():
+        on_loop = threading.current_thread() is threading.main_thread()
+        if sql.lstrip().upper().startswith("SELECT") and self.busy and on_loop:
+            assert self.conn.in_transaction  # the read's own BEGIN came first
             self.busy = False
             exc = sqlite3.OperationalError("database is locked")
             exc.sqlite_errorcode = sqlite3.SQLITE_BUSY
