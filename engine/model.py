@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import string
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -44,6 +44,7 @@ __all__ = [
     "empty_field",
     "extended_lists",
     "extension",
+    "fold_records",
     "frozen_map",
     "nested_machines",
     "same_value",
@@ -754,32 +755,61 @@ def apply_records(state: RunState, records: Sequence[StepRecord]) -> RunState:
     """
     if len(records) < 2:
         return apply_record(state, records[0]) if records else state
+    return fold_records(state, records)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def fold_records(
+    state: RunState,
+    records: Sequence[Any],
+    *,
+    node: Callable[[Any], NodeState] = _same,
+    error: Callable[[Any], ErrorRecord] = _same,
+    interrupts: Callable[[Any], Mapping[str, Interrupt]] = _same,
+    when: Callable[[Any], datetime] = _same,
+) -> RunState:
+    """The run state after ``records``: step records, or anything with their fields.
+
+    What the fold keeps is built once at the end with ``node``, ``error``,
+    ``interrupts`` and ``when`` (the codec folds stored record bodies this way, building
+    a node state only for the last state of each node). ``records`` is not empty.
+
+    Raises:
+        RunStateError: If a record's seq does not follow the one before it, or a record
+            appends to a data key that does not hold a list.
+    """
+    run_id, seq = state.run_id, state.seq
     data: dict[str, Any] | None = None
     writers: dict[str, tuple[str, ...]] | None = None
-    nodes: dict[str, NodeState] = {}
+    nodes: dict[str, Any] = {}
     errors: list[ErrorRecord] = []
-    interrupts, seq = state.interrupts, state.seq
+    pending: Any = None
     for record in records:
         if record.seq != seq + 1:
-            raise _out_of_order(state.run_id, record.seq, seq)
+            raise _out_of_order(run_id, record.seq, seq)
         seq = record.seq
-        if record.data or record.appended:
+        changed, appended = record.data, record.appended
+        if changed or appended:
             data = dict(state.data) if data is None else data
-            extended = _extended(state.run_id, data, record)
-            data.update(record.data)
-            data.update(extended)
+            extended = extended_lists(run_id, seq, data, appended) if appended else None
+            data.update(changed)
+            if extended:
+                data.update(extended)
             if record.node is not None:
                 writers = dict(state.writers) if writers is None else writers
-                writers.update(dict.fromkeys([*record.data, *record.appended], (record.node,)))
+                writers.update(dict.fromkeys([*changed, *appended], (record.node,)))
         if record.nodes:
             nodes.update(record.nodes)
         if record.errors:
-            errors += record.errors
+            errors += map(error, record.errors)
         if record.interrupts is not None:
-            interrupts = record.interrupts
+            pending = record.interrupts
     last = records[-1]
     return RunState(
-        run_id=state.run_id,
+        run_id=run_id,
         graph=state.graph,
         graph_source=state.graph_source,
         graph_digest=state.graph_digest,
@@ -787,12 +817,12 @@ def apply_records(state: RunState, records: Sequence[StepRecord]) -> RunState:
         status=last.status,
         input=state.input,
         data=state.data if data is None else MappingProxyType(data),
-        nodes=updated_map(state.nodes, nodes),
-        interrupts=interrupts,
+        nodes=updated_map(state.nodes, dict(zip(nodes, map(node, nodes.values()), strict=True))),
+        interrupts=state.interrupts if pending is None else interrupts(pending),
         errors=state.errors + tuple(errors) if errors else state.errors,
         writers=state.writers if writers is None else MappingProxyType(writers),
         created_at=state.created_at,
-        updated_at=last.time,
+        updated_at=when(last.time),
     )
 
 

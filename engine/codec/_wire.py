@@ -25,7 +25,7 @@ from msgspec import Struct, field
 
 from phasegraph import model
 from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map, type_name
-from phasegraph.errors import CodecError, RunStateError
+from phasegraph.errors import CodecError
 
 __all__ = [
     "Error",
@@ -564,50 +564,15 @@ def apply_bodies(state: model.RunState, bodies: list[Record]) -> model.RunState:
     """
     if not bodies:
         return state
-    run_id, seq = state.run_id, state.seq
-    data: dict[str, Any] | None = None
-    writers: dict[str, tuple[str, ...]] | None = None
-    nodes: dict[str, Node] = {}
-    errors: list[model.ErrorRecord] = []
-    interrupts: dict[str, Interrupt] | None = None
-    for body in bodies:
-        if body.seq != seq + 1:
-            raise RunStateError(
-                f"step {body.seq} cannot follow step {seq}", run_id=run_id, seq=body.seq
-            )
-        seq = body.seq
-        changed, appended = body.data, body.appended
-        if changed or appended:
-            data = dict(state.data) if data is None else data
-            extended = model.extended_lists(run_id, seq, data, appended) if appended else None
-            data.update(changed)
-            if extended:
-                data.update(extended)
-            if body.node is not None:
-                writers = dict(state.writers) if writers is None else writers
-                writers.update(dict.fromkeys([*changed, *appended], (body.node,)))
-        if body.nodes:
-            nodes.update(body.nodes)
-        if body.errors:
-            errors += map(_error, body.errors)
-        if body.interrupts is not None:
-            interrupts = body.interrupts
-    last = bodies[-1]
-    return model.RunState(
-        run_id=run_id,
-        graph=state.graph,
-        graph_source=state.graph_source,
-        graph_digest=state.graph_digest,
-        seq=last.seq,
-        status=last.status,
-        input=state.input,
-        data=state.data if data is None else MappingProxyType(data),
-        nodes=model.updated_map(
-            state.nodes, dict(zip(nodes, map(_node_state, nodes.values()), strict=True))
-        ),
-        interrupts=state.interrupts if interrupts is None else _interrupts(interrupts),
-        errors=state.errors + tuple(errors) if errors else state.errors,
-        writers=state.writers if writers is None else MappingProxyType(writers),
-        created_at=state.created_at,
-        updated_at=_when(last.time, "record.time"),
+    return model.fold_records(
+        state,
+        bodies,
+        node=_node_state,
+        error=_error,
+        interrupts=_interrupts,
+        when=_record_time,
     )
+
+
+def _record_time(value: Any) -> datetime:
+    return _when(value, "record.time")
