@@ -110,18 +110,7 @@ def _apply(run_id: str, state: RunState, stored: StoredRun) -> RunState:
     not a step record per record since the snapshot.
     """
     first = stored.snapshot_seq + 1
-    try:
-        bodies = codec.read_records(stored.records)
-    except CodecError:
-        bodies = []  # one is unreadable: read them in seq order to name the first problem
-        for offset, blob in enumerate(stored.records, first):
-            body = decode_stored(run_id, offset, blob, codec.read_record)
-            if body.seq != offset:
-                raise missing_record(run_id, offset, body.seq) from None
-            bodies.append(body)
-    for offset, body in enumerate(bodies, first):
-        if body.seq != offset:
-            raise missing_record(run_id, offset, body.seq)
+    bodies = _read_bodies(run_id, list(enumerate(stored.records, first)), first)
     if stored.snapshot_seq + len(bodies) != stored.seq:
         raise missing_record(run_id, stored.snapshot_seq + len(bodies) + 1, None)
     return codec.apply_bodies(state, bodies)
@@ -209,32 +198,32 @@ def history_json(run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 
     with codec.collector_paused():
         for first in range(0, len(stored), _JSON_PAGE):
             page = stored[first : first + _JSON_PAGE]
-            try:
-                bodies = codec.read_records([blob for _, blob in page])
-            except CodecError:  # one is unreadable: read them in seq order to name the first
-                bodies = _one_by_one(run_id, page, expected)
-            for (seq, _), body in zip(page, bodies, strict=True):
-                if seq != expected or body.seq != seq:
-                    raise missing_record(run_id, expected, seq if seq != expected else body.seq)
-                expected += 1
+            bodies = _read_bodies(run_id, page, expected)
+            expected += len(page)
             pages.append(codec.history_page_json(bodies))
     return codec.history_json(pages)
 
 
-def _one_by_one(
-    run_id: str, page: Sequence[tuple[int, bytes]], expected: int
+def _read_bodies(
+    run_id: str, pairs: Sequence[tuple[int, bytes]], expected: int
 ) -> list[codec.RecordBody]:
-    """The records of a page read as :func:`decode_history` reads them, in seq order.
+    """The record bodies of ``(seq, bytes)`` pairs, checked to follow on from ``expected``.
+
+    All are read at once; when one is unreadable they are read again one by one, in seq
+    order, so the error names the first problem (as :func:`decode_history` would).
 
     Raises:
         CodecError: The first record that is unreadable or missing, named.
     """
+    try:
+        read: list[codec.RecordBody] | None = codec.read_records([blob for _, blob in pairs])
+    except CodecError:
+        read = None
     bodies = []
-    for seq, blob in page:
-        try:
-            body = codec.read_record(blob)
-        except CodecError as exc:
-            raise _unreadable(run_id, seq, "step record", exc) from exc
+    for index, (seq, blob) in enumerate(pairs):
+        body = (
+            read[index] if read is not None else decode_stored(run_id, seq, blob, codec.read_record)
+        )
         if seq != expected or body.seq != seq:
             raise missing_record(run_id, expected, seq if seq != expected else body.seq)
         bodies.append(body)
