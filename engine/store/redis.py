@@ -157,13 +157,11 @@ class RedisStore(Store):
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(_ms(ttl))
         self._closed = False
-        self._wire: RedisWire | None = None  # the one server's connection (not on a cluster)
         self._link: _Link
         if self._cluster:
             self._link = _cluster_link(url, options, self.run_keys, self._index, self._where)
         else:
-            self._wire = RedisWire(options)
-            self._link = _WireLink(self._wire, self._commit_keys)
+            self._link = _WireLink(RedisWire(options), self._commit_keys)
 
     @property
     def prefix(self) -> str:

@@ -127,7 +127,8 @@ async def test_a_commit_whose_reply_was_lost_is_retried_and_found_written(
 ) -> None:
     lease = await store.acquire("r", "w", 30)
     await store.commit(lease, make_commit("r", 0))
-    wire = store._wire  # white-box: lose exactly one reply, after the script ran
+    # White-box: lose exactly one reply, after the script ran.
+    wire = store._link._wire  # type: ignore[attr-defined]
     forward = wire.call_packed
     sent: list[str] = []
 
