@@ -10,6 +10,7 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final
 
 import networkx as nx
 
@@ -113,6 +114,22 @@ class WorkflowGraph:
         return found
 
 
+# Where a Frontier counts each node status, and each outcome (None: none yet) after them.
+# Two maps: a status and an outcome may be equal strings ("failed", "cancelled").
+_STATUS_SLOT: Final[dict[NodeStatus, int]] = {
+    status: slot for slot, status in enumerate(NodeStatus)
+}
+_OUTCOME_SLOT: Final[dict[NodeOutcome | None, int]] = {
+    outcome: len(NodeStatus) + slot for slot, outcome in enumerate([None, *NodeOutcome])
+}
+_PENDING = _STATUS_SLOT[NodeStatus.PENDING]
+_RUNNING = _STATUS_SLOT[NodeStatus.RUNNING]
+_WAITING = _STATUS_SLOT[NodeStatus.WAITING]
+_SUCCESS = _OUTCOME_SLOT[NodeOutcome.SUCCESS]
+_PARKED = _OUTCOME_SLOT[NodeOutcome.PARKED]
+_SLOTS: Final = len(NodeStatus) + len(_OUTCOME_SLOT)
+
+
 def _succeeded(state: NodeState) -> bool:
     return state.status is NodeStatus.COMPLETED and state.outcome is NodeOutcome.SUCCESS
 
@@ -129,7 +146,7 @@ class Frontier:
     changes to anything else cost nothing.
     """
 
-    __slots__ = ("_nodes", "_outcomes", "_queue", "_ready", "_statuses", "_unmet", "_workflow")
+    __slots__ = ("_counts", "_nodes", "_queue", "_ready", "_unmet", "_workflow")
 
     def __init__(self, workflow: WorkflowGraph, nodes: Mapping[str, NodeState]) -> None:
         self._workflow = workflow
@@ -147,16 +164,17 @@ class Frontier:
         # Ready nodes by graph position; entries no longer ready are dropped lazily.
         self._queue = [workflow.position[node_id] for node_id in self._ready]
         heapq.heapify(self._queue)
-        self._statuses = dict.fromkeys(NodeStatus, 0)
-        self._outcomes: dict[NodeOutcome | None, int] = dict.fromkeys([None, *NodeOutcome], 0)
+        # Nodes per status and per outcome, in one list (see _STATUS_SLOT): thousands of runs in
+        # flight each keep one, and a list of ints is a fraction of two enum-keyed dicts.
+        self._counts = [0] * _SLOTS
         for node in self._nodes.values():
-            self._statuses[node.status] += 1
-            self._outcomes[node.outcome] += 1
+            self._counts[_STATUS_SLOT[node.status]] += 1
+            self._counts[_OUTCOME_SLOT[node.outcome]] += 1
 
     @property
     def running(self) -> int:
         """How many nodes are running."""
-        return self._statuses[NodeStatus.RUNNING]
+        return self._counts[_RUNNING]
 
     def first_ready(self) -> str | None:
         """The ready node that comes first in graph order, if any."""
@@ -179,18 +197,16 @@ class Frontier:
         succeeded, failed if not.
         """
         moved = self._moved(changes)
-        statuses, outcomes = self._statuses, self._outcomes
+        counts = self._counts
         if moved:
-            statuses, outcomes = statuses.copy(), outcomes.copy()
-            self._shift(statuses, outcomes, moved)
-        if statuses[NodeStatus.RUNNING] or (
-            statuses[NodeStatus.PENDING] and self._any_ready(moved)
-        ):
+            counts = counts.copy()
+            self._shift(counts, moved)
+        if counts[_RUNNING] or (counts[_PENDING] and self._any_ready(moved)):
             return RunStatus.RUNNING
-        if statuses[NodeStatus.WAITING]:
-            parked = outcomes[NodeOutcome.PARKED] or any(i.parked for i in interrupts.values())
+        if counts[_WAITING]:
+            parked = counts[_PARKED] or any(i.parked for i in interrupts.values())
             return RunStatus.PARKED if parked else RunStatus.WAITING
-        if outcomes[NodeOutcome.SUCCESS] == len(self._nodes):
+        if counts[_SUCCESS] == len(self._nodes):
             return RunStatus.COMPLETED
         return RunStatus.FAILED
 
@@ -200,7 +216,7 @@ class Frontier:
         if not moved:
             return
         unmet = self._unmet_changes(moved)
-        self._shift(self._statuses, self._outcomes, moved)
+        self._shift(self._counts, moved)
         self._nodes.update(moved)
         for node_id, delta in unmet.items():
             self._unmet[node_id] += delta
@@ -224,19 +240,14 @@ class Frontier:
             for node_id in touched
         )
 
-    def _shift(
-        self,
-        statuses: dict[NodeStatus, int],
-        outcomes: dict[NodeOutcome | None, int],
-        moved: Mapping[str, NodeState],
-    ) -> None:
+    def _shift(self, counts: list[int], moved: Mapping[str, NodeState]) -> None:
         """Move the counts from the nodes' current states to ``moved``."""
         for node_id, node in moved.items():
             old = self._nodes[node_id]
-            statuses[old.status] -= 1
-            statuses[node.status] += 1
-            outcomes[old.outcome] -= 1
-            outcomes[node.outcome] += 1
+            counts[_STATUS_SLOT[old.status]] -= 1
+            counts[_STATUS_SLOT[node.status]] += 1
+            counts[_OUTCOME_SLOT[old.outcome]] -= 1
+            counts[_OUTCOME_SLOT[node.outcome]] += 1
 
     def _moved(self, changes: Mapping[str, NodeState]) -> Mapping[str, NodeState]:
         """The changes that give a node a new status or outcome (most steps have none)."""

@@ -100,6 +100,23 @@ def _encode(record: StepRecord) -> tuple[StepRecord, bytes]:
     return record, codec.encode_record(record)
 
 
+def _caught(exc: BaseException, events: list[Mapping[str, Any]]) -> _Done:
+    """What an action raised, as its outcome; re-raised if it stops more than the action.
+
+    Every action failure is data for the step, not a crash. A cancellation of the task
+    awaiting the action (the process or its caller is stopping) and the exceptions that
+    are not errors (``KeyboardInterrupt``, ``SystemExit``) go on up. A cancellation
+    nobody asked for was raised by the action itself, and so cancels the run.
+    """
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise exc
+    elif not isinstance(exc, Exception):
+        raise exc
+    return _Done(None, exc, tuple(events))
+
+
 class Run:
     """One run, driven step by step while this process holds its lease.
 
@@ -260,28 +277,58 @@ class Run:
         """
         return self._step(stop=False)
 
-    async def _step(self, *, stop: bool) -> StepRecord | None:
-        """:meth:`next`; at the end, raise ``StopAsyncIteration`` if ``stop`` is set."""
-        decided = self._steps.decide(self._state, self._to_launch)
-        if decided is None:
-            if stop:
-                raise StopAsyncIteration
-            return None
-        if isinstance(decided, StepRecord):
-            if decided.node in self._to_launch:  # a gate opened (or failed to render)
-                self._to_launch.remove(decided.node)
-            work = self._commit_step(*_encode(decided))
-        else:
-            work = self._act_and_commit()
-        return await self._leased(work)
+    async def _step(
+        self, *, stop: bool, work: Coroutine[Any, Any, StepRecord] | None = None
+    ) -> StepRecord | None:
+        """:meth:`next`, or ``work`` instead of the decided step, awaited under the lease.
+
+        At the end, raise ``StopAsyncIteration`` if ``stop`` is set.
+
+        The lease is guarded here rather than by a coroutine wrapping the step: a run in
+        flight then holds one frame less while its action runs. The renewer already wakes
+        at the deadline and cancels the task driving the step (see :meth:`_cut_off`),
+        which is cheaper than a timeout per step.
+
+        Raises:
+            LeaseLostError: The lease expired (renewals failed until it would) or was
+                taken over; the step was stopped.
+        """
+        if work is None:
+            decided = self._steps.decide(self._state, self._to_launch)
+            if decided is None:
+                if stop:
+                    raise StopAsyncIteration
+                return None
+            if isinstance(decided, StepRecord):
+                if decided.node in self._to_launch:  # a gate opened (or failed to render)
+                    self._to_launch.remove(decided.node)
+                work = self._commit_step(*_encode(decided))
+        task = self._drive(work)
+        try:
+            return await (self._act_and_commit() if work is None else work)
+        except asyncio.CancelledError:
+            self._cut_short(task)
+            raise
+        finally:
+            self._driving = None
+
+    async def _leased(self, work: Coroutine[Any, Any, StepRecord]) -> StepRecord:
+        """Await ``work`` (a step other than the decided one) while the lease is ours."""
+        record = await self._step(stop=False, work=work)
+        assert record is not None  # a given step always commits or raises
+        return record
 
     async def _act_and_commit(self) -> StepRecord:
         """Run the due actions and commit the first outcome as a step."""
         if len(self._to_launch) == 1 and not self._tasks:
             # The only thing that can happen next is this action: await it here, in the
-            # task driving the run.
+            # task driving the run (as _invoke does in a task of its own).
             node_id = self._to_launch.pop()
-            done = await self._invoke(*self._call(node_id))
+            action, ctx, events = self._call(node_id)
+            try:
+                done = _Done(await action(ctx), None, tuple(events))
+            except BaseException as exc:
+                done = _caught(exc, events)
         else:
             self._launch_actions()
             if not self._tasks:
@@ -400,16 +447,9 @@ class Run:
     @staticmethod
     async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Done:
         try:
-            result = await action(ctx)
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
-                raise  # this task is being cancelled: the process or its caller is stopping
-            # Nobody cancelled the task: the action raised it, and so cancels the run.
-            return _Done(None, exc, tuple(events))
-        except Exception as exc:  # every action failure is data for the step, not a crash
-            return _Done(None, exc, tuple(events))
-        return _Done(result, None, tuple(events))
+            return _Done(await action(ctx), None, tuple(events))
+        except BaseException as exc:
+            return _caught(exc, events)
 
     async def _wait_one(self) -> tuple[str, _Done]:
         """Wait for action tasks to finish and take one (as ``asyncio.wait``, minus its setup).
@@ -554,33 +594,15 @@ class Run:
 
     # -- the lease ---------------------------------------------------------------------
 
-    async def _leased(self, work: Coroutine[Any, Any, StepRecord]) -> StepRecord:
-        """Await ``work`` while the lease is ours; stop it when the lease lapses.
-
-        Cheaper than a timeout per step: the renewer (:meth:`_keep_lease`) already wakes
-        at the deadline, and then cancels the task doing this (see :meth:`_cut_off`).
-
-        Raises:
-            LeaseLostError: The lease expired (renewals failed until it would) or was
-                taken over; ``work`` was stopped.
-        """
-        task = self._drive(work)
-        try:
-            return await work
-        except asyncio.CancelledError:
-            self._cut_short(task)
-            raise
-        finally:
-            self._driving = None
-
-    def _drive(self, work: Coroutine[Any, Any, StepRecord]) -> asyncio.Task[Any] | None:
-        """Before awaiting ``work`` under the lease: the task driving it (None: not entered).
+    def _drive(self, work: Coroutine[Any, Any, StepRecord] | None) -> asyncio.Task[Any] | None:
+        """Before awaiting a step under the lease: the task driving it (None: not entered).
 
         Raises:
             LeaseLostError: The lease is gone already (``work`` is closed unstarted).
         """
         if self._expired:
-            work.close()
+            if work is not None:
+                work.close()
             raise self._lease_gone()
         if self._deadline is None:  # not entered: nothing renews the lease either
             return None

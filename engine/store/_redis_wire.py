@@ -89,6 +89,12 @@ def pack_parts(args: Sequence[Arg]) -> bytes:
     return packed[packed.index(b"\r\n") + 2 :]
 
 
+# Commands queued in one event-loop turn are written together, or once they add up to
+# this many bytes: thousands of runs committing at once then never hold every command,
+# and a joined copy of them all, in memory at the same time.
+_FLUSH_BYTES: Final = 64 * 1024
+
+
 @final
 class _Connection(asyncio.Protocol):
     """One socket: writes coalesced per loop callback, replies matched to futures in order."""
@@ -100,6 +106,7 @@ class _Connection(asyncio.Protocol):
         self._reader = hiredis.Reader()
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._outgoing: list[bytes] = []
+        self._queued = 0  # bytes in _outgoing
         self._transport: asyncio.Transport | None = None
         self._progress = time.monotonic()  # last reply, or when the queue became non-empty
         self._watchdog: asyncio.TimerHandle | None = None
@@ -153,6 +160,9 @@ class _Connection(asyncio.Protocol):
         if not self._outgoing:
             self.loop.call_soon(self._flush)
         self._outgoing.append(command)
+        self._queued += len(command)
+        if self._queued >= _FLUSH_BYTES:
+            self._flush()  # a burst: send what is queued now rather than hold it all
         return future
 
     @property
@@ -172,7 +182,9 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
     def _flush(self) -> None:
-        data, self._outgoing = b"".join(self._outgoing), []
+        if not self._outgoing:
+            return  # sent already, when the queue grew past _FLUSH_BYTES
+        data, self._outgoing, self._queued = b"".join(self._outgoing), [], 0
         if self._transport is not None and self.broken is None:
             self._transport.write(data)
 

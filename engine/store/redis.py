@@ -440,6 +440,15 @@ class _WireLink:
 
         The script lists the run in the index itself (the index is among its keys).
         """
+        # Packed by a function of its own: this frame waits for the reply holding only the
+        # command, not the pieces it was made of (thousands of commits may be waiting).
+        command = self._command(run_id, args)
+        reply = await self._wire.call_packed(command)
+        if isinstance(reply, ReplyError):
+            return await self._loaded(COMMIT, command, reply)
+        return reply
+
+    def _command(self, run_id: str, args: Sequence[Arg]) -> bytes:
         head = self._heads.get(run_id)
         if head is None:
             if len(self._heads) >= _HEADS_KEPT:
@@ -448,11 +457,7 @@ class _WireLink:
             count = 3 + len(keys) + _COMMIT_ARGS
             fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
             head = self._heads[run_id] = b"*%d\r\n%s" % (count, fixed)
-        command = head + pack_parts(args)
-        reply = await self._wire.call_packed(command)
-        if isinstance(reply, ReplyError):
-            return await self._loaded(COMMIT, command, reply)
-        return reply
+        return head + pack_parts(args)
 
     async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run a script by its digest, loading it first if the server does not have it."""
