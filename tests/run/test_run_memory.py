@@ -38,11 +38,66 @@ def _live(*kinds: type) -> Counter[str]:
 
 @pytest.fixture
 def collector() -> Iterator[None]:
-    """Nothing frozen to begin with (another test may have frozen), and nothing after."""
+    """Nothing frozen and the start-up thresholds to begin with (another test may have
+    tuned the collector), and the same after."""
     gc.unfreeze()
     _collector._STATE.ours = False
+    gc.set_threshold(*_collector._DEFAULT_THRESHOLDS)
     yield
     gc.unfreeze()
+    gc.set_threshold(*_collector._DEFAULT_THRESHOLDS)
+
+
+def _sampling_plan(
+    runs: int, seen: list[tuple[int, ...]], then: tuple[int, int, int] | None = None
+) -> PreparedGraph:
+    """A one-step graph whose actions note the collector's thresholds once ``runs`` of
+    them are in flight together (and then set them to ``then``, as an application may)."""
+    arrived, together = [0], asyncio.Event()
+
+    async def sample(ctx: ActionContext) -> ActionResult:
+        arrived[0] += 1
+        if arrived[0] == runs:
+            seen.append(gc.get_threshold())
+            if then is not None:
+                gc.set_threshold(*then)
+            together.set()
+        await together.wait()
+        return ActionResult(trigger="stop")
+
+    node = NodeDef(id="loop", machine="loop")
+    return prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): sample})
+
+
+@pytest.mark.usefixtures("collector")
+async def test_young_collections_are_rarer_only_while_many_runs_are_in_flight() -> None:
+    seen: list[tuple[int, ...]] = []
+    async with MemoryStore() as store:
+        pg = engine(store)
+        few = _sampling_plan(_collector.BUSY_AT - 1, seen)
+        assert await _concurrently(pg, few, _collector.BUSY_AT - 1) == {RunStatus.COMPLETED}
+        many = _sampling_plan(_collector.BUSY_AT, seen)
+        assert await _concurrently(pg, many, _collector.BUSY_AT) == {RunStatus.COMPLETED}
+    assert seen == [_collector._DEFAULT_THRESHOLDS, _collector.BUSY_THRESHOLDS]
+    assert gc.get_threshold() == _collector._DEFAULT_THRESHOLDS  # put back once all left
+
+
+@pytest.mark.usefixtures("collector")
+async def test_thresholds_the_application_set_are_left_alone() -> None:
+    seen: list[tuple[int, ...]] = []
+    async with MemoryStore() as store:
+        pg = engine(store)
+        gc.set_threshold(1_000, 15, 15)
+        plan = _sampling_plan(_collector.BUSY_AT, seen)
+        assert await _concurrently(pg, plan, _collector.BUSY_AT) == {RunStatus.COMPLETED}
+        assert seen == [(1_000, 15, 15)]
+        assert gc.get_threshold() == (1_000, 15, 15)
+        # Changed by the application while the runs were in flight: not put back either.
+        gc.set_threshold(*_collector._DEFAULT_THRESHOLDS)
+        plan = _sampling_plan(_collector.BUSY_AT, seen, then=(2_000, 10, 10))
+        assert await _concurrently(pg, plan, _collector.BUSY_AT) == {RunStatus.COMPLETED}
+        assert seen[-1] == _collector.BUSY_THRESHOLDS
+    assert gc.get_threshold() == (2_000, 10, 10)
 
 
 @pytest.mark.usefixtures("collector")
