@@ -58,12 +58,31 @@ async def test_many_commands_in_one_write_answer_in_order(wire: RedisWire) -> No
 
 
 async def test_large_concurrent_writes_all_land_intact(wire: RedisWire) -> None:
-    # 20 MiB queued in one loop turn: one coalesced write, far larger than a socket buffer.
+    # 20 MiB queued in one loop turn, far larger than a socket buffer.
     values = {f"wire-test-big-{i}": bytes([i]) * (512 * 1024) for i in range(40)}
     replies = await asyncio.gather(*(wire.call("SET", key, v) for key, v in values.items()))
     assert replies == [b"OK"] * len(values)
     assert await wire.call_many([("GET", key) for key in values]) == list(values.values())
     assert await wire.call("DEL", *values) == len(values)
+
+
+async def test_a_burst_is_written_as_it_grows_not_held_whole(
+    wire: RedisWire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of commands queued in one loop turn (thousands of runs committing) go out
+    in writes of about _FLUSH_BYTES, in order, rather than all held, then copied, at once."""
+    from phasegraph.store import _redis_wire
+
+    await wire.call("PING")  # connected
+    transport = wire._connection._transport  # type: ignore[union-attr]
+    writes: list[int] = []
+    write = transport.write
+    monkeypatch.setattr(transport, "write", lambda data: (writes.append(len(data)), write(data)))
+    words = [f"{i:05d}".encode() * 20 for i in range(3000)]  # 100 B each, 370 KB packed
+    assert await asyncio.gather(*(wire.call("ECHO", word) for word in words)) == words
+    command = len(pack(("ECHO", words[0])))
+    assert len(writes) > sum(writes) // _redis_wire._FLUSH_BYTES
+    assert max(writes) <= _redis_wire._FLUSH_BYTES + command
 
 
 async def test_a_cancelled_caller_does_not_shift_the_replies(wire: RedisWire) -> None:
