@@ -140,6 +140,7 @@ PUBLIC = {
         "write_conflict",
     ],
     "phasegraph.run": [
+        "BUSY_THRESHOLDS",
         "Clock",
         "Divergence",
         "IdFactory",

@@ -27,7 +27,7 @@ from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
 from phasegraph.codec import to_json
 from phasegraph.errors import ErrorCode, InputError, PhasegraphError, RunNotFoundError
 from phasegraph.model import RunState, RunStatus
-from phasegraph.run import RunOptions
+from phasegraph.run import BUSY_THRESHOLDS, RunOptions
 from phasegraph.store import open_store, redact_url
 from phasegraph.views import jsonable, run_summary
 
@@ -373,4 +373,4 @@ def tune_collector() -> None:
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 20, 10)
+    gc.set_threshold(*BUSY_THRESHOLDS)  # what the engine sets only while runs pile up

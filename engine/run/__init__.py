@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from phasegraph.run._collector import BUSY_THRESHOLDS
 from phasegraph.run._fork import create_run, fork_state
 from phasegraph.run._options import (
     RUN_ID_PATTERN,
@@ -80,6 +81,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BUSY_THRESHOLDS",
     "REDUCERS",
     "RUN_ID_PATTERN",
     "Clock",

@@ -22,9 +22,10 @@ milliseconds (45 % of the time of 10,000 concurrent runs on Redis). So while
 50,000 allocations instead of 700 (:data:`BUSY_THRESHOLDS`, as ``phasegraph serve``
 sets for good). The thresholds found are put back once no run is in flight.
 
-Nothing is done while the collector is disabled, or when the application set thresholds
-of its own or froze objects first (``phasegraph serve`` and workers tune the collector
-themselves at start-up): the application manages the collector then.
+Nothing is done while the collector is disabled, when the thresholds differ from those
+found when phasegraph was imported, or when something else froze objects first
+(``phasegraph serve`` and workers tune the collector themselves at start-up): the
+application manages the collector then.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ BUSY_AT: Final = 256
 BUSY_THRESHOLDS: Final = (50_000, 20, 10)
 """The collector's thresholds while :data:`BUSY_AT` runs are in flight."""
 
-# The thresholds the process started with: the ones the application has not changed.
+# The thresholds found when phasegraph was imported: the ones the application has not changed.
 _DEFAULT_THRESHOLDS: Final = gc.get_threshold()
 
 

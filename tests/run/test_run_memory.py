@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from builders import engine, graph, loop_machine, prepared
-from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.api import Engine
 from phasegraph.core import Frontier
 from phasegraph.model import NodeDef, NodeState, RunState, RunStatus, StepRecord
@@ -29,6 +29,22 @@ async def _loop(ctx: ActionContext) -> ActionResult:
 async def _concurrently(pg: Engine, plan: PreparedGraph, runs: int) -> set[RunStatus]:
     states = await asyncio.gather(*(pg.run(plan) for _ in range(runs)))
     return {state.status for state in states}
+
+
+def _plan(action: Action) -> PreparedGraph:
+    """A graph of one looping node whose action is ``action``."""
+    node = NodeDef(id="loop", machine="loop")
+    return prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): action})
+
+
+async def _with_the_collector_off(pg: Engine, plan: PreparedGraph) -> None:
+    """Enough runs in flight to freeze, while the collector is disabled: nothing frozen."""
+    gc.disable()
+    try:
+        assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
+    finally:
+        gc.enable()
+    assert gc.get_freeze_count() == 0
 
 
 def _live(*kinds: type) -> Counter[str]:
@@ -65,8 +81,7 @@ def _sampling_plan(
         await together.wait()
         return ActionResult(trigger="stop")
 
-    node = NodeDef(id="loop", machine="loop")
-    return prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): sample})
+    return _plan(sample)
 
 
 @pytest.mark.usefixtures("collector")
@@ -103,8 +118,7 @@ async def test_thresholds_the_application_set_are_left_alone() -> None:
 @pytest.mark.usefixtures("collector")
 async def test_a_thousand_finished_runs_leave_no_run_objects_behind() -> None:
     """Also once compiled graphs were frozen: runs started later are collected as usual."""
-    node = NodeDef(id="loop", machine="loop")
-    plan = prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): _loop})
+    plan = _plan(_loop)
     kinds = (Run, Frontier, RunState, StepRecord, NodeState, asyncio.Task)
     async with MemoryStore() as store:
         pg = engine(store)
@@ -137,8 +151,7 @@ async def test_a_thousand_finished_runs_leave_no_run_objects_behind() -> None:
 
 @pytest.mark.usefixtures("collector")
 async def test_graphs_are_not_frozen_while_few_runs_are_in_flight() -> None:
-    node = NodeDef(id="loop", machine="loop")
-    plan = prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): _loop})
+    plan = _plan(_loop)
     async with MemoryStore() as store:
         pg = engine(store)
         assert await _concurrently(pg, plan, _collector.FREEZE_AT - 1) == {RunStatus.COMPLETED}
@@ -151,18 +164,12 @@ async def test_graphs_are_not_frozen_while_few_runs_are_in_flight() -> None:
 async def test_nothing_is_frozen_while_the_application_runs_the_collector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    node = NodeDef(id="loop", machine="loop")
-    plan = prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): _loop})
+    plan = _plan(_loop)
     async with MemoryStore() as store:
         pg = engine(store)
-        gc.disable()
-        try:
-            assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
-        finally:
-            gc.enable()
-        assert gc.get_freeze_count() == 0
+        await _with_the_collector_off(pg, plan)
         # A freeze made by the application is left alone.
-        prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): _loop})
+        _plan(_loop)  # compiled again: a freeze is due
         gc.freeze()
         touched: list[str] = []
         monkeypatch.setattr(gc, "unfreeze", lambda: touched.append("unfreeze"))
@@ -173,15 +180,9 @@ async def test_nothing_is_frozen_while_the_application_runs_the_collector(
 
 @pytest.mark.usefixtures("collector")
 async def test_a_graph_compiled_while_the_collector_was_off_is_frozen_once_it_is_on() -> None:
-    node = NodeDef(id="loop", machine="loop")
-    plan = prepared(graph([node], machines=[loop_machine()]), {("loop", "work"): _loop})
+    plan = _plan(_loop)
     async with MemoryStore() as store:
         pg = engine(store)
-        gc.disable()
-        try:
-            assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
-        finally:
-            gc.enable()
-        assert gc.get_freeze_count() == 0
+        await _with_the_collector_off(pg, plan)
         assert await _concurrently(pg, plan, _collector.FREEZE_AT) == {RunStatus.COMPLETED}
     assert gc.get_freeze_count() > 0

@@ -15,16 +15,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from phasegraph.store.redis import RedisStore, RunQueue
-from phasegraph.testing import isolated_redis_store
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[RedisStore]:
-    async with isolated_redis_store(redis_url) as opened:
-        assert isinstance(opened, RedisStore)
-        yield opened
 
 
 @pytest.fixture

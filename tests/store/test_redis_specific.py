@@ -20,13 +20,6 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[RedisStore]:
-    async with isolated_redis_store(redis_url) as opened:
-        assert isinstance(opened, RedisStore)
-        yield opened
-
-
-@pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
     direct = redis.asyncio.Redis.from_url(redis_url)
     yield direct
