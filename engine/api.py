@@ -252,8 +252,7 @@ class Engine:
         # As ``start``, without a generator frame held for as long as the run goes on, and
         # without holding each step's record until the next one is committed.
         async with await self._create(graph, run_input, run_id) as run:
-            while await run.next() is not None:
-                pass
+            await run.drive()
             return run.state
 
     async def resume(
@@ -270,8 +269,7 @@ class Engine:
                     f"run {run_id!r} already {run.state.status}; nothing to resume",
                     run_id=run_id,
                 )
-            async for _ in run:
-                pass
+            await run.drive()
             return run.state
 
     async def reply(
@@ -314,8 +312,7 @@ class Engine:
                 )
             await run.reply(interrupt_id, result)
             if drive:
-                async for _ in run:
-                    pass
+                await run.drive()
             return run.state
 
     async def cancel(

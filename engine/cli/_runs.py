@@ -52,8 +52,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 # Shown once the run exists (its first step is committed), not before.
                 watch = await progress(args, engine, args.run_id, graph=args.graph, state=run.state)
                 shown.enter_context(watch)
-                async for _ in run:
-                    pass
+                await run.drive()
             state = run.state
             if approve:
                 state = await _approve_all(args, engine, state, approve)

@@ -120,7 +120,8 @@ def _caught(exc: BaseException, events: list[Mapping[str, Any]]) -> _Done:
 class Run:
     """One run, driven step by step while this process holds its lease.
 
-    Use as ``async with Run(...) as run: async for step in run: ...``. Leaving the block
+    Use as ``async with Run(...) as run: async for step in run: ...`` (or ``await
+    run.drive()`` to go on until the run finishes or waits). Leaving the block
     cancels in-flight actions (their steps were never committed, so a resume runs them
     again) and releases the lease. ``leased_at`` is the event loop's time just before
     the lease was taken (default: when the block is entered): the lease is renewed from
@@ -277,6 +278,39 @@ class Run:
         """
         return self._step(stop=False)
 
+    async def drive(self) -> None:
+        """Commit steps until nothing more can happen: the run finished or waits.
+
+        What awaiting :meth:`next` until it returns ``None`` does, in one coroutine: the
+        lease is guarded once for the whole drive rather than once per step, which is a
+        visible share of a small step.
+
+        Raises:
+            LeaseLostError: As :meth:`next`.
+            StoreError: As :meth:`next`; every step before the failed one is committed.
+        """
+        task = self._drive(None)
+        try:
+            while (work := self._next_work()) is not None:
+                # A lease cut-off cancels this task, so it ends the drive at this await.
+                await work
+        except asyncio.CancelledError:
+            self._cut_short(task)
+            raise
+        finally:
+            self._driving = None
+
+    def _next_work(self) -> Coroutine[Any, Any, StepRecord] | None:
+        """The decided step, as a coroutine to await under the lease; ``None`` if none."""
+        decided = self._steps.decide(self._state, self._to_launch)
+        if decided is None:
+            return None
+        if isinstance(decided, StepRecord):
+            if decided.node in self._to_launch:  # a gate opened (or failed to render)
+                self._to_launch.remove(decided.node)
+            return self._commit_step(*_encode(decided))
+        return self._act_and_commit()
+
     async def _step(
         self, *, stop: bool, work: Coroutine[Any, Any, StepRecord] | None = None
     ) -> StepRecord | None:
@@ -294,18 +328,14 @@ class Run:
                 taken over; the step was stopped.
         """
         if work is None:
-            decided = self._steps.decide(self._state, self._to_launch)
-            if decided is None:
+            work = self._next_work()
+            if work is None:
                 if stop:
                     raise StopAsyncIteration
                 return None
-            if isinstance(decided, StepRecord):
-                if decided.node in self._to_launch:  # a gate opened (or failed to render)
-                    self._to_launch.remove(decided.node)
-                work = self._commit_step(*_encode(decided))
         task = self._drive(work)
         try:
-            return await (self._act_and_commit() if work is None else work)
+            return await work
         except asyncio.CancelledError:
             self._cut_short(task)
             raise
@@ -324,11 +354,14 @@ class Run:
             # The only thing that can happen next is this action: await it here, in the
             # task driving the run (as _invoke does in a task of its own).
             node_id = self._to_launch.pop()
-            action, ctx, events = self._call(node_id)
+            events: list[Mapping[str, Any]] = []
+            site, ctx = self._context(node_id, events)
             try:
-                done = _Done(await action(ctx), None, tuple(events))
+                result = await site.action(ctx)
             except BaseException as exc:
                 done = _caught(exc, events)
+            else:
+                return await self._commit_step(*self._apply(node_id, result, None, tuple(events)))
         else:
             self._launch_actions()
             if not self._tasks:
@@ -341,7 +374,7 @@ class Run:
             await self._stop_actions()
             reason = f"cancelled by the action of node {node_id!r}"
             return await self._commit_step(*_encode(self._steps.cancel(self._state, reason)))
-        return await self._commit_step(*self._apply(node_id, done))
+        return await self._commit_step(*self._apply(node_id, *done))
 
     async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
@@ -473,17 +506,21 @@ class Run:
         node_id = min(finished, key=self._prepared.workflow.position.__getitem__)
         return node_id, self._tasks.pop(node_id).result()
 
-    def _apply(self, node_id: str, done: _Done) -> tuple[StepRecord, bytes]:
+    def _apply(
+        self,
+        node_id: str,
+        result: ActionResult | None,
+        error: BaseException | None,
+        events: tuple[Mapping[str, Any], ...],
+    ) -> tuple[StepRecord, bytes]:
         """Turn an action's outcome into an encoded record; any refusal fails the node."""
         steps, state = self._steps, self._state
-        result = done.result
-        if done.error is not None or not isinstance(result, ActionResult):
-            error = done.error or RunError(
-                f"action returned {type(result).__name__}, not an ActionResult"
-            )
-            return _encode(steps.action_failed(state, node_id, error, done.events))
+        if error is not None or not isinstance(result, ActionResult):
+            kind = type(result).__name__
+            error = error or RunError(f"action returned {kind}, not an ActionResult")
+            return _encode(steps.action_failed(state, node_id, error, events))
         try:
-            record = steps.transition(state, node_id, result, done.events)
+            record = steps.transition(state, node_id, result, events)
             return record, codec.encode_record(record)
         except CodecError:
             # Name the offending key: nothing of this result is committed.

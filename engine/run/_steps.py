@@ -80,7 +80,15 @@ _STATUS_FOR_OUTCOME = {
 class StepBuilder:
     """Builds the next record for a run of one prepared graph."""
 
-    __slots__ = ("_clock", "_concurrency", "_decided_at", "_frontier", "_frontier_of", "_prepared")
+    __slots__ = (
+        "_clock",
+        "_concurrency",
+        "_decided_at",
+        "_deciding",
+        "_frontier",
+        "_frontier_of",
+        "_prepared",
+    )
 
     def __init__(self, prepared: PreparedGraph, clock: Clock) -> None:
         self._prepared = prepared
@@ -88,8 +96,9 @@ class StepBuilder:
         self._concurrency = prepared.definition.concurrency
         self._frontier: Frontier | None = None
         self._frontier_of: Mapping[str, NodeState] = EMPTY
-        # The moment of the decision being made (see decide), or None between decisions.
+        # The moment of the decision being made (see decide), or None until it is read.
         self._decided_at: datetime | None = None
+        self._deciding = False
 
     def decide(self, state: RunState, due: Iterable[str], *, deadlines: bool = True) -> Decision:
         """What happens next in ``state``: the one order of decisions of every run.
@@ -104,8 +113,9 @@ class StepBuilder:
            interpreter runs the action, replay feeds the recorded outcome;
         6. otherwise the run's status settles (``None`` if it does not change).
 
-        Records built here carry one reading of the clock, taken as the decision starts,
-        so a replay that sets its clock to a recorded step's time decides as the run did.
+        Records built here carry one reading of the clock, taken when the decision first
+        needs the time (a decision that an action is due reads none), so a replay that
+        sets its clock to a recorded step's time decides as the run did.
 
         Args:
             state: The run state as of the last committed step.
@@ -115,10 +125,11 @@ class StepBuilder:
                 recorded action outcome: the run had decided to wait for that action
                 before any deadline passed (otherwise the step would be the timeout).
         """
-        self._decided_at = self._clock.now()
+        self._deciding = True
         try:
             return self._decide(state, due, deadlines)
         finally:
+            self._deciding = False
             self._decided_at = None
 
     def _decide(self, state: RunState, due: Iterable[str], deadlines: bool) -> Decision:
@@ -138,7 +149,12 @@ class StepBuilder:
         return self.settle(state)
 
     def _now(self) -> datetime:
-        return self._decided_at or self._clock.now()
+        now = self._decided_at
+        if now is None:
+            now = self._clock.now()
+            if self._deciding:  # every record of this decision carries this reading
+                self._decided_at = now
+        return now
 
     def apply(self, state: RunState, record: StepRecord) -> RunState:
         """The state after ``record`` (:func:`~phasegraph.model.apply_record`).

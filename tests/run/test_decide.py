@@ -109,3 +109,58 @@ async def test_a_reduced_key_records_the_raw_update_and_replays_without_guessing
     assert [r.result["data"] for r in fed] == [{"log": item} for item in appended]
     assert all("last" not in r.result["data"] for r in fed)  # unreduced keys are not doubled
     assert report.identical, report.divergence
+
+
+async def test_a_decision_reads_the_clock_once_and_only_when_a_record_needs_the_time():
+    """A gate's wait record and its interrupt share one reading; an action's step reads
+    the clock once, after the action: the record's time is when its outcome was known."""
+    clock = SteppedClock()
+    readings: list[datetime] = []
+
+    class CountedClock:
+        def now(self) -> datetime:
+            readings.append(clock.now())
+            return readings[-1]
+
+    async def slow(ctx: ActionContext) -> ActionResult:
+        clock.at += timedelta(seconds=60)
+        return ActionResult(trigger="ok")
+
+    gate = ActionDef(kind="human", config={"human": "spec_review", "timeout": 5})
+    feature = NodeDef(id="feature", machine="review", bind=MappingProxyType({"review": gate}))
+    definition = graph([feature, NodeDef(id="worker", machine="task")], machines=[review_machine()])
+    plan = prepared(definition, {("feature", "plan"): returning("ok"), ("worker", "run"): slow})
+    async with MemoryStore() as store:
+        eng = Engine(store, clock=CountedClock(), ids=CountingIds())
+        state = await eng.run(plan)
+        history = await eng.history(state.run_id)
+    wait = next(r for r in history if r.kind == "wait")
+    interrupt = (wait.interrupts or {})[f"{state.run_id}:feature:review"]
+    assert interrupt.created_at == wait.time
+    assert interrupt.deadline == wait.time + timedelta(seconds=5)
+    started = next(r for r in history if r.kind == "start" and r.node == "worker")
+    worked = next(r for r in history if r.kind == "transition" and r.node == "worker")
+    assert worked.time - started.time >= timedelta(seconds=60)
+
+
+async def test_a_run_reads_the_clock_once_per_step():
+    """Deciding that an action is due reads no time: its step reads it once, at the end."""
+    readings: list[datetime] = []
+    clock = SteppedClock()
+
+    class CountedClock:
+        def now(self) -> datetime:
+            readings.append(clock.now())
+            return readings[-1]
+
+    async def loop(ctx: ActionContext) -> ActionResult:
+        return ActionResult(trigger="again" if ctx.steps < 20 else "stop")
+
+    plan = prepared(graph([NodeDef(id="n", machine="loop")]), {("n", "work"): loop})
+    async with MemoryStore() as store:
+        eng = Engine(store, clock=CountedClock(), ids=CountingIds())
+        state = await eng.run(plan)
+        history = await eng.history(state.run_id)
+    assert state.status is RunStatus.COMPLETED
+    assert [r.time for r in history] == sorted(set(readings))
+    assert len(readings) == len(history)
