@@ -359,7 +359,8 @@ class Worker:
                 active.again = False
                 active.cancel = active.cancel or await self._queue.cancel_requested(run_id)
                 if active.cancel is not None:
-                    await self._cancel(run_id, active.cancel)
+                    if not await self._cancel(run_id, active.cancel):
+                        return  # left pending, the request kept: whoever takes it next
                     break
                 active.drive = asyncio.create_task(self._drive_with_retries(run_id))
                 try:
@@ -396,17 +397,35 @@ class Worker:
                 if active.drive is not None:
                     active.drive.cancel()
 
-    async def _cancel(self, run_id: str, reason: str) -> None:
-        """Commit the requested cancel (the drive has stopped and let the lease go)."""
-        try:
-            await self._engine.cancel(run_id, reason)
-            _log.info("run %s cancelled: %s", run_id, reason)
-        except RunStateError as exc:
-            _log.info("cancel of run %s not needed: %s", run_id, exc)
-        except PhasegraphError as exc:
-            _log.error("run %s cannot be cancelled: %s", run_id, exc)
+    async def _cancel(self, run_id: str, reason: str) -> bool:
+        """Commit the requested cancel (the drive has stopped and let the lease go).
+
+        A lease someone else still holds (a process that died, or a drive that lost the
+        lease and left it to lapse) is waited for as a drive waits for one. False when
+        it stays held or the store is away: the request is kept for the next try.
+        """
+        for delay in (*_HELD_RETRIES, None):
+            try:
+                await self._engine.cancel(run_id, reason)
+                _log.info("run %s cancelled: %s", run_id, reason)
+                break
+            except LeaseHeldError as exc:
+                if delay is None:
+                    _log.info("cancel of run %s left for later: %s", run_id, exc)
+                    return False
+                await asyncio.sleep(delay)
+            except StoreUnavailableError as exc:
+                _log.warning("cancel of run %s left for later: %s", run_id, exc)
+                return False
+            except RunStateError as exc:
+                _log.info("cancel of run %s not needed: %s", run_id, exc)
+                break
+            except PhasegraphError as exc:
+                _log.error("run %s cannot be cancelled: %s", run_id, exc)
+                break
         await self._queue.cancel_done(run_id)
         await self._queue.unschedule(run_id)
+        return True
 
     async def _drive_with_retries(self, run_id: str) -> bool:
         """Drive the run; False when it must be left for later (held, store away)."""

@@ -20,6 +20,7 @@ from test_workers import LOOP_GATE, reference, shape, workers
 
 from builders import cli_argv
 from phasegraph import Engine, open_store
+from phasegraph.worker import work_queue_of
 
 pytestmark = pytest.mark.redis
 
@@ -177,6 +178,29 @@ def test_a_cancel_of_a_run_a_worker_drives_stops_it_there(store_url: str, tmp_pa
         view = status_of(store_url, "c1", "cancelled")
         assert all(node["status"] != "running" for node in view["nodes"].values())
         assert worker.poll() is None  # the worker goes on serving
+
+
+def test_a_cancel_waits_for_a_lease_left_by_a_dead_holder_instead_of_being_dropped(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The worker finds the cancel request while a process that died still holds the lease
+    (as a drive that lost its lease leaves it until it lapses): it waits, then cancels."""
+    run = ("run", str(SIDE_GATE), "--input", "n=100000", "--input", "nap=0.05", "--detach")
+    assert cli(*run, "--store", store_url, "--run-id", "c2").returncode == 0
+
+    async def leave_a_lease_and_ask_for_a_cancel() -> None:
+        async with open_store(store_url) as store:
+            await store.acquire("c2", "a-process-that-died", 2.0)
+            queue = work_queue_of(store)
+            try:
+                await queue.request_cancel("c2", "enough")
+            finally:
+                await queue.aclose()
+
+    asyncio.run(leave_a_lease_and_ask_for_a_cancel())
+    with workers(store_url, 1, tmp_path / "marks.txt"):
+        view = status_of(store_url, "c2", "cancelled")
+    assert "enough" in json.dumps(view)
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "sqlite:///{tmp}/runs.db"])
