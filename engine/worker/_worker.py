@@ -388,14 +388,22 @@ class Worker:
         task.add_done_callback(self._side.discard)
 
     async def _look_for_cancel(self, run_id: str) -> None:
-        """Stop the run's drive (at its last committed step) if a cancel was requested."""
-        with contextlib.suppress(Exception):  # store away: the next drive looks again
+        """Stop the run's drive now if a cancel was requested, even in a long action.
+
+        The drive also looks between two steps (the new entry set its mail flag), so a
+        request this misses (the store away, a drive between two of its tasks) is still
+        acted on at the next step.
+        """
+        try:
             reason = await self._queue.cancel_requested(run_id)
-            active = self._active.get(run_id)
-            if reason is not None and active is not None and active.cancel is None:
-                active.cancel = reason
-                if active.drive is not None:
-                    active.drive.cancel()
+        except Exception as exc:  # redis-py raises its own classes
+            _log.warning("cannot read run %s's cancel request (%s); its drive looks", run_id, exc)
+            return
+        active = self._active.get(run_id)
+        if reason is not None and active is not None and active.cancel is None:
+            active.cancel = reason
+            if active.drive is not None:
+                active.drive.cancel()
 
     async def _cancel(self, run_id: str, reason: str) -> bool:
         """Commit the requested cancel (the drive has stopped and let the lease go).
@@ -460,8 +468,11 @@ class Worker:
             while not run.state.status.terminal:
                 stepped = await run.next() is not None
                 steps += stepped
-                if active.mail:  # a reply may have come for a gate of this run
+                if active.mail:  # a reply or a cancel request may have come for this run
                     active.mail = False
+                    active.cancel = active.cancel or await self._queue.cancel_requested(run_id)
+                    if active.cancel is not None:
+                        break  # stopped at this committed step: _serve commits the cancel
                     await self._deliver(run)
                 elif not stepped:
                     break
