@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,13 @@ REPO = TESTS.parent
 """The repository root."""
 
 ActionFn = Callable[[ActionContext], Awaitable[ActionResult]]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class FakeClock:

@@ -1,5 +1,7 @@
 """Run states and records with every field set: shared by the codec tests and its benchmark.
 
+Also ``shape``, the types of a value all the way down, which the read tests compare too.
+
 The golden files in ``tests/golden/`` are these values encoded: change them and the golden
 bytes change with them.
 """
@@ -7,8 +9,10 @@ bytes change with them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
+from typing import Any
 
 from phasegraph.model import (
     ErrorRecord,
@@ -144,3 +148,15 @@ def loop_record(seq: int = 7) -> StepRecord:
         result=MappingProxyType({"trigger": "again"}),
         nodes=MappingProxyType({"loop": node}),
     )
+
+
+def shape(value: Any) -> Any:
+    """The types of ``value`` all the way down (equality alone lets a dict pass for a proxy)."""
+    if dataclasses.is_dataclass(value):
+        fields = dataclasses.fields(value)
+        return type(value), tuple((f.name, shape(getattr(value, f.name))) for f in fields)
+    if isinstance(value, Mapping):
+        return type(value), tuple(sorted((key, shape(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return type(value), tuple(shape(item) for item in value)
+    return type(value)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from builders import REPO, cli_argv
+from builders import REPO, cli_argv, free_port
 from http_kit import TOKEN_ENV, Server
 from phasegraph.actions import ActionContext, ActionResult, build_action, classify_error
 from phasegraph.actions._http import BODY_CHARS, DEFAULT_TIMEOUT
@@ -64,13 +63,6 @@ def files(folder: Path, pattern: str) -> dict[str, bytes]:
     found = {path.name: path.read_bytes() for path in folder.glob(pattern)}
     assert found
     return found
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_values_in_the_url_are_percent_encoded(server: Server) -> None:

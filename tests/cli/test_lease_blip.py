@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from builders import cli_argv
+from builders import cli_argv, free_port
 from phasegraph.cli._support import EXIT_STOPPED
 
 GRAPH = """\
@@ -49,20 +48,13 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -
         time.sleep(0.01)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class _Redis:
     """A private redis-server that keeps every write across a restart (AOF, fsync always)."""
 
     def __init__(self, workdir: Path) -> None:
         exe = shutil.which("redis-server")
         assert exe, "this test needs redis-server on PATH"
-        self.port = _free_port()
+        self.port = free_port()
         self.argv = [
             *(exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(workdir)),
             *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),

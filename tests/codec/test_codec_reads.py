@@ -36,11 +36,10 @@ from test_codec_records import (
     every_corruption,
     odd_values,
     outcome,
-    shape,
     step_records_of_every_kind,
 )
 
-from payloads import T0, golden_record, golden_record_v1, loop_record
+from payloads import T0, golden_record, golden_record_v1, loop_record, shape
 from phasegraph import codec
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import RunStateError

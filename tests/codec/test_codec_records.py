@@ -12,9 +12,8 @@ decode to it again.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -30,7 +29,7 @@ from test_codec import (
     user_values,
 )
 
-from payloads import golden_record, golden_state, loop_record
+from payloads import golden_record, golden_state, loop_record, shape
 from phasegraph import codec
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
@@ -44,18 +43,6 @@ KINDS = ["created", "start", "transition", "fail", "wait", "reply", "cancel", "s
 def step_records_of_every_kind() -> st.SearchStrategy[StepRecord]:
     """Step records of the engine's own kinds and of any other text."""
     return step_records(st.sampled_from(KINDS) | texts())
-
-
-def shape(value: Any) -> Any:
-    """The types of ``value`` all the way down (equality alone lets a dict pass for a proxy)."""
-    if dataclasses.is_dataclass(value):
-        fields = dataclasses.fields(value)
-        return type(value), tuple((f.name, shape(getattr(value, f.name))) for f in fields)
-    if isinstance(value, Mapping):
-        return type(value), tuple(sorted((key, shape(item)) for key, item in value.items()))
-    if isinstance(value, list | tuple):
-        return type(value), tuple(shape(item) for item in value)
-    return type(value)
 
 
 def outcome(decode: Callable[[Any], Any], data: Any) -> tuple[Any, ...]:

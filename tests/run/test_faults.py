@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import sqlite3
 import subprocess
 import time
@@ -15,7 +14,7 @@ import msgpack
 import pytest
 import redis
 
-from builders import TESTS, cli_argv, engine, graph, prepared
+from builders import TESTS, cli_argv, engine, free_port, graph, prepared
 from phasegraph import Engine, open_store
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.cli import main
@@ -24,13 +23,6 @@ from phasegraph.model import RunState, RunStatus
 from phasegraph.store.memory import MemoryStore
 
 GRAPH = TESTS / "fixtures" / "crash" / "crash.yaml"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -43,7 +35,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_unreachable_redis_at_start_is_one_line_and_exit_2(tmp_path, capsys):
-    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     argv = cli_argv()
     started = subprocess.run(
         [*argv, "run", str(GRAPH), "--store", url, "--input", f"log={tmp_path / 'log'}"],
@@ -78,7 +70,7 @@ class _RedisServer:
             pytest.fail("this test needs redis-server on PATH (apt-get install redis-server)")
         self.argv = [exe, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 

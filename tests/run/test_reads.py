@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import engine, graph, prepared
-from payloads import golden_record_v1, golden_state, loop_record
+from payloads import golden_record_v1, golden_state, loop_record, shape
 from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
@@ -75,17 +75,6 @@ async def reference_json(engine: Engine, run_id: str, start: int, stop: int | No
     """What ``history --json`` printed: ``to_json`` of the view of every decoded record."""
     records = await engine.history(run_id, start=start, stop=stop)
     return codec.to_json([record_view(record) for record in records]).encode()
-
-
-def shape(value: Any) -> Any:
-    """The types all the way down (equality alone lets a dict pass for a proxy)."""
-    if hasattr(value, "__dataclass_fields__"):
-        return type(value), tuple((name, shape(getattr(value, name))) for name in value.__slots__)
-    if isinstance(value, dict | MappingProxyType) or hasattr(value, "chunks"):
-        return type(value), tuple(sorted((key, shape(item)) for key, item in value.items()))
-    if isinstance(value, list | tuple):
-        return type(value), tuple(shape(item) for item in value)
-    return type(value)
 
 
 async def assert_reads_as_replayed(store: Store, run_id: str) -> None:

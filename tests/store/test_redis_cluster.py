@@ -1,7 +1,6 @@
 """The Redis store on a Redis Cluster of three primaries (real servers, on loopback)."""
 
 import asyncio
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -11,6 +10,7 @@ import pytest
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 
+from builders import free_port
 from phasegraph.errors import LeaseLostError, SequenceConflictError, StoreUnavailableError
 from phasegraph.store import Lease, open_store
 from phasegraph.store._redis_cluster import ClusterLink
@@ -187,14 +187,8 @@ async def _partition_nodes(store: RedisStore, queue: RunQueue) -> int:
         await client.aclose()
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_an_unreachable_cluster_is_one_clear_error() -> None:
-    url = f"redis+cluster://:hunter2@127.0.0.1:{_closed_port()}/0"
+    url = f"redis+cluster://:hunter2@127.0.0.1:{free_port()}/0"
     async with open_store(url) as store:
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError) as caught:

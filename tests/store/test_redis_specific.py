@@ -1,7 +1,6 @@
 """What only the Redis store promises: one round trip, one slot per run, retention."""
 
 import asyncio
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -11,6 +10,7 @@ import pytest
 import redis.asyncio
 from redis.crc import key_slot
 
+from builders import free_port
 from phasegraph.errors import LeaseHeldError, LeaseLostError, StoreError, StoreUnavailableError
 from phasegraph.store import Lease, open_store
 from phasegraph.store.redis import RedisStore
@@ -226,14 +226,8 @@ async def test_concurrent_acquire_from_two_clients_has_one_winner(redis_url: str
             assert repr(winner.owner) in str(loser)
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_unreachable_server_fails_fast_without_leaking_the_password() -> None:
-    url = f"redis://:hunter2@127.0.0.1:{_closed_port()}/0"
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     async with open_store(url) as store:
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError) as caught:

@@ -3,7 +3,6 @@
 import asyncio
 import dataclasses
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from builders import free_port
 from phasegraph.errors import StoreError, StoreUnavailableError
 from phasegraph.store import open_store
 from phasegraph.store._redis_wire import RedisWire, ReplyError, WireOptions, pack
@@ -204,12 +204,6 @@ async def test_a_refused_password_names_the_server_not_the_password(redis_url: s
 # -- a server of our own with a password, a unix socket and TLS
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _make_certificates(where: Path) -> None:
     """A throwaway CA and a server certificate for 127.0.0.1, made with openssl."""
     openssl = shutil.which("openssl")
@@ -234,7 +228,7 @@ def guarded_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pa
     assert exe, "the tests need redis-server"
     where = tmp_path_factory.mktemp("guarded-redis")
     _make_certificates(where)
-    sock, tls_port = where / "redis.sock", _free_port()
+    sock, tls_port = where / "redis.sock", free_port()
     process = subprocess.Popen(
         [exe, "--port", "0", "--unixsocket", str(sock), "--tls-port", str(tls_port),
          "--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
