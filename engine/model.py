@@ -47,6 +47,7 @@ __all__ = [
     "fold_records",
     "frozen_map",
     "nested_machines",
+    "quick_init",
     "same_value",
     "template_parts",
     "updated_map",
@@ -192,12 +193,12 @@ class ChunkedMap(Mapping[str, V]):
     def of(cls, items: Mapping[str, V]) -> ChunkedMap[V]:
         """A chunked copy of ``items``."""
         keys = sorted(items)
-        size = max(16, isqrt(len(keys)))
+        size = _chunk_size(len(keys))
         chunks = tuple(
             MappingProxyType({key: items[key] for key in keys[start : start + size]})
             for start in range(0, len(keys), size)
         )
-        return cls(chunks, _where(keys, size))
+        return cls(chunks, _where(keys))
 
     @property
     def chunks(self) -> tuple[Mapping[str, V], ...]:
@@ -251,8 +252,14 @@ _WHERE_KEYS: Final = 1024  # larger maps are not shared (nor kept)
 _WHERE_KEPT: Final = 64
 
 
-def _where(keys: list[str], size: int) -> Mapping[str, int]:
-    """Key → chunk index for ``keys`` (sorted) cut into chunks of ``size``; read-only."""
+def _chunk_size(count: int) -> int:
+    """How many keys a chunk of a map of ``count`` keys holds."""
+    return max(16, isqrt(count))
+
+
+def _where(keys: list[str]) -> Mapping[str, int]:
+    """Key → chunk index for ``keys`` (sorted) cut into chunks; read-only."""
+    size = _chunk_size(len(keys))
     if len(keys) > _WHERE_KEYS:
         return MappingProxyType({key: index // size for index, key in enumerate(keys)})
     kept = tuple(keys)
@@ -721,7 +728,7 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
     # Built field by field rather than with dataclasses.replace: this runs on every step.
     data, writers = state.data, state.writers
     if record.data or record.appended:
-        extended = _extended(state.run_id, state.data, record)
+        extended = extended_lists(state.run_id, record.seq, state.data, record.appended)
         data = MappingProxyType({**data, **record.data, **extended})
         if record.node is not None:
             writers = _add_writer(writers, record.node, record.data)
@@ -747,8 +754,9 @@ def apply_record(state: RunState, record: StepRecord) -> RunState:
 def apply_records(state: RunState, records: Sequence[StepRecord]) -> RunState:
     """:func:`apply_record` of each of ``records`` in turn, building one state at the end.
 
-    Reading a run applies up to dozens of records to a snapshot; folding them first and
-    building the run state (and its node map) once is several times cheaper.
+    Folding them first and building the run state (and its node map) once is several
+    times cheaper than building a state per record. Reads fold the stored record bodies
+    the same way (:func:`~phasegraph.codec.apply_bodies`), and must agree with this.
 
     Raises:
         RunStateError: If a record's seq does not follow the one before it.
@@ -828,11 +836,6 @@ def fold_records(
 
 def _out_of_order(run_id: str, seq: int, after: int) -> RunStateError:
     return RunStateError(f"step {seq} cannot follow step {after}", run_id=run_id, seq=seq)
-
-
-def _extended(run_id: str, data: Mapping[str, Any], record: StepRecord) -> dict[str, list[Any]]:
-    """The lists ``record.appended`` extends, with its items added at their end."""
-    return extended_lists(run_id, record.seq, data, record.appended)
 
 
 def extended_lists(

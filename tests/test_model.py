@@ -103,12 +103,18 @@ def test_quick_init_builds_what_the_dataclass_init_builds() -> None:
 def test_quick_init_refuses_what_it_cannot_speed_up() -> None:
     from phasegraph.model import quick_init
 
-    @dataclasses.dataclass(frozen=True)
-    class Plain:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Unslotted:
         a: int
 
-    with pytest.raises(TypeError):
-        quick_init(Plain)
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Positional:
+        a: int
+
+    with pytest.raises(TypeError, match="Unslotted is not a slotted dataclass"):
+        quick_init(Unslotted)
+    with pytest.raises(TypeError, match=r"Positional\.a is not a keyword-only init field"):
+        quick_init(Positional)
 
 
 def test_quick_init_refuses_a_class_with_a_post_init() -> None:

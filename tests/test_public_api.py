@@ -153,6 +153,7 @@ PUBLIC = {
         "RunOptions",
         "SystemClock",
         "TimeOrderedIds",
+        "check_reply",
         "check_run_id",
         "create_run",
         "decode_history",

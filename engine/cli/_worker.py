@@ -200,9 +200,7 @@ async def cancel_through_worker(args: argparse.Namespace, engine: Engine) -> Run
     async with worker_queue(engine.store) as queue:
         if not await queue.queued(args.run):
             return None
-        return await cancel_by_worker(
-            engine, queue, args.run, args.reason, within=2 * lease_ttl() + 5
-        )
+        return await cancel_by_worker(engine, queue, args.run, args.reason)
 
 
 def detached(args: argparse.Namespace, state: RunState) -> int:

@@ -414,9 +414,10 @@ def read_record(data: bytes) -> RecordBody:
 def read_records(blobs: Iterable[bytes]) -> list[RecordBody]:
     """:func:`read_record` of each of ``blobs``, in one loop: the reads of many records.
 
-    The usual case (a valid payload of the current format) is taken here without a call
-    per step: a history or the records after a snapshot are read by the dozen or the
-    thousand, and the calls cost more than the checks.
+    The usual case (a valid payload of the current format) is taken here without going
+    through :func:`read_record` and its helper for each record: a history or the records
+    after a snapshot are read by the dozen or the thousand, and those calls cost more than
+    the checks.
 
     Raises:
         UnsupportedFormatError: A record was written by a newer format version.

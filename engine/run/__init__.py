@@ -40,7 +40,7 @@ from phasegraph.run._stored import (
 )
 
 if TYPE_CHECKING:
-    from phasegraph.run._interpreter import Run
+    from phasegraph.run._interpreter import Run, check_reply
     from phasegraph.run._prepare import REDUCERS, PreparedGraph, initial_state, prepare
     from phasegraph.run._replay import (
         Divergence,
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "Run": "phasegraph.run._interpreter",
+    "check_reply": "phasegraph.run._interpreter",
     "REDUCERS": "phasegraph.run._prepare",
     "PreparedGraph": "phasegraph.run._prepare",
     "initial_state": "phasegraph.run._prepare",
@@ -94,6 +95,7 @@ __all__ = [
     "RunOptions",
     "SystemClock",
     "TimeOrderedIds",
+    "check_reply",
     "check_run_id",
     "create_run",
     "decode_history",

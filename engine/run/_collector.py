@@ -22,10 +22,10 @@ milliseconds (45 % of the time of 10,000 concurrent runs on Redis). So while
 50,000 allocations instead of 700 (:data:`BUSY_THRESHOLDS`, as ``phasegraph serve``
 sets for good). The thresholds found are put back once no run is in flight.
 
-Nothing is done while the collector is disabled, when the thresholds differ from those
-found when phasegraph was imported, or when something else froze objects first
-(``phasegraph serve`` and workers tune the collector themselves at start-up): the
-application manages the collector then.
+Where the application manages the collector, it is left alone: nothing is frozen while
+the collector is disabled or once something else froze objects first, and the thresholds
+are not raised while it is disabled or when they differ from those found when phasegraph
+was imported (``phasegraph serve`` and workers tune the collector themselves at start-up).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from phasegraph.run._steps import StepBuilder
 from phasegraph.run._stored import run_meta
 from phasegraph.store.base import Commit, Lease, Store
 
-__all__ = ["Run"]
+__all__ = ["Run", "check_reply"]
 
 # Waits between attempts after a failed renewal or commit; the last one repeats until the
 # lease would expire (renewals) or a lease's length has passed (a commit).
@@ -98,6 +98,38 @@ def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site
 
 def _encode(record: StepRecord) -> tuple[StepRecord, bytes]:
     return record, codec.encode_record(record)
+
+
+def check_reply(
+    prepared: PreparedGraph,
+    state: RunState,
+    interrupt_id: str,
+    result: ActionResult,
+    clock: Clock,
+) -> None:
+    """Raise what :meth:`Run.reply` would refuse ``result`` with in ``state``; write nothing.
+
+    For a reply handed to the process that drives the run (a worker): checked where it is
+    given, it is refused at once, with the error a reply committed there would get.
+
+    Raises:
+        RunError: As :meth:`Run.reply` (no such interrupt, an illegal trigger, a budget
+            spent, a data conflict).
+        CodecError: As :meth:`Run.reply`.
+    """
+    _reply_step(StepBuilder(prepared, clock), state, interrupt_id, result)
+
+
+def _reply_step(
+    steps: StepBuilder, state: RunState, interrupt_id: str, result: ActionResult
+) -> tuple[StepRecord, bytes]:
+    """The encoded step answering ``interrupt_id`` with ``result``, or the refusal raised."""
+    if not state.interrupts:
+        raise RunStateError(
+            f"run {state.run_id!r} is not waiting for a reply (status {state.status})",
+            run_id=state.run_id,
+        )
+    return _encode(steps.answer(state, interrupt_id, result))
 
 
 def _caught(exc: BaseException, events: list[Mapping[str, Any]]) -> _Done:
@@ -289,7 +321,7 @@ class Run:
             LeaseLostError: As :meth:`next`.
             StoreError: As :meth:`next`; every step before the failed one is committed.
         """
-        task = self._drive(None)
+        task = self._guard(None)
         try:
             while (work := self._next_work()) is not None:
                 # A lease cut-off cancels this task, so it ends the drive at this await.
@@ -333,7 +365,7 @@ class Run:
                 if stop:
                     raise StopAsyncIteration
                 return None
-        task = self._drive(work)
+        task = self._guard(work)
         try:
             return await work
         except asyncio.CancelledError:
@@ -384,15 +416,12 @@ class Run:
         Raises:
             RunStateError: The run has no such pending interrupt (or is not waiting).
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
+            BudgetExhaustedError: The trigger's destination would exceed a budget.
+            DataConflictError: The reply's data writes a key the node may not write.
             CodecError: The reply's data cannot be stored.
         """
-        if not self._state.interrupts:
-            raise RunStateError(
-                f"run {self.run_id!r} is not waiting for a reply (status {self._state.status})",
-                run_id=self.run_id,
-            )
-        record = self._steps.answer(self._state, interrupt_id, result)
-        return await self._leased(self._commit_step(*_encode(record)))
+        step = _reply_step(self._steps, self._state, interrupt_id, result)
+        return await self._leased(self._commit_step(*step))
 
     async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
         """Stop in-flight actions and commit the run as cancelled.
@@ -468,6 +497,7 @@ class Run:
             emit=emit,
             tool=site.bind_tool(emit),
             offer=site.offer,
+            # Bound per call rather than cached per node: no extra map on every run in flight.
             stream=functools.partial(self._stream, node_id),
             attempt=self._lease.token,
         )
@@ -569,7 +599,8 @@ class Run:
         """Make the committed step's state the run's (and queue its node's next action)."""
         previous = self._state.status
         self._state = state
-        if snapshot is not None and self._snapshots is not None:
+        if snapshot is not None:
+            assert self._snapshots is not None  # made by the checkpoint that wrote it
             self._snapshots.accept(record.seq)
             # The size of the state it stands for, segments it refers to included: what
             # a read decodes, and what the checkpoint policy weighs records against.
@@ -631,7 +662,7 @@ class Run:
 
     # -- the lease ---------------------------------------------------------------------
 
-    def _drive(self, work: Coroutine[Any, Any, StepRecord] | None) -> asyncio.Task[Any] | None:
+    def _guard(self, work: Coroutine[Any, Any, StepRecord] | None) -> asyncio.Task[Any] | None:
         """Before awaiting a step under the lease: the task driving it (None: not entered).
 
         Raises:
@@ -695,7 +726,9 @@ class Run:
         self._renewer = asyncio.create_task(self._keep_lease())
 
     async def _keep_lease(self) -> None:
-        """Renew the lease; retry failures until it would expire, then renew again later.
+        """Renew the lease, retrying failures until it would expire; then plan the next one.
+
+        Once renewed, the next renewal is scheduled (:meth:`_renew_later`).
 
         A renewal counts from the moment it was sent, so the deadline is never later than
         the store's own expiry. If the deadline passes (the store stayed unreachable) or

@@ -137,8 +137,8 @@ def decode_stored(run_id: str, seq: int, blob: bytes, decode: Callable[[bytes], 
     try:
         return decode(blob)
     except CodecError as exc:
-        record = decode is codec.decode_record or decode is codec.read_record
-        raise _unreadable(run_id, seq, "step record" if record else "snapshot", exc) from exc
+        what = "step record" if decode is codec.decode_record else "snapshot"
+        raise _unreadable(run_id, seq, what, exc) from exc
 
 
 def decode_history(
@@ -221,9 +221,13 @@ def _read_bodies(
         read = None
     bodies = []
     for index, (seq, blob) in enumerate(pairs):
-        body = (
-            read[index] if read is not None else decode_stored(run_id, seq, blob, codec.read_record)
-        )
+        if read is not None:
+            body = read[index]
+        else:
+            try:
+                body = codec.read_record(blob)
+            except CodecError as exc:
+                raise _unreadable(run_id, seq, "step record", exc) from exc
         if seq != expected or body.seq != seq:
             raise missing_record(run_id, expected, seq if seq != expected else body.seq)
         bodies.append(body)

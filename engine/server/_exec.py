@@ -200,8 +200,7 @@ class Executor:
             except LeaseHeldError:
                 if not await queue.queued(run_id):
                     raise
-                within = 2 * self._engine.options.lease_ttl + 5
-                state = await cancel_by_worker(self._engine, queue, run_id, reason, within=within)
+                state = await cancel_by_worker(self._engine, queue, run_id, reason)
             await queue.unschedule(run_id)  # its deadline has nothing to fire
             return state
         self._held.add(run_id)  # no driver may start while the cancel is under way

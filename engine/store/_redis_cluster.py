@@ -117,6 +117,7 @@ class ClusterLink:
         (the commit is idempotent, the index writes too). The reply is the script's, or
         the first error reply of the three commands.
         """
+        listed = 0
         if seq == 0:
             # Listed before it exists, so a crash after the commit cannot leave it unlisted.
             # NX: a refused seq 0 (the id is taken) never moves a listed run's score.
@@ -124,7 +125,8 @@ class ClusterLink:
             if isinstance(listed, ReplyError):
                 return listed
         reply = await self.eval(COMMIT, self._commit_keys(run_id), args)
-        if not isinstance(reply, ReplyError) and int(reply[0]) > 0:  # written (now or before)
+        # Written (now or before), and not just listed with this very score.
+        if not isinstance(reply, ReplyError) and int(reply[0]) > 0 and listed != 1:
             (moved,) = await self.call_many([("ZADD", self._index, updated_at, run_id)])
             if isinstance(moved, ReplyError):
                 return moved

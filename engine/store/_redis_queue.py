@@ -50,8 +50,8 @@ from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 __all__ = ["GROUP", "QueueEntry", "RunQueue"]
 
 GROUP: Final = "workers"
-_INBOX_BATCH: Final = 100  # replies applied per look at a run's inbox
 """The consumer group every worker reads through."""
+_INBOX_BATCH: Final = 100  # replies applied per look at a run's inbox
 
 # KEYS: work, queued. ARGV: run. Adds an entry for the run and counts it as queued, in
 # one step, so the count never misses an entry.
@@ -142,9 +142,7 @@ class RunQueue:
             yet (the first client decides for every later one).
     """
 
-    def __init__(
-        self, client: Any, *, prefix: str, partitions: int = 1, where: str = "Redis"
-    ) -> None:
+    def __init__(self, client: Any, *, prefix: str, where: str, partitions: int = 1) -> None:
         if partitions < 1:
             raise InputError(f"partitions must be at least 1, not {partitions}")
         self._client = _Translated(client, where)
@@ -162,6 +160,8 @@ class RunQueue:
         if self._count is not None:
             return self._count
         async with self._counting:
+            if self._count is not None:  # read by the coroutine that held the lock first
+                return self._count
             await self._client.set(self._count_key, self._wanted, nx=True)
             count = await self._recorded_partitions()
         if count is None:  # deleted between the two commands

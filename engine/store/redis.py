@@ -25,11 +25,11 @@ which sends each to the primary serving its key's slot. The index is in another 
 any run, so the commit script writes the run alone and the index is written with
 commands of its own: before a run's first commit (seq 0) its entry is added if missing,
 so a run is never committed without being listed, even if the process dies right after;
-after every commit the entry's score is set to the commit's updated_at. A process that
+after every later commit (or a first one whose entry was there already) the entry's score
+is set to the commit's updated_at. A process that
 dies between a later commit and that second write leaves the run listed with the score
 of an earlier commit: ``list_runs`` still shows it with its current meta, but the order
-of runs across pages may lag until its next commit. A first commit costs three round
-trips, the others two.
+of runs across pages may lag until its next commit. A commit costs two round trips.
 
 Retention can expire a run and leave its index entry behind, and on a cluster a refused
 first commit leaves an entry with no run; ``list_runs`` trusts only the per-run meta and

@@ -15,8 +15,9 @@ from typing import Final
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
-from phasegraph.errors import IllegalTriggerError, RunStateError
+from phasegraph.errors import RunStateError
 from phasegraph.model import RunState, RunStatus
+from phasegraph.run import check_reply
 from phasegraph.worker._worker import WorkQueue
 
 __all__ = ["cancel_by_worker", "post_reply", "reply_applied"]
@@ -33,25 +34,12 @@ async def post_reply(
         The run as committed before the reply.
 
     Raises:
-        RunStateError: The run has no such pending interrupt.
-        IllegalTriggerError: The waiting node's state does not accept the trigger.
+        RunError: The reply is refused as the worker would refuse it: no such pending
+            interrupt, an illegal trigger, a budget spent, a data conflict.
+        CodecError: The reply's data cannot be stored.
     """
     state = await engine.get(run_id)
-    interrupt = state.interrupts.get(interrupt_id)
-    if interrupt is None:
-        pending = ", ".join(sorted(state.interrupts)) or "none"
-        raise RunStateError(
-            f"run {run_id!r} has no pending interrupt {interrupt_id!r} (pending: {pending})",
-            run_id=run_id,
-        )
-    node = state.nodes[interrupt.node]
-    prepared = engine.prepare(state.graph_source)
-    machine = prepared.workflow.nodes[interrupt.node].machine
-    legal = prepared.machines.legal_triggers(machine, node.path)
-    if result.trigger not in legal:
-        raise IllegalTriggerError(
-            result.trigger, node.state, legal, node_id=interrupt.node, run_id=run_id
-        )
+    check_reply(engine.prepare(state.graph_source), state, interrupt_id, result, engine.clock)
     reply = {
         "interrupt_id": interrupt_id,
         "trigger": result.trigger,
@@ -62,7 +50,9 @@ async def post_reply(
     return state
 
 
-async def reply_applied(engine: Engine, run_id: str, interrupt_id: str, since: int) -> RunState:
+async def reply_applied(
+    engine: Engine, run_id: str, interrupt_id: str, since: int, *, within: float | None = None
+) -> RunState:
     """Wait until the worker has applied the reply; the run right after its step.
 
     Args:
@@ -70,11 +60,25 @@ async def reply_applied(engine: Engine, run_id: str, interrupt_id: str, since: i
         run_id: The run.
         interrupt_id: The interrupt answered.
         since: The run's seq when the reply was posted (its step comes later).
+        within: Seconds to wait (default: as :func:`cancel_by_worker`).
+
+    Raises:
+        RunStateError: The gate was still open after ``within`` seconds: the worker
+            applies the reply between two steps of the run, after a long action, say
+            (or refused it in the state the run had reached, and logged why).
     """
+    deadline = time.monotonic() + (_patience(engine) if within is None else within)
     while True:
         state = await engine.get(run_id)
         if interrupt_id not in state.interrupts or state.status.terminal:
             break
+        if time.monotonic() >= deadline:
+            raise RunStateError(
+                f"run {run_id!r}: the reply to {interrupt_id!r} is handed to the worker "
+                "driving the run but was not applied in time; it is applied between two "
+                "of the run's steps (a reply refused there is in the worker's log)",
+                run_id=run_id,
+            )
         await asyncio.sleep(_POLL)
     for record in reversed(await engine.history(run_id, start=since + 1)):
         if record.kind == "reply" and any(e.get("id") == interrupt_id for e in record.events):
@@ -83,14 +87,23 @@ async def reply_applied(engine: Engine, run_id: str, interrupt_id: str, since: i
 
 
 async def cancel_by_worker(
-    engine: Engine, queue: WorkQueue, run_id: str, reason: str, *, within: float
+    engine: Engine, queue: WorkQueue, run_id: str, reason: str, *, within: float | None = None
 ) -> RunState:
     """Ask the worker driving the run to cancel it; the run once cancelled.
+
+    Args:
+        engine: The engine.
+        queue: The store's work queue.
+        run_id: The run.
+        reason: Why, as the cancelled run records it.
+        within: Seconds to wait (default: two of ``engine``'s lease lengths and 5 s).
 
     Raises:
         RunStateError: The run ended otherwise first, or had not ended ``within``
             seconds (the request stays: the next worker to drive the run cancels it).
     """
+    if within is None:
+        within = _patience(engine)
     await queue.request_cancel(run_id, reason)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -107,3 +120,11 @@ async def cancel_by_worker(
         f"{within:g} s; the next worker to drive the run cancels it",
         run_id=run_id,
     )
+
+
+def _patience(engine: Engine) -> float:
+    """Seconds to wait for a worker to act on a run: two lease lengths and 5 s.
+
+    Enough for a lease left by a worker that stopped to lapse, and another to take the run.
+    """
+    return 2 * engine.options.lease_ttl + 5

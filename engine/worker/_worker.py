@@ -39,11 +39,12 @@ from typing import Any, Final, Protocol, final
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import (
-    IllegalTriggerError,
+    CodecError,
     InputError,
     LeaseHeldError,
     LeaseLostError,
     PhasegraphError,
+    RunError,
     RunNotFoundError,
     RunStateError,
     StoreUnavailableError,
@@ -316,7 +317,7 @@ class Worker:
                     self.stats.reclaimed += len(entries)
                 if not entries:
                     entries = await self._queue.take(partition, self._name, free, block_ms)
-            except Exception as exc:  # the store is away (redis-py raises its own classes)
+            except Exception as exc:  # the store is away, or any queue's own error: go on
                 _log.warning("cannot read work (partition %d): %s; retrying", partition, exc)
                 await asyncio.sleep(1.0)
                 continue
@@ -396,7 +397,7 @@ class Worker:
         """
         try:
             reason = await self._queue.cancel_requested(run_id)
-        except Exception as exc:  # redis-py raises its own classes
+        except Exception as exc:  # any queue's error: the drive looks again between steps
             _log.warning("cannot read run %s's cancel request (%s); its drive looks", run_id, exc)
             return
         active = self._active.get(run_id)
@@ -493,8 +494,9 @@ class Worker:
             )
             try:
                 await run.reply(str(reply.get("interrupt_id", "")), result)
-            except (RunStateError, IllegalTriggerError) as exc:
-                # Answered meanwhile (or a re-delivery after a crash): nothing to apply.
+            except (RunError, CodecError) as exc:
+                # Answered meanwhile, a re-delivery after a crash, or refused in the state
+                # the run has reached since it was checked: nothing to apply.
                 _log.warning("reply to run %s not applied: %s", run.run_id, exc)
         if replies:
             await self._queue.replies_done(run.run_id, len(replies))

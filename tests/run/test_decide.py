@@ -111,16 +111,10 @@ async def test_a_reduced_key_records_the_raw_update_and_replays_without_guessing
     assert report.identical, report.divergence
 
 
-async def test_a_decision_reads_the_clock_once_and_only_when_a_record_needs_the_time():
-    """A gate's wait record and its interrupt share one reading; an action's step reads
-    the clock once, after the action: the record's time is when its outcome was known."""
+async def test_a_gate_and_its_record_share_one_reading_and_a_step_is_timed_after_its_action():
+    """A gate's wait record and its interrupt carry one reading of the clock; an action's
+    step reads it after the action: the record's time is when its outcome was known."""
     clock = SteppedClock()
-    readings: list[datetime] = []
-
-    class CountedClock:
-        def now(self) -> datetime:
-            readings.append(clock.now())
-            return readings[-1]
 
     async def slow(ctx: ActionContext) -> ActionResult:
         clock.at += timedelta(seconds=60)
@@ -131,7 +125,7 @@ async def test_a_decision_reads_the_clock_once_and_only_when_a_record_needs_the_
     definition = graph([feature, NodeDef(id="worker", machine="task")], machines=[review_machine()])
     plan = prepared(definition, {("feature", "plan"): returning("ok"), ("worker", "run"): slow})
     async with MemoryStore() as store:
-        eng = Engine(store, clock=CountedClock(), ids=CountingIds())
+        eng = Engine(store, clock=clock, ids=CountingIds())
         state = await eng.run(plan)
         history = await eng.history(state.run_id)
     wait = next(r for r in history if r.kind == "wait")

@@ -190,7 +190,8 @@ def test_a_cancel_waits_for_a_lease_left_by_a_dead_holder_instead_of_being_dropp
 
     async def leave_a_lease_and_ask_for_a_cancel() -> None:
         async with open_store(store_url) as store:
-            await store.acquire("c2", "a-process-that-died", 2.0)
+            # Longer than the worker takes to start: it finds the request with the lease held.
+            await store.acquire("c2", "a-process-that-died", 5.0)
             queue = work_queue_of(store)
             try:
                 await queue.request_cancel("c2", "enough")

@@ -1,21 +1,33 @@
-"""A cancel request reaches the run a worker drives, even when the worker's first look fails.
+"""Replies and cancels reach the run a worker drives, and a refused one never stops it.
 
-In one process on a private Redis (server and cluster): the worker is the real one, but
-its immediate look at a new entry's cancel request is made to miss (as a store blip or a
-drive between two of its tasks would make it), so only the look between two steps is left.
+In one process on a private Redis (server and cluster), with the real worker: a reply is
+refused where it is given when the worker would refuse it; one refused only where it is
+applied leaves the drive going; a cancel the worker's first look misses (as a store blip
+or a drive between two of its tasks would make it) is acted on at the next step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from phasegraph import Engine, open_store
-from phasegraph.model import NodeStatus, RunStatus
-from phasegraph.worker import Worker, WorkerOptions, work_queue_of
+from phasegraph.actions import ActionResult
+from phasegraph.errors import DataConflictError, RunStateError
+from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
+from phasegraph.worker import (
+    Worker,
+    WorkerOptions,
+    WorkQueue,
+    post_reply,
+    reply_applied,
+    work_queue_of,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -28,33 +40,88 @@ class _LookMisses(Worker):
         return None  # the request is there, but this look does not see it
 
 
-async def test_a_cancel_the_first_look_missed_stops_the_run_at_its_next_step(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend(str(FIXTURES))
+@asynccontextmanager
+async def _driven(
+    store_url: str, worker: type[Worker] = Worker
+) -> AsyncIterator[tuple[Engine, WorkQueue, str]]:
+    """A side-gate run a worker of class ``worker`` drives, once it has taken a few steps."""
     async with open_store(store_url) as store:
         engine = Engine(store)
         queue = work_queue_of(store)
-        worker = _LookMisses(engine, queue, name="w", options=WorkerOptions(reclaim_after=5))
+        driving = worker(engine, queue, name="w", options=WorkerOptions(reclaim_after=5))
         stop = asyncio.Event()
-        working = asyncio.create_task(worker.run(stop))
+        working = asyncio.create_task(driving.run(stop))
         try:
             async with engine.start(SIDE_GATE, {"n": 100000, "nap": 0.02}) as run:
                 run_id = run.run_id
             await queue.enqueue(run_id)
-            deadline = time.monotonic() + 30
-            while (await engine.get(run_id)).nodes["count"].steps < 5:
-                assert time.monotonic() < deadline, "the worker never drove the run"
-                await asyncio.sleep(0.05)
-            await queue.request_cancel(run_id, "enough")
-            while (state := await engine.get(run_id)).status is not RunStatus.CANCELLED:
-                assert time.monotonic() < deadline, f"still {state.status} at {state.seq}"
-                await asyncio.sleep(0.05)
-            assert await queue.cancel_requested(run_id) is None  # done with, not left
+            await _until(engine, run_id, lambda s: s.nodes["count"].steps >= 5)
+            yield engine, queue, run_id
         finally:
             stop.set()
             await working
             await queue.aclose()
+
+
+async def _until(engine: Engine, run_id: str, done: Callable[[RunState], bool]) -> RunState:
+    deadline = time.monotonic() + 30
+    while not done(state := await engine.get(run_id)):
+        assert time.monotonic() < deadline, f"still {state.status} at step {state.seq}"
+        await asyncio.sleep(0.05)
+    return state
+
+
+async def _raises(call: Awaitable[object], kind: type[Exception]) -> str:
+    with pytest.raises(kind) as caught:
+        await call
+    return str(caught.value)
+
+
+async def test_a_cancel_the_first_look_missed_stops_the_run_at_its_next_step(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    async with _driven(store_url, _LookMisses) as (engine, queue, run_id):
+        await queue.request_cancel(run_id, "enough")
+        state = await _until(engine, run_id, lambda s: s.status is RunStatus.CANCELLED)
+        assert await queue.cancel_requested(run_id) is None  # done with, not left
     # Cancelled where it stood, long before its loop would have spent its budget.
     assert state.nodes["count"].status is NodeStatus.CANCELLED
     assert state.nodes["count"].error == "enough"
+
+
+async def test_a_reply_the_worker_would_refuse_is_refused_where_it_is_given(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    async with _driven(store_url) as (engine, queue, run_id):
+        (gate,) = (await engine.get(run_id)).interrupts
+        # The loop beside the gate writes "total": the worker's commit would refuse this.
+        wrong = ActionResult(trigger="ok", data=frozen_map({"total": -1}))
+        said = await _raises(post_reply(engine, queue, run_id, gate, wrong), DataConflictError)
+        assert "'total'" in said
+        assert await queue.replies(run_id) == []  # nothing handed to the worker
+        right = ActionResult(trigger="ok")
+        before = await post_reply(engine, queue, run_id, gate, right)
+        answered = await reply_applied(engine, run_id, gate, before.seq)
+    assert answered.nodes["approve"].status is NodeStatus.COMPLETED
+
+
+async def test_a_reply_refused_where_it_is_applied_leaves_the_drive_going(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    async with _driven(store_url) as (engine, queue, run_id):
+        state = await engine.get(run_id)
+        (gate,) = state.interrupts
+        # Posted past the check (the run may change between the check and the worker).
+        await queue.post_reply(
+            run_id, {"interrupt_id": gate, "trigger": "ok", "data": {"total": -1}}
+        )
+        waiting = reply_applied(engine, run_id, gate, state.seq, within=1.0)
+        said = await _raises(waiting, RunStateError)
+        assert "not applied in time" in said
+        assert await queue.replies(run_id) == []  # looked at, refused, dropped
+        steps = (await engine.get(run_id)).nodes["count"].steps
+        going = await _until(engine, run_id, lambda s: s.nodes["count"].steps >= steps + 5)
+    assert gate in going.interrupts  # still open, for a reply that can be applied
