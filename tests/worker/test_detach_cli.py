@@ -141,9 +141,10 @@ def _open_gate(store_url: str, run_id: str) -> str:
 def test_a_reply_to_a_run_a_worker_drives_is_applied_between_its_steps(
     store_url: str, tmp_path: Path
 ) -> None:
+    release = tmp_path / "release"  # the loop beside the gate counts until this exists
     with workers(store_url, 1, tmp_path / "marks.txt"):
-        run = ("run", str(SIDE_GATE), "--input", "n=30", "--input", "nap=0.1", "--detach")
-        started = cli(*run, "--store", store_url, "--run-id", "s1")
+        run = ("run", str(SIDE_GATE), "--input", "n=100000", "--input", "nap=0.02", "--detach")
+        started = cli(*run, "--input", f"until={release}", "--store", store_url, "--run-id", "s1")
         assert started.returncode == 0, started.stderr
         gate = _open_gate(store_url, "s1")
         refused = cli("reply", "s1", "--id", gate, "--trigger", "nope", "--store", store_url)
@@ -152,6 +153,7 @@ def test_a_reply_to_a_run_a_worker_drives_is_applied_between_its_steps(
         answered = cli("reply", "s1", "--id", gate, "--trigger", "ok", "--store", store_url)
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout.startswith(f"reply to {gate} handed to the worker driving run s1")
+        release.touch()
         status_of(store_url, "s1", "completed")
 
     async def history() -> list[Any]:
