@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -28,6 +27,7 @@ from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_m
 from phasegraph.run import (
     Clock,
     IdFactory,
+    LeaseKeeper,
     RunOptions,
     SystemClock,
     TimeOrderedIds,
@@ -39,14 +39,14 @@ from phasegraph.run import (
     history_json,
     load,
 )
-from phasegraph.store.base import Lease, RunMeta, Store
+from phasegraph.store.base import RunMeta, Store
 
 # Reading a run needs none of the machinery that drives one: the interpreter, graph
 # preparation, replay, the action kinds and the YAML loader are reached through ``runs``
 # (imported on first use, see phasegraph.run) and imported in the methods that drive, so
 # ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
-    from phasegraph.run import PreparedGraph, ReplayReport, Run
+    from phasegraph.run import Hold, PreparedGraph, ReplayReport, Run
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -83,6 +83,8 @@ class Engine:
         self.clock = clock or SystemClock()
         self.ids = ids or TimeOrderedIds()
         self.bus = bus or EventBus()
+        self.leases = LeaseKeeper(store, self.options)
+        """Takes, renews and gives back the leases of the runs this engine drives."""
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
 
@@ -145,25 +147,24 @@ class Engine:
         _validate_input(prepared.definition, run_input)
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
-        leased_at = asyncio.get_running_loop().time()
-        lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
+        hold = await self.leases.acquire(run_id)
         state = runs.initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
         commit = first_commit(state, created)
         try:
-            await self.store.commit(lease, commit)
+            await self.store.commit(hold.lease, commit)
         except SequenceConflictError as exc:
-            await self.store.release(lease)
+            await hold.release()
             raise RunStateError(
                 f"run id {run_id!r} is taken: a run with that id exists already (choose "
                 "another id, or omit it for a fresh one)",
                 run_id=run_id,
             ) from exc
         except BaseException:
-            await self.store.release(lease)
+            await hold.release()
             raise
         size = len(commit.snapshot or b"")
-        return self._run(driver, prepared, lease, leased_at, state, 0, size)
+        return self._run(driver, prepared, hold, state, 0, size)
 
     @contextlib.asynccontextmanager
     async def open(
@@ -194,21 +195,19 @@ class Engine:
                 run_id=run_id,
             )
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
-        leased_at = asyncio.get_running_loop().time()
-        lease = await self.store.acquire(run_id, self.options.owner_name(), self.options.lease_ttl)
+        hold = await self.leases.acquire(run_id)
         try:
             # Re-read under the lease: the head may have moved before we got it. Seqs are
             # never rewritten, so an unmoved head is the state already rebuilt.
             if (await self.store.read(run_id)).seq != loaded.stored.seq:
                 loaded = await load(self.store, run_id)
         except BaseException:
-            await self.store.release(lease)
+            await hold.release()
             raise
         async with self._run(
             driver,
             prepared,
-            lease,
-            leased_at,
+            hold,
             loaded.state,
             loaded.stored.snapshot_seq,
             loaded.snapshot_bytes,
@@ -220,8 +219,7 @@ class Engine:
         self,
         driver: type[Run],
         prepared: PreparedGraph,
-        lease: Lease,
-        leased_at: float,
+        hold: Hold,
         state: RunState,
         snap: int,
         size: int,
@@ -230,8 +228,7 @@ class Engine:
         return driver(
             prepared=prepared,
             store=self.store,
-            lease=lease,
-            leased_at=leased_at,
+            hold=hold,
             state=state,
             snapshot_seq=snap,
             snapshot_bytes=size,
@@ -401,7 +398,7 @@ class Engine:
         state, record = fork_state(
             source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now()
         )
-        await create_run(self.store, self.options, state, record)
+        await create_run(self.store, self.leases, state, record)
         return state.run_id
 
     async def replay(self, run_id: str, graph: GraphSource | None = None) -> ReplayReport:

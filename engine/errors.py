@@ -310,9 +310,27 @@ class LeaseHeldError(StoreError):
 
 
 class LeaseLostError(StoreError):
-    """Our lease expired and was taken over; this writer may no longer commit."""
+    """Our lease is no longer the run's: another holder took the run, or it was released.
+
+    A run stopped because its store stayed silent for a whole lease is stopped with this
+    error too (the lease may lapse and be taken), its message saying which it was.
+
+    Attributes:
+        holder: Who holds the run's lease now, when the store said (an owner string).
+    """
 
     code = ErrorCode.LEASE_LOST
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        holder: str | None = None,
+        run_id: str | None = None,
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id, seq=seq)
+        self.holder = holder
 
 
 class SequenceConflictError(StoreError):

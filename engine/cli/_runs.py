@@ -28,6 +28,7 @@ from phasegraph.cli._support import (
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
+from phasegraph.store import holder_gone
 from phasegraph.views import run_summary, state_view
 
 __all__ = ["HANDLERS"]
@@ -213,20 +214,17 @@ def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
 
 
 async def is_abandoned(engine: Engine, run_id: str) -> bool | None:
-    """Whether a ``running`` run has no live driver: its lease expired or was released.
+    """Whether a ``running`` run has no live driver: nobody holds its lease.
 
-    Asked by taking the lease and giving it back at once; a held lease means a live
-    process drives the run. A store that refuses the question counts as live; one opened
-    read-only cannot be asked (None: unknown).
+    Read from the store's record of the holder (nothing is taken): a live lease whose
+    recorded holder process provably died on this machine counts as no driver. A store
+    that cannot answer gives ``None`` (unknown).
     """
-    if getattr(engine.store, "read_only", False):
-        return None
     try:
-        lease = await engine.store.acquire(run_id, f"{engine.options.owner_name()} (status)", 1.0)
+        holder = await engine.store.holder(run_id)
     except PhasegraphError:
-        return False
-    await engine.store.release(lease)
-    return True
+        return None
+    return holder is None or holder_gone(holder)
 
 
 async def _cmd_history(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from phasegraph.run._collector import BUSY_THRESHOLDS
 from phasegraph.run._fork import create_run, fork_state
+from phasegraph.run._lease import Hold, LeaseKeeper
 from phasegraph.run._options import (
     RUN_ID_PATTERN,
     Clock,
@@ -87,7 +88,9 @@ __all__ = [
     "RUN_ID_PATTERN",
     "Clock",
     "Divergence",
+    "Hold",
     "IdFactory",
+    "LeaseKeeper",
     "Loaded",
     "PreparedGraph",
     "ReplayReport",

@@ -14,16 +14,15 @@ failed.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from phasegraph import codec
-from phasegraph.errors import InputError, StoreError
+from phasegraph.errors import InputError
 from phasegraph.model import RunState, StepRecord, frozen_map
-from phasegraph.run._options import RunOptions
+from phasegraph.run._lease import LeaseKeeper
 from phasegraph.run._stored import first_commit
 from phasegraph.store.base import Store
 
@@ -85,7 +84,7 @@ def _rekey(interrupt_id: str, old: str, new: str) -> str:
 
 
 async def create_run(
-    store: Store, options: RunOptions, state: RunState, record: StepRecord
+    store: Store, leases: LeaseKeeper, state: RunState, record: StepRecord
 ) -> None:
     """Commit ``state`` as seq 0 of a new run under a lease taken and released here.
 
@@ -95,10 +94,8 @@ async def create_run(
         StoreError: The store failed; nothing was written.
     """
     commit = first_commit(state, record)
-    lease = await store.acquire(state.run_id, options.owner_name(), options.lease_ttl)
+    hold = await leases.acquire(state.run_id)
     try:
-        await store.commit(lease, commit)
+        await store.commit(hold.lease, commit)
     finally:
-        # The commit's outcome is what matters; a lease we fail to release just expires.
-        with contextlib.suppress(StoreError):
-            await store.release(lease)
+        await hold.release()  # never raises: a lease we fail to release just expires

@@ -11,7 +11,6 @@ several finish together, so every transition is committed before the next is com
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -29,7 +28,6 @@ from phasegraph.actions import (
 from phasegraph.errors import (
     CodecError,
     LeaseLostError,
-    PhasegraphError,
     RunError,
     RunStateError,
     StoreUnavailableError,
@@ -37,16 +35,17 @@ from phasegraph.errors import (
 from phasegraph.events import EventBus, events_for, live_event
 from phasegraph.model import NodeState, NodeStatus, RunState, StepRecord
 from phasegraph.run import _collector
+from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunOptions
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
 from phasegraph.run._stored import run_meta
-from phasegraph.store.base import Commit, Lease, Store
+from phasegraph.store.base import Commit, Store
 
 __all__ = ["Run", "check_reply"]
 
-# Waits between attempts after a failed renewal or commit; the last one repeats until the
-# lease would expire (renewals) or a lease's length has passed (a commit).
+# Waits between attempts after a failed commit; the last one repeats until a lease's
+# length has passed.
 _RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
 # A state the records since its last snapshot outweigh this many times over is written
 # again before its interval is up (see Run._checkpoint_due): at most 1/8 more bytes.
@@ -155,9 +154,8 @@ class Run:
     Use as ``async with Run(...) as run: async for step in run: ...`` (or ``await
     run.drive()`` to go on until the run finishes or waits). Leaving the block
     cancels in-flight actions (their steps were never committed, so a resume runs them
-    again) and releases the lease. ``leased_at`` is the event loop's time just before
-    the lease was taken (default: when the block is entered): the lease is renewed from
-    then on, and work under it stops when it would expire unrenewed.
+    again) and releases the lease. The lease is ``hold``, kept by its
+    :class:`~phasegraph.run.LeaseKeeper`: work under it stops when the keeper cuts it off.
     """
 
     # Thousands of runs may be in flight in one process: no per-instance dict.
@@ -166,18 +164,10 @@ class Run:
         "_bus",
         "_clock",
         "_counted",
-        "_cutting",
-        "_deadline",
-        "_driving",
-        "_expired",
-        "_lease",
-        "_leased_at",
-        "_lost",
+        "_hold",
         "_options",
         "_prepared",
         "_record_bytes",
-        "_renew_error",
-        "_renewer",
         "_snapshot_bytes",
         "_snapshot_seq",
         "_snapshots",
@@ -195,7 +185,7 @@ class Run:
         *,
         prepared: PreparedGraph,
         store: Store,
-        lease: Lease,
+        hold: Hold,
         state: RunState,
         snapshot_seq: int,
         snapshot_bytes: int,
@@ -203,11 +193,10 @@ class Run:
         options: RunOptions,
         clock: Clock,
         bus: EventBus,
-        leased_at: float | None = None,
     ) -> None:
         self._prepared = prepared
         self._store = store
-        self._lease = lease
+        self._hold = hold
         self._state = state
         self._snapshot_seq = snapshot_seq
         # Sizes behind the checkpoint policy (see _checkpoint_due).
@@ -225,17 +214,6 @@ class Run:
         self._waiter: asyncio.Future[None] | None = None
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
-        # The next renewal: a timer until it is due, then the task renewing (_keep_lease).
-        self._renewer: asyncio.TimerHandle | asyncio.Task[None] | None = None
-        # When the lease may have expired, on the loop's clock (set on entry); work under
-        # the lease is cut off then (see _cut_off), and a renewal moves it on.
-        self._leased_at = leased_at
-        self._deadline: float | None = None
-        self._driving: asyncio.Task[Any] | None = None  # the task working under the lease
-        self._cutting = False  # _driving was cancelled because the lease lapsed
-        self._expired = False  # the lease lapsed or was taken: no more work under it
-        self._renew_error: BaseException | None = None  # why the last renewal failed
-        self._lost: LeaseLostError | None = None  # set once the lease is gone for good
         self._uncertain: int | None = None  # a commit cut off on its way to the store
         self._counted = False  # counted among the runs in flight (see _collector)
 
@@ -250,12 +228,6 @@ class Run:
         return self._state.run_id
 
     async def __aenter__(self) -> Self:
-        loop = asyncio.get_running_loop()
-        # Counted on our own clock from before the lease was taken: never later than the
-        # store's expiry, whatever the store's clock says.
-        leased_at = loop.time() if self._leased_at is None else self._leased_at
-        self._deadline = leased_at + self._options.lease_ttl
-        self._renew_later()
         self._counted = True
         _collector.run_entered()
         return self
@@ -274,21 +246,13 @@ class Run:
             self._counted = False
             _collector.run_left()
         tasks: list[asyncio.Task[Any]] = [*self._tasks.values()]
-        renewer, self._renewer = self._renewer, None
-        if isinstance(renewer, asyncio.Task):
-            tasks.append(renewer)
-        elif renewer is not None:
-            renewer.cancel()  # a renewal not due yet
         self._tasks.clear()
         if tasks:
             for task in tasks:
                 task.cancel()
             # Shielded so that a cancelled caller still leaves nothing running behind it.
             await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
-        if self._expired:
-            return  # expired or taken: nothing to give back (and the store may be away)
-        with contextlib.suppress(PhasegraphError):
-            await asyncio.shield(self._store.release(self._lease))
+        await self._hold.release()
 
     def __aiter__(self) -> Self:
         return self
@@ -304,8 +268,8 @@ class Run:
         (A coroutine to await: ``record = await run.next()``.)
 
         Raises:
-            LeaseLostError: The lease expired (renewals failed until it did) or was taken
-                over: the in-flight actions were stopped; the run can be resumed.
+            LeaseLostError: Another holder took the run, or the store did not answer for
+                a whole lease: the in-flight actions were stopped.
             StoreError: The commit failed; nothing of this step was written.
         """
         return self._step(stop=False)
@@ -330,7 +294,7 @@ class Run:
             self._cut_short(task)
             raise
         finally:
-            self._driving = None
+            self._hold.leave()
 
     def _next_work(self) -> Coroutine[Any, Any, StepRecord] | None:
         """The decided step, as a coroutine to await under the lease; ``None`` if none."""
@@ -351,13 +315,12 @@ class Run:
         At the end, raise ``StopAsyncIteration`` if ``stop`` is set.
 
         The lease is guarded here rather than by a coroutine wrapping the step: a run in
-        flight then holds one frame less while its action runs. The renewer already wakes
-        at the deadline and cancels the task driving the step (see :meth:`_cut_off`),
+        flight then holds one frame less while its action runs. The keeper cancels the
+        task driving the step when it cuts the lease off (see :meth:`Hold.cut_short`),
         which is cheaper than a timeout per step.
 
         Raises:
-            LeaseLostError: The lease expired (renewals failed until it would) or was
-                taken over; the step was stopped.
+            LeaseLostError: The keeper cut the lease off; the step was stopped.
         """
         if work is None:
             work = self._next_work()
@@ -372,7 +335,7 @@ class Run:
             self._cut_short(task)
             raise
         finally:
-            self._driving = None
+            self._hold.leave()
 
     async def _leased(self, work: Coroutine[Any, Any, StepRecord]) -> StepRecord:
         """Await ``work`` (a step other than the decided one) while the lease is ours."""
@@ -499,7 +462,7 @@ class Run:
             offer=site.offer,
             # Bound per call rather than cached per node: no extra map on every run in flight.
             stream=functools.partial(self._stream, node_id),
-            attempt=self._lease.token,
+            attempt=self._hold.lease.token,
         )
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:
@@ -579,16 +542,19 @@ class Run:
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:
             try:
-                await self._store.commit(self._lease, commit)
+                await self._store.commit(self._hold.lease, commit)
             except StoreUnavailableError:
                 await self._commit_retrying(commit)
             except asyncio.CancelledError:
                 self._uncertain = commit.seq  # cut off mid-commit: it may have landed
                 raise
+        except LeaseLostError as exc:
+            self._hold.taken(exc)
+            raise self._hold.error(self._state.seq) from exc
         except StoreUnavailableError as exc:
             raise StoreUnavailableError(
                 f"run {self.run_id!r} stopped at step {self._state.seq}, its last committed "
-                f"step: {exc}; continue it with '{self._resume_command()}'",
+                f"step: {exc}; continue it with 'phasegraph resume {self.run_id}'",
                 run_id=self.run_id,
                 seq=self._state.seq,
             ) from exc
@@ -643,15 +609,15 @@ class Run:
         """Commit again after a failure; an unreachable store is retried for a lease's length.
 
         Commits are idempotent (one found already written succeeds), so a retry after a
-        lost reply is safe. While the lease lives, a store blip costs a pause, not the
-        run; once the lease would expire, :meth:`_cut_off` stops the wait.
+        lost reply is safe. A store blip costs a pause, not the run; once the store has
+        been silent for a whole lease, the keeper's cut-off stops the wait.
         """
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._options.lease_ttl
+        give_up = loop.time() + self._hold.lease.ttl
         for attempt in itertools.count():
             await asyncio.sleep(_RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)])
             try:
-                await self._store.commit(self._lease, commit)
+                await self._store.commit(self._hold.lease, commit)
                 return
             except asyncio.CancelledError:
                 self._uncertain = commit.seq  # cut off mid-commit: it may have landed
@@ -663,117 +629,24 @@ class Run:
     # -- the lease ---------------------------------------------------------------------
 
     def _guard(self, work: Coroutine[Any, Any, StepRecord] | None) -> asyncio.Task[Any] | None:
-        """Before awaiting a step under the lease: the task driving it (None: not entered).
+        """Before awaiting a step under the lease: the task driving it.
 
         Raises:
             LeaseLostError: The lease is gone already (``work`` is closed unstarted).
         """
-        if self._expired:
+        task = asyncio.current_task()
+        try:
+            self._hold.enter(task)
+        except LeaseLostError:
             if work is not None:
                 work.close()
-            raise self._lease_gone()
-        if self._deadline is None:  # not entered: nothing renews the lease either
-            return None
-        self._driving = task = asyncio.current_task()
+            raise self._hold.error(self._state.seq) from None
         return task
 
     def _cut_short(self, task: asyncio.Task[Any] | None) -> None:
-        """On a cancellation of work under the lease: raise if the lease cut-off alone did it.
+        """On a cancellation of work under the lease: raise if the keeper's cut-off did it.
 
         Raises:
-            LeaseLostError: The renewer cut the work off (and nobody else cancelled it).
+            LeaseLostError: The keeper cut the work off (and nobody else cancelled it).
         """
-        if self._cutting and task is not None:
-            self._cutting = False
-            if task.uncancel() == 0:  # the cut-off alone: else let the cancel go on
-                raise self._lease_gone() from None
-
-    def _lease_gone(self) -> LeaseLostError:
-        """The error for a run stopped because its lease expired (or was taken over)."""
-        if self._lost is None:
-            why = self._renew_error
-            cause = f": {why}" if why is not None else ""
-            step = self._state.seq
-            where = (
-                f"stopped at step {step}, its last committed step"
-                if self._uncertain is None
-                else f"stopped at step {step} or {self._uncertain} (it was committing that step)"
-            )
-            self._lost = LeaseLostError(
-                f"run {self.run_id!r} {where}: its lease could not be renewed for "
-                f"{self._options.lease_ttl:g} s, so its actions were stopped{cause}; "
-                f"continue it with '{self._resume_command()}'",
-                run_id=self.run_id,
-                seq=step,
-            )
-        return self._lost
-
-    def _resume_command(self) -> str:
-        return f"phasegraph resume {self.run_id}"
-
-    def _renew_later(self) -> None:
-        """Renew the lease once a third of its length has passed since the deadline's start.
-
-        A timer, not a sleeping task: a run in flight costs the event loop one timer
-        until the renewal is due; only then does a task (:meth:`_keep_lease`) run it.
-        """
-        assert self._deadline is not None
-        loop = asyncio.get_running_loop()
-        when = self._deadline - self._options.lease_ttl * 2 / 3
-        self._renewer = loop.call_at(when, self._renew_now)
-
-    def _renew_now(self) -> None:
-        self._renewer = asyncio.create_task(self._keep_lease())
-
-    async def _keep_lease(self) -> None:
-        """Renew the lease, retrying failures until it would expire; then plan the next one.
-
-        Once renewed, the next renewal is scheduled (:meth:`_renew_later`).
-
-        A renewal counts from the moment it was sent, so the deadline is never later than
-        the store's own expiry. If the deadline passes (the store stayed unreachable) or
-        the store says the lease was taken over, the work under the lease is cut off.
-        """
-        loop = asyncio.get_running_loop()
-        ttl = self._options.lease_ttl
-        assert self._deadline is not None
-        attempt = 0
-        while True:
-            sent = loop.time()
-            try:
-                async with asyncio.timeout_at(self._deadline):
-                    self._lease = await self._store.renew(self._lease, ttl)
-            except LeaseLostError as exc:
-                self._lost = LeaseLostError(
-                    f"run {self.run_id!r} stopped at step {self._state.seq}: {exc}",
-                    run_id=self.run_id,
-                    seq=self._state.seq,
-                )
-                self._cut_off()
-                return
-            except TimeoutError:
-                if loop.time() >= self._deadline:
-                    if self._renew_error is None:
-                        self._renew_error = TimeoutError("the store did not answer")
-                    self._cut_off()
-                    return
-                self._renew_error = TimeoutError("the renewal timed out")
-            except Exception as exc:  # unreachable, locked, loading...: retry
-                self._renew_error = exc
-            else:
-                self._renew_error = None
-                self._deadline = sent + ttl
-                if self._renewer is asyncio.current_task():  # not closed meanwhile
-                    self._renew_later()
-                return
-            delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
-            attempt += 1
-            # The next try is cut off at the deadline if it comes to that.
-            await asyncio.sleep(min(delay, max(self._deadline - loop.time(), 0)))
-
-    def _cut_off(self) -> None:
-        """End the work under the lease now: the lease is, or may be, someone else's."""
-        self._expired = True
-        if self._driving is not None and not self._cutting:
-            self._cutting = True
-            self._driving.cancel()
+        self._hold.cut_short(task, self._state.seq, self._uncertain)

@@ -46,6 +46,7 @@ _log = logging.getLogger("phasegraph.server")
 _DEADLINE_SLACK: Final = timedelta(milliseconds=20)
 """Wake a little after a deadline, so the interpreter sees it as passed."""
 _PAGE: Final = 500
+_MAX_ADOPT_WAIT: Final = 60.0  # seconds: the longest wait before a refused run is tried again
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,14 +282,28 @@ class Executor:
             self._fail_mail(run_id, "the server stopped driving the run before the reply")
 
     async def _drive_until_idle(self, run_id: str) -> RunState | None:
-        """Step the run until nothing more can happen and no reply is queued."""
+        """Step the run until nothing more can happen and no reply is queued.
+
+        A run held elsewhere, taken over, or stopped because the store went away is
+        tried again later, each time waiting twice as long (up to a minute), with a line
+        in the log: never in a hot loop.
+        """
+        refusals = 0
         while True:
             try:
                 state = await self._drive_once(run_id)
             except (LeaseHeldError, LeaseLostError, StoreUnavailableError) as exc:
-                # Lost: its lease lapsed while the store was away; adopt it again later.
                 self._fail_mail(run_id, exc)
-                await asyncio.sleep(self._options.adopt_interval)
+                delay = min(self._options.adopt_interval * 2**refusals, _MAX_ADOPT_WAIT)
+                refusals += 1
+                log = _log.info if isinstance(exc, LeaseHeldError) else _log.warning
+                log(
+                    "run %s not driven here for now (%s); trying again in %.1f s",
+                    run_id,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
                 if not await self._worth_retrying(run_id):
                     return None
                 continue
@@ -302,6 +317,7 @@ class Executor:
                 return state
 
     async def _drive_once(self, run_id: str) -> RunState:
+        await self._engine.leases.room()  # no more runs than the keeper keeps renewed
         async with self._slots, self._engine.open(run_id, graph=self._graphs.get(run_id)) as run:
             while True:
                 await self._deliver(run)

@@ -30,7 +30,15 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store.base import Commit, ForwardingStore, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.base import (
+    Commit,
+    ForwardingStore,
+    Lease,
+    LeaseLine,
+    RunMeta,
+    Store,
+    StoredRun,
+)
 
 __all__ = [
     "ACCEPTED_URL_FORMS",
@@ -40,6 +48,7 @@ __all__ = [
     "Commit",
     "ForwardingStore",
     "Lease",
+    "LeaseLine",
     "RunMeta",
     "Store",
     "StoredRun",

@@ -275,10 +275,15 @@ def lease_held_error(run_id: str, owner: str, expires_at: float) -> LeaseHeldErr
 
 def lease_lost_error(lease: Lease, holder: str | None) -> LeaseLostError:
     """The error for a lease that is no longer current; ``holder`` is who has it now."""
-    now = f"it is now held by {owner_label(holder)!r}" if holder else "it expired or was released"
+    now = (
+        f"{owner_label(holder)!r} holds it now"
+        if holder
+        else "it was released, or another holder took the run and let it lapse"
+    )
     return LeaseLostError(
         f"run {lease.run_id!r}: lease of {owner_label(lease.owner)!r} (token {lease.token}) "
         f"is lost; {now}",
+        holder=holder,
         run_id=lease.run_id,
     )
 

@@ -47,12 +47,17 @@ return {0, '', 0, now[1], now[2]}
 # KEYS: meta, rec, snap, snaps, lease, token, and index (only on one server: on a Redis
 # Cluster the index is in another slot, and the store updates it with its own command).
 # ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
-#       updated_at, retention ('' none, '0' persist, else expiry in ms), run id.
+#       updated_at, retention ('' none, '0' persist, else expiry in ms), run id,
+#       lease ttl ms, owner.
 # Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}.
+# The counter fences: while it shows our token nobody took the run, so a lease key that
+# expired meanwhile is set again (the lease is taken again) and the commit goes ahead.
 COMMIT: Final = """
-local lease = redis.call('GET', KEYS[5])
-if not lease or string.sub(lease, 1, string.find(lease, ':', 1, true) - 1) ~= ARGV[1] then
-  return {-1, lease or ''}
+if redis.call('GET', KEYS[6]) ~= ARGV[1] then
+  return {-1, redis.call('GET', KEYS[5]) or ''}
+end
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  redis.call('SET', KEYS[5], ARGV[1] .. ':' .. ARGV[13], 'PX', ARGV[12])
 end
 local seq = tonumber(ARGV[2])
 local head = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')

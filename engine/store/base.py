@@ -9,13 +9,20 @@ A store keeps, per run:
 * **metadata** (graph, status, head seq, times) indexed for listing;
 * a **lease** with a fencing token: the single writer allowed to commit.
 
+Leases fence by token, not by time: a lease that expired is lost only once another
+holder takes the run (which issues a new token) or it is released. Until then its
+holder's renewals and commits are accepted and extend it again; expiry only lets a
+rival take over.
+
 Guarantees every backend gives (the contract suite in ``phasegraph.testing`` checks them):
 
 * ``commit`` is atomic: the record, the snapshot (if any), the new head and the metadata
   are all written or none is.
-* ``commit`` succeeds only for the current lease holder (else :class:`LeaseLostError`)
-  and only when ``seq`` is exactly the head plus one, or 0 for a new run
-  (else :class:`SequenceConflictError`). Nothing committed is ever overwritten.
+* ``commit`` succeeds only while the lease's token is the run's current one (else
+  :class:`LeaseLostError`) and only when ``seq`` is exactly the head plus one, or 0 for
+  a new run (else :class:`SequenceConflictError`). A commit under a current token whose
+  lease expired takes it again for ``lease.ttl``, in the same atomic write. Nothing
+  committed is ever overwritten.
 * ``read`` returns the nearest snapshot at or below the asked seq plus every record after
   it up to that seq, in order, so the caller can rebuild the exact state at that seq.
 
@@ -25,14 +32,16 @@ Backends never decode payloads: they see bytes and the metadata in :class:`Commi
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from phasegraph.errors import LeaseLostError, StoreUnavailableError
 from phasegraph.model import quick_init
 
-__all__ = ["Commit", "ForwardingStore", "Lease", "RunMeta", "Store", "StoredRun"]
+__all__ = ["Commit", "ForwardingStore", "Lease", "LeaseLine", "RunMeta", "Store", "StoredRun"]
 
 
 @quick_init
@@ -45,12 +54,14 @@ class Lease:
         owner: Who holds it (free text shown to a refused second writer).
         token: Fencing token; strictly increases each time the lease changes hands.
         expires_at: Expiry, in seconds since the epoch by the store's clock.
+        ttl: Seconds a renewal, or a commit that finds the lease expired, extends it by.
     """
 
     run_id: str
     owner: str
     token: int
     expires_at: float
+    ttl: float = 30.0
 
 
 @quick_init
@@ -151,11 +162,27 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def renew(self, lease: Lease, ttl: float) -> Lease:
-        """Extend a lease we hold.
+        """Extend a lease we hold (one that expired too, while nobody took the run).
 
         Raises:
-            LeaseLostError: The lease expired and was taken, or was released.
+            LeaseLostError: Another holder took the run, or the lease was released.
         """
+
+    @abc.abstractmethod
+    async def holder(self, run_id: str) -> str | None:
+        """The owner of the run's live lease, or ``None`` if nobody holds it now.
+
+        Only reads: asking changes no lease.
+        """
+
+    def lease_line(self) -> LeaseLine:
+        """How the lease keeper renews this store's leases from a thread of its own.
+
+        Called on the event loop that uses the store. The default hands each renewal
+        back to that loop, so a loop that is busy or blocked delays it; the shipped
+        stores renew on a line that needs no event loop.
+        """
+        return _LoopLine(self, asyncio.get_running_loop())
 
     @abc.abstractmethod
     async def release(self, lease: Lease) -> None:
@@ -236,6 +263,14 @@ class ForwardingStore(Store):
         """Forwarded to ``inner``."""
         await self.inner.release(lease)
 
+    async def holder(self, run_id: str) -> str | None:
+        """Forwarded to ``inner``."""
+        return await self.inner.holder(run_id)
+
+    def lease_line(self) -> LeaseLine:
+        """Forwarded to ``inner``."""
+        return self.inner.lease_line()
+
     async def commit(self, lease: Lease, commit: Commit) -> None:
         """Forwarded to ``inner``."""
         await self.inner.commit(lease, commit)
@@ -259,3 +294,54 @@ class ForwardingStore(Store):
     async def aclose(self) -> None:
         """Forwarded to ``inner``."""
         await self.inner.aclose()
+
+
+class LeaseLine(abc.ABC):
+    """Renews leases from one thread other than the event loop's (the lease keeper's).
+
+    A run's lease must outlive a step that keeps its event loop busy (a long synchronous
+    call, a huge value to encode): renewals made on a line of their own, on a connection
+    of their own, are not queued behind the loop or behind commits.
+    """
+
+    @abc.abstractmethod
+    def renew(self, leases: Sequence[Lease]) -> list[Lease | LeaseLostError]:
+        """Extend each lease by its ``ttl``; blocks the calling thread.
+
+        Returns:
+            Per lease, in order: the renewed lease, or why it is lost (another holder
+            took the run, or it was released).
+
+        Raises:
+            StoreUnavailableError: The store did not answer; none may be renewed.
+        """
+
+    def close(self) -> None:  # noqa: B027 - a line without connections has nothing to close
+        """Close what the line opened (called from the thread that renewed)."""
+
+
+class _LoopLine(LeaseLine):
+    """Renewals handed to the store's event loop: for a store without a line of its own."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+
+    def renew(self, leases: Sequence[Lease]) -> list[Lease | LeaseLostError]:
+        future = asyncio.run_coroutine_threadsafe(self._renew(leases), self._loop)
+        try:
+            return future.result(timeout=min(lease.ttl for lease in leases))
+        except TimeoutError as exc:
+            future.cancel()
+            raise StoreUnavailableError("the event loop did not renew the leases") from exc
+        except RuntimeError as exc:  # the loop is closed
+            raise StoreUnavailableError(f"cannot renew leases: {exc}") from exc
+
+    async def _renew(self, leases: Sequence[Lease]) -> list[Lease | LeaseLostError]:
+        outcomes: list[Lease | LeaseLostError] = []
+        for lease in leases:
+            try:
+                outcomes.append(await self._store.renew(lease, lease.ttl))
+            except LeaseLostError as exc:
+                outcomes.append(exc)
+        return outcomes

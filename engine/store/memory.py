@@ -2,18 +2,20 @@
 
 It obeys the whole store contract. Every method runs without awaiting anything, so on
 one event loop each call is atomic by construction; the store is not meant to be shared
-between threads or processes. Lease expiry uses ``time.time()``.
+between processes. Leases are also renewed from the lease keeper's thread, so lease
+changes hold a lock. Lease expiry uses ``time.time()``.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import final
 
-from phasegraph.errors import StoreError
+from phasegraph.errors import LeaseLostError, StoreError
 from phasegraph.store._holder import holder_gone
 from phasegraph.store._open import (
     check_commit,
@@ -24,7 +26,7 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
 
 __all__ = ["MemoryStore"]
 
@@ -53,52 +55,74 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
         self._closed = False
+        self._leases = threading.Lock()  # lease changes also come from the keeper's thread
 
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
         """Take the run's lease; see :meth:`Store.acquire`."""
         check_ttl(ttl)
         self._check_open()
-        run = self._runs.setdefault(run_id, _Run())
-        now = time.time()
-        if run.owner is not None and run.expires_at > now and not holder_gone(run.owner):
-            raise lease_held_error(run_id, run.owner, run.expires_at)
-        run.token += 1
-        run.owner = owner
-        run.expires_at = now + ttl
-        return Lease(run_id=run_id, owner=owner, token=run.token, expires_at=run.expires_at)
+        with self._leases:
+            run = self._runs.setdefault(run_id, _Run())
+            now = time.time()
+            if run.owner is not None and run.expires_at > now and not holder_gone(run.owner):
+                raise lease_held_error(run_id, run.owner, run.expires_at)
+            run.token += 1
+            run.owner = owner
+            run.expires_at = now + ttl
+            return Lease(
+                run_id=run_id, owner=owner, token=run.token, expires_at=run.expires_at, ttl=ttl
+            )
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend a lease we hold; see :meth:`Store.renew`."""
         check_ttl(ttl)
         self._check_open()
-        run = self._runs.get(lease.run_id)
-        # An expired lease nobody took over is still ours: the token is what fences.
-        if run is None or run.owner is None or run.token != lease.token:
-            raise lease_lost_error(lease, run.owner if run else None)
-        run.expires_at = time.time() + ttl
-        return Lease(
-            run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=run.expires_at
-        )
+        return self._renew(lease, ttl)
+
+    def _renew(self, lease: Lease, ttl: float) -> Lease:
+        with self._leases:
+            run = self._runs.get(lease.run_id)
+            # An expired lease nobody took over is still ours: the token is what fences.
+            if run is None or run.owner is None or run.token != lease.token:
+                raise lease_lost_error(lease, _live_holder(run))
+            run.expires_at = time.time() + ttl
+            return Lease(
+                run_id=lease.run_id,
+                owner=lease.owner,
+                token=lease.token,
+                expires_at=run.expires_at,
+                ttl=ttl,
+            )
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up if it is still ours; see :meth:`Store.release`."""
         self._check_open()
-        run = self._runs.get(lease.run_id)
-        if run is not None and run.token == lease.token:
-            run.owner = None
+        with self._leases:
+            run = self._runs.get(lease.run_id)
+            if run is not None and run.token == lease.token:
+                run.owner = None
+
+    async def holder(self, run_id: str) -> str | None:
+        """The owner of the run's live lease; see :meth:`Store.holder`."""
+        self._check_open()
+        return _live_holder(self._runs.get(run_id))
+
+    def lease_line(self) -> LeaseLine:
+        """Renewals straight into this store's dicts, under its lease lock."""
+        return _MemoryLine(self)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
         """Write one step atomically; see :meth:`Store.commit`."""
         check_commit(lease, commit)
         self._check_open()
         run = self._runs.get(lease.run_id)
-        if (
-            run is None
-            or run.owner is None
-            or run.token != lease.token
-            or run.expires_at <= time.time()
-        ):
+        if run is None or run.owner is None or run.token != lease.token:
             raise lease_lost_error(lease, _live_holder(run))
+        now = time.time()
+        if run.expires_at <= now:
+            with self._leases:  # expired, nobody took it: still ours, taken again
+                if run.token == lease.token:
+                    run.expires_at = now + lease.ttl
         if commit.seq <= run.head and run.records[commit.seq] == commit.record:
             return  # the same commit again (a retry): already done
         if commit.seq != run.head + 1:
@@ -176,3 +200,20 @@ def _live_holder(run: _Run | None) -> str | None:
     if run is None or run.owner is None or run.expires_at <= time.time():
         return None
     return run.owner
+
+
+@final
+class _MemoryLine(LeaseLine):
+    """The memory store's renewals, made from the keeper's thread under the lease lock."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def renew(self, leases: Sequence[Lease]) -> list[Lease | LeaseLostError]:
+        outcomes: list[Lease | LeaseLostError] = []
+        for lease in leases:
+            try:
+                outcomes.append(self._store._renew(lease, lease.ttl))
+            except LeaseLostError as exc:
+                outcomes.append(exc)
+        return outcomes

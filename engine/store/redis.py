@@ -70,6 +70,7 @@ from phasegraph.store._open import (
     sequence_conflict_error,
 )
 from phasegraph.store._redis_cluster import ClusterLink, cluster_client, is_cluster_url, node_url
+from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner
 from phasegraph.store._redis_queue import QueueEntry, RunQueue
 from phasegraph.store._redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
@@ -80,7 +81,7 @@ from phasegraph.store._redis_wire import (
     pack,
     pack_parts,
 )
-from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
 
 __all__ = ["QueueEntry", "RedisStore", "RunQueue"]
 
@@ -90,7 +91,7 @@ _COMMIT_BACKOFF: Final = (0.05, 0.15, 0.4, 1.2)
 _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
-_COMMIT_ARGS: Final = 11  # ARGV of the COMMIT script
+_COMMIT_ARGS: Final = 13  # ARGV of the COMMIT script
 # Runs whose packed commit head is kept: a run stepping alone reuses its own, and
 # thousands of concurrent runs do not each keep one (~0.5 KB a run).
 _HEADS_KEPT: Final = 64
@@ -202,13 +203,13 @@ class RedisStore(Store):
         """Take the run's lease; see :meth:`Store.acquire`."""
         check_ttl(ttl)
         token, held, pttl, now = await self._lease("acquire", run_id, 0, ttl, owner)
-        if not token and holder_gone(_lease_owner(held)):
+        if not token and holder_gone(lease_owner(held)):
             # Its holder died on this machine: take over, but only if that lease is still
             # the one recorded (the script compares the whole value).
             token, held, pttl, now = await self._lease("takeover", run_id, 0, ttl, owner, held)
         if not token:
-            raise lease_held_error(run_id, _lease_owner(held), now + max(pttl, 0) / 1000)
-        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
+            raise lease_held_error(run_id, lease_owner(held), now + max(pttl, 0) / 1000)
+        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl, ttl=ttl)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend a lease we hold; see :meth:`Store.renew`."""
@@ -217,12 +218,28 @@ class RedisStore(Store):
             "renew", lease.run_id, lease.token, ttl, lease.owner
         )
         if not token:
-            raise lease_lost_error(lease, _lease_owner(held) if held else None)
-        return Lease(run_id=lease.run_id, owner=lease.owner, token=token, expires_at=now + ttl)
+            raise lease_lost_error(lease, lease_owner(held) if held else None)
+        return Lease(
+            run_id=lease.run_id, owner=lease.owner, token=token, expires_at=now + ttl, ttl=ttl
+        )
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up if it is still ours; see :meth:`Store.release`."""
         await self._lease("release", lease.run_id, lease.token, 1.0, lease.owner)
+
+    async def holder(self, run_id: str) -> str | None:
+        """The owner of the run's live lease; see :meth:`Store.holder`."""
+        with self._errors():
+            held = await self._call("GET", self.run_keys(run_id)[4])
+        return None if held is None else lease_owner(held)
+
+    def lease_line(self) -> LeaseLine:
+        """Renewals on a blocking connection of their own (redis-py), one pipeline a batch.
+
+        They never queue behind the commits on the store's shared connection, nor wait
+        for the event loop.
+        """
+        return RedisLeaseLine(self._url, self.run_keys, self._where)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
         """Write one step with one command (two or three on a cluster); see :meth:`Store.commit`.
@@ -244,7 +261,7 @@ class RedisStore(Store):
         reply = self._script_reply(raw)
         code = int(reply[0])
         if code == -1:
-            raise lease_lost_error(lease, _lease_owner(reply[1]) if reply[1] else None)
+            raise lease_lost_error(lease, lease_owner(reply[1]) if reply[1] else None)
         if code == -2:
             raise sequence_conflict_error(lease.run_id, commit.seq, int(reply[1]))
 
@@ -335,7 +352,7 @@ class RedisStore(Store):
             *(lease.token, commit.seq, commit.record),
             *((0, b"") if snapshot is None else (1, snapshot)),
             *(meta.graph, meta.status, meta.created_at, meta.updated_at, retention),
-            lease.run_id,
+            *(lease.run_id, _ms(lease.ttl), lease.owner),
         )
 
     def _commit_keys(self, run_id: str) -> tuple[str, ...]:
@@ -510,11 +527,6 @@ def _cluster_link(
 
 _META_FIELDS: Final = ("graph", "status", "seq", "created_at", "updated_at")
 _RUN_KEYS: Final = ("meta", "rec", "snap", "snaps", "lease", "token")
-
-
-def _lease_owner(lease_value: bytes) -> str:
-    """The owner part of a lease value ``b"<token>:<owner>"``."""
-    return lease_value.partition(b":")[2].decode(errors="replace")
 
 
 def _ms(seconds: float) -> int:

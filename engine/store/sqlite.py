@@ -41,7 +41,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final, TypeVar, final
 
-from phasegraph.errors import InputError, PhasegraphError, StoreError, StoreUnavailableError
+from phasegraph.errors import (
+    InputError,
+    LeaseLostError,
+    PhasegraphError,
+    StoreError,
+    StoreUnavailableError,
+)
 from phasegraph.store._group_commit import GroupCommit, Outcomes
 from phasegraph.store._holder import holder_gone
 from phasegraph.store._meta import listed_meta, stored_meta
@@ -61,7 +67,7 @@ from phasegraph.store._sqlite_layout import (
     foreign_file_error,
 )
 from phasegraph.store._thread_worker import ThreadWorker
-from phasegraph.store.base import Commit, Lease, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -132,6 +138,19 @@ class SqliteStore(Store):
         """Give the lease up if it is still ours; see :meth:`Store.release`."""
         self._writers.discard(lease.run_id)
         await self._call(self._release, lease)
+
+    async def holder(self, run_id: str) -> str | None:
+        """The owner of the run's live lease; see :meth:`Store.holder`."""
+        return await self._call(self._holder, run_id, write=False)
+
+    def lease_line(self) -> LeaseLine:
+        """Renewals in a transaction of their own on this store's connection.
+
+        Made from the keeper's thread under the connection's lock, as the worker thread
+        makes its calls: they wait only for a transaction in progress, never for the
+        event loop.
+        """
+        return _SqliteLine(self)
 
     async def commit(self, lease: Lease, commit: Commit) -> None:
         """Write one step, in a transaction it may share with concurrent runs' commits.
@@ -385,7 +404,7 @@ class SqliteStore(Store):
             "lease_expires = excluded.lease_expires",
             (run_id, owner, token, now + ttl),
         )
-        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
+        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl, ttl=ttl)
 
     @staticmethod
     def _renew(conn: sqlite3.Connection, lease: Lease, ttl: float) -> Lease:
@@ -397,13 +416,30 @@ class SqliteStore(Store):
             (expires_at, lease.run_id, lease.token),
         ).rowcount
         if not updated:
-            row = conn.execute(
-                "SELECT lease_owner FROM runs WHERE run_id = ?", (lease.run_id,)
-            ).fetchone()
-            raise lease_lost_error(lease, row[0] if row else None)
+            raise lease_lost_error(lease, _live_holder(conn, lease.run_id))
         return Lease(
-            run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires_at
+            run_id=lease.run_id,
+            owner=lease.owner,
+            token=lease.token,
+            expires_at=expires_at,
+            ttl=ttl,
         )
+
+    @staticmethod
+    def _renew_many(
+        conn: sqlite3.Connection, leases: Sequence[Lease]
+    ) -> list[Lease | LeaseLostError]:
+        outcomes: list[Lease | LeaseLostError] = []
+        for lease in leases:
+            try:
+                outcomes.append(SqliteStore._renew(conn, lease, lease.ttl))
+            except LeaseLostError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    @staticmethod
+    def _holder(conn: sqlite3.Connection, run_id: str) -> str | None:
+        return _live_holder(conn, run_id)
 
     @staticmethod
     def _release(conn: sqlite3.Connection, lease: Lease) -> None:
@@ -416,21 +452,22 @@ class SqliteStore(Store):
     def _commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:
         # One statement checks the lease and the head and moves the head: the common
         # case costs an UPDATE and an INSERT. Only a refused commit looks closer.
+        # The token fences: a lease that expired while nobody took the run is taken again.
         meta = commit.meta
         moved = conn.execute(
-            "UPDATE runs SET graph = ?, status = ?, seq = ?, created_at = ?, updated_at = ? "
-            "WHERE run_id = ? AND seq = ? AND lease_token = ? AND lease_owner IS NOT NULL "
-            "AND lease_expires > ?",
+            "UPDATE runs SET graph = ?, status = ?, seq = ?, created_at = ?, updated_at = ?, "
+            "lease_expires = MAX(lease_expires, ?) "
+            "WHERE run_id = ? AND seq = ? AND lease_token = ? AND lease_owner IS NOT NULL",
             (
                 meta.graph,
                 meta.status,
                 commit.seq,
                 meta.created_at,
                 meta.updated_at,
+                time.time() + lease.ttl,
                 lease.run_id,
                 commit.seq - 1,
                 lease.token,
-                time.time(),
             ),
         ).rowcount
         if not moved:
@@ -550,9 +587,8 @@ def _refuse_commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> No
         "SELECT seq, lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?",
         (run_id,),
     ).fetchone()
-    now = time.time()
-    if row is None or row[1] is None or row[2] != lease.token or row[3] <= now:
-        holder = row[1] if row is not None and row[3] > now else None
+    if row is None or row[1] is None or row[2] != lease.token:
+        holder = row[1] if row is not None and row[3] > time.time() else None
         raise lease_lost_error(lease, holder)
     head: int = row[0]
     if commit.seq <= head:
@@ -564,6 +600,15 @@ def _refuse_commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> No
     raise sequence_conflict_error(run_id, commit.seq, head)
 
 
+def _live_holder(conn: sqlite3.Connection, run_id: str) -> str | None:
+    """The owner of the run's lease if it is live now, else ``None``."""
+    row = conn.execute(
+        "SELECT lease_owner FROM runs WHERE run_id = ? AND lease_expires > ?",
+        (run_id, time.time()),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
 def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
     row = conn.execute(
         f"SELECT {_META_COLUMNS} FROM runs WHERE run_id = ? AND seq >= 0", (run_id,)
@@ -571,3 +616,17 @@ def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
     if row is None:
         raise run_not_found_error(run_id)
     return stored_meta(run_id, tuple(row[1:]))
+
+
+@final
+class _SqliteLine(LeaseLine):
+    """The SQLite store's renewals, one write transaction per batch (see ``lease_line``)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def renew(self, leases: Sequence[Lease]) -> list[Lease | LeaseLostError]:
+        store = self._store
+        if store._closed:
+            raise store._closed_error()
+        return store._in_transaction("BEGIN IMMEDIATE", SqliteStore._renew_many, (leases,))

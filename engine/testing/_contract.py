@@ -277,17 +277,56 @@ class StoreContract:
             with pytest.raises(LeaseHeldError, match=f"being written by '{name}'"):
                 await store.acquire(name, "w2", 30)
 
-    async def test_expired_lease_cannot_commit_until_renewed(self, store: Store) -> None:
-        """An expired lease commits nothing; renewing it (nobody took over) revives it."""
+    async def test_expired_lease_nobody_took_still_commits_and_is_taken_again(
+        self, store: Store
+    ) -> None:
+        """The token fences, not the clock: a lapsed lease nobody took still commits.
+
+        The commit takes it again for the lease's ttl, so a rival is refused once more.
+        """
         lease = await store.acquire("r", "w1", _SHORT)
         await asyncio.sleep(_SHORT * 2)
-        with pytest.raises(LeaseLostError):
-            await store.commit(lease, make_commit("r", 0))
+        assert await store.holder("r") is None  # lapsed: a rival could take it now
+        await store.commit(dataclasses.replace(lease, ttl=30), make_commit("r", 0))
+        assert (await store.read("r")).meta.seq == 0
+        assert await store.holder("r") == "w1"
+        with pytest.raises(LeaseHeldError, match="'w1'"):
+            await store.acquire("r", "w2", 30)
         renewed = await store.renew(lease, 30)
         assert renewed.token == lease.token
         assert renewed.expires_at > lease.expires_at
-        await store.commit(renewed, make_commit("r", 0))
-        assert (await store.read("r")).meta.seq == 0
+
+    async def test_holder_is_read_without_taking_the_lease(self, store: Store) -> None:
+        """``holder`` names the live holder, or None; asking changes no lease."""
+        assert await store.holder("r") is None
+        lease = await store.acquire("r", "w1", 30)
+        assert await store.holder("r") == "w1"
+        await store.commit(lease, make_commit("r", 0))  # still ours after the question
+        await store.release(lease)
+        assert await store.holder("r") is None
+
+    async def test_lease_line_renews_from_another_thread(self, store: Store) -> None:
+        """The lease line renews from a thread that is not the event loop's.
+
+        Lapsed leases nobody took are renewed too; those another holder took are refused.
+        """
+        ours = await store.acquire("ours", "w1", _SHORT)
+        lost = await store.acquire("lost", "w1", _SHORT)
+        await asyncio.sleep(_SHORT * 2)
+        rival = await store.acquire("lost", "w2", 30)
+        line = store.lease_line()
+        try:
+            renewals = [dataclasses.replace(ours, ttl=30), dataclasses.replace(lost, ttl=30)]
+            renewed, refused = await asyncio.to_thread(line.renew, renewals)
+        finally:
+            await asyncio.to_thread(line.close)
+        assert isinstance(renewed, Lease)
+        assert (renewed.token, renewed.ttl) == (ours.token, 30)
+        assert isinstance(refused, LeaseLostError)
+        assert refused.holder == "w2"
+        with pytest.raises(LeaseHeldError, match="'w1'"):
+            await store.acquire("ours", "w3", 30)
+        await store.commit(rival, make_commit("lost", 0))
 
     async def test_release_frees_the_run_at_once(self, store: Store) -> None:
         """After release another owner acquires at once; the released lease is dead."""

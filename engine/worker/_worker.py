@@ -463,6 +463,7 @@ class Worker:
     async def _drive(self, run_id: str) -> None:
         engine = self._engine
         active = self._active[run_id]
+        await engine.leases.room()  # no more runs than the keeper keeps renewed
         async with engine.open(run_id) as run:
             steps = 0
             await self._deliver(run)  # replies posted while no drive held the run

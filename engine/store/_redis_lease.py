@@ -1,0 +1,109 @@
+"""The Redis store's lease line: renewals from the lease keeper's thread, on redis-py.
+
+The store's commands share one asyncio connection (or the cluster client's pool), so a
+renewal sent there waits behind every commit queued before it and for the event loop to
+run. The keeper renews from a thread of its own instead, on a blocking redis-py client of
+its own (one connection to a server; one per primary on a Redis Cluster): a batch of
+renewals is one pipeline of the lease script, whatever the event loop is doing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final, final
+
+from redis import Redis
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+
+from phasegraph.errors import LeaseLostError, StoreError, StoreUnavailableError
+from phasegraph.store._open import lease_lost_error
+from phasegraph.store._redis_cluster import is_cluster_url, node_url
+from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA
+from phasegraph.store.base import Lease, LeaseLine
+
+__all__ = ["RedisLeaseLine", "lease_owner"]
+
+_CONNECT_TIMEOUT: Final = 2.0  # seconds, unless the URL says otherwise
+_TIMEOUT: Final = 5.0
+
+
+@final
+class RedisLeaseLine(LeaseLine):
+    """Renews leases with the lease script over a blocking client of its own.
+
+    Args:
+        url: The store's URL (a server's, or any cluster node's with a cluster scheme).
+        run_keys: The keys of a run (the lease and token keys are its fifth and sixth).
+        where: The URL as messages show it (no password).
+    """
+
+    def __init__(self, url: str, run_keys: Callable[[str], tuple[str, ...]], where: str) -> None:
+        self._url = url
+        self._run_keys = run_keys
+        self._where = where
+        self._client: Redis | RedisCluster | None = None  # connected on first use
+
+    def renew(self, leases: Sequence[Lease]) -> list[Lease | LeaseLostError]:
+        """Renew every lease in one pipeline; see :meth:`LeaseLine.renew`."""
+        try:
+            replies = self._send(leases)
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                # A new server, a restart or SCRIPT FLUSH: load it (on every primary) and
+                # send again; a renewal is idempotent.
+                self._connected().script_load(LEASE)
+                replies = self._send(leases)
+        except (RedisError, RedisClusterException, OSError) as exc:
+            self.close()  # a fresh connection next time
+            raise StoreUnavailableError(f"cannot reach Redis at {self._where}: {exc}") from exc
+        return [self._outcome(lease, reply) for lease, reply in zip(leases, replies, strict=True)]
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _send(self, leases: Sequence[Lease]) -> list[Any]:
+        pipe = self._connected().pipeline(transaction=False)
+        for lease in leases:
+            keys = self._run_keys(lease.run_id)[4:6]
+            ttl_ms = max(int(lease.ttl * 1000), 1)
+            args = ("renew", lease.token, ttl_ms, lease.owner, b"")
+            pipe.execute_command("EVALSHA", SCRIPT_SHA[LEASE], len(keys), *keys, *args)
+        return list(pipe.execute(raise_on_error=False))
+
+    def _outcome(self, lease: Lease, reply: Any) -> Lease | LeaseLostError:
+        if isinstance(reply, ResponseError):
+            raise StoreError(f"Redis at {self._where} refused a lease renewal: {reply}")
+        if isinstance(reply, BaseException):
+            raise StoreUnavailableError(f"cannot reach Redis at {self._where}: {reply}")
+        token, held = int(reply[0]), reply[1]
+        if not token:
+            return lease_lost_error(lease, lease_owner(held) if held else None)
+        now = int(reply[3]) + int(reply[4]) / 1e6
+        return Lease(
+            run_id=lease.run_id,
+            owner=lease.owner,
+            token=token,
+            expires_at=now + lease.ttl,
+            ttl=lease.ttl,
+        )
+
+    def _connected(self) -> Redis | RedisCluster:
+        if self._client is None:
+            options = {
+                "socket_connect_timeout": _CONNECT_TIMEOUT,
+                "socket_timeout": _TIMEOUT,
+                "protocol": 2,
+            }  # the URL's own options override these
+            if is_cluster_url(self._url):
+                self._client = RedisCluster.from_url(node_url(self._url), **options)
+            else:
+                self._client = Redis.from_url(self._url, **options)
+        return self._client
+
+
+def lease_owner(lease_value: bytes) -> str:
+    """The owner part of a stored lease value ``b"<token>:<owner>"``."""
+    return lease_value.partition(b":")[2].decode(errors="replace")
