@@ -178,6 +178,8 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq (refused before
+                the lease is taken).
             LeaseHeldError: Another live process is driving the run.
             RunStateError: The graph changed and ``allow_changed`` is false.
         """
@@ -337,6 +339,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run, or no such seq in it.
+            JournalHeadError: The run's records do not end at its head seq.
             CodecError: A stored payload is corrupt (``UnsupportedFormatError``: newer
                 format); the message names the run.
         """
@@ -349,6 +352,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq.
             CodecError: A stored record is corrupt or of a newer format; the message
                 names the run and the seq.
         """
@@ -367,6 +371,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq.
             CodecError: A stored record is corrupt or of a newer format; the message
                 names the run and the seq.
         """
@@ -417,6 +422,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq.
             SpecError: The graph is invalid.
             CodecError: A stored payload is corrupt or of a newer format.
         """
