@@ -179,6 +179,8 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq (refused before
+                the lease is taken).
             LeaseHeldError: Another live process is driving the run.
             RunStateError: The graph changed and ``allow_changed`` is false.
         """
@@ -334,6 +336,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run, or no such seq in it.
+            JournalHeadError: The run's records do not end at its head seq.
             CodecError: A stored payload is corrupt (``UnsupportedFormatError``: newer
                 format); the message names the run.
         """
@@ -346,6 +349,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq.
             CodecError: A stored record is corrupt or of a newer format; the message
                 names the run and the seq.
         """
@@ -364,6 +368,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq.
             CodecError: A stored record is corrupt or of a newer format; the message
                 names the run and the seq.
         """
@@ -414,6 +419,7 @@ class Engine:
 
         Raises:
             RunNotFoundError: No such run.
+            JournalHeadError: The run's records do not end at its head seq.
             SpecError: The graph is invalid.
             CodecError: A stored payload is corrupt or of a newer format.
         """

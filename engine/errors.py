@@ -21,6 +21,7 @@ status) and structured context (location, run, node, seq)::
     │   ├── LeaseHeldError                 lease_held          another live writer holds the run
     │   ├── LeaseLostError                 lease_lost          our lease was taken (fencing)
     │   ├── SequenceConflictError          sequence_conflict   commit seq is not head + 1
+    │   ├── JournalHeadError               journal_head_mismatch  records do not end at the head
     │   └── StoreUnavailableError          store_unavailable   unreachable or closed, timeouts
     └── CodecError(ValueError)             codec_error         bytes are not a phasegraph payload
         └── UnsupportedFormatError         unsupported_format  written by a newer format
@@ -46,6 +47,7 @@ __all__ = [
     "ErrorCode",
     "IllegalTriggerError",
     "InputError",
+    "JournalHeadError",
     "LeaseHeldError",
     "LeaseLostError",
     "LoopDetectedError",
@@ -83,6 +85,7 @@ class ErrorCode(StrEnum):
     LEASE_HELD = "lease_held"
     LEASE_LOST = "lease_lost"
     SEQUENCE_CONFLICT = "sequence_conflict"
+    JOURNAL_HEAD = "journal_head_mismatch"
     STORE_UNAVAILABLE = "store_unavailable"
     CODEC = "codec_error"
     UNSUPPORTED_FORMAT = "unsupported_format"
@@ -337,6 +340,29 @@ class SequenceConflictError(StoreError):
     """A commit's seq is not the head's successor: another writer got there first."""
 
     code = ErrorCode.SEQUENCE_CONFLICT
+
+
+class JournalHeadError(StoreError):
+    """A run's step records do not end at the head seq its metadata names.
+
+    The last record is missing, or records lie past the head (the metadata's seq was
+    rolled back): the store was changed outside phasegraph or damaged. The run is refused
+    whole, by every read and before anything runs, so nothing is re-run or overwritten.
+    ``seq`` is the head the metadata names.
+
+    Attributes:
+        last_stored: The seq of the last step record stored (-1: none is).
+    """
+
+    code = ErrorCode.JOURNAL_HEAD
+
+    def __init__(self, message: str, *, run_id: str, seq: int, last_stored: int) -> None:
+        super().__init__(message, run_id=run_id, seq=seq)
+        self.last_stored = last_stored
+
+    def context(self) -> dict[str, Any]:
+        """The base fields and the seq of the last step record stored."""
+        return {**super().context(), "last_stored_seq": self.last_stored}
 
 
 class StoreUnavailableError(StoreError):

@@ -209,6 +209,7 @@ PUBLIC = {
         "check_page",
         "check_ttl",
         "holder_gone",
+        "journal_head_error",
         "lease_held_error",
         "lease_lost_error",
         "open_store",
@@ -221,6 +222,7 @@ PUBLIC = {
     "phasegraph.testing": [
         "CrashReport",
         "Difference",
+        "JournalDamage",
         "MachineStateMachine",
         "Outcome",
         "PROPERTIES",

@@ -89,6 +89,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.LEASE_HELD: EXIT_BAD_INPUT,
         ErrorCode.LEASE_LOST: EXIT_STOPPED,
         ErrorCode.SEQUENCE_CONFLICT: EXIT_FAILED,
+        ErrorCode.JOURNAL_HEAD: EXIT_BAD_INPUT,
         ErrorCode.STORE_UNAVAILABLE: EXIT_BAD_INPUT,
         ErrorCode.CODEC: EXIT_BAD_INPUT,
         ErrorCode.UNSUPPORTED_FORMAT: EXIT_BAD_INPUT,

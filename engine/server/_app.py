@@ -65,6 +65,7 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.SEQUENCE_CONFLICT: 409,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.STORE: 500,
+    ErrorCode.JOURNAL_HEAD: 500,
     ErrorCode.CODEC: 500,
     ErrorCode.UNSUPPORTED_FORMAT: 500,
 }

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from phasegraph.errors import (
     InputError,
+    JournalHeadError,
     LeaseHeldError,
     LeaseLostError,
     RunNotFoundError,
@@ -40,6 +41,7 @@ __all__ = [
     "check_commit",
     "check_page",
     "check_ttl",
+    "journal_head_error",
     "lease_held_error",
     "lease_lost_error",
     "open_store",
@@ -297,6 +299,41 @@ def sequence_conflict_error(run_id: str, seq: int, head: int) -> SequenceConflic
         run_id=run_id,
         seq=seq,
     )
+
+
+def journal_head_error(run_id: str, head: int, last: int) -> JournalHeadError:
+    """The error for a run whose last stored step record is not at its ``head``.
+
+    Every read of a run checks its head this way, before it returns anything, so a
+    damaged run is neither shown short nor continued from an earlier step.
+
+    Args:
+        run_id: The run.
+        head: The head seq the run's metadata names.
+        last: The seq of the last step record stored (-1: none is).
+    """
+    if last < head:
+        ends = "holds no step record" if last < 0 else f"ends at seq {last}"
+        why = f"{_seqs(last + 1, head)} missing"
+        found = f"its head is seq {head} but its journal {ends} ({why})"
+    else:
+        why = f"{_seqs(head + 1, last)} past the head"
+        found = f"its head is seq {head} but its journal goes on to seq {last} ({why})"
+    return JournalHeadError(
+        f"run {run_id!r}: {found}; the store was changed outside phasegraph or damaged, so "
+        "the run is refused and nothing was re-run or overwritten: restore the store from a "
+        "backup",
+        run_id=run_id,
+        seq=head,
+        last_stored=last,
+    )
+
+
+def _seqs(first: int, last: int) -> str:
+    """The step records ``first`` to ``last``, as a subject: 'the step record at seq 4 is'."""
+    if first == last:
+        return f"the step record at seq {first} is"
+    return f"the step records at seqs {first} to {last} are"
 
 
 def run_not_found_error(run_id: str, *, seq: int | None = None, head: int = -1) -> RunNotFoundError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-__all__ = ["COMMIT", "LEASE", "READ", "SCRIPT_SHA"]
+__all__ = ["COMMIT", "HEAD", "LEASE", "READ", "SCRIPT_SHA"]
 
 # KEYS: lease, token. ARGV: op (acquire | takeover | renew | release), token, ttl ms,
 # owner, and for takeover the lease value seen (a holder the client found dead).
@@ -80,13 +80,16 @@ return {1}
 """
 
 # KEYS: meta, rec, snap, snaps. ARGV: seq or ''. Returns {-1} no run, {-2, head} no
-# such seq, {-3} no snapshot, {-4, stored head} a head that is not a number, or {1, graph,
-# status, head, created, updated, seq, snapshot_seq, snapshot, records...}.
+# such seq, {-3} no snapshot, {-4, stored head} a head that is not a number, {-5, head,
+# records stored} records that do not end at the head, or {1, graph, status, head,
+# created, updated, seq, snapshot_seq, snapshot, records...}.
 READ: Final = """
 local m = redis.call('HMGET', KEYS[1], 'graph', 'status', 'seq', 'created_at', 'updated_at')
 if not m[3] then return {-1} end
 local head = tonumber(m[3])
 if not head then return {-4, m[3]} end
+local stored = redis.call('LLEN', KEYS[2])
+if stored ~= head + 1 then return {-5, head, stored} end
 local seq = tonumber(ARGV[1]) or head
 if seq < 0 or seq > head then return {-2, head} end
 local s = redis.call('ZREVRANGEBYSCORE', KEYS[4], seq, '-inf', 'LIMIT', 0, 1)[1]
@@ -99,7 +102,16 @@ end
 return out
 """
 
+# KEYS: meta, rec. Returns {-1} no run, or {1, stored head, records stored}: where a
+# history read starts, both at one instant (a commit between two plain commands would
+# look like records past the head).
+HEAD: Final = """
+local head = redis.call('HGET', KEYS[1], 'seq')
+if not head then return {-1} end
+return {1, head, redis.call('LLEN', KEYS[2])}
+"""
+
 SCRIPT_SHA: Final = {
-    script: hashlib.sha1(script.encode()).hexdigest() for script in (LEASE, COMMIT, READ)
+    script: hashlib.sha1(script.encode()).hexdigest() for script in (LEASE, COMMIT, READ, HEAD)
 }
 """Each script's SHA-1 digest, the name EVALSHA knows it by."""

@@ -25,6 +25,10 @@ Guarantees every backend gives (the contract suite in ``phasegraph.testing`` che
   committed is ever overwritten.
 * ``read`` returns the nearest snapshot at or below the asked seq plus every record after
   it up to that seq, in order, so the caller can rebuild the exact state at that seq.
+* ``read`` and ``history`` check the head: a run whose last stored record is not at the
+  head seq of its metadata (the last record is missing, or records lie past the head) is
+  refused with :class:`JournalHeadError`, whatever seq is asked for. A store changed
+  outside phasegraph is never shown one step short, nor continued from an earlier step.
 
 Backends never decode payloads: they see bytes and the metadata in :class:`Commit`.
 """
@@ -204,6 +208,7 @@ class Store(abc.ABC):
 
         Raises:
             RunNotFoundError: No such run, or no such seq in it.
+            JournalHeadError: The run's last stored record is not at its head seq.
         """
 
     @abc.abstractmethod
@@ -214,6 +219,8 @@ class Store(abc.ABC):
 
         Raises:
             RunNotFoundError: No such run (raised on first iteration).
+            JournalHeadError: The run's last stored record is not at its head seq
+                (raised on first iteration, before any record).
         """
 
     @abc.abstractmethod

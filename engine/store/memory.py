@@ -21,6 +21,7 @@ from phasegraph.store._open import (
     check_commit,
     check_page,
     check_ttl,
+    journal_head_error,
     lease_held_error,
     lease_lost_error,
     run_not_found_error,
@@ -135,10 +136,7 @@ class MemoryStore(Store):
 
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
         """Read a run at ``seq`` (default: head); see :meth:`Store.read`."""
-        self._check_open()
-        run = self._runs.get(run_id)
-        if run is None or run.meta is None:
-            raise run_not_found_error(run_id)
+        run, meta = self._run(run_id)
         target = run.head if seq is None else seq
         if not 0 <= target <= run.head:
             raise run_not_found_error(run_id, seq=target, head=run.head)
@@ -151,7 +149,7 @@ class MemoryStore(Store):
             )
         snapshot_seq = run.snapshot_seqs[index]
         return StoredRun(
-            meta=run.meta,
+            meta=meta,
             seq=target,
             snapshot_seq=snapshot_seq,
             snapshot=run.snapshots[snapshot_seq],
@@ -162,10 +160,7 @@ class MemoryStore(Store):
         self, run_id: str, *, start: int = 0, stop: int | None = None
     ) -> AsyncIterator[tuple[int, bytes]]:
         """Yield ``(seq, record)`` for ``start <= seq < stop``; see :meth:`Store.history`."""
-        self._check_open()
-        run = self._runs.get(run_id)
-        if run is None or run.meta is None:
-            raise run_not_found_error(run_id)
+        run, _ = self._run(run_id)
         first = max(start, 0)
         end = run.head + 1 if stop is None else max(min(stop, run.head + 1), first)
         # One slice rather than an index per seq; ``end >= first >= 0`` keeps it from
@@ -190,6 +185,23 @@ class MemoryStore(Store):
     async def aclose(self) -> None:
         """Forget nothing (the data lives as long as the object); just refuse further use."""
         self._closed = True
+
+    def _run(self, run_id: str) -> tuple[_Run, RunMeta]:
+        """The run a read is about and its metadata, its head checked against its records.
+
+        Raises:
+            StoreError: The store is closed.
+            RunNotFoundError: No such run.
+            JournalHeadError: The metadata's seq is not that of the last record kept.
+        """
+        self._check_open()
+        run = self._runs.get(run_id)
+        meta = None if run is None else run.meta
+        if run is None or meta is None:
+            raise run_not_found_error(run_id)
+        if meta.seq != run.head:
+            raise journal_head_error(run_id, meta.seq, run.head)
+        return run, meta
 
     def _check_open(self) -> None:
         if self._closed:

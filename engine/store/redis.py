@@ -63,6 +63,7 @@ from phasegraph.store._open import (
     check_commit,
     check_page,
     check_ttl,
+    journal_head_error,
     lease_held_error,
     lease_lost_error,
     redact_url,
@@ -72,7 +73,7 @@ from phasegraph.store._open import (
 from phasegraph.store._redis_cluster import ClusterLink, cluster_client, is_cluster_url, node_url
 from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner
 from phasegraph.store._redis_queue import QueueEntry, RunQueue
-from phasegraph.store._redis_scripts import COMMIT, LEASE, READ, SCRIPT_SHA
+from phasegraph.store._redis_scripts import COMMIT, HEAD, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
     Arg,
     RedisWire,
@@ -281,6 +282,8 @@ class RedisStore(Store):
         if code == -4:
             stored_seq(run_id, reply[1])  # raises, naming the run: the head is not a number
             raise StoreError(f"run {run_id!r} has an unreadable head seq", run_id=run_id)
+        if code == -5:
+            raise journal_head_error(run_id, int(reply[1]), int(reply[2]) - 1)
         return StoredRun(
             meta=stored_meta(run_id, tuple(reply[1:6])),
             seq=int(reply[6]),
@@ -295,12 +298,17 @@ class RedisStore(Store):
         """Yield ``(seq, record)`` for ``start <= seq < stop``; see :meth:`Store.history`.
 
         Records are read in batches; they never change once written, so batches agree.
+        The head they are read up to is first checked against the records stored.
         """
-        meta_key, rec_key = self.run_keys(run_id)[:2]
-        found = await self._call("HGET", meta_key, "seq")
-        if found is None:
+        keys = self.run_keys(run_id)[:2]
+        with self._errors():
+            found = await self._eval(HEAD, keys, ())
+        if int(found[0]) < 0:
             raise run_not_found_error(run_id)
-        head = stored_seq(run_id, found)
+        head = stored_seq(run_id, found[1])
+        if int(found[2]) != head + 1:
+            raise journal_head_error(run_id, head, int(found[2]) - 1)
+        rec_key = keys[1]
         end = head + 1 if stop is None else min(stop, head + 1)
         for first in range(max(start, 0), end, _HISTORY_BATCH):
             last = min(first + _HISTORY_BATCH, end) - 1

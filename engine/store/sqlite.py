@@ -25,6 +25,10 @@ kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
 * ``records``: ``(run_id, seq, blob)``, one row per step;
 * ``snapshots``: ``(run_id, seq, blob)``, one row per snapshotted step.
 
+Every read (a run read, or the head a history read starts from) takes the head from
+``runs`` with the seq of the run's last record in one statement, and refuses the run if
+they differ (:class:`~phasegraph.errors.JournalHeadError`).
+
 A commit changes about three pages (a ``records`` leaf, the ``runs`` leaf and the index
 leaf), and each page it changes is a whole frame the WAL must write.
 
@@ -55,6 +59,7 @@ from phasegraph.store._open import (
     check_commit,
     check_page,
     check_ttl,
+    journal_head_error,
     lease_held_error,
     lease_lost_error,
     run_not_found_error,
@@ -80,6 +85,13 @@ _LOCKED: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _HISTORY_BATCH: Final = 256  # rows in the first history batch ...
 _HISTORY_BATCH_MAX: Final = 4096  # ... growing 4x per batch up to this many
 _META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
+# A run's metadata and the seq of its last record: max() over the records' key prefix is
+# one seek to the end of the run's records, whatever their number.
+_READ_META: Final = (
+    f"SELECT {_META_COLUMNS}, "
+    "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id) "
+    "FROM runs WHERE run_id = ? AND seq >= 0"
+)
 
 
 @final
@@ -266,12 +278,13 @@ class SqliteStore(Store):
     def _read_now(self, run_id: str, seq: int | None) -> StoredRun | None:
         """Read on the event-loop thread if that needs no waiting, else return ``None``.
 
-        A read is three indexed lookups (meta, the nearest snapshot, the records after
-        it), shorter than the hop to the worker and back (measured: 25-40 µs for a head
-        read of the loop benchmark, the hop 60-90 µs more), so it is made at once when
-        the connection is free; as for a commit written at once, the loop waits for it.
-        The connection's busy timeout is 0 between calls: a read that would wait for a
-        lock (rare in WAL mode) is left to the worker, which waits.
+        A read is three statements of indexed lookups (the meta and the seq of the last
+        record, the nearest snapshot, the records after it), shorter than the hop to the
+        worker and back (measured: 25-40 µs for a head read of the loop benchmark, the
+        hop 60-90 µs more), so it is made at once when the connection is free; as for a
+        commit written at once, the loop waits for it. The connection's busy timeout is
+        0 between calls: a read that would wait for a lock (rare in WAL mode) is left to
+        the worker, which waits.
         """
         conn = self._conn
         if conn is None or not self._lock.acquire(blocking=False):
@@ -610,12 +623,22 @@ def _live_holder(conn: sqlite3.Connection, run_id: str) -> str | None:
 
 
 def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
-    row = conn.execute(
-        f"SELECT {_META_COLUMNS} FROM runs WHERE run_id = ? AND seq >= 0", (run_id,)
-    ).fetchone()
+    """The run's metadata, its head checked against the records: what every read starts with.
+
+    Raises:
+        RunNotFoundError: No such run.
+        StoreError: The metadata is unreadable.
+        JournalHeadError: The last record stored is not at the head (one more seek of
+            the records' key, in the same statement).
+    """
+    row = conn.execute(_READ_META, (run_id,)).fetchone()
     if row is None:
         raise run_not_found_error(run_id)
-    return stored_meta(run_id, tuple(row[1:]))
+    meta = stored_meta(run_id, tuple(row[1:6]))
+    last = -1 if row[6] is None else row[6]
+    if last != meta.seq:
+        raise journal_head_error(run_id, meta.seq, last)
+    return meta
 
 
 @final

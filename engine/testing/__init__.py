@@ -14,6 +14,7 @@ from phasegraph.actions.llm import ScriptedModelServer
 from phasegraph.testing._cluster import REDIS_CLUSTER_URL_ENV, redis_cluster
 from phasegraph.testing._contract import (
     REDIS_URL_ENV,
+    JournalDamage,
     StoreContract,
     isolated_redis_store,
     isolated_redis_url,
@@ -43,6 +44,7 @@ __all__ = [
     "REDIS_URL_ENV",
     "CrashReport",
     "Difference",
+    "JournalDamage",
     "MachineStateMachine",
     "Outcome",
     "PropertyFailed",

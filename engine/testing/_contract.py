@@ -9,6 +9,10 @@ async ``store`` fixture that yields a fresh, empty store::
             async with MyStore() as store:
                 yield store
 
+A ``journal_damage`` fixture gives the damaged-journal cases a :class:`JournalDamage`:
+the means to change that store's copy of a run behind its back (as a hand edit or a disk
+fault would), so the suite can check that every read refuses such a run.
+
 Payloads are plain bytes: the suite needs no codec. It needs ``pytest-asyncio`` in
 auto mode. :func:`redis_server` gives a URL of a real Redis for tests that need one
 (:func:`~phasegraph.testing.redis_cluster` one of a Redis Cluster), and
@@ -28,6 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
@@ -39,6 +44,7 @@ from hypothesis import strategies as st
 from phasegraph._process import ProcessId, process_start, this_process
 from phasegraph.errors import (
     InputError,
+    JournalHeadError,
     LeaseHeldError,
     LeaseLostError,
     RunNotFoundError,
@@ -50,6 +56,7 @@ from phasegraph.store.redis import RedisStore
 
 __all__ = [
     "REDIS_URL_ENV",
+    "JournalDamage",
     "StoreContract",
     "isolated_redis_store",
     "isolated_redis_url",
@@ -104,6 +111,47 @@ def make_commit(
     return Commit(seq=seq, record=record, snapshot=snapshot, meta=meta)
 
 
+class JournalDamage(Protocol):
+    """Changes one store's copy of a run outside the store, as a hand edit or a bad disk would.
+
+    The contract's damaged-journal cases get one from the ``journal_damage`` fixture.
+    """
+
+    async def drop_last_record(self, run_id: str) -> None:
+        """Delete the run's last step record; its metadata (and head seq) stays as it is."""
+        ...
+
+    async def set_head(self, run_id: str, seq: int) -> None:
+        """Write ``seq`` as the head in the run's metadata; its records stay as they are."""
+        ...
+
+
+async def _refused(store: Store, run_id: str, head: int, last: int) -> None:
+    """Every read of ``run_id`` (at its head, at each seq it ever had, its history) is refused.
+
+    Each raises :class:`JournalHeadError` naming the run, the head and the last record
+    stored; a history read yields no record first.
+    """
+    named = f"run {run_id!r}: its head is seq {head}"
+    for at in (None, *range(max(head, last) + 1)):
+        with pytest.raises(JournalHeadError, match=named) as caught:
+            await store.read(run_id, at)
+        assert (caught.value.run_id, caught.value.seq) == (run_id, head)
+        assert caught.value.last_stored == last
+    for start, stop in ((0, None), (1, 2), (head, None), (last + 1, None)):
+        yielded: list[int] = []
+        with pytest.raises(JournalHeadError, match=named) as caught:
+            await _drain(store.history(run_id, start=start, stop=stop), yielded)
+        assert yielded == []
+        assert (caught.value.seq, caught.value.last_stored) == (head, last)
+
+
+async def _drain(history: AsyncIterator[tuple[int, bytes]], seqs: list[int]) -> None:
+    """Append each seq ``history`` yields to ``seqs``, to its end."""
+    async for seq, _ in history:
+        seqs.append(seq)
+
+
 async def _fill(store: Store, lease: Lease, count: int, snapshot_every: int = 0) -> None:
     for seq in range(count):
         snap = b"snap-%d" % seq if seq % (snapshot_every or count) == 0 else None
@@ -117,6 +165,11 @@ class StoreContract:
     async def store(self) -> Store:
         """Override: yield a fresh, empty store (function scope)."""
         pytest.fail(f"{type(self).__name__} must define an async 'store' fixture")
+
+    @pytest.fixture
+    async def journal_damage(self, store: Store) -> JournalDamage:
+        """Override: yield a :class:`JournalDamage` working on ``store``'s own data."""
+        pytest.fail(f"{type(self).__name__} must define a 'journal_damage' fixture")
 
     async def test_commit_then_read_head(self, store: Store) -> None:
         """A read returns the head meta, the snapshot and the records after it."""
@@ -385,6 +438,26 @@ class StoreContract:
         assert ((await store.read("a")).meta.seq, (await store.read("b")).meta.seq) == (2, 0)
         with pytest.raises(InputError, match="'b'"):
             await store.commit(a, make_commit("b", 1))
+
+    async def test_a_missing_last_record_is_refused_by_every_read(
+        self, store: Store, journal_damage: JournalDamage
+    ) -> None:
+        """With the head's record gone, no read returns the run, even one needing no record."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 4, snapshot_every=3)  # a snapshot at the head, seq 3
+        await _fill(store, await store.acquire("other", "w1", 30), 2)
+        await journal_damage.drop_last_record("r")
+        await _refused(store, "r", 3, 2)
+        assert [s async for s, _ in store.history("other")] == [0, 1]  # other runs read
+
+    async def test_a_rolled_back_head_is_refused_by_every_read(
+        self, store: Store, journal_damage: JournalDamage
+    ) -> None:
+        """With records past the head, no read returns the run cut short."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 5, snapshot_every=2)
+        await journal_damage.set_head("r", 2)
+        await _refused(store, "r", 2, 4)
 
     async def test_aclose_is_idempotent(self, store: Store) -> None:
         """Closing twice is fine."""

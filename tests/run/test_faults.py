@@ -303,7 +303,7 @@ def test_a_missing_record_is_a_hole_named_by_run_and_seq(tmp_path, capsys):
 
 
 def test_redis_corruption_and_holes_are_named_by_run_and_seq(tmp_path, redis_url):
-    from phasegraph.errors import CodecError
+    from phasegraph.errors import CodecError, JournalHeadError
     from phasegraph.testing import isolated_redis_store
 
     async def main() -> None:
@@ -324,10 +324,14 @@ def test_redis_corruption_and_holes_are_named_by_run_and_seq(tmp_path, redis_url
                     await read
                 assert (caught.value.run_id, caught.value.seq) == (run_id, 3)
                 assert "checksum does not match" in str(caught.value)
-            client.lset(key, 3, b"gone")
-            client.lrem(key, 1, b"gone")  # the records after it move down one seq
+            client.lset(key, 3, client.lindex(key, 4))  # seq 3 missing, the list as long
             for read in (engine.history(run_id), engine.get(run_id)):
                 with pytest.raises(CodecError, match=f"run '{run_id}': the step record at seq 3"):
+                    await read
+            client.lrem(key, 1, client.lindex(key, 4))  # the records after it move down
+            for read in (engine.history(run_id), engine.get(run_id)):
+                # The list is one short of the head now: the store refuses the run first.
+                with pytest.raises(JournalHeadError, match=f"run '{run_id}': its head is seq 6"):
                     await read
             client.close()
 

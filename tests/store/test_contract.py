@@ -8,7 +8,10 @@ import pytest
 
 from phasegraph.store import Store, open_store
 from phasegraph.store.memory import MemoryStore
-from phasegraph.testing import StoreContract, isolated_redis_store
+from phasegraph.store.redis import RedisStore
+from phasegraph.store.sqlite import SqliteStore
+from phasegraph.testing import JournalDamage, StoreContract, isolated_redis_store
+from store.journal_damage import MemoryDamage, RedisDamage, SqliteDamage
 
 
 class TestMemoryStore(StoreContract):
@@ -17,23 +20,46 @@ class TestMemoryStore(StoreContract):
         async with MemoryStore() as store:
             yield store
 
+    @pytest.fixture
+    async def journal_damage(self, store: Store) -> JournalDamage:
+        assert isinstance(store, MemoryStore)
+        return MemoryDamage(store)
 
-class TestSqliteStore(StoreContract):
+
+class _Sqlite(StoreContract):
+    @pytest.fixture
+    async def journal_damage(self, store: Store) -> JournalDamage:
+        assert isinstance(store, SqliteStore)
+        return SqliteDamage(store.path)
+
+
+class TestSqliteStore(_Sqlite):
     @pytest.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
         async with open_store(f"sqlite:///{tmp_path}/runs.db") as store:
             yield store
 
 
-class TestSqliteStoreFullSync(StoreContract):
+class TestSqliteStoreFullSync(_Sqlite):
     @pytest.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
         async with open_store(f"sqlite:///{tmp_path}/runs.db?synchronous=full") as store:
             yield store
 
 
+class _Redis(StoreContract):
+    @pytest.fixture
+    async def journal_damage(self, store: Store) -> AsyncIterator[JournalDamage]:
+        assert isinstance(store, RedisStore)
+        damage = RedisDamage(store)
+        try:
+            yield damage
+        finally:
+            await damage.aclose()
+
+
 @pytest.mark.redis
-class TestRedisStore(StoreContract):
+class TestRedisStore(_Redis):
     @pytest.fixture
     async def store(self, redis_url: str) -> AsyncIterator[Store]:
         async with isolated_redis_store(redis_url) as store:
@@ -41,7 +67,7 @@ class TestRedisStore(StoreContract):
 
 
 @pytest.mark.redis
-class TestRedisStoreWithRetention(StoreContract):
+class TestRedisStoreWithRetention(_Redis):
     @pytest.fixture
     async def store(self, redis_url: str) -> AsyncIterator[Store]:
         async with isolated_redis_store(redis_url, ttl="60") as store:
@@ -49,7 +75,7 @@ class TestRedisStoreWithRetention(StoreContract):
 
 
 @pytest.mark.redis
-class TestRedisClusterStore(StoreContract):
+class TestRedisClusterStore(_Redis):
     @pytest.fixture
     async def store(self, redis_cluster_url: str) -> AsyncIterator[Store]:
         async with isolated_redis_store(redis_cluster_url) as store:
@@ -57,7 +83,7 @@ class TestRedisClusterStore(StoreContract):
 
 
 @pytest.mark.redis
-class TestRedisClusterStoreWithRetention(StoreContract):
+class TestRedisClusterStoreWithRetention(_Redis):
     @pytest.fixture
     async def store(self, redis_cluster_url: str) -> AsyncIterator[Store]:
         async with isolated_redis_store(redis_cluster_url, ttl="60") as store:
