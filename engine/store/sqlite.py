@@ -47,6 +47,7 @@ from typing import Final, TypeVar, final
 
 from phasegraph.errors import (
     InputError,
+    JournalHeadError,
     LeaseLostError,
     PhasegraphError,
     StoreError,
@@ -252,7 +253,9 @@ class SqliteStore(Store):
     def _closed_error(self) -> StoreUnavailableError:
         return StoreUnavailableError(f"the SQLite store {str(self._path)!r} is closed")
 
-    def _failed(self, exc: sqlite3.Error) -> StoreUnavailableError:
+    def _failed(self, exc: sqlite3.Error) -> StoreError:
+        if isinstance(exc, _JournalAhead):
+            return exc.error  # rolled back: refused, not a failure of the store
         return StoreUnavailableError(f"SQLite store {str(self._path)!r} failed: {exc}")
 
     # ------------------------------------------------------------- commits
@@ -486,10 +489,17 @@ class SqliteStore(Store):
         if not moved:
             _refuse_commit(conn, lease, commit)
             return  # the same commit again (a retry): already done
-        conn.execute(
-            "INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
-            (lease.run_id, commit.seq, commit.record),
-        )
+        try:
+            conn.execute(
+                "INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
+                (lease.run_id, commit.seq, commit.record),
+            )
+        except sqlite3.IntegrityError:
+            # A record past the head: the head was moved back outside phasegraph.
+            (last,) = conn.execute(
+                "SELECT max(seq) FROM records WHERE run_id = ?", (lease.run_id,)
+            ).fetchone()
+            raise _JournalAhead(journal_head_error(lease.run_id, commit.seq - 1, last)) from None
         if commit.snapshot is not None:
             conn.execute(
                 "INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)",
@@ -555,6 +565,18 @@ class SqliteStore(Store):
         return [listed_meta(row[0], tuple(row[1:])) for row in rows]
 
 
+class _JournalAhead(sqlite3.IntegrityError):
+    """A commit found a record stored past the head.
+
+    Raised as an SQLite error so that its transaction (or savepoint) is rolled back,
+    and reported as ``error``.
+    """
+
+    def __init__(self, error: JournalHeadError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]) -> Outcomes:
     """Write each commit of a batch in the open transaction; one outcome per commit.
 
@@ -573,7 +595,8 @@ def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]
             if not conn.in_transaction:
                 raise  # SQLite ended the whole transaction: every commit fails
             conn.execute("ROLLBACK TO one_commit")
-            outcomes.append(StoreUnavailableError(f"SQLite commit failed: {exc}"))
+            failed = exc.error if isinstance(exc, _JournalAhead) else None
+            outcomes.append(failed or StoreUnavailableError(f"SQLite commit failed: {exc}"))
         conn.execute("RELEASE one_commit")
     return outcomes
 

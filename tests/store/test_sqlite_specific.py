@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phasegraph.errors import RunNotFoundError, StoreError
+from phasegraph.errors import JournalHeadError, RunNotFoundError, StoreError
 from phasegraph.store.base import Lease
 from phasegraph.store.sqlite import SCHEMA_VERSION, SqliteStore
 from phasegraph.testing import make_commit
@@ -237,3 +237,36 @@ async def test_a_read_only_store_reads_runs_on_the_loop_too(tmp_path: Path) -> N
             await store.commit(lease, make_commit("r", 7))  # another connection writes
             assert (await reader.read("r")).records == (b"record-5", b"record-6", b"record-7")
             assert hops.count == 0
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+async def test_a_commit_onto_a_head_moved_back_is_refused_and_writes_nothing(
+    tmp_path: Path, batch: int
+) -> None:
+    """A head moved back outside phasegraph (records stored past it) refuses the commit
+    that would land on a stored record, naming the journal's head, and rolls it back
+    whole: alone in its transaction, or beside another run's commit in one batch."""
+    path = tmp_path / "runs.db"
+    async with SqliteStore(path) as store:
+        lease = await store.acquire("r", "w", 30)
+        for seq in range(3):
+            await store.commit(lease, make_commit("r", seq))
+        other = await store.acquire("other", "w", 30)
+        await store.commit(other, make_commit("other", 0))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE runs SET seq = 1 WHERE run_id = 'r'")
+    async with SqliteStore(path) as store:  # both leases are still held
+        for writer in ("x", "y"):  # several writers: concurrent commits share a batch
+            await store.acquire(writer, "w", 30)
+        commits = [store.commit(lease, make_commit("r", 2))]
+        if batch == 2:
+            commits.append(store.commit(other, make_commit("other", 1)))
+        outcomes = await asyncio.gather(*commits, return_exceptions=True)
+    assert isinstance(outcomes[0], JournalHeadError), outcomes
+    assert "its head is seq 1 but its journal goes on to seq 2" in str(outcomes[0])
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT seq FROM runs WHERE run_id = 'r'").fetchone() == (1,)
+        blobs = conn.execute("SELECT blob FROM records WHERE run_id = 'r' ORDER BY seq")
+        assert [row[0] for row in blobs] == [make_commit("r", s).record for s in range(3)]
+    if batch == 2:
+        assert outcomes[1] is None
