@@ -49,7 +49,8 @@ return {0, '', 0, now[1], now[2]}
 # ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
 #       updated_at, retention ('' none, '0' persist, else expiry in ms), run id,
 #       lease ttl ms, owner.
-# Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}.
+# Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}, or
+# {-3, head, last stored seq} when the records do not end at the head (changed outside).
 # The counter fences: while it shows our token nobody took the run, so a lease key that
 # expired meanwhile is set again (the lease is taken again) and the commit goes ahead.
 COMMIT: Final = """
@@ -63,6 +64,8 @@ local seq = tonumber(ARGV[2])
 local head = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
 if seq <= head and redis.call('LINDEX', KEYS[2], seq) == ARGV[3] then return {2} end
 if seq ~= head + 1 then return {-2, head} end
+local stored = redis.call('LLEN', KEYS[2])
+if stored ~= seq then return {-3, head, stored - 1} end
 redis.call('RPUSH', KEYS[2], ARGV[3])
 if ARGV[4] == '1' then
   redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])

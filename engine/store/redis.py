@@ -265,6 +265,8 @@ class RedisStore(Store):
             raise lease_lost_error(lease, lease_owner(reply[1]) if reply[1] else None)
         if code == -2:
             raise sequence_conflict_error(lease.run_id, commit.seq, int(reply[1]))
+        if code == -3:
+            raise journal_head_error(lease.run_id, int(reply[1]), int(reply[2]))
 
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
         """Read a run at ``seq`` (default: head) in one round trip; see :meth:`Store.read`."""

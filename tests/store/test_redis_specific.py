@@ -11,7 +11,13 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from builders import free_port
-from phasegraph.errors import LeaseHeldError, LeaseLostError, StoreError, StoreUnavailableError
+from phasegraph.errors import (
+    JournalHeadError,
+    LeaseHeldError,
+    LeaseLostError,
+    StoreError,
+    StoreUnavailableError,
+)
 from phasegraph.store import Lease, open_store
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import isolated_redis_store, make_commit
@@ -242,3 +248,21 @@ async def test_unreachable_server_fails_fast_without_leaking_the_password() -> N
         with pytest.raises(StoreUnavailableError, match=r":\*\*\*@127\.0\.0\.1"):
             await store.commit(lease, make_commit("r", 0))
         assert 1.0 < time.monotonic() - started < 4.0  # retried, boundedly
+
+
+async def test_a_commit_onto_a_head_moved_back_is_refused_and_writes_nothing(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    """The commit script refuses a step when the records do not end at the head (the head
+    was moved back outside phasegraph): nothing is appended after the stored records."""
+    lease = await store.acquire("r", "w", 30)
+    for seq in range(3):
+        await store.commit(lease, make_commit("r", seq))
+    meta, records = store.run_keys("r")[:2]
+    await cast("Awaitable[int]", client.hset(meta, "seq", 1))
+    with pytest.raises(
+        JournalHeadError, match="its head is seq 1 but its journal goes on to seq 2"
+    ):
+        await store.commit(lease, make_commit("r", 2, record=b"other"))
+    assert await cast("Awaitable[int]", client.llen(records)) == 3
+    assert await cast("Awaitable[Any]", client.hget(meta, "seq")) == b"1"
