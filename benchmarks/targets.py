@@ -162,13 +162,15 @@ def _raw_floor(url: str, commits: list[Any], prefix: str) -> float:
     base = f"{prefix}:{{{run}}}:"
     keys = [base + name for name in ("meta", "rec", "snap", "snaps", "lease", "token")]
     keys.append(f"{prefix}:runs")
-    call("SET", keys[4], "1:floor")
+    call("SET", keys[4], "1:floor")  # the lease, and the token counter that fences it
+    call("SET", keys[5], "1")
     packed = []
     for _, one in commits:
         snap = (0, b"") if one.snapshot is None else (1, one.snapshot)
         meta = one.meta
         args = (1, one.seq, one.record, *snap, meta.graph, meta.status)
-        packed.append((*args, meta.created_at, meta.updated_at, "", run))
+        # The lease's ttl and owner go last (a checkout whose script takes 11 ignores them).
+        packed.append((*args, meta.created_at, meta.updated_at, "", run, 30000, "floor"))
     started = time.perf_counter()
     for args in packed:
         if call("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, *args) != b"*1\r\n:1\r\n":
