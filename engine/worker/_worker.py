@@ -24,6 +24,9 @@ What makes it safe:
   opened while other nodes work) is read from the run's inbox between two steps and
   applied; a cancel request stops the drive at its last committed step and commits the
   cancel (see :mod:`phasegraph.worker._mail`).
+* **A store outage is one line.** While the store is away every call fails; each one is
+  retried or its run left for a reclaim, and the outage is logged once when it starts
+  and once when it ends (see :mod:`phasegraph.worker._outage`), never as a traceback.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from phasegraph.errors import (
 from phasegraph.model import RunState, frozen_map
 from phasegraph.run import Run
 from phasegraph.store import Store
+from phasegraph.worker._outage import Outage
 
 __all__ = [
     "QueueEntry",
@@ -272,6 +276,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._side: set[asyncio.Task[None]] = set()  # short tasks beside the drives
         self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
+        self._outage = Outage(_log)  # the store away: said once, not once per failed call
         self.stats = WorkerStats()
 
     @property
@@ -317,10 +322,15 @@ class Worker:
                     self.stats.reclaimed += len(entries)
                 if not entries:
                     entries = await self._queue.take(partition, self._name, free, block_ms)
-            except Exception as exc:  # the store is away, or any queue's own error: go on
+            except StoreUnavailableError as exc:
+                self._outage.failed(exc)
+                await asyncio.sleep(1.0)
+                continue
+            except Exception as exc:  # any queue's own error: go on
                 _log.warning("cannot read work (partition %d): %s; retrying", partition, exc)
                 await asyncio.sleep(1.0)
                 continue
+            self._outage.answered()
             for entry in entries:
                 self._start(entry)
 
@@ -340,7 +350,7 @@ class Worker:
             return
         self._active[entry.run_id] = _Active([entry])
         name = f"phasegraph-worker:{entry.run_id}"
-        task = asyncio.create_task(self._serve(entry.run_id), name=name)
+        task = asyncio.create_task(self._serve_or_leave(entry.run_id), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -351,6 +361,17 @@ class Worker:
         self._room.set()
 
     # -- driving ------------------------------------------------------------------------
+
+    async def _serve_or_leave(self, run_id: str) -> None:
+        """Serve the run; a queue call that fails leaves its entries for a reclaim."""
+        try:
+            await self._serve(run_id)
+        except StoreUnavailableError as exc:
+            # Not acknowledged: once the store is back, a worker reclaims the entries.
+            self._outage.failed(exc)
+            _log.info("run %s left for a reclaim: %s", run_id, exc)
+        except PhasegraphError as exc:  # the queue refused a command: reclaimed later too
+            _log.error("run %s left for a reclaim: %s", run_id, exc)
 
     async def _serve(self, run_id: str) -> None:
         """Drive a run until idle (again while more entries came), then acknowledge."""
@@ -397,6 +418,9 @@ class Worker:
         """
         try:
             reason = await self._queue.cancel_requested(run_id)
+        except StoreUnavailableError as exc:  # the drive looks again between steps
+            self._outage.failed(exc)
+            return
         except Exception as exc:  # any queue's error: the drive looks again between steps
             _log.warning("cannot read run %s's cancel request (%s); its drive looks", run_id, exc)
             return
@@ -424,7 +448,8 @@ class Worker:
                     return False
                 await asyncio.sleep(delay)
             except StoreUnavailableError as exc:
-                _log.warning("cancel of run %s left for later: %s", run_id, exc)
+                self._outage.failed(exc)
+                _log.info("cancel of run %s left for later: %s", run_id, exc)
                 return False
             except RunStateError as exc:
                 _log.info("cancel of run %s not needed: %s", run_id, exc)
@@ -447,8 +472,14 @@ class Worker:
                     _log.info("run %s is driven elsewhere (%s); left for later", run_id, exc)
                     return False
                 await asyncio.sleep(delay)
-            except (LeaseLostError, StoreUnavailableError) as exc:
-                _log.warning("run %s stopped (%s); left for later", run_id, exc)
+            except StoreUnavailableError as exc:
+                self._outage.failed(exc)
+                _log.info("run %s stopped (%s); left for later", run_id, exc)
+                return False
+            except LeaseLostError as exc:
+                # While the store is away, that is why (the outage is logged once).
+                log = _log.info if self._outage.away else _log.warning
+                log("run %s stopped (%s); left for later", run_id, exc)
                 return False
             except RunNotFoundError as exc:
                 _log.warning("dropping work for a run that does not exist: %s", exc)
@@ -520,8 +551,12 @@ class Worker:
             await asyncio.sleep(every)
             entries = [e for active in self._active.values() for e in active.entries]
             if entries:
-                with contextlib.suppress(Exception):  # a missed beat is retried next time
+                try:
                     await self._queue.touch(self._name, entries)
+                except StoreUnavailableError as exc:  # a missed beat is retried next time
+                    self._outage.failed(exc)
+                except Exception:  # likewise (any queue's own error)
+                    pass
 
     async def _deadlines(self, partitions: int, stop: asyncio.Event) -> None:
         """Move runs whose deadline passed into the queue; trim what every worker is done with."""
@@ -538,8 +573,12 @@ class Worker:
                     next_trim = time.monotonic() + _TRIM_EVERY
                     for partition in range(partitions):
                         await self._queue.trim(partition)
-            except Exception as exc:  # the store is away: try again shortly
+            except StoreUnavailableError as exc:  # try again shortly
+                self._outage.failed(exc)
+            except Exception as exc:  # any queue's own error: try again shortly
                 _log.warning("cannot move due runs: %s", exc)
+            else:
+                self._outage.answered()
             await asyncio.sleep(max(wait, 0.01))
 
     async def _hand_back(self) -> None:
