@@ -6,7 +6,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -103,3 +103,12 @@ def _answers(client: redis.Redis, ready: bool) -> bool:
 def _rewriting(client: redis.Redis) -> bool:
     info = client.info("persistence")
     return bool(info["aof_rewrite_in_progress"] or info["aof_rewrite_scheduled"])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RestartableRedis]:
+    """A private redis-server that keeps its data across a restart (stopped at the end)."""
+    one = RestartableRedis(tmp_path)
+    one.start()
+    yield one
+    one.stop()

@@ -16,14 +16,14 @@ import sqlite3
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from builders import cli_argv
 from phasegraph.cli._support import EXIT_STOPPED
-from redis_kit import RestartableRedis, wait_for
+from redis_kit import server as server  # the fixture
+from redis_kit import wait_for
 
 GRAPH = """\
 graph: blip
@@ -92,14 +92,6 @@ class _Run:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.communicate()
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RestartableRedis]:
-    one = RestartableRedis(tmp_path)
-    one.start()
-    yield one
-    one.stop()
 
 
 def _completed(code: int, out: str, err: str) -> None:

@@ -7,8 +7,6 @@ started again on the same port while a store and its work queue hold connections
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,16 +14,9 @@ from phasegraph import open_store
 from phasegraph.errors import StoreUnavailableError
 from phasegraph.store.redis import RedisStore
 from redis_kit import RestartableRedis, slow_load
+from redis_kit import server as server  # the fixture
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RestartableRedis]:
-    one = RestartableRedis(tmp_path)
-    one.start()
-    yield one
-    one.stop()
 
 
 async def test_the_queue_answers_the_first_call_after_a_restart(server: RestartableRedis) -> None:
