@@ -29,6 +29,7 @@ from phasegraph.errors import (
     CodecError,
     ErrorCode,
     InputError,
+    LeaseLostError,
     PhasegraphError,
     RunNotFoundError,
 )
@@ -149,7 +150,16 @@ def interrupted(args: argparse.Namespace) -> str:
 
 def resume_command(args: argparse.Namespace, run_id: str) -> str:
     """The exact command that continues ``run_id`` (with ``--store`` if one was given)."""
-    command = ["phasegraph", "resume", run_id]
+    return _run_command(args, "resume", run_id)
+
+
+def status_command(args: argparse.Namespace, run_id: str) -> str:
+    """The exact command that shows ``run_id`` (with ``--store`` if one was given)."""
+    return _run_command(args, "status", run_id)
+
+
+def _run_command(args: argparse.Namespace, verb: str, run_id: str) -> str:
+    command = ["phasegraph", verb, run_id]
     if args.store != DEFAULT_STORE_URL:
         command += ["--store", args.store]
     return shlex.join(command)
@@ -233,6 +243,9 @@ def report_error(args: argparse.Namespace, exc: PhasegraphError) -> int:
             f" (looked in {store_label(args.store)}; --store URL or PHASEGRAPH_STORE names "
             "another store)"
         )
+    elif isinstance(exc, LeaseLostError) and exc.run_id and exc.holder:
+        # Another process drives the run now: resuming here would only be refused.
+        text += f"; where it is now: '{status_command(args, exc.run_id)}'"
     elif exc.code is ErrorCode.LEASE_LOST and exc.run_id:
         resume = resume_command(args, exc.run_id)
         text += f"; the run stopped at its last committed step: '{resume}'"

@@ -62,6 +62,7 @@ class Hold:
         "_reason",
         "_renew_at",
         "_renewed",
+        "_taker",
         "_why",
         "lease",
     )
@@ -80,6 +81,7 @@ class Hold:
         self._failures = 0
         self._why: BaseException | None = None  # why the last renewal failed
         self._reason: str | None = None  # set once the lease is gone: why, for the error
+        self._taker: str | None = None  # who took the run over, when the store said
         self._driving: asyncio.Task[Any] | None = None
         self._cutting = False
 
@@ -121,6 +123,7 @@ class Hold:
     def taken(self, refusal: LeaseLostError) -> None:
         """The store refused a commit: another holder has the run (or it was released)."""
         if self._reason is None:
+            self._taker = refusal.holder
             self._reason = self._keeper.taken_reason(self, refusal)
             self._keeper.forget(self)
 
@@ -137,7 +140,9 @@ class Hold:
             if committing is not None:
                 where = f"stopped at step {step} or {committing} (it was committing that step)"
         reason = self._reason or "its lease is gone"
-        return LeaseLostError(f"run {run_id!r} {where}: {reason}", run_id=run_id, seq=step)
+        return LeaseLostError(
+            f"run {run_id!r} {where}: {reason}", holder=self._taker, run_id=run_id, seq=step
+        )
 
     def _cut_off(self) -> None:
         """On the run's loop: end the work under the lease now (see :meth:`cut_short`)."""
@@ -264,7 +269,7 @@ class LeaseKeeper:
         silent = self._clock() - hold._renewed
         if refusal.holder:
             whom = f"{owner_label(refusal.holder)!r} took the run over"
-            then = f"it goes on there (see 'phasegraph status {run_id}')"
+            then = "it goes on there"
         else:
             whom = "its lease was released, or taken by another process and let lapse"
             then = (
@@ -336,6 +341,7 @@ class LeaseKeeper:
                     hold._deadline = sent + outcome.ttl
                     hold._renew_at = sent + outcome.ttl / 3
                 else:
+                    hold._taker = outcome.holder
                     self._cut(hold, self.taken_reason(hold, outcome))
             self._round = now - sent
             self._rounds += 1

@@ -495,10 +495,12 @@ class SqliteStore(Store):
                 (lease.run_id, commit.seq, commit.record),
             )
         except sqlite3.IntegrityError:
-            # A record past the head: the head was moved back outside phasegraph.
             (last,) = conn.execute(
                 "SELECT max(seq) FROM records WHERE run_id = ?", (lease.run_id,)
             ).fetchone()
+            if last is None or last < commit.seq:
+                raise  # another constraint: a failure of the store
+            # A record past the head: the head was moved back outside phasegraph.
             raise _JournalAhead(journal_head_error(lease.run_id, commit.seq - 1, last)) from None
         if commit.snapshot is not None:
             conn.execute(

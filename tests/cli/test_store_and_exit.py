@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import time
@@ -91,26 +92,32 @@ def test_bad_input_exits_2_and_commits_nothing(tmp_path: Path) -> None:
 
 
 def _steal(store_url: str, run_id: str) -> None:
-    """Take the run's lease as soon as it expires (the driver cannot renew it)."""
+    """Take the run's lease as soon as it lapses (its holder is stopped: nothing renews it)."""
 
     async def take() -> None:
         async with open_store(store_url) as store:
-            while True:
-                try:
-                    await store.acquire(run_id, "thief", 60)
-                    return
-                except LeaseHeldError:
-                    await asyncio.sleep(0.02)
+            async with asyncio.timeout(60):
+                while True:
+                    try:
+                        await store.acquire(run_id, "thief", 60)
+                        return
+                    except LeaseHeldError:
+                        await asyncio.sleep(0.02)
 
     asyncio.run(take())
 
 
-def test_a_lost_lease_exits_4_with_the_resume_command(tmp_path: Path) -> None:
+def test_a_run_taken_over_while_its_process_stalled_exits_4_naming_the_taker(
+    tmp_path: Path,
+) -> None:
+    """The whole driver process stops (SIGSTOP: its lease keeper too), another process
+    takes the lapsed lease, and the driver goes on: its step is refused, and it exits 4
+    saying it stalled, who took the run, and how to see the run where it is now."""
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     started, release = tmp_path / "started", tmp_path / "release"
     env = {
         **os.environ,
-        "PHASEGRAPH_LEASE_TTL": "0.2",
+        "PHASEGRAPH_LEASE_TTL": "0.5",
         "PHASEGRAPH_TEST_STARTED": str(started),
         "PHASEGRAPH_TEST_RELEASE": str(release),
     }
@@ -123,12 +130,17 @@ def test_a_lost_lease_exits_4_with_the_resume_command(tmp_path: Path) -> None:
             if driver.poll() is not None:
                 pytest.fail(driver.communicate()[1])
             time.sleep(0.01)
-        _steal(store, "held")
+        os.kill(driver.pid, signal.SIGSTOP)
+        try:
+            _steal(store, "held")
+        finally:
+            os.kill(driver.pid, signal.SIGCONT)
         release.touch()
         _, err = driver.communicate(timeout=120)
     finally:
         if driver.poll() is None:
             driver.kill()
     assert driver.returncode == 4, err
-    assert err.rstrip().endswith(f"'phasegraph resume held --store {store}'")
+    assert "without renewing its lease of 0.5 s (it stalled), and 'thief' took the run over" in err
+    assert err.rstrip().endswith(f"where it is now: 'phasegraph status held --store {store}'")
     assert "Traceback" not in err
