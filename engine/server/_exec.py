@@ -1,14 +1,17 @@
 """Runs executed by the HTTP server: background tasks under one concurrency limit.
 
 The :class:`Executor` owns every task the server starts for a run — one *driver* per run
-being stepped, one *timer* per waiting run with a review deadline — and cancels and awaits
-them all on :meth:`Executor.aclose`. Cancelling a driver leaves the run at its last
-committed step (the interpreter never commits half a step), so the next server resumes it.
+being stepped; its :class:`~phasegraph.worker.LocalMailbox` owns a *timer* per waiting
+run with a review deadline — and cancels and awaits them all on :meth:`Executor.aclose`.
+Cancelling a driver leaves the run at its last committed step (the interpreter never
+commits half a step), so the next server resumes it.
 
 All work on one run goes through its drive (a :class:`~phasegraph.worker.RunDriver`'s,
 as in the workers): a reply or a cancel is posted to the run's in-process mailbox and
 acted on between two steps, so a run is never opened twice by this process, and the
-interpreter's single-writer lease only ever refuses *other* processes.
+interpreter's single-writer lease only ever refuses *other* processes. A run refused
+(held elsewhere, its lease lost, the store away) is tried again later, the wait doubling
+from ``adopt_interval`` up to a minute, with a line in the log each time.
 
 In front of workers (``ExecutorOptions.queue`` set, ``phasegraph serve --queue``) the
 server drives nothing itself: a new run's first step is committed, a reply's step too,

@@ -1,19 +1,16 @@
 """Drive a run until it is idle, for a process that serves many runs: the server and workers.
 
 A :class:`RunDriver` opens a run (taking its lease), steps it until nothing more can
-happen, and gives the lease back. Between two steps it looks at the run's
-:class:`Mailbox`: a cancel request is committed inside the open run, then the replies are
-applied, each answered with the state right after its step or with its refusal. A host
-says "mail arrived for this run" with :meth:`RunDriver.notify`; a cancel request also cuts
-a long action short (the run is closed at its last committed step, reopened, and the
-cancel committed there). When the run goes idle, its next deadline is handed to the
-mailbox (:meth:`Mailbox.wake_at`), which wakes the host in time.
-
-A lease held elsewhere is waited for briefly; a run that stays held, whose lease was lost
-or whose store went away is left for later: the driver logs once per refusal, waits twice
-as long each time (up to a minute) and tries again while the run still needs driving.
-Mailboxes: :class:`~phasegraph.worker.LocalMailbox` (in process, the server) and
-:class:`~phasegraph.worker._mail.QueueMailbox` (the Redis work queue, the workers).
+happen and gives the lease back. Between two steps it acts on the run's :class:`Mailbox`:
+a cancel request is committed in the open run, then each reply is applied and answered
+with the state right after its step, or with its refusal. :meth:`RunDriver.notify` says
+mail arrived; a cancel request also cuts a long action short (the run is closed at its
+last committed step and reopened to commit the cancel). An idle run's next deadline goes
+to :meth:`Mailbox.wake_at`. A lease held elsewhere is waited for briefly; a run still
+held, whose lease was lost or whose store went away is left for later: logged once per
+refusal and tried again after twice the last wait (up to a minute) while it still needs
+driving. Mailboxes: :class:`~phasegraph.worker.LocalMailbox` (in process, the server) and
+:class:`~phasegraph.worker._mail.QueueMailbox` (the work queue, the workers).
 """
 
 from __future__ import annotations
@@ -42,8 +39,7 @@ from phasegraph.run import Run
 
 __all__ = ["Driven", "Mailbox", "Outcome", "Reply", "RunDriver"]
 
-# Waits for a run whose lease another holder has (it may be giving it back right now).
-_HELD_RETRIES: Final = (0.1, 0.3, 1.0, 2.0)
+_HELD_RETRIES: Final = (0.1, 0.3, 1.0, 2.0)  # seconds: waits for a lease held elsewhere
 _MAX_WAIT: Final = 60.0  # seconds: the longest wait before a run left for later is tried again
 _DEADLINE_SLACK: Final = timedelta(milliseconds=20)
 """Wake a little after a deadline, so the interpreter sees it as passed."""
@@ -200,19 +196,22 @@ class RunDriver:
 
     async def _until_idle(self, run_id: str, drive: _Drive, graph: GraphSource | None) -> Driven:
         refusals = steps = 0
+        held = iter(_HELD_RETRIES)
         while True:
             try:
-                done = await self._attempt_patiently(run_id, drive, graph)
+                done = await self._attempt(run_id, drive, graph)
             except _LEFT as exc:
+                if isinstance(exc, LeaseHeldError) and (pause := next(held, None)) is not None:
+                    await asyncio.sleep(pause)  # its holder may be giving it back right now
+                    continue
                 self._mailbox.left(run_id, exc)
-                wait = min(self._retry * 2**refusals, _MAX_WAIT)
-                refusals += 1
+                wait, refusals = min(self._retry * 2**refusals, _MAX_WAIT), refusals + 1
                 log = self._log.info if isinstance(exc, LeaseHeldError) else self._log.warning
                 log("run %s left for later (%s); trying again in %.1f s", run_id, exc, wait)
                 await asyncio.sleep(wait)
-                found = await self._needs_driving(run_id)
-                if isinstance(found, Driven):
+                if (found := await self._needs_driving(run_id)) is not None:
                     return Driven(found.state, steps)
+                held = iter(_HELD_RETRIES)
                 continue
             except PhasegraphError as exc:
                 # Not found, or its graph no longer loads or changed: a person must act
@@ -227,16 +226,6 @@ class RunDriver:
             await self.settle(state)
             if not drive.mail:  # no await from here to the caller's clean-up
                 return Driven(state, steps)
-
-    async def _attempt_patiently(
-        self, run_id: str, drive: _Drive, graph: GraphSource | None
-    ) -> tuple[RunState, int] | None:
-        """:meth:`_attempt`, waiting briefly for a lease another holder is giving back."""
-        for delay in _HELD_RETRIES:
-            with contextlib.suppress(LeaseHeldError):
-                return await self._attempt(run_id, drive, graph)
-            await asyncio.sleep(delay)
-        return await self._attempt(run_id, drive, graph)
 
     async def _attempt(
         self, run_id: str, drive: _Drive, graph: GraphSource | None
@@ -304,7 +293,7 @@ class RunDriver:
                 await self._mailbox.replies_done(run_id, outcomes)
 
     async def _needs_driving(self, run_id: str) -> Driven | None:
-        """After a refusal: ``None`` if the run is to be tried again, else how it ended."""
+        """After a refusal: ``None`` to try again, else the run as found (settled)."""
         try:
             state = await self._engine.get(run_id)
             if state.status is RunStatus.RUNNING or (

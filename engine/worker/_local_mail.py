@@ -75,8 +75,10 @@ class LocalMailbox:
 
     async def replies(self, run_id: str) -> Sequence[Reply]:
         """The replies waiting, oldest first; replies their senders withdrew are dropped."""
-        letters = [letter for letter in self._replies.get(run_id, []) if not letter.done.done()]
-        self._replies[run_id] = letters
+        letters = self._replies.get(run_id, [])
+        letters[:] = [letter for letter in letters if not letter.done.done()]
+        if not letters:
+            self._replies.pop(run_id, None)
         return [letter.content for letter in letters if isinstance(letter.content, Reply)]
 
     async def replies_done(self, run_id: str, outcomes: Sequence[Outcome]) -> None:
@@ -85,6 +87,8 @@ class LocalMailbox:
         for letter, outcome in zip(letters, outcomes, strict=False):
             _answer(letter, outcome)
         del letters[: len(outcomes)]
+        if not letters:
+            self._replies.pop(run_id, None)
 
     async def cancel_requested(self, run_id: str) -> str | None:
         """The first pending cancel request's reason."""
