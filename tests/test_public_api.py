@@ -252,7 +252,13 @@ PUBLIC = {
         "verify",
     ],
     "phasegraph.worker": [
+        "Driven",
+        "LocalMailbox",
+        "Mailbox",
+        "Outcome",
         "QueueEntry",
+        "Reply",
+        "RunDriver",
         "WorkQueue",
         "Worker",
         "WorkerOptions",

@@ -253,7 +253,9 @@ class RunDriver:
         self, run_id: str, drive: _Drive, graph: GraphSource | None
     ) -> tuple[RunState, int]:
         steps = 0
-        async with self._engine.open(run_id, graph=graph) as run:
+        # A run is cancelled even if its graph changed since it started (as engine.cancel).
+        cancel = await self._mailbox.cancel_requested(run_id) is not None
+        async with self._engine.open(run_id, graph=graph, allow_changed=cancel) as run:
             while True:
                 if drive.mail:
                     drive.mail = False

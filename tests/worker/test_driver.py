@@ -281,3 +281,25 @@ async def test_the_queue_mailbox_delivers_the_inbox_and_schedules_the_deadline(
             assert due > interrupt.deadline.timestamp() * 1000
         finally:
             await queue.aclose()
+
+
+async def test_a_run_whose_graph_changed_is_not_driven_but_can_be_cancelled(
+    store: Store, tmp_path: Path
+) -> None:
+    for name in ("side_gate.yaml", "timed_gate.yaml"):
+        (tmp_path / name).write_text((FIXTURES / name).read_text(encoding="utf-8"))
+    graph = tmp_path / "side_gate.yaml"
+    engine = Engine(store)
+    async with engine.start(graph, {"n": 1}) as run:
+        run_id = run.run_id
+    graph.write_text(graph.read_text(encoding="utf-8").replace("go on?", "go on now?"))
+    host = _Host(engine)
+    try:
+        assert (await host.driver.drive(run_id)).state is None  # a person must act
+        cancelled = host.mail.inner.request_cancel(run_id, "graph changed")
+        driven = await asyncio.wait_for(host.driver.drive(run_id), 30)
+        assert (await cancelled).status is RunStatus.CANCELLED
+    finally:
+        await host.aclose()
+    assert driven.state is not None
+    assert driven.state.status is RunStatus.CANCELLED
