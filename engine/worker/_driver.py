@@ -31,6 +31,7 @@ from phasegraph.errors import (
     LeaseLostError,
     PhasegraphError,
     RunError,
+    RunNotFoundError,
     RunStateError,
     StoreUnavailableError,
 )
@@ -217,7 +218,8 @@ class RunDriver:
                 # Not found, or its graph no longer loads or changed: a person must act
                 # (the run stays as committed; 'phasegraph resume --allow-changed', say).
                 self._mailbox.left(run_id, exc)
-                self._log.error("run %s cannot be driven: %s", run_id, exc)
+                level = logging.INFO if isinstance(exc, RunNotFoundError) else logging.ERROR
+                self._log.log(level, "run %s cannot be driven: %s", run_id, exc)
                 return Driven(None, steps)
             if done is None:
                 continue  # a cancel request cut the step short: committed on reopening
