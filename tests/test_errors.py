@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -159,10 +160,11 @@ async def test_an_illegal_reply_names_run_node_and_legal_triggers_over_http(
         created = await client.post("/runs", json={"graph_yaml": ASKED, "run_id": "asked-1"})
         assert created.status == 201, await created.text()
         reply = {"interrupt_id": "asked-1:gate:run", "trigger": "maybe"}
-        for _ in range(100):  # the run reaches its gate in a background task
+        deadline = time.monotonic() + 30  # the run reaches its gate in a background task
+        while True:
             response = await client.post("/runs/asked-1/reply", json=reply)
             problem = await response.json()
-            if problem.get("code") != "run_state":
+            if problem.get("code") != "run_state" or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.02)
     assert (response.status, problem["code"]) == (409, "illegal_trigger")

@@ -117,6 +117,7 @@ PUBLIC = {
         "encode_value",
         "history_json",
         "history_page_json",
+        "json_int",
         "read_record",
         "read_records",
         "read_snapshot",

@@ -11,6 +11,7 @@ copy equal to its source.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
@@ -190,7 +191,7 @@ def _allow_changed(parser: argparse.ArgumentParser, verb: str) -> None:
 def _status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", nargs="?", help="the run id (omit to list runs)")
     parser.add_argument("--status", choices=RUN_STATUSES, help="list only these")
-    parser.add_argument("--limit", type=int, default=20, help="how many runs to list")
+    parser.add_argument("--limit", type=_count, default=20, help="how many runs to list")
 
 
 def _history(parser: argparse.ArgumentParser) -> None:
@@ -198,19 +199,19 @@ def _history(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--from",
         dest="start",
-        type=int,
+        type=_seq,
         default=0,
         metavar="SEQ",
         help="start at this seq (default 0)",
     )
     parser.add_argument(
-        "--to", dest="stop", type=int, default=None, metavar="SEQ", help="stop before this seq"
+        "--to", dest="stop", type=_seq, default=None, metavar="SEQ", help="stop before this seq"
     )
 
 
 def _show(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
-    parser.add_argument("--at", type=int, default=None, metavar="SEQ", help="the step to show")
+    parser.add_argument("--at", type=_seq, default=None, metavar="SEQ", help="the step to show")
 
 
 def _reply(parser: argparse.ArgumentParser) -> None:
@@ -280,7 +281,7 @@ def _test(parser: argparse.ArgumentParser) -> None:
 def _fork(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id to fork")
     parser.add_argument(
-        "--at", type=int, default=None, metavar="SEQ", help="the step to fork from (default: head)"
+        "--at", type=_seq, default=None, metavar="SEQ", help="the step to fork from (default: head)"
     )
     _repeatable_pairs(
         parser, "--set", "set a top-level data key in the new run (JSON if it parses); repeatable"
@@ -307,15 +308,38 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds, not {text!r:.{_SHOWN}}"
+        )
     return value
 
 
+def _whole(text: str, low: int, high: int, what: str) -> int:
+    """``text`` as a whole number from ``low`` to ``high`` (argparse's message otherwise)."""
+    # Digits only, and few: int() of thousands of digits raises, a huge one overflows the
+    # store's integers, and the message would repeat them all.
+    if text.isascii() and text.isdigit() and len(text) <= len(str(high)):
+        value = int(text)
+        if low <= value <= high:
+            return value
+    raise argparse.ArgumentTypeError(f"expected {what}, not {text!r:.{_SHOWN}}")
+
+
 def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
-    return int(text)
+    return _whole(text, 1, _MAX_WHOLE, "a whole number >= 1")
+
+
+def _seq(text: str) -> int:
+    return _whole(text, 0, _MAX_WHOLE, "a step number (a whole number >= 0)")
+
+
+def _port(text: str) -> int:
+    return _whole(text, 0, 65535, "a port number from 0 to 65535")
+
+
+_MAX_WHOLE = 2**62 - 1  # as the server's: every store keeps it as a 64-bit integer
+_SHOWN = 40  # characters of a refused value shown
 
 
 def _env_list(name: str) -> list[str]:
@@ -325,7 +349,9 @@ def _env_list(name: str) -> list[str]:
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    parser.add_argument("--port", type=int, default=8321, help="port (default %(default)s; 0: any)")
+    parser.add_argument(
+        "--port", type=_port, default=8321, help="port (default %(default)s; 0: any)"
+    )
     parser.add_argument(
         "--token",
         default=os.environ.get("PHASEGRAPH_TOKEN"),

@@ -24,8 +24,14 @@ from urllib.parse import unquote, urlsplit
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
 from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
-from phasegraph.codec import to_json
-from phasegraph.errors import ErrorCode, InputError, PhasegraphError, RunNotFoundError
+from phasegraph.codec import check_encodable, json_int, to_json
+from phasegraph.errors import (
+    CodecError,
+    ErrorCode,
+    InputError,
+    PhasegraphError,
+    RunNotFoundError,
+)
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import BUSY_THRESHOLDS, RunOptions
 from phasegraph.store import open_store, redact_url
@@ -241,14 +247,15 @@ def parse_inputs(pairs: Sequence[str], input_file: str | None) -> dict[str, Any]
     """Parse ``--input KEY=VALUE`` pairs (JSON values when they parse) and ``--input-file``.
 
     Raises:
-        InputError: A malformed pair or an unreadable file.
+        InputError: A malformed pair, an unreadable file, or a value no run can hold (an
+            integer of thousands of digits, or past 64 bits).
     """
     values: dict[str, Any] = {}
     if input_file:
         try:
-            loaded = json.loads(Path(input_file).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"--input-file {input_file}: {exc}") from exc
+            loaded = json.loads(Path(input_file).read_text(encoding="utf-8"), parse_int=json_int)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise InputError(f"--input-file {input_file}: {exc}") from None
         if not isinstance(loaded, dict):
             raise InputError(f"--input-file {input_file}: expected a JSON object")
         values.update(loaded)
@@ -257,9 +264,18 @@ def parse_inputs(pairs: Sequence[str], input_file: str | None) -> dict[str, Any]
         if not sep or not key:
             raise InputError(f"{pair!r}: expected KEY=VALUE")
         try:
-            values[key] = json.loads(raw)  # numbers, booleans, lists and objects as JSON
+            # Numbers, booleans, lists and objects as JSON.
+            values[key] = json.loads(raw, parse_int=json_int)
         except json.JSONDecodeError:
             values[key] = raw  # anything else is a plain string
+        except ValueError as exc:  # JSON, but a number too long to read
+            raise InputError(f"{key}=…: {exc} ({key}='\"…\"')") from None
+        except RecursionError:
+            raise InputError(f"{key}=…: nested too deeply to read") from None
+    try:
+        check_encodable(values)  # an integer past 64 bits, say: named by its key, up front
+    except CodecError as exc:
+        raise InputError(exc.message) from None
     return values
 
 

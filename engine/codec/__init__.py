@@ -26,7 +26,7 @@ from phasegraph.codec._envelope import (
     read_snapshot,
 )
 from phasegraph.codec._history import history_json, history_page_json
-from phasegraph.codec._json import to_json
+from phasegraph.codec._json import json_int, to_json
 
 __all__ = [
     "FORMAT_VERSION",
@@ -45,6 +45,7 @@ __all__ = [
     "encode_value",
     "history_json",
     "history_page_json",
+    "json_int",
     "read_record",
     "read_records",
     "read_snapshot",

@@ -106,6 +106,8 @@ def _text_issues(text: str, min_length: int) -> list[str]:
             json.loads(stripped)
         except json.JSONDecodeError as exc:
             issues.append(f"output looks like JSON but does not parse ({exc.msg}, char {exc.pos})")
+        except ValueError as exc:  # parses, but holds a number too long to read
+            issues.append(f"output looks like JSON but cannot be read ({exc})")
     if len(stripped) < min_length:
         issues.append(f"output is shorter than {min_length} characters")
     lowered = stripped.lower()

@@ -606,14 +606,17 @@ class Run:
         return small and since >= max(every // 8, 1)
 
     async def _commit_retrying(self, commit: Commit) -> None:
-        """Commit again after a failure; an unreachable store is retried for a lease's length.
+        """Commit again after a failure; an unreachable store is retried for two leases.
 
         Commits are idempotent (one found already written succeeds), so a retry after a
         lost reply is safe. A store blip costs a pause, not the run; once the store has
         been silent for a whole lease, the keeper's cut-off stops the wait.
         """
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._hold.lease.ttl
+        # Past the keeper's own cut-off (a lease without an answer), which ends this wait
+        # first when the store is away: this bound is for a store that renews but
+        # cannot commit.
+        give_up = loop.time() + 2 * self._hold.lease.ttl
         for attempt in itertools.count():
             await asyncio.sleep(_RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)])
             try:

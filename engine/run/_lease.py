@@ -199,7 +199,7 @@ class LeaseKeeper:
         while self.saturated and self._holds:  # noqa: ASYNC110
             await asyncio.sleep(self._ttl / 12)
 
-    async def acquire(self, run_id: str, *, owner: str | None = None) -> Hold:
+    async def acquire(self, run_id: str) -> Hold:
         """Take the run's lease and keep it renewed until :meth:`release`.
 
         Raises:
@@ -211,7 +211,7 @@ class LeaseKeeper:
             if self._line is None:
                 self._line = self._store.lease_line()
         sent = self._clock()
-        lease = await self._store.acquire(run_id, owner or self._owner, self._ttl)
+        lease = await self._store.acquire(run_id, self._owner, self._ttl)
         hold = Hold(self, lease, loop, sent)
         with self._cond:
             if self._line is None:  # the thread ended meanwhile, and closed it

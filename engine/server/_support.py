@@ -134,10 +134,14 @@ async def json_body(request: web.Request, *, required: bool = True) -> dict[str,
             fail("body", "a JSON object is required")
         return {}
     try:
-        value = json.loads(raw, parse_constant=_no_constants)
+        value = json.loads(raw, parse_constant=_no_constants, parse_int=codec.json_int)
     except RequestError:
         raise  # already names the field (a NaN or Infinity constant)
-    except (ValueError, RecursionError) as exc:
+    except json.JSONDecodeError as exc:
+        fail("body", f"not valid JSON ({exc})")
+    except ValueError as exc:  # valid JSON, but a number too long to read
+        fail("body", str(exc))
+    except RecursionError as exc:
         fail("body", f"not valid JSON ({exc})")
     if not isinstance(value, dict):
         fail("body", f"expected a JSON object, not {type(value).__name__}")

@@ -12,6 +12,7 @@ so every refusal and every message stays the full loader's.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import yaml
@@ -24,7 +25,7 @@ try:  # libyaml's event parser: PyYAML's wheels ship it; a build without it read
 except ImportError:  # pragma: no cover - every supported wheel has it
     _CParser = None  # type: ignore[assignment, misc]
 
-__all__ = ["FastRead", "read_fast"]
+__all__ = ["FastRead", "int_too_long", "read_fast"]
 
 _Marks = dict[tuple[Any, ...], yaml.Mark]
 FastRead = tuple[Any, _Marks, _Marks, list[tuple[Any, yaml.Mark]]]
@@ -64,6 +65,18 @@ def read_fast(text: str, max_depth: int) -> FastRead | None:
         parser.dispose()
 
 
+def int_too_long(value: int) -> bool:
+    """Whether ``value`` has more decimal digits than Python converts to or from text.
+
+    Past that limit (``sys.get_int_max_str_digits()``, 4300 by default) ``int()`` of its
+    digits raises, and so does ``str()`` of the value (a hexadecimal or octal one still
+    reads): no message, JSON output or store could write it.
+    """
+    limit = sys.get_int_max_str_digits()
+    # 10**limit has about 3.32 * limit bits: only integers near it are compared with it.
+    return limit > 0 and value.bit_length() > 3 * limit and abs(value) >= 10**limit
+
+
 def _mark(event: Any) -> yaml.Mark:
     start = event.start_mark
     return yaml.Mark("<unicode string>", start.index, start.line, start.column, "", 0)
@@ -82,7 +95,13 @@ def _scalar(event: Any) -> Any:
     construct = _CONSTRUCTOR.yaml_constructors.get(tag)
     if construct is None:
         raise _Unhandled
-    return construct(_CONSTRUCTOR, yaml.ScalarNode(tag, event.value, style=event.style))
+    try:
+        value = construct(_CONSTRUCTOR, yaml.ScalarNode(tag, event.value, style=event.style))
+    except Exception:  # a date past the calendar, say: the full loader words the refusal
+        raise _Unhandled from None
+    if type(value) is int and int_too_long(value):
+        raise _Unhandled
+    return value
 
 
 class _Builder:

@@ -10,7 +10,9 @@ the document. Problems of reading and parsing come back as located
 Text YAML cannot hold is refused with a located problem too: bytes that are not UTF-8,
 control characters and lone surrogates (YAML allows neither, even escaped in a string),
 and the escapes ``"\ud800"`` … ``"\udfff"``, which name half of a UTF-16 pair, not a
-character (no file or store could keep the string).
+character (no file or store could keep the string). So is a value YAML reads as something
+it cannot be: an integer longer than Python converts from text (4300 digits), a date
+past the calendar (``2024-02-30``), ``!!bool maybe``.
 
 Definitions are small, so a document that is not is refused before it is built
 (:class:`YamlLimits`): nesting is limited while composing (the composer recurses once
@@ -23,6 +25,7 @@ limits because graphs share action settings with them.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +34,7 @@ from typing import Any
 import yaml
 
 from phasegraph.errors import Problem, SourceLocation, SpecError
-from phasegraph.spec._fastyaml import FastRead, read_fast
+from phasegraph.spec._fastyaml import FastRead, int_too_long, read_fast
 
 __all__ = [
     "Document",
@@ -69,6 +72,10 @@ _Mark = yaml.Mark | None
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")  # as YAML (and its marks) count lines
 _MAX_CHARACTER_PROBLEMS = 20
+# What a scalar of a tag is, for a message about one that is not.
+_KINDS = {"int": "an integer", "float": "a number", "bool": "a boolean", "timestamp": "a date"}
+# What PyYAML's scalar constructors raise for a value their tag cannot hold.
+_UNREADABLE = (ValueError, LookupError, AttributeError, TypeError)
 
 
 def _start(event: yaml.Event) -> _Mark:
@@ -94,6 +101,7 @@ class _MarkedLoader(yaml.SafeLoader):
         self.duplicates: list[tuple[Any, yaml.Mark]] = []
         self.refused: list[Problem] = []
         self.escapes: list[Problem] = []
+        self.unreadable: list[Problem] = []
         self.aliases: list[tuple[_Mark, yaml.Node]] = []
         self._walked: set[int] = set()
         self._depth = 0
@@ -123,6 +131,23 @@ class _MarkedLoader(yaml.SafeLoader):
             return None
         self._record(node, ())
         return self.construct_document(node)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Construct a node; a scalar no value of its tag can be is noted, located."""
+        if not isinstance(node, yaml.ScalarNode):
+            return super().construct_object(node, deep)
+        try:
+            value = super().construct_object(node, deep)
+        except _UNREADABLE as exc:
+            self.recursive_objects.pop(node, None)  # left behind by the failed construction
+            message = _unreadable(node, exc)
+        else:
+            if type(value) is not int or not int_too_long(value):
+                return value
+            message = _too_long()
+        self.unreadable.append(Problem(message, location(self.shown, node.start_mark)))
+        self.constructed_objects[node] = None  # an alias of it is not reported again
+        return None
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         """Compose one node, refusing nesting and aliases past the limits."""
@@ -236,6 +261,27 @@ def _surrogate_escape(value: str, at: int) -> str:
     return (
         f"the escape \\u{code:04x} names half of a UTF-16 surrogate pair, not a character, "
         f"and cannot be stored: {hint}"
+    )
+
+
+def _unreadable(node: yaml.ScalarNode, exc: Exception) -> str:
+    """Why a scalar cannot be read as its tag says, and what to do."""
+    kind = node.tag.rpartition(":")[2]
+    if kind == "int" and sum(map(str.isdigit, node.value)) > sys.get_int_max_str_digits() > 0:
+        return _too_long()
+    what = _KINDS.get(kind, f"a !!{kind}")
+    dated = kind == "timestamp" and isinstance(exc, ValueError)  # "month must be in 1..12"
+    why = f" ({str(exc).rstrip('.')})" if dated else ""
+    return (
+        f"{node.value!r:.60} is not {what}{why}: write one, or quote the value to keep it as text"
+    )
+
+
+def _too_long() -> str:
+    limit = sys.get_int_max_str_digits()
+    return (
+        f"this integer has more than {limit} digits, more than phasegraph reads: quote it "
+        "to keep it as text"
     )
 
 
@@ -431,6 +477,11 @@ def parse_text(
     return Document(shown, data, node_marks, key_marks), problems
 
 
+def _place(problem: Problem) -> tuple[int, int]:
+    where = problem.location
+    return (0, 0) if where is None else (where.line or 0, where.column or 0)
+
+
 def _read_marked(text: str, shown: str, limits: YamlLimits) -> FastRead | list[Problem]:
     """Read with the full loader (anchors, aliases, tags, refusals); problems if it fails."""
     loader = _MarkedLoader(text, shown, limits)  # the text's characters were checked
@@ -447,6 +498,6 @@ def _read_marked(text: str, shown: str, limits: YamlLimits) -> FastRead | list[P
         return [Problem(message, location(shown, mark))]
     finally:
         loader.dispose()
-    if loader.escapes:
-        return loader.escapes
+    if loader.escapes or loader.unreadable:
+        return sorted([*loader.escapes, *loader.unreadable], key=_place)
     return data, loader.node_marks, loader.key_marks, loader.duplicates

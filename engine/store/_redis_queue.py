@@ -365,6 +365,9 @@ class RunQueue:
 
 
 _HANDLED_HERE: Final = frozenset({"xgroup_create", "xreadgroup"})
+# Commands whose repeat would change the outcome if the first try was carried out after
+# all (a reply posted twice, replies dropped twice): never sent again after a failure.
+_ONCE: Final = frozenset({"rpush", "ltrim"})
 
 
 class _Translated:
@@ -373,6 +376,12 @@ class _Translated:
     Every queue call is a redis-py coroutine; a connection that cannot be had is
     :class:`StoreUnavailableError` (the caller may retry), a refused command
     :class:`StoreError`.
+
+    A call that fails for its connection is sent once more (but those of :data:`_ONCE`):
+    after a Redis restart the pool still holds connections the old server closed, and
+    the first use of each fails although the server answers. redis-py drops the failed
+    connection and hands the same one out next, connected afresh; where the server is
+    really away, the second try fails as fast as the first.
     """
 
     __slots__ = ("_client", "_where")
@@ -386,6 +395,11 @@ class _Translated:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             try:
+                try:
+                    return await method(*args, **kwargs)
+                except RedisConnectionError:
+                    if name in _ONCE:
+                        raise
                 return await method(*args, **kwargs)
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 raise StoreUnavailableError(f"cannot reach Redis at {self._where}: {exc}") from None

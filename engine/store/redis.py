@@ -404,8 +404,16 @@ class RedisStore(Store):
         return replies
 
     def _refused(self, command: Sequence[Arg], reply: Any) -> None:
-        """Raise :class:`StoreError` if ``reply`` (to ``command``) is an error reply."""
+        """Raise :class:`StoreError` if ``reply`` (to ``command``) is an error reply.
+
+        Raises:
+            StoreUnavailableError: The server is still loading its data or failing over
+                (as for a script: the caller may retry).
+            StoreError: The server refused the command.
+        """
         if isinstance(reply, ReplyError):
+            if str(reply).startswith(_NOT_READY):
+                raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
             raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
 
     async def _index_page(self, start: int, size: int) -> list[RunMeta] | None:

@@ -26,6 +26,9 @@ What makes it safe:
   applied between two steps; a cancel request stops the drive at its last committed
   step, even in a long action, and commits the cancel. A run held elsewhere, whose lease
   was lost or whose store went away is tried again later, waiting longer each time.
+* **A store outage is one line.** While the store is away every call fails; each one is
+  retried or its run left for a reclaim, and the outage is logged once when it starts
+  and once when it ends (see :mod:`phasegraph.worker._outage`), never as a traceback.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final
 
 from phasegraph.api import Engine
-from phasegraph.errors import InputError
+from phasegraph.errors import InputError, PhasegraphError, StoreUnavailableError
 from phasegraph.store import Store
 from phasegraph.worker._driver import RunDriver
 from phasegraph.worker._mail import QueueMailbox
+from phasegraph.worker._outage import Outage
 
 __all__ = [
     "QueueEntry",
@@ -258,6 +262,7 @@ class Worker:
         self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
+        self._outage = Outage(_log)  # the store away: said once, not once per failed call
         self.stats = WorkerStats()
 
     @property
@@ -304,10 +309,15 @@ class Worker:
                     self.stats.reclaimed += len(entries)
                 if not entries:
                     entries = await self._queue.take(partition, self._name, free, block_ms)
-            except Exception as exc:  # the store is away, or any queue's own error: go on
+            except StoreUnavailableError as exc:
+                self._outage.failed(exc)
+                await asyncio.sleep(1.0)
+                continue
+            except Exception as exc:  # any queue's own error: go on
                 _log.warning("cannot read work (partition %d): %s; retrying", partition, exc)
                 await asyncio.sleep(1.0)
                 continue
+            self._outage.answered()
             for entry in entries:
                 self._start(entry)
 
@@ -326,7 +336,7 @@ class Worker:
             return
         self._active[entry.run_id] = _Active([entry])
         name = f"phasegraph-worker:{entry.run_id}"
-        task = asyncio.create_task(self._serve(entry.run_id), name=name)
+        task = asyncio.create_task(self._serve_or_leave(entry.run_id), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -335,6 +345,17 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             _log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
         self._room.set()
+
+    async def _serve_or_leave(self, run_id: str) -> None:
+        """Serve the run; a queue call that fails leaves its entries for a reclaim."""
+        try:
+            await self._serve(run_id)
+        except StoreUnavailableError as exc:
+            # Not acknowledged: once the store is back, a worker reclaims the entries.
+            self._outage.failed(exc)
+            _log.info("run %s left for a reclaim: %s", run_id, exc)
+        except PhasegraphError as exc:  # the queue refused a command: reclaimed later too
+            _log.error("run %s left for a reclaim: %s", run_id, exc)
 
     async def _serve(self, run_id: str) -> None:
         """Drive a run until idle (again if an entry came after the drive), then acknowledge.
@@ -374,8 +395,12 @@ class Worker:
             await asyncio.sleep(every)
             entries = [e for a in self._active.values() for e in a.entries[a.acked :]]
             if entries:
-                with contextlib.suppress(Exception):  # a missed beat is retried next time
+                try:
                     await self._queue.touch(self._name, entries)
+                except StoreUnavailableError as exc:  # a missed beat is retried next time
+                    self._outage.failed(exc)
+                except Exception:  # likewise (any queue's own error)
+                    pass
 
     async def _deadlines(self, partitions: int, stop: asyncio.Event) -> None:
         """Move runs whose deadline passed into the queue; trim what every worker is done with."""
@@ -392,8 +417,12 @@ class Worker:
                     next_trim = time.monotonic() + _TRIM_EVERY
                     for partition in range(partitions):
                         await self._queue.trim(partition)
-            except Exception as exc:  # the store is away: try again shortly
+            except StoreUnavailableError as exc:  # try again shortly
+                self._outage.failed(exc)
+            except Exception as exc:  # any queue's own error: try again shortly
                 _log.warning("cannot move due runs: %s", exc)
+            else:
+                self._outage.answered()
             await asyncio.sleep(max(wait, 0.01))
 
     async def _hand_back(self) -> None:

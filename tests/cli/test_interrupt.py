@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,17 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def _with_ctrl_c(argv: list[str]) -> list[str]:
+    """``argv`` started with SIGINT's default action, as a terminal's foreground job has it.
+
+    A process a shell without job control starts in the background ignores SIGINT, and
+    so does everything it starts (Python keeps an ignored SIGINT ignored): a test suite
+    run that way would wait in vain for the command to stop.
+    """
+    restore = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    return [sys.executable, "-c", restore + "os.execv(sys.argv[1], sys.argv[1:])", *argv]
 
 
 def _head(store_url: str, run_id: str) -> int:
@@ -70,7 +82,9 @@ def test_ctrl_c_stops_the_run_with_its_resume_command_and_resume_completes_it(
         "run", str(FIXTURES / "hold.yaml"), "--store", store_url, "--run-id", run_id, "-q",
         "--input", f"started={started}", "--input", f"holdfile={holdfile}",
     )  # fmt: skip
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        _with_ctrl_c(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for(lambda: _head(store_url, run_id) >= 1, "the run's first step")
         _wait_for(started.exists, "the action to start")

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import sqlite3
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from builders import cli_argv, free_port
+from builders import cli_argv
 from phasegraph.cli._support import EXIT_STOPPED
+from redis_kit import server as server  # the fixture
+from redis_kit import wait_for
 
 GRAPH = """\
 graph: blip
@@ -38,52 +36,6 @@ nodes:
 """
 # Notes that it started, waits for the go-ahead file, notes that it ended.
 SCRIPT = 'echo start >> "$LOG"; while [ ! -e "$GO" ]; do sleep 0.02; done; echo done >> "$LOG"'
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-class _Redis:
-    """A private redis-server that keeps every write across a restart (AOF, fsync always)."""
-
-    def __init__(self, workdir: Path) -> None:
-        exe = shutil.which("redis-server")
-        assert exe, "this test needs redis-server on PATH"
-        self.port = free_port()
-        self.argv = [
-            *(exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(workdir)),
-            *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
-        ]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        try:
-            _wait_for(lambda: _pings(client), "redis-server to start")
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        """Shut the server down (SIGTERM: it writes what it has, then exits)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 class _Run:
@@ -114,7 +66,7 @@ class _Run:
             stderr=subprocess.PIPE,
             text=True,
         )
-        _wait_for(lambda: self.lines() == ["start"], "the command to start")
+        wait_for(lambda: self.lines() == ["start"], "the command to start")
 
     def lines(self) -> list[str]:
         return self.log.read_text(encoding="ascii").split() if self.log.exists() else []
@@ -140,14 +92,6 @@ class _Run:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.communicate()
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[_Redis]:
-    one = _Redis(tmp_path)
-    one.start()
-    yield one
-    one.stop()
 
 
 def _completed(code: int, out: str, err: str) -> None:

@@ -143,6 +143,7 @@ def test_cli_run_reports_the_recovery_and_points_to_errors(tmp_path, capsys, mon
         ("I cannot help with analysing this repository.", "llm", (), "model failure"),
         ("Error: the context window was exceeded, sorry", "llm", (), "model failure"),
         ('{"summary": "cut off', "llm", (), "looks like JSON but does not parse"),
+        ('{"n": ' + "9" * 5000 + "}", "llm", (), "looks like JSON but cannot be read"),
         ({"returncode": 2, "stderr": "boom"}, "tooling", (), "exited with status 2: boom"),
         ({"stdout": "fine"}, "tooling", (), "mapping with a returncode"),
         (42, "llm", (), "expected a mapping or text"),

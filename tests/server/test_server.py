@@ -219,8 +219,10 @@ async def test_events_of_a_run_stepped_by_another_process_arrive_by_polling(
 async def test_reply_while_other_nodes_run_is_applied_between_steps(
     tmp_path: Path, actions_path: None
 ) -> None:
+    release = tmp_path / "release"  # the side loop counts until this exists
     async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
-        run_id = await create(client, SIDE_GATE, {"loops": 20, "delay": 0.03})
+        run_input = {"loops": 100000, "delay": 0.03, "until": str(release)}
+        run_id = await create(client, SIDE_GATE, run_input)
         gated = await wait_for(client, run_id, lambda v: bool(v["interrupts"]))
         assert gated["status"] == "running"  # the side node still works
         reply = {"interrupt_id": f"{run_id}:gate:run", "trigger": "ok"}
@@ -229,8 +231,14 @@ async def test_reply_while_other_nodes_run_is_applied_between_steps(
         body = await answered.json()
         assert body["nodes"]["gate"]["status"] == "completed"
         assert body["status"] == "running"
+        assert body["nodes"]["side"]["status"] == "running"
+        release.touch()
         done = await wait_for(client, run_id, lambda v: v["status"] == "completed")
-        assert done["nodes"]["side"]["steps"] == 21
+        # The side loop went on past the reply, each of its steps counted once.
+        steps = done["nodes"]["side"]["steps"]
+        assert steps > body["nodes"]["side"]["steps"]
+        snapshot = await (await client.get(f"/runs/{run_id}/snapshot")).json()
+        assert snapshot["data"]["side"] == steps - 1
         again = await client.post(f"/runs/{run_id}/reply", json=reply)
         assert again.status == 409
         assert (await again.json())["code"] == "run_state"

@@ -60,7 +60,12 @@ async def _worker(store_url: str, workdir: Path) -> AsyncIterator[Path]:
     """One ``phasegraph worker`` process; yields its log's path (read after it stopped)."""
     path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    argv = cli_argv("worker", "--store", store_url, "--name", "w", "--lease-ttl", "1")
+    # The only worker, and it never dies: it has nothing to take over from another, and
+    # must not take its own runs back however late a loaded machine runs its heartbeat.
+    argv = cli_argv(
+        *("worker", "--store", store_url, "--name", "w", "--lease-ttl", "1"),
+        *("--reclaim-after", "60"),
+    )
     log_path = workdir / "worker.log"
     with log_path.open("wb") as log:
         worker = await asyncio.create_subprocess_exec(*argv, env=env, cwd=workdir, stderr=log)
@@ -97,7 +102,10 @@ async def test_a_reply_and_a_cancel_reach_runs_a_worker_is_driving(
         try:
             await server.start()
             async with aiohttp.ClientSession(server.url) as session:
-                body = {"graph_yaml": SIDE_GATE, "input": {"loops": 40, "delay": 0.05}}
+                # The answered run's side loop counts until the test releases it.
+                release = tmp_path / "release"
+                run_input = {"loops": 100000, "delay": 0.05, "until": str(release)}
+                body = {"graph_yaml": SIDE_GATE, "input": run_input}
                 answered_id = (await _json(session, "POST", "/runs", json=body))["run_id"]
                 body = {"graph_yaml": SIDE_GATE, "input": {"loops": 100000, "delay": 0.05}}
                 cancelled_id = (await _json(session, "POST", "/runs", json=body))["run_id"]
@@ -109,11 +117,17 @@ async def test_a_reply_and_a_cancel_reach_runs_a_worker_is_driving(
                 # The run right after the reply's step, which the worker committed.
                 assert answered["nodes"]["gate"]["status"] == "completed"
                 assert answered["status"] == "running"
+                assert answered["nodes"]["side"]["status"] == "running"
                 path = f"/runs/{cancelled_id}/cancel"
                 cancelled = await _json(session, "POST", path, json={"reason": "enough"})
                 assert cancelled["status"] == "cancelled"
+                release.touch()
                 done = await _until(session, answered_id, lambda v: v["status"] == "completed")
-                assert done["nodes"]["side"]["steps"] == 41
+                # The worker drove the side loop on past the reply, each step counted once.
+                steps = done["nodes"]["side"]["steps"]
+                assert steps > answered["nodes"]["side"]["steps"]
+                snapshot = await _json(session, "GET", f"/runs/{answered_id}/snapshot")
+                assert snapshot["data"]["side"] == steps - 1
                 again = await session.post(f"/runs/{answered_id}/reply", json=reply)
                 assert again.status == 409
         finally:

@@ -150,3 +150,34 @@ nodes:
         response = await client.post("/runs", json={"graph_yaml": graph, "input": {"a": "b"}})
         assert response.status == 400, await response.text()
         assert expected in (await response.json())["detail"]
+
+
+LONG = "more than 4300 digits"  # Python converts integers of at most 4300 digits from text
+
+
+async def test_an_integer_too_long_to_read_is_400_at_its_place(tmp_path: Path) -> None:
+    async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
+        graph = "graph: big\ndescription: " + "1" * 5000 + "\nnodes: []\n"
+        response = await client.post("/runs", json={"graph_yaml": graph})
+        assert response.status == 400
+        body = await response.json()
+        assert body["code"] == "spec_invalid"
+        (problem,) = body["problems"]
+        assert problem["location"] == "graph_yaml:2:14"
+        assert LONG in problem["message"]
+        assert (await (await client.get("/runs")).json())["runs"] == []
+
+
+async def test_a_json_number_too_long_to_read_is_400_saying_so(tmp_path: Path) -> None:
+    async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
+        raw = b'{"graph": "hello", "input": {"who": ' + b"9" * 5000 + b"}}"
+        response = await client.post(
+            "/runs", data=raw, headers={"Content-Type": "application/json"}
+        )
+        assert response.status == 400
+        (problem,) = (await response.json())["problems"]
+        assert problem == {
+            "field": "body",
+            "message": "a number of 5000 digits: phasegraph reads integers of at most 4300 "
+            "digits; write it as a string to pass it as text",
+        }

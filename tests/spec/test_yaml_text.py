@@ -1,7 +1,9 @@
 """Text YAML cannot hold: each is one located problem, from the loader and the real CLI.
 
 Control characters, lone surrogates, the escapes ``"\\ud800"`` … ``"\\udfff"`` and bytes that
-are not UTF-8 used to escape the loader as raw PyYAML or codec tracebacks.
+are not UTF-8 used to escape the loader as raw PyYAML or codec tracebacks; so did values
+YAML reads as what they cannot be: an integer of more than 4,300 digits (Python's limit
+for converting one from text), a date past the calendar, ``!!bool maybe``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def with_description(text: str) -> str:
     return HELLO.replace(DESCRIPTION, f"description: {text}", 1)
 
 
+LONG = ["more than 4300 digits", "quote it to keep it as text"]
 WHO = next(
     (number, len(line) - len(line.lstrip()) + 1)
     for number, line in enumerate(HELLO.splitlines(), 1)
@@ -47,6 +50,11 @@ CASES = {
         "2:20",
         ["0xed", "UTF-8"],
     ),
+    "long integer": (with_description("7" * 4301).encode(), "2:14", LONG),
+    "long negative": (with_description("-1_" + "0" * 5000).encode(), "2:14", LONG),
+    "long hexadecimal": (with_description("0x" + "f" * 4000).encode(), "2:14", LONG),
+    "date": (with_description("2024-02-30").encode(), "2:14", ["'2024-02-30' is not a date"]),
+    "tagged": (with_description("!!bool maybe").encode(), "2:14", ["'maybe' is not a boolean"]),
 }
 
 
@@ -62,7 +70,7 @@ def test_text_yaml_cannot_hold_is_one_located_problem(tmp_path: Path, case: str)
     assert all(word in problem.message for word in words), problem.message
 
 
-@pytest.mark.parametrize("case", ["control", "escape", "latin-1"])
+@pytest.mark.parametrize("case", ["control", "escape", "latin-1", "long integer", "date"])
 def test_the_cli_names_file_and_line_without_a_traceback(tmp_path: Path, case: str) -> None:
     content, where, _ = CASES[case]
     (tmp_path / "bad.yaml").write_bytes(content)
@@ -78,6 +86,15 @@ def test_the_cli_names_file_and_line_without_a_traceback(tmp_path: Path, case: s
         assert "Traceback" not in shown
         assert f"bad.yaml:{where}:" in shown
         assert done.returncode == (1 if command == ["check"] else 2), shown
+
+
+def test_a_key_too_long_to_read_is_located_once() -> None:
+    # A key of more than 1024 characters is written after "? " (a plain key is shorter).
+    text = "nodes: []\n? " + "9" * 5000 + "\n: x\n"
+    with pytest.raises(SpecError) as caught:
+        load_graph_text(text, name="graph_yaml")
+    (problem,) = caught.value.problems
+    assert str(problem).startswith("graph_yaml:2:3: this integer has more than 4300 digits")
 
 
 def test_a_lone_surrogate_in_text_is_located() -> None:

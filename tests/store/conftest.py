@@ -1,6 +1,8 @@
 """Fixtures of the store tests."""
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,3 +19,22 @@ async def store(redis_url: str) -> AsyncIterator[RedisStore]:
     async with isolated_redis_store(redis_url) as opened:
         assert isinstance(opened, RedisStore)
         yield opened
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The seconds each ``asyncio.sleep`` of the test waited, in order (yields left out).
+
+    The sleeps still happen. A test checks a retry schedule by what the code chose to wait,
+    which a loaded machine cannot change, rather than by the wall clock, which it can.
+    """
+    delays: list[float] = []
+    sleep = asyncio.sleep
+
+    async def recorded(delay: float, result: Any = None) -> Any:
+        if delay > 0:
+            delays.append(delay)
+        return await sleep(delay, result)
+
+    monkeypatch.setattr(asyncio, "sleep", recorded)
+    return delays

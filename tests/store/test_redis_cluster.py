@@ -187,23 +187,22 @@ async def _partition_nodes(store: RedisStore, queue: RunQueue) -> int:
         await client.aclose()
 
 
-async def test_an_unreachable_cluster_is_one_clear_error() -> None:
+async def test_an_unreachable_cluster_is_one_clear_error(slept: list[float]) -> None:
     url = f"redis+cluster://:hunter2@127.0.0.1:{free_port()}/0"
     async with open_store(url) as store:
-        started = time.monotonic()
         with pytest.raises(StoreUnavailableError) as caught:
             await store.acquire("r", "w", 30)
-        assert time.monotonic() - started < 1.0
+        assert slept == []  # failed at once: an acquire may have run, it is not retried
         message = str(caught.value)
         assert "redis+cluster://:***@127.0.0.1" in message
         assert "hunter2" not in message
         with pytest.raises(StoreUnavailableError, match="cannot reach Redis"):
             await store.list_runs()
         lease = Lease(run_id="r", owner="w", token=1, expires_at=time.time() + 30)
-        started = time.monotonic()
+        slept.clear()
         with pytest.raises(StoreUnavailableError, match=r":\*\*\*@127\.0\.0\.1"):
             await store.commit(lease, make_commit("r", 0))
-        assert 1.0 < time.monotonic() - started < 4.0  # retried, boundedly
+        assert 1.0 < sum(slept) < 4.0  # retried, boundedly
 
 
 async def test_a_server_without_cluster_mode_is_named_as_such(redis_url: str) -> None:

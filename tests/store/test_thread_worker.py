@@ -74,9 +74,14 @@ async def test_a_thread_that_ends_before_the_stop_wakes_it_is_no_error() -> None
     # The thread, still draining an earlier wake-up, may take the stop marker and close its
     # end of the pipe before stop() writes its own wake-up: stop() must stay quiet.
     worker = ThreadWorker("test-worker")
-    gate = threading.Event()
-    first = asyncio.ensure_future(worker.call(gate.wait, 30))
-    await asyncio.sleep(0.05)  # the thread is inside the first call
+    gate, inside = threading.Event(), threading.Event()
+
+    def first_call() -> bool:
+        inside.set()
+        return gate.wait(30)
+
+    first = asyncio.ensure_future(worker.call(first_call))
+    assert await asyncio.to_thread(inside.wait, 30)  # the thread is inside the first call
 
     class _ThreadEndsFirst(collections.deque[object]):
         def append(self, job: object) -> None:

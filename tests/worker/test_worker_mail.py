@@ -69,6 +69,14 @@ async def _until(engine: Engine, run_id: str, done: Callable[[RunState], bool]) 
     return state
 
 
+async def _settles(probe: Callable[[], Awaitable[object]], wanted: object) -> None:
+    """Until ``probe()`` returns ``wanted``: the worker does it after the step it commits."""
+    deadline = time.monotonic() + 30
+    while (got := await probe()) != wanted:
+        assert time.monotonic() < deadline, f"still {got!r}, not {wanted!r}"
+        await asyncio.sleep(0.05)
+
+
 async def _raises(call: Awaitable[object], kind: type[Exception]) -> str:
     with pytest.raises(kind) as caught:
         await call
@@ -83,7 +91,7 @@ async def test_a_cancel_the_first_look_missed_stops_the_run_at_its_next_step(
     async with _driven(store_url) as (engine, queue, run_id):
         await queue.request_cancel(run_id, "enough")
         state = await _until(engine, run_id, lambda s: s.status is RunStatus.CANCELLED)
-        assert await queue.cancel_requested(run_id) is None  # done with, not left
+        await _settles(lambda: queue.cancel_requested(run_id), None)  # done with, not left
     # Cancelled where it stood, long before its loop would have spent its budget.
     assert state.nodes["count"].status is NodeStatus.CANCELLED
     assert state.nodes["count"].error == "enough"
@@ -120,7 +128,7 @@ async def test_a_reply_refused_where_it_is_applied_leaves_the_drive_going(
         waiting = reply_applied(engine, run_id, gate, state.seq, within=1.0)
         said = await _raises(waiting, RunStateError)
         assert "not applied in time" in said
-        assert await queue.replies(run_id) == []  # looked at, refused, dropped
+        await _settles(lambda: queue.replies(run_id), [])  # looked at, refused, dropped
         steps = (await engine.get(run_id)).nodes["count"].steps
         going = await _until(engine, run_id, lambda s: s.nodes["count"].steps >= steps + 5)
     assert gate in going.interrupts  # still open, for a reply that can be applied

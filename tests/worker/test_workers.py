@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,20 @@ RECLAIM_AFTER = 2.0  # seconds: how soon a dead worker's runs move in these test
 
 @contextlib.contextmanager
 def workers(
-    url: str, count: int, marks: Path, *, concurrency: int = 8
+    url: str,
+    count: int,
+    marks: Path,
+    *,
+    concurrency: int = 8,
+    quiet: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` worker processes on ``url``; each action call appends a line to ``marks``."""
-    env = {**os.environ, "PHASEGRAPH_TEST_MARKS": str(marks)}
+    """``count`` worker processes on ``url``; each action call appends a line to ``marks``.
+
+    Their logs are ``worker<i>.log`` beside ``marks`` (warnings only when ``quiet``);
+    ``env`` adds to their environment.
+    """
+    env = {**os.environ, **(env or {}), "PHASEGRAPH_TEST_MARKS": str(marks)}
     logs = [(marks.parent / f"worker{i}.log").open("ab") for i in range(count)]
     procs = [
         subprocess.Popen(
@@ -53,7 +63,7 @@ def workers(
                 str(concurrency),
                 "--reclaim-after",
                 str(RECLAIM_AFTER),
-                "--quiet",
+                *(["--quiet"] if quiet else []),
             ),
             env=env,
             stdout=subprocess.DEVNULL,
