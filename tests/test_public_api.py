@@ -253,7 +253,13 @@ PUBLIC = {
         "verify",
     ],
     "phasegraph.worker": [
+        "Driven",
+        "LocalMailbox",
+        "Mailbox",
+        "Outcome",
         "QueueEntry",
+        "Reply",
+        "RunDriver",
         "WorkQueue",
         "Worker",
         "WorkerOptions",

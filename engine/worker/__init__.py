@@ -1,5 +1,7 @@
 """Worker processes: drive runs taken from the store's work queue, on any number of hosts.
 
+One :class:`RunDriver` drives a run until it is idle, for a worker and for the server,
+over a :class:`Mailbox` (:class:`LocalMailbox` in process, the queue's for workers).
 ``phasegraph worker --store redis://...`` runs a :class:`Worker`; ``run --detach``, the
 server and the answering commands put work in the queue (see
 :mod:`phasegraph.store._redis_queue` for the keys and the guarantee). May import
@@ -8,6 +10,8 @@ server and the answering commands put work in the queue (see
 
 from __future__ import annotations
 
+from phasegraph.worker._driver import Driven, Mailbox, Outcome, Reply, RunDriver
+from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import cancel_by_worker, post_reply, reply_applied
 from phasegraph.worker._worker import (
     QueueEntry,
@@ -20,7 +24,13 @@ from phasegraph.worker._worker import (
 )
 
 __all__ = [
+    "Driven",
+    "LocalMailbox",
+    "Mailbox",
+    "Outcome",
     "QueueEntry",
+    "Reply",
+    "RunDriver",
     "WorkQueue",
     "Worker",
     "WorkerOptions",

@@ -4,25 +4,90 @@ A gate can open while other nodes of its run still work; the worker driving the 
 holds its lease, so nobody else may commit the answer. The answer is checked against the
 open gate where it is given (so a wrong one is refused at once, in one line), posted to
 the run's inbox, and the worker applies it between two steps of the run. A cancel is a
-request the worker acts on by stopping the drive at its last committed step.
+request the worker acts on by stopping the drive at its last committed step. The
+worker's side is :class:`QueueMailbox`, the :class:`~phasegraph.worker.Mailbox` over the
+work queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Final
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Final, final
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
-from phasegraph.errors import RunStateError
-from phasegraph.model import RunState, RunStatus
+from phasegraph.errors import PhasegraphError, RunStateError
+from phasegraph.model import RunState, RunStatus, frozen_map
 from phasegraph.run import check_reply
-from phasegraph.worker._worker import WorkQueue
+from phasegraph.worker._driver import Outcome, Reply
 
-__all__ = ["cancel_by_worker", "post_reply", "reply_applied"]
+if TYPE_CHECKING:  # _worker imports this module: the protocol is only named here
+    from phasegraph.worker._worker import WorkQueue
 
+__all__ = ["QueueMailbox", "cancel_by_worker", "post_reply", "reply_applied"]
+
+_log = logging.getLogger("phasegraph.worker")
 _POLL: Final = 0.05  # seconds between looks at the run while a worker acts
+
+
+@final
+class QueueMailbox:
+    """A run's mail in the work queue: its inbox, its cancel request, its deadline.
+
+    Mail stays in the queue until dealt with: a drive that stops short of it leaves it
+    for the next drive of the run, on whichever worker.
+
+    Args:
+        queue: The store's work queue.
+    """
+
+    def __init__(self, queue: WorkQueue) -> None:
+        self._queue = queue
+
+    async def replies(self, run_id: str) -> Sequence[Reply]:
+        """The replies posted to the run, oldest first."""
+        return [
+            Reply(
+                str(reply.get("interrupt_id", "")),
+                ActionResult(
+                    trigger=str(reply.get("trigger", "")),
+                    payload=frozen_map(reply.get("payload") or {}),
+                    data=frozen_map(reply.get("data") or {}),
+                ),
+            )
+            for reply in await self._queue.replies(run_id)
+        ]
+
+    async def replies_done(self, run_id: str, outcomes: Sequence[Outcome]) -> None:
+        """Drop the replies dealt with; a refused one is logged (its sender has gone)."""
+        for outcome in outcomes:
+            if isinstance(outcome, PhasegraphError):
+                _log.warning("reply to run %s not applied: %s", run_id, outcome)
+        await self._queue.replies_done(run_id, len(outcomes))
+
+    async def cancel_requested(self, run_id: str) -> str | None:
+        """The reason of the run's pending cancel request."""
+        return await self._queue.cancel_requested(run_id)
+
+    async def cancel_done(self, run_id: str, outcome: Outcome) -> None:
+        """Drop the request (the run is cancelled, or had finished)."""
+        if isinstance(outcome, PhasegraphError):
+            _log.info("cancel of run %s not needed: %s", run_id, outcome)
+        await self._queue.cancel_done(run_id)
+
+    async def wake_at(self, run_id: str, when: datetime | None) -> None:
+        """Record the run's next deadline (or that it has none) for any worker alive then."""
+        if when is None:
+            await self._queue.unschedule(run_id)
+        else:
+            await self._queue.schedule(run_id, int(when.timestamp() * 1000))
+
+    def left(self, run_id: str, why: PhasegraphError) -> None:
+        """Keep the mail: the run's next drive deals with it."""
 
 
 async def post_reply(

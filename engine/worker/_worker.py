@@ -18,12 +18,14 @@ What makes it safe:
   (``XAUTOCLAIM``) and resumes the runs from their last committed step. The action
   that was in flight runs again, with the same :attr:`ActionContext.idempotency_key`.
 * **Nothing lost in between.** A second entry for a run this worker is driving (a reply
-  landing while the drive ends) drives it once more after the drive, before either
-  entry is acknowledged.
-* **Answers reach a busy run.** A reply posted for a run being driven here (its gate
-  opened while other nodes work) is read from the run's inbox between two steps and
-  applied; a cancel request stops the drive at its last committed step and commits the
-  cancel (see :mod:`phasegraph.worker._mail`).
+  landing while the drive ends) is looked at by the drive, or drives the run once more
+  after it, before either entry is acknowledged.
+* **Answers reach a busy run.** The drive is a :class:`~phasegraph.worker.RunDriver`'s
+  over the run's mail in the queue (:class:`~phasegraph.worker._mail.QueueMailbox`): a
+  reply posted for a run being driven here (its gate opened while other nodes work) is
+  applied between two steps; a cancel request stops the drive at its last committed
+  step, even in a long action, and commits the cancel. A run held elsewhere, whose lease
+  was lost or whose store went away is tried again later, waiting longer each time.
 * **A store outage is one line.** While the store is away every call fails; each one is
   retried or its run left for a reclaim, and the outage is logged once when it starts
   and once when it ends (see :mod:`phasegraph.worker._outage`), never as a traceback.
@@ -35,26 +37,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final
 
-from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
-from phasegraph.errors import (
-    CodecError,
-    InputError,
-    LeaseHeldError,
-    LeaseLostError,
-    PhasegraphError,
-    RunError,
-    RunNotFoundError,
-    RunStateError,
-    StoreUnavailableError,
-)
-from phasegraph.model import RunState, frozen_map
-from phasegraph.run import Run
+from phasegraph.errors import InputError, PhasegraphError, StoreUnavailableError
 from phasegraph.store import Store
+from phasegraph.worker._driver import RunDriver
+from phasegraph.worker._mail import QueueMailbox
 from phasegraph.worker._outage import Outage
 
 __all__ = [
@@ -69,8 +60,6 @@ __all__ = [
 
 _log = logging.getLogger("phasegraph.worker")
 
-# Retries of a run whose lease another holder has (it may be giving it back right now).
-_HELD_RETRIES: Final = (0.1, 0.3, 1.0, 2.0)
 _TRIM_EVERY: Final = 60.0  # seconds between trims of acknowledged entries
 _DUE_POLL_MAX: Final = 1.0  # seconds: a deadline set by another process is seen this soon
 
@@ -243,10 +232,8 @@ class _Active:
     """A run being driven here and the entries it answers."""
 
     entries: list[QueueEntry] = field(default_factory=list)
-    again: bool = False  # another entry came while driving: drive once more
-    mail: bool = False  # ... and it may bring a reply: look at the inbox between steps
-    cancel: str | None = None  # a cancel request's reason, once seen
-    drive: asyncio.Task[bool] | None = None
+    acked: int = 0  # entries[:acked] are acknowledged
+    again: bool = False  # an entry came once the drive had ended: drive once more
 
 
 @final
@@ -268,13 +255,12 @@ class Worker:
         name: str,
         options: WorkerOptions | None = None,
     ) -> None:
-        self._engine = engine
         self._queue = queue
         self._name = name
         self._options = options or WorkerOptions()
+        self._driver = RunDriver(engine, QueueMailbox(queue), log=_log)
         self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._side: set[asyncio.Task[None]] = set()  # short tasks beside the drives
         self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
         self._outage = Outage(_log)  # the store away: said once, not once per failed call
         self.stats = WorkerStats()
@@ -300,10 +286,11 @@ class Worker:
         try:
             await stop.wait()
         finally:
-            for task in (*background, *self._side):
+            for task in background:
                 task.cancel()
-            await asyncio.gather(*background, *self._side, return_exceptions=True)
+            await asyncio.gather(*background, return_exceptions=True)
             await self._hand_back()
+            await self._driver.aclose()
 
     # -- taking work --------------------------------------------------------------------
 
@@ -343,10 +330,9 @@ class Worker:
 
     def _start(self, entry: QueueEntry) -> None:
         active = self._active.get(entry.run_id)
-        if active is not None:  # already driving it here: once more when that drive ends
+        if active is not None:  # already driving it here: the drive looks at its mail
             active.entries.append(entry)
-            active.again = active.mail = True
-            self._watch(self._look_for_cancel(entry.run_id))
+            active.again = active.again or not self._driver.notify(entry.run_id)
             return
         self._active[entry.run_id] = _Active([entry])
         name = f"phasegraph-worker:{entry.run_id}"
@@ -360,8 +346,6 @@ class Worker:
             _log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
         self._room.set()
 
-    # -- driving ------------------------------------------------------------------------
-
     async def _serve_or_leave(self, run_id: str) -> None:
         """Serve the run; a queue call that fails leaves its entries for a reclaim."""
         try:
@@ -374,173 +358,33 @@ class Worker:
             _log.error("run %s left for a reclaim: %s", run_id, exc)
 
     async def _serve(self, run_id: str) -> None:
-        """Drive a run until idle (again while more entries came), then acknowledge."""
+        """Drive a run until idle (again if an entry came after the drive), then acknowledge.
+
+        An entry that comes during the drive is dealt with by it (the driver is notified);
+        one that comes after it ended, by one more drive before it is acknowledged.
+        """
         active = self._active[run_id]
         try:
             while True:
                 active.again = False
-                active.cancel = active.cancel or await self._queue.cancel_requested(run_id)
-                if active.cancel is not None:
-                    if not await self._cancel(run_id, active.cancel):
-                        return  # left pending, the request kept: whoever takes it next
-                    break
-                active.drive = asyncio.create_task(self._drive_with_retries(run_id))
-                try:
-                    done = await active.drive
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if active.cancel is None or (current is not None and current.cancelling()):
-                        raise  # the worker is stopping
-                    continue  # stopped for a cancel request: commit it next
-                if not done:
-                    return  # left pending: some worker takes it again later
+                driven = await self._driver.drive(run_id)
+                self.stats.drives += 1
+                self.stats.steps += driven.steps
+                if (state := driven.state) is not None:
+                    _log.info(
+                        "run %s: %d steps, now %s at step %d",
+                        run_id,
+                        driven.steps,
+                        state.status,
+                        state.seq,
+                    )
+                while active.acked < len(active.entries) and not active.again:
+                    await self._queue.ack(active.entries[active.acked])
+                    active.acked += 1
                 if not active.again:
                     break
-            for entry in active.entries:
-                await self._queue.ack(entry)
         finally:
-            if active.drive is not None and not active.drive.done():
-                active.drive.cancel()
-                await asyncio.gather(active.drive, return_exceptions=True)
             del self._active[run_id]
-
-    def _watch(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._side.add(task)
-        task.add_done_callback(self._side.discard)
-
-    async def _look_for_cancel(self, run_id: str) -> None:
-        """Stop the run's drive now if a cancel was requested, even in a long action.
-
-        The drive also looks between two steps (the new entry set its mail flag), so a
-        request this misses (the store away, a drive between two of its tasks) is still
-        acted on at the next step.
-        """
-        try:
-            reason = await self._queue.cancel_requested(run_id)
-        except StoreUnavailableError as exc:  # the drive looks again between steps
-            self._outage.failed(exc)
-            return
-        except Exception as exc:  # any queue's error: the drive looks again between steps
-            _log.warning("cannot read run %s's cancel request (%s); its drive looks", run_id, exc)
-            return
-        active = self._active.get(run_id)
-        if reason is not None and active is not None and active.cancel is None:
-            active.cancel = reason
-            if active.drive is not None:
-                active.drive.cancel()
-
-    async def _cancel(self, run_id: str, reason: str) -> bool:
-        """Commit the requested cancel (the drive has stopped and let the lease go).
-
-        A lease someone else still holds (a process that died, or a drive that lost the
-        lease and left it to lapse) is waited for as a drive waits for one. False when
-        it stays held or the store is away: the request is kept for the next try.
-        """
-        for delay in (*_HELD_RETRIES, None):
-            try:
-                await self._engine.cancel(run_id, reason)
-                _log.info("run %s cancelled: %s", run_id, reason)
-                break
-            except LeaseHeldError as exc:
-                if delay is None:
-                    _log.info("cancel of run %s left for later: %s", run_id, exc)
-                    return False
-                await asyncio.sleep(delay)
-            except StoreUnavailableError as exc:
-                self._outage.failed(exc)
-                _log.info("cancel of run %s left for later: %s", run_id, exc)
-                return False
-            except RunStateError as exc:
-                _log.info("cancel of run %s not needed: %s", run_id, exc)
-                break
-            except PhasegraphError as exc:
-                _log.error("run %s cannot be cancelled: %s", run_id, exc)
-                break
-        await self._queue.cancel_done(run_id)
-        await self._queue.unschedule(run_id)
-        return True
-
-    async def _drive_with_retries(self, run_id: str) -> bool:
-        """Drive the run; False when it must be left for later (held, store away)."""
-        for delay in (*_HELD_RETRIES, None):
-            try:
-                await self._drive(run_id)
-                return True
-            except LeaseHeldError as exc:
-                if delay is None:
-                    _log.info("run %s is driven elsewhere (%s); left for later", run_id, exc)
-                    return False
-                await asyncio.sleep(delay)
-            except StoreUnavailableError as exc:
-                self._outage.failed(exc)
-                _log.info("run %s stopped (%s); left for later", run_id, exc)
-                return False
-            except LeaseLostError as exc:
-                # While the store is away, that is why (the outage is logged once).
-                log = _log.info if self._outage.away else _log.warning
-                log("run %s stopped (%s); left for later", run_id, exc)
-                return False
-            except RunNotFoundError as exc:
-                _log.warning("dropping work for a run that does not exist: %s", exc)
-                return True
-            except PhasegraphError as exc:
-                # Its graph no longer loads, or changed: a person must act (the run stays
-                # as committed; 'phasegraph resume' with --allow-changed, say).
-                _log.error("run %s cannot be driven: %s", run_id, exc)
-                return True
-        return False
-
-    async def _drive(self, run_id: str) -> None:
-        engine = self._engine
-        active = self._active[run_id]
-        await engine.leases.room()  # no more runs than the keeper keeps renewed
-        async with engine.open(run_id) as run:
-            steps = 0
-            await self._deliver(run)  # replies posted while no drive held the run
-            while not run.state.status.terminal:
-                stepped = await run.next() is not None
-                steps += stepped
-                if active.mail:  # a reply or a cancel request may have come for this run
-                    active.mail = False
-                    active.cancel = active.cancel or await self._queue.cancel_requested(run_id)
-                    if active.cancel is not None:
-                        break  # stopped at this committed step: _serve commits the cancel
-                    await self._deliver(run)
-                elif not stepped:
-                    break
-            state = run.state
-        self.stats.drives += 1
-        self.stats.steps += steps
-        await self._settle(state)
-        _log.info("run %s: %d steps, now %s at step %d", run_id, steps, state.status, state.seq)
-
-    async def _deliver(self, run: Run) -> None:
-        """Apply the replies posted to the run, between two of its steps."""
-        replies = await self._queue.replies(run.run_id)
-        for reply in replies:
-            result = ActionResult(
-                trigger=str(reply.get("trigger", "")),
-                payload=frozen_map(reply.get("payload") or {}),
-                data=frozen_map(reply.get("data") or {}),
-            )
-            try:
-                await run.reply(str(reply.get("interrupt_id", "")), result)
-            except (RunError, CodecError) as exc:
-                # Answered meanwhile, a re-delivery after a crash, or refused in the state
-                # the run has reached since it was checked: nothing to apply.
-                _log.warning("reply to run %s not applied: %s", run.run_id, exc)
-        if replies:
-            await self._queue.replies_done(run.run_id, len(replies))
-
-    async def _settle(self, state: RunState) -> None:
-        """Record the run's next deadline (or that it has none) for whoever is alive then."""
-        deadlines = [i.deadline for i in state.interrupts.values() if i.deadline is not None]
-        if state.status.terminal or not deadlines:
-            await self._queue.unschedule(state.run_id)
-            return
-        due_ms = int(min(deadlines).timestamp() * 1000) + _SLACK_MS
-        await self._queue.schedule(state.run_id, due_ms)
 
     # -- keeping work -------------------------------------------------------------------
 
@@ -549,7 +393,7 @@ class Worker:
         every = self._options.reclaim_after / 3
         while not stop.is_set():
             await asyncio.sleep(every)
-            entries = [e for active in self._active.values() for e in active.entries]
+            entries = [e for a in self._active.values() for e in a.entries[a.acked :]]
             if entries:
                 try:
                     await self._queue.touch(self._name, entries)
@@ -583,7 +427,7 @@ class Worker:
 
     async def _hand_back(self) -> None:
         """Stop every drive at its last committed step and requeue its run at once."""
-        held = {run_id: list(active.entries) for run_id, active in self._active.items()}
+        held = {run_id: a.entries[a.acked :] for run_id, a in self._active.items()}
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -593,6 +437,3 @@ class Worker:
                 await self._queue.enqueue(run_id)
                 for entry in entries:
                     await self._queue.ack(entry)
-
-
-_SLACK_MS: Final = 20  # wake a little after a deadline, so the interpreter sees it passed

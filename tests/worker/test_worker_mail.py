@@ -21,6 +21,7 @@ from phasegraph.actions import ActionResult
 from phasegraph.errors import DataConflictError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
 from phasegraph.worker import (
+    RunDriver,
     Worker,
     WorkerOptions,
     WorkQueue,
@@ -35,20 +36,17 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workers"
 SIDE_GATE = FIXTURES / "side_gate.yaml"
 
 
-class _LookMisses(Worker):
-    async def _look_for_cancel(self, run_id: str) -> None:
-        return None  # the request is there, but this look does not see it
+async def _look_misses(self: RunDriver, run_id: str, drive: object) -> None:
+    return None  # the request is there, but this look does not see it
 
 
 @asynccontextmanager
-async def _driven(
-    store_url: str, worker: type[Worker] = Worker
-) -> AsyncIterator[tuple[Engine, WorkQueue, str]]:
-    """A side-gate run a worker of class ``worker`` drives, once it has taken a few steps."""
+async def _driven(store_url: str) -> AsyncIterator[tuple[Engine, WorkQueue, str]]:
+    """A side-gate run a worker drives, once it has taken a few steps."""
     async with open_store(store_url) as store:
         engine = Engine(store)
         queue = work_queue_of(store)
-        driving = worker(engine, queue, name="w", options=WorkerOptions(reclaim_after=5))
+        driving = Worker(engine, queue, name="w", options=WorkerOptions(reclaim_after=5))
         stop = asyncio.Event()
         working = asyncio.create_task(driving.run(stop))
         try:
@@ -89,7 +87,8 @@ async def test_a_cancel_the_first_look_missed_stops_the_run_at_its_next_step(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(FIXTURES))
-    async with _driven(store_url, _LookMisses) as (engine, queue, run_id):
+    monkeypatch.setattr(RunDriver, "_look_for_cancel", _look_misses)
+    async with _driven(store_url) as (engine, queue, run_id):
         await queue.request_cancel(run_id, "enough")
         state = await _until(engine, run_id, lambda s: s.status is RunStatus.CANCELLED)
         await _settles(lambda: queue.cancel_requested(run_id), None)  # done with, not left
