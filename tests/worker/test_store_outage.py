@@ -74,6 +74,8 @@ async def test_a_redis_restart_under_workers_is_one_line_each_and_every_run_comp
     async with open_store(server.url) as store:
         engine = Engine(store)
         with workers(server.url, 2, marks, quiet=False, env=env) as procs:
+            for i, log in enumerate(logs):  # each has started (a start-up needs the store)
+                await _logged(log, f"worker w{i} on ")
             # Runs the workers are done with (their connections now idle in the pools) ...
             waiting = await submit(engine, LOOP_GATE, {"n": 2}, 6)
             await wait_for(store, waiting, RunStatus.WAITING, procs)
