@@ -28,7 +28,7 @@ from phasegraph.cli._support import (
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run import check_run_id
-from phasegraph.store import holder_gone
+from phasegraph.store import holder_gone, owner_label
 from phasegraph.views import run_summary, state_view
 
 __all__ = ["HANDLERS"]
@@ -161,7 +161,8 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
     if state.status is RunStatus.RUNNING:
         from phasegraph.cli._worker import queued_runs  # only a status command asks workers
 
-        abandoned = await is_abandoned(engine, state.run_id)
+        known, holder = await live_holder(engine, state.run_id)
+        abandoned = known and holder is None
         if abandoned and await queued_runs(engine, [state.run_id]):
             head += " (queued: the next free 'phasegraph worker' drives it)"
         elif abandoned:
@@ -169,8 +170,8 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
                 f" (abandoned: no live process drives it; continue it with "
                 f"'{resume_command(args, state.run_id)}')"
             )
-        elif abandoned is not None:
-            head += " (a live process drives it)"
+        elif holder is not None:
+            head += f" (a live process drives it: {owner_label(holder)!r})"
     emit(args, gates_view(state, gates), f"{head}: {run_summary(state)}\n{nodes}")
 
 
@@ -214,17 +215,22 @@ def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
 
 
 async def is_abandoned(engine: Engine, run_id: str) -> bool | None:
-    """Whether a ``running`` run has no live driver: nobody holds its lease.
+    """Whether a ``running`` run has no live driver (``None``: the store cannot say)."""
+    known, holder = await live_holder(engine, run_id)
+    return holder is None if known else None
+
+
+async def live_holder(engine: Engine, run_id: str) -> tuple[bool, str | None]:
+    """Whether the store could say who drives a run, and who: its live lease's owner.
 
     Read from the store's record of the holder (nothing is taken): a live lease whose
-    recorded holder process provably died on this machine counts as no driver. A store
-    that cannot answer gives ``None`` (unknown).
+    recorded holder process provably died on this machine counts as nobody.
     """
     try:
         holder = await engine.store.holder(run_id)
     except PhasegraphError:
-        return None
-    return holder is None or holder_gone(holder)
+        return False, None
+    return True, None if holder is None or holder_gone(holder) else holder
 
 
 async def _cmd_history(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ abandoned run from one a live process drives, and says how to resume it."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -66,6 +67,10 @@ def test_status_says_a_live_run_is_driven(tmp_path: Path) -> None:
     finally:
         release.touch()
         driver.communicate(timeout=120)
-    assert shown.startswith("run live (blocking) running at step 1 (a live process drives it)")
+    # Named by its holder: this machine's name and the driving process's pid.
+    assert shown.startswith(
+        f"run live (blocking) running at step 1 (a live process drives it: "
+        f"'{socket.gethostname()}:{driver.pid}')"
+    )
     assert "abandoned" not in listing
     assert driver.returncode == 0
