@@ -176,16 +176,6 @@ class LeaseKeeper:
         self._rounds = 0
 
     @property
-    def ttl(self) -> float:
-        """Seconds a lease lasts without renewal."""
-        return self._ttl
-
-    @property
-    def held(self) -> int:
-        """How many leases the keeper keeps now."""
-        return len(self._holds)
-
-    @property
     def saturated(self) -> bool:
         """Whether renewing every lease takes too long to take on more runs.
 
