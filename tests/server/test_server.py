@@ -310,7 +310,7 @@ async def test_deadline_fires_in_a_running_server(tmp_path: Path, actions_path: 
     quick = GATED.replace("timeout: 1800", "timeout: 0.2")
     async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
         run_id = await create(client, quick, {"topic": "x"})
-        await wait_for(client, run_id, lambda v: v["nodes"]["spec"]["state"] == "parked", seconds=5)
+        await wait_for(client, run_id, lambda v: v["nodes"]["spec"]["state"] == "parked")
         ready = await (await client.get("/readyz")).json()
         assert ready["deadlines"] == 0  # the parked gate has no deadline to arm
 
