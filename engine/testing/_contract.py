@@ -70,11 +70,16 @@ REDIS_URL_ENV = "PHASEGRAPH_TEST_REDIS_URL"
 _SHORT = 0.05  # a lease ttl the suite lets expire
 _STEPS = st.lists(st.tuples(st.booleans(), st.binary(max_size=40)), min_size=1, max_size=12)
 # One test body runs under each subclass (each store), so differing executors are
-# expected; every example uses a fresh run id in the function-scoped store.
+# expected; every example uses a fresh run id in the function-scoped store. A store on a
+# busy machine may be slow to answer: that is not a failure of the store.
 _PER_STORE = settings(
     max_examples=15,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.differing_executors,
+        HealthCheck.too_slow,
+    ],
 )
 _T0 = 1_700_000_000.0
 
