@@ -44,8 +44,8 @@ from phasegraph.store.base import Commit, Store
 
 __all__ = ["Run", "check_reply"]
 
-# Waits between attempts after a failed commit; the last one repeats until a lease's
-# length has passed.
+# Waits between attempts after a failed commit; the last one repeats until two leases'
+# length has passed (see Run._commit_retrying).
 _RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
 # A state the records since its last snapshot outweigh this many times over is written
 # again before its interval is up (see Run._checkpoint_due): at most 1/8 more bytes.
@@ -637,13 +637,12 @@ class Run:
         Raises:
             LeaseLostError: The lease is gone already (``work`` is closed unstarted).
         """
-        task = asyncio.current_task()
-        try:
-            self._hold.enter(task)
-        except LeaseLostError:
+        if self._hold.lost:
             if work is not None:
                 work.close()
-            raise self._hold.error(self._state.seq) from None
+            raise self._hold.error(self._state.seq)
+        task = asyncio.current_task()
+        self._hold.enter(task)
         return task
 
     def _cut_short(self, task: asyncio.Task[Any] | None) -> None:

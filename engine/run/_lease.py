@@ -54,7 +54,6 @@ class Hold:
 
     __slots__ = (
         "_cutting",
-        "_deadline",
         "_driving",
         "_failures",
         "_keeper",
@@ -63,7 +62,6 @@ class Hold:
         "_renew_at",
         "_renewed",
         "_taker",
-        "_why",
         "lease",
     )
 
@@ -74,12 +72,10 @@ class Hold:
         self.lease = lease
         self._loop = loop
         # On the keeper's clock: when the last successful renewal (or the acquire) was
-        # sent, and so the latest moment the store may still count the lease live.
+        # sent; the store counts the lease live for at most ``lease.ttl`` after it.
         self._renewed = sent
-        self._deadline = sent + lease.ttl
         self._renew_at = sent + lease.ttl / 3
         self._failures = 0
-        self._why: BaseException | None = None  # why the last renewal failed
         self._reason: str | None = None  # set once the lease is gone: why, for the error
         self._taker: str | None = None  # who took the run over, when the store said
         self._driving: asyncio.Task[Any] | None = None
@@ -96,13 +92,7 @@ class Hold:
         return self._reason is not None
 
     def enter(self, task: asyncio.Task[Any] | None) -> None:
-        """Name the task about to work under the lease.
-
-        Raises:
-            LeaseLostError: The lease is gone already.
-        """
-        if self._reason is not None:
-            raise self.error(None)
+        """Name the task about to work under the lease (check :attr:`lost` first)."""
         self._driving = task
 
     def leave(self) -> None:
@@ -122,10 +112,7 @@ class Hold:
 
     def taken(self, refusal: LeaseLostError) -> None:
         """The store refused a commit: another holder has the run (or it was released)."""
-        if self._reason is None:
-            self._taker = refusal.holder
-            self._reason = self._keeper.taken_reason(self, refusal)
-            self._keeper.forget(self)
+        self._keeper.taken(self, refusal)
 
     async def release(self) -> None:
         """Stop renewing and give the lease back (unless it is gone); never raises."""
@@ -202,14 +189,11 @@ class LeaseKeeper:
             StoreError: The store refused or could not be reached.
         """
         loop = asyncio.get_running_loop()
-        with self._cond:
-            if self._line is None:
-                self._line = self._store.lease_line()
         sent = self._clock()
         lease = await self._store.acquire(run_id, self._owner, self._ttl)
         hold = Hold(self, lease, loop, sent)
         with self._cond:
-            if self._line is None:  # the thread ended meanwhile, and closed it
+            if self._line is None:  # the first lease, or the thread ended and closed it
                 self._line = self._store.lease_line()
             self._holds[hold] = None
             if self._thread is None:
@@ -253,7 +237,18 @@ class LeaseKeeper:
         """Renewal rounds ended so far (each renews, or fails to renew, a batch of leases)."""
         return self._rounds
 
-    def taken_reason(self, hold: Hold, refusal: LeaseLostError) -> str:
+    def taken(self, hold: Hold, refusal: LeaseLostError) -> None:
+        """The store said ``hold``'s lease is no longer ours: stop renewing it, say why.
+
+        The run's own commit found out (it raises the error itself); see :meth:`_cut`
+        for a renewal that does.
+        """
+        with self._cond:
+            if not hold.lost:
+                self._lose(hold, self._taken_reason(hold, refusal), refusal.holder)
+                self._cond.notify()
+
+    def _taken_reason(self, hold: Hold, refusal: LeaseLostError) -> str:
         """Why a lease the store says is no longer ours is gone, for the run's error."""
         run_id = hold.run_id
         silent = self._clock() - hold._renewed
@@ -327,23 +322,21 @@ class LeaseKeeper:
                 outcome = outcomes[index]
                 if isinstance(outcome, Lease):
                     hold.lease = outcome
-                    hold._renewed, hold._failures, hold._why = sent, 0, None
-                    hold._deadline = sent + outcome.ttl
+                    hold._renewed, hold._failures = sent, 0
                     hold._renew_at = sent + outcome.ttl / 3
                 else:
-                    hold._taker = outcome.holder
-                    self._cut(hold, self.taken_reason(hold, outcome))
+                    self._cut(hold, self._taken_reason(hold, outcome), outcome.holder)
             self._round = now - sent
             self._rounds += 1
             self._cond.notify_all()
 
     def _failed(self, hold: Hold, failure: BaseException | None, now: float) -> None:
         """A renewal the store did not answer: retry soon, or cut off at the deadline."""
-        hold._why = failure
-        if now < hold._deadline:
+        deadline = hold._renewed + hold.lease.ttl
+        if now < deadline:
             delay = _RETRY_DELAYS[min(hold._failures, len(_RETRY_DELAYS) - 1)]
             hold._failures += 1
-            hold._renew_at = min(now + delay, hold._deadline)
+            hold._renew_at = min(now + delay, deadline)
             return
         run_id = hold.run_id
         self._cut(
@@ -352,9 +345,13 @@ class LeaseKeeper:
             f"lapse and its actions were stopped; continue it with 'phasegraph resume {run_id}'",
         )
 
-    def _cut(self, hold: Hold, reason: str) -> None:
-        """(Under the lock.) The lease is gone: forget it and stop the run's work."""
-        hold._reason = reason
+    def _lose(self, hold: Hold, reason: str, taker: str | None = None) -> None:
+        """(Under the lock.) The lease is gone: say why, and stop renewing it."""
+        hold._reason, hold._taker = reason, taker
         self._holds.pop(hold, None)
+
+    def _cut(self, hold: Hold, reason: str, taker: str | None = None) -> None:
+        """(Under the lock.) The lease is gone: as :meth:`_lose`, and stop the run's work."""
+        self._lose(hold, reason, taker)
         with contextlib.suppress(RuntimeError):  # the run's loop is closed: nothing runs
             hold._loop.call_soon_threadsafe(hold._cut_off)

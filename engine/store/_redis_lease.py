@@ -22,7 +22,7 @@ from phasegraph.store._redis_cluster import is_cluster_url, node_url
 from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA
 from phasegraph.store.base import Lease, LeaseLine
 
-__all__ = ["RedisLeaseLine", "lease_owner"]
+__all__ = ["RedisLeaseLine", "lease_owner", "lease_reply", "ms"]
 
 _CONNECT_TIMEOUT: Final = 2.0  # seconds, unless the URL says otherwise
 _TIMEOUT: Final = 5.0
@@ -68,8 +68,7 @@ class RedisLeaseLine(LeaseLine):
         pipe = self._connected().pipeline(transaction=False)
         for lease in leases:
             keys = self._run_keys(lease.run_id)[4:6]
-            ttl_ms = max(int(lease.ttl * 1000), 1)
-            args = ("renew", lease.token, ttl_ms, lease.owner, b"")
+            args = ("renew", lease.token, ms(lease.ttl), lease.owner, b"")
             pipe.execute_command("EVALSHA", SCRIPT_SHA[LEASE], len(keys), *keys, *args)
         return list(pipe.execute(raise_on_error=False))
 
@@ -78,10 +77,9 @@ class RedisLeaseLine(LeaseLine):
             raise StoreError(f"Redis at {self._where} refused a lease renewal: {reply}")
         if isinstance(reply, BaseException):
             raise StoreUnavailableError(f"cannot reach Redis at {self._where}: {reply}")
-        token, held = int(reply[0]), reply[1]
+        token, held, _, now = lease_reply(reply)
         if not token:
             return lease_lost_error(lease, lease_owner(held) if held else None)
-        now = int(reply[3]) + int(reply[4]) / 1e6
         return Lease(
             run_id=lease.run_id,
             owner=lease.owner,
@@ -107,3 +105,13 @@ class RedisLeaseLine(LeaseLine):
 def lease_owner(lease_value: bytes) -> str:
     """The owner part of a stored lease value ``b"<token>:<owner>"``."""
     return lease_value.partition(b":")[2].decode(errors="replace")
+
+
+def lease_reply(reply: Any) -> tuple[int, bytes, int, float]:
+    """The lease script's reply: (token or 0, another holder's lease value, its pttl, now)."""
+    return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
+
+
+def ms(seconds: float) -> int:
+    """Seconds as the whole milliseconds the scripts take (at least 1)."""
+    return max(1, round(seconds * 1000))

@@ -71,7 +71,7 @@ from phasegraph.store._open import (
     sequence_conflict_error,
 )
 from phasegraph.store._redis_cluster import ClusterLink, cluster_client, is_cluster_url, node_url
-from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner
+from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner, lease_reply, ms
 from phasegraph.store._redis_queue import QueueEntry, RunQueue
 from phasegraph.store._redis_scripts import COMMIT, HEAD, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
@@ -157,7 +157,7 @@ class RedisStore(Store):
         options = _wire_options(node_url(url), self._where)
         self._prefix = prefix
         self._index = f"{prefix}:runs"
-        self._retention = "" if ttl is None else str(_ms(ttl))
+        self._retention = "" if ttl is None else str(ms(ttl))
         self._closed = False
         self._link: _Link
         if self._cluster:
@@ -349,8 +349,8 @@ class RedisStore(Store):
         """Run the lease script: (token or 0, other holder's lease value, its pttl, now)."""
         with self._errors():
             keys = self.run_keys(run_id)[4:]
-            reply = await self._eval(LEASE, keys, (op, token, _ms(ttl), owner, seen))
-        return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
+            reply = await self._eval(LEASE, keys, (op, token, ms(ttl), owner, seen))
+        return lease_reply(reply)
 
     def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
         # _COMMIT_ARGS values, in the order of the COMMIT script's ARGV.
@@ -362,7 +362,7 @@ class RedisStore(Store):
             *(lease.token, commit.seq, commit.record),
             *((0, b"") if snapshot is None else (1, snapshot)),
             *(meta.graph, meta.status, meta.created_at, meta.updated_at, retention),
-            *(lease.run_id, _ms(lease.ttl), lease.owner),
+            *(lease.run_id, ms(lease.ttl), lease.owner),
         )
 
     def _commit_keys(self, run_id: str) -> tuple[str, ...]:
@@ -545,10 +545,6 @@ def _cluster_link(
 
 _META_FIELDS: Final = ("graph", "status", "seq", "created_at", "updated_at")
 _RUN_KEYS: Final = ("meta", "rec", "snap", "snaps", "lease", "token")
-
-
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
 
 
 def _wire_options(url: str, where: str) -> WireOptions:

@@ -104,6 +104,14 @@ class Driven:
     steps: int = 0
 
 
+@final
+class _Look:
+    """A cancel request not looked up yet: the delivery asks the mailbox."""
+
+
+_LOOK: Final = _Look()
+
+
 @dataclass(slots=True)
 class _Drive:
     """A drive under way: what the host told it since it last looked."""
@@ -207,7 +215,9 @@ class RunDriver:
                     continue
                 self._mailbox.left(run_id, exc)
                 wait, refusals = min(self._retry * 2**refusals, _MAX_WAIT), refusals + 1
-                log = self._log.info if isinstance(exc, LeaseHeldError) else self._log.warning
+                # Held elsewhere is routine; a store away is the host's to say once (a
+                # worker's outage line), not once per run; a lease taken over is not.
+                log = self._log.warning if isinstance(exc, LeaseLostError) else self._log.info
                 log("run %s left for later (%s); trying again in %.1f s", run_id, exc, wait)
                 await asyncio.sleep(wait)
                 if (found := await self._needs_driving(run_id)) is not None:
@@ -255,13 +265,15 @@ class RunDriver:
         self, run_id: str, drive: _Drive, graph: GraphSource | None
     ) -> tuple[RunState, int]:
         steps = 0
-        # A run is cancelled even if its graph changed since it started (as engine.cancel).
-        cancel = await self._mailbox.cancel_requested(run_id) is not None
-        async with self._engine.open(run_id, graph=graph, allow_changed=cancel) as run:
+        # Looked at before opening: a run is cancelled even if its graph changed since it
+        # started (as engine.cancel does). The first delivery acts on what this found.
+        reason: str | _Look | None = await self._mailbox.cancel_requested(run_id)
+        async with self._engine.open(run_id, graph=graph, allow_changed=reason is not None) as run:
             while True:
                 if drive.mail:
                     drive.mail = False
-                    await self._deliver(run)
+                    await self._deliver(run, reason)
+                    reason = _LOOK
                 drive.stepping = True
                 try:
                     stepped = await run.next() is not None
@@ -271,10 +283,11 @@ class RunDriver:
                 if not stepped and not drive.mail:
                     return run.state, steps
 
-    async def _deliver(self, run: Run) -> None:
-        """Act on a cancel request, then apply the replies, between two steps."""
+    async def _deliver(self, run: Run, reason: str | _Look | None) -> None:
+        """Act on a cancel request (``reason``, or looked up), then apply the replies."""
         run_id = run.run_id
-        reason = await self._mailbox.cancel_requested(run_id)
+        if isinstance(reason, _Look):
+            reason = await self._mailbox.cancel_requested(run_id)
         if reason is not None:
             try:
                 await run.cancel(reason)

@@ -9,6 +9,7 @@ happen is asked for by moving the clock and waiting for the keeper's round.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
@@ -276,3 +277,39 @@ async def test_a_keeper_admits_no_more_runs_than_it_keeps_renewed() -> None:
             await asyncio.wait_for(keeper.room(), 0.2)
         await hold.release()
         await asyncio.wait_for(keeper.room(), _WAIT)  # nothing held: room at once
+
+
+async def test_a_store_without_a_line_of_its_own_renews_through_its_event_loop() -> None:
+    """The default lease line (for a store that does not override ``lease_line``) hands
+    renewals to the store's loop: they go through while the loop runs, and a loop that
+    does not take them within a lease is a store that did not answer."""
+
+    class _Plain(ForwardingStore):
+        def lease_line(self) -> LeaseLine:
+            return Store.lease_line(self)  # the default: through this event loop
+
+    async with open_store("memory://") as inner:
+        store = _Plain(inner)
+        lease = await store.acquire("r", "w", 0.2)
+        line = store.lease_line()
+        (renewed,) = await asyncio.to_thread(line.renew, [lease])
+        assert isinstance(renewed, Lease)
+        assert renewed.token == lease.token
+        rival = await inner.acquire("taken", "rival", 0.05)
+        await inner.release(rival)
+        (refused,) = await asyncio.to_thread(line.renew, [rival])
+        assert isinstance(refused, LeaseLostError)
+
+        outcome: list[BaseException] = []
+
+        def renew_while_blocked() -> None:
+            try:
+                line.renew([lease])
+            except StoreUnavailableError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=renew_while_blocked)
+        thread.start()
+        thread.join(_WAIT)  # the loop is blocked here: the renewal cannot run on it
+        await asyncio.sleep(0)
+        assert [str(exc) for exc in outcome] == ["the event loop did not renew the leases"]

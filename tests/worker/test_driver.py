@@ -87,6 +87,7 @@ class _Host:
     """A driver over the in-process mailbox, driving one run in a task."""
 
     def __init__(self, engine: Engine, *, retry: float = 1.0) -> None:
+        self.engine = engine
         self.woken: list[str] = []
         self.mail = _Recording(LocalMailbox(engine.clock, self.woken.append))
         self.driver = RunDriver(engine, self.mail, log=_log, retry=retry)
@@ -94,6 +95,12 @@ class _Host:
 
     def start(self, run_id: str) -> None:
         self.drive = asyncio.create_task(self.driver.drive(run_id))
+
+    async def start_until_gate(self, run_id: str) -> str:
+        """Drive the run until its gate opens (its loop goes on); the gate's id."""
+        self.start(run_id)
+        (gate,) = (await _until(self.engine, run_id, lambda s: bool(s.interrupts))).interrupts
+        return gate
 
     def reply(self, run_id: str, gate: str, result: ActionResult) -> asyncio.Future[RunState]:
         done = self.mail.inner.post_reply(run_id, gate, result)
@@ -120,8 +127,7 @@ async def test_a_reply_is_applied_between_steps_while_the_loop_beside_it_runs(
     run_id = await _gated(engine, {"n": 100000, "nap": 0.02, "until": str(release)})
     host = _Host(engine)
     try:
-        host.start(run_id)
-        (gate,) = (await _until(engine, run_id, lambda s: bool(s.interrupts))).interrupts
+        gate = await host.start_until_gate(run_id)
         answered = await asyncio.wait_for(host.reply(run_id, gate, ActionResult(trigger="ok")), 30)
         assert answered.nodes["approve"].status is NodeStatus.COMPLETED
         assert answered.nodes["count"].status is NodeStatus.RUNNING  # still counting
@@ -144,8 +150,7 @@ async def test_a_reply_refused_in_the_state_reached_is_answered_so_and_the_drive
     run_id = await _gated(engine, {"n": 100000, "nap": 0.02, "until": str(release)})
     host = _Host(engine)
     try:
-        host.start(run_id)
-        (gate,) = (await _until(engine, run_id, lambda s: bool(s.interrupts))).interrupts
+        gate = await host.start_until_gate(run_id)
         # The loop beside the gate writes "total": the commit refuses this reply.
         wrong = ActionResult(trigger="ok", data=frozen_map({"total": -1}))
         with pytest.raises(DataConflictError):
