@@ -1,0 +1,115 @@
+"""Instructions per committed step (or per read), counted by callgrind: load cannot move it.
+
+Run from the repository root (needs valgrind; ``redis`` needs a Redis)::
+
+    .venv/bin/python benchmarks/instructions.py [--cases memory,sqlite,redis,history]
+        [--base DIR] [--redis redis://127.0.0.1:6379/0]
+
+Each case runs twice under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``: once
+for a short loop and once for a long one, and reports ``(Ir(long) - Ir(short)) / (long -
+short)`` steps, so start-up, imports and preparation cancel out. ``history`` counts one
+``Engine.history`` of a 2,000-step SQLite run the same way (reads of 1 and 6). With
+``--base``, ``DIR`` is another checkout whose ``engine/`` is imported instead, and the
+ratio after ÷ before is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHORT, LONG = 300, 1300
+READS = (1, 6)
+CASES = ("memory", "sqlite", "redis", "history")
+
+_CHILD = r"""
+import asyncio, sys, tempfile, uuid
+sys.path.insert(0, {bench!r})
+from phasegraph import Engine, open_store
+
+async def main(case, count, redis):
+    with tempfile.TemporaryDirectory() as tmp:
+        url = {{"memory": "memory://", "redis": redis}}.get(case, f"sqlite:///{{tmp}}/r.db")
+        if case == "redis":
+            url += ("&" if "?" in url else "?") + "prefix=ins" + uuid.uuid4().hex[:8]
+        async with open_store(url) as store:
+            engine = Engine(store)
+            prepared = engine.prepare({loop!r})
+            if case == "history":
+                run_id = (await engine.run(prepared, {{"steps": 2000}})).run_id
+                for _ in range(count):
+                    await engine.history(run_id)
+            else:
+                await engine.run(prepared, {{"steps": count}})
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+"""
+
+
+def _instructions(python: str, root: Path | None, case: str, count: int, redis: str) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "child.py"
+        script.write_text(_CHILD.format(bench=str(HERE), loop=str(HERE / "loop.yaml")))
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        if root is not None:
+            link = Path(tmp) / "src"
+            link.mkdir()
+            (link / "phasegraph").symlink_to(root / "engine")
+            env["PYTHONPATH"] = str(link)
+        out = Path(tmp) / "cg.out"
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                python,
+                str(script),
+                case,
+                str(count),
+                redis,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
+        if match is None:
+            raise SystemExit(f"no summary in callgrind's output for {case}")
+        return int(match.group(1))
+
+
+def _per_unit(python: str, root: Path | None, case: str, redis: str) -> float:
+    low, high = READS if case == "history" else (SHORT, LONG)
+    few = _instructions(python, root, case, low, redis)
+    many = _instructions(python, root, case, high, redis)
+    return (many - few) / (high - low)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="memory,sqlite")
+    parser.add_argument("--base", type=Path, help="another checkout, measured as 'before'")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args()
+    cases = [case for case in args.cases.split(",") if case]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
+    for case in cases:
+        unit = "read" if case == "history" else "step"
+        after = _per_unit(sys.executable, None, case, args.redis)
+        line = f"{case:8} {after:12,.0f} Ir per {unit}"
+        if args.base is not None:
+            before = _per_unit(sys.executable, args.base.resolve(), case, args.redis)
+            line += f"   before {before:12,.0f}   after/before {after / before:.3f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
