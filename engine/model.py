@@ -17,6 +17,7 @@ from math import isqrt
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, final
 
+from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import RunStateError, SourceLocation
 
 __all__ = [
@@ -279,42 +280,6 @@ def updated_map(values: Mapping[str, V], changes: Mapping[str, V]) -> Mapping[st
     if isinstance(values, ChunkedMap):
         return values.updated(changes)
     return ChunkedMap.of({**values, **changes})
-
-
-class RunStatus(StrEnum):
-    """A run's lifecycle.
-
-    running → waiting | parked | completed | failed | cancelled;
-    waiting | parked → running | cancelled. completed, failed and cancelled are terminal.
-    """
-
-    RUNNING = "running"
-    WAITING = "waiting"
-    PARKED = "parked"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the run can never change again."""
-        return self in _TERMINAL_RUN
-
-    def ensure_can_become(self, new: RunStatus, *, run_id: str | None = None) -> None:
-        """Raise :class:`RunStateError` unless ``self → new`` is a legal change."""
-        if new is not self and new not in _RUN_MOVES[self]:
-            raise RunStateError(f"run cannot go from {self} to {new}", run_id=run_id)
-
-
-_TERMINAL_RUN = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-_RUN_MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
-    RunStatus.RUNNING: frozenset(RunStatus) - {RunStatus.RUNNING},
-    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.PARKED, RunStatus.CANCELLED}),
-    RunStatus.PARKED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
-    RunStatus.COMPLETED: frozenset(),
-    RunStatus.FAILED: frozenset(),
-    RunStatus.CANCELLED: frozenset(),
-}
 
 
 class NodeStatus(StrEnum):

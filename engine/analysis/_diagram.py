@@ -21,8 +21,10 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
+from phasegraph._vocabulary import DIAGRAM_FORMATS as FORMATS
+from phasegraph._vocabulary import DiagramFormat as Format
 from phasegraph.analysis._check import machine_family, resolve
 from phasegraph.analysis._proofs import edge_marks
 from phasegraph.core import compile_graph
@@ -34,10 +36,6 @@ __all__ = ["FORMATS", "Format", "diagram", "draft_diagram", "graph_diagram", "ma
 
 Marks = Mapping[tuple[str, int], str]
 """(machine, transition index) → ``dead`` or ``shadowed``."""
-
-Format = Literal["mermaid", "dot"]
-FORMATS: tuple[Format, ...] = ("mermaid", "dot")
-"""The output formats, default first."""
 
 _INDENT = "    "
 

@@ -3,9 +3,8 @@
 Building the parser from this table imports none of the engine: ``phasegraph --help``,
 ``--version`` and ``<command> --help`` cost little more than a bare Python start. A command's
 module (and with it the engine and its libraries) is imported only when that command
-runs, by the loader function its row names. For the same reason, the few engine
-constants the options need are copied here; ``tests/cli/test_commands.py`` keeps each
-copy equal to its source.
+runs, by the loader function its row names. For the same reason, the few engine values
+the options need come from :mod:`phasegraph._vocabulary`, their light home.
 """
 
 from __future__ import annotations
@@ -13,34 +12,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Final
 
-__all__ = [
-    "COMMANDS",
-    "DEFAULT_STORE_URL",
-    "DIAGRAM_FORMATS",
-    "RUN_STATUSES",
-    "Command",
-    "Handler",
-    "Handlers",
-]
+from phasegraph._vocabulary import DIAGRAM_FORMATS, RunStatus
+from phasegraph.cli._handler import Handler, Handlers
 
-Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-"""An async command handler returning the exit status."""
+__all__ = ["COMMANDS", "Command"]
 
-Handlers = Mapping[str, Handler]
-"""A command module's handlers by command name (its ``HANDLERS``)."""
-
-DEFAULT_STORE_URL = "sqlite:///.phasegraph/runs.db"
-"""Copy of :data:`phasegraph.store.DEFAULT_STORE_URL`."""
-
-DIAGRAM_FORMATS = ("mermaid", "dot")
-"""Copy of :data:`phasegraph.analysis.FORMATS`; the first is the default."""
-
-RUN_STATUSES = ("running", "waiting", "parked", "completed", "failed", "cancelled")
-"""Copy of the values of :class:`phasegraph.model.RunStatus`, in definition order."""
+RUN_STATUSES: Final = tuple(status.value for status in RunStatus)
+"""The values ``status --status`` accepts, in definition order."""
 
 
 # A plain class, not a dataclass: importing dataclasses (and inspect) would add a good

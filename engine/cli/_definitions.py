@@ -8,7 +8,7 @@ import sys
 from types import MappingProxyType
 
 from phasegraph.analysis import Report, check, draft_diagram, github_annotation
-from phasegraph.cli._commands import Handlers
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = ["HANDLERS"]

@@ -7,7 +7,7 @@ import sys
 from types import MappingProxyType
 
 from phasegraph.api import Engine
-from phasegraph.cli._commands import Handlers
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import (
     EXIT_FAILED,
     EXIT_OK,

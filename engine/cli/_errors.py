@@ -11,7 +11,7 @@ import argparse
 from types import MappingProxyType
 
 from phasegraph.api import Engine
-from phasegraph.cli._commands import Handlers
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_OK, emit, with_engine
 from phasegraph.model import ErrorRecord, RunState
 from phasegraph.views import error_rows, recovered_nodes, run_summary

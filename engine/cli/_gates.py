@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from phasegraph.api import Engine
-from phasegraph.cli._commands import DEFAULT_STORE_URL
 from phasegraph.errors import PhasegraphError
 from phasegraph.model import Interrupt, RunState
+from phasegraph.store import DEFAULT_STORE_URL
 from phasegraph.views import state_view
 
 __all__ = ["OpenGate", "gate_lines", "gates_view", "open_gates", "reply_command", "shown"]

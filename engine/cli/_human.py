@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
-from phasegraph.cli._commands import Handlers
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._runs import fits_changed_graph
 from phasegraph.cli._support import emit, finished, parse_inputs, progress, with_engine
 from phasegraph.errors import LeaseHeldError

@@ -13,7 +13,9 @@ import os
 from collections.abc import Sequence
 
 from phasegraph import __version__
-from phasegraph.cli._commands import COMMANDS, DEFAULT_STORE_URL, Handler
+from phasegraph._vocabulary import DEFAULT_STORE_URL
+from phasegraph.cli._commands import COMMANDS
+from phasegraph.cli._handler import Handler
 
 __all__ = ["build_parser", "main"]
 

@@ -10,8 +10,8 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.api import Engine
-from phasegraph.cli._commands import Handlers
 from phasegraph.cli._gates import gate_lines, gates_view, open_gates
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import (
     EXIT_OK,
     emit,

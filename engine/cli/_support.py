@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
-from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
 from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
+from phasegraph.cli._handler import Handler
 from phasegraph.codec import check_encodable, json_int, to_json
 from phasegraph.errors import (
     CodecError,
@@ -35,7 +35,7 @@ from phasegraph.errors import (
 )
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import BUSY_THRESHOLDS, RunOptions
-from phasegraph.store import open_store, redact_url
+from phasegraph.store import DEFAULT_STORE_URL, open_store, redact_url
 from phasegraph.views import jsonable, run_summary
 
 # The progress display (and rich with it) is imported by the commands that drive a run,

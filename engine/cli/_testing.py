@@ -6,7 +6,7 @@ import argparse
 import json
 from types import MappingProxyType
 
-from phasegraph.cli._commands import Handlers
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, parse_inputs
 
 __all__ = ["HANDLERS"]

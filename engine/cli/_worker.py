@@ -21,12 +21,12 @@ from types import MappingProxyType
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
-from phasegraph.cli._commands import DEFAULT_STORE_URL, Handlers
+from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tune_collector
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
-from phasegraph.store import Store, open_store, redact_url
+from phasegraph.store import DEFAULT_STORE_URL, Store, open_store, redact_url
 from phasegraph.worker import (
     Worker,
     WorkerOptions,

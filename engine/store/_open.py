@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Final, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from phasegraph._vocabulary import DEFAULT_STORE_URL
 from phasegraph.errors import (
     InputError,
     JournalHeadError,
@@ -49,9 +50,6 @@ __all__ = [
     "run_not_found_error",
     "sequence_conflict_error",
 ]
-
-DEFAULT_STORE_URL: Final = "sqlite:///.phasegraph/runs.db"
-"""The embedded default store, relative to the current directory."""
 
 FINISHED_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
 """Run statuses after which a run never changes again (retention may then expire it)."""

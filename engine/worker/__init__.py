@@ -13,15 +13,8 @@ from __future__ import annotations
 from phasegraph.worker._driver import Driven, Mailbox, Outcome, Reply, RunDriver
 from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import cancel_by_worker, post_reply, reply_applied
-from phasegraph.worker._worker import (
-    QueueEntry,
-    Worker,
-    WorkerOptions,
-    WorkerStats,
-    WorkQueue,
-    has_work_queue,
-    work_queue_of,
-)
+from phasegraph.worker._queue import QueueEntry, WorkQueue, has_work_queue, work_queue_of
+from phasegraph.worker._worker import Worker, WorkerOptions, WorkerStats
 
 __all__ = [
     "Driven",

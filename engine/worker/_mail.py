@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, final
+from typing import Final, final
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
@@ -24,9 +24,7 @@ from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import RunState, RunStatus, frozen_map
 from phasegraph.run import check_reply
 from phasegraph.worker._driver import Outcome, Reply
-
-if TYPE_CHECKING:  # _worker imports this module: the protocol is only named here
-    from phasegraph.worker._worker import WorkQueue
+from phasegraph.worker._queue import WorkQueue
 
 __all__ = ["QueueMailbox", "cancel_by_worker", "post_reply", "reply_applied"]
 

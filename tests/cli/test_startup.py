@@ -34,7 +34,14 @@ HEAVY = frozenset(
 """The third-party libraries the engine and its command modules import."""
 
 PARSER_MODULES = frozenset(
-    {"phasegraph", "phasegraph.cli", "phasegraph.cli._main", "phasegraph.cli._commands"}
+    {
+        "phasegraph",
+        "phasegraph._vocabulary",
+        "phasegraph.cli",
+        "phasegraph.cli._main",
+        "phasegraph.cli._commands",
+        "phasegraph.cli._handler",
+    }
 )
 """The phasegraph modules that building the parser may import."""
 

@@ -10,14 +10,9 @@ May import :mod:`phasegraph.actions`' own modules, :mod:`phasegraph.model` and
 
 from __future__ import annotations
 
-from phasegraph.actions.llm._action import (
-    DEFAULT_CONVERSATION,
-    DELTA_EVENT,
-    OUTCOMES,
-    LlmConfig,
-    build_llm_action,
-)
+from phasegraph.actions.llm._action import DELTA_EVENT, build_llm_action
 from phasegraph.actions.llm._client import ProviderError
+from phasegraph.actions.llm._config import DEFAULT_CONVERSATION, OUTCOMES, LlmConfig
 from phasegraph.actions.llm._endpoint import BASE_URL_ENV, KEY_ENV, MODEL_ENV
 from phasegraph.actions.llm._measure import SUMMARY_PREFIX, estimate_tokens
 from phasegraph.actions.llm._scripted import ScriptedModelServer

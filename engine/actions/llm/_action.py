@@ -23,62 +23,23 @@ of answering: :mod:`phasegraph.actions.llm._compress`, fired as ``compressed``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Final
 
 from phasegraph.actions._base import Action, ActionContext, ActionResult
 from phasegraph.actions._shell import render
 from phasegraph.actions.llm._client import ChatRequest, Completion, ProviderError, complete
 from phasegraph.actions.llm._compress import Compressor, needs_compression
+from phasegraph.actions.llm._config import LlmConfig
 from phasegraph.actions.llm._endpoint import open_endpoint
 from phasegraph.errors import ActionError
 from phasegraph.model import ActionDef, frozen_map
 
-__all__ = ["DEFAULT_CONVERSATION", "DELTA_EVENT", "OUTCOMES", "LlmConfig", "build_llm_action"]
+__all__ = ["DELTA_EVENT", "build_llm_action"]
 
-DEFAULT_CONVERSATION: Final = "conversation"
-OUTCOMES: Final = ("answer", "tool_calls", "compressed")
-"""What an llm step can end in; ``on_outcome:`` maps each to the trigger it fires."""
-DEFAULT_TIMEOUT: Final = 120.0
 DELTA_EVENT: Final = "llm_delta"
 """The live (never committed) event carrying a piece of streamed text."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LlmConfig:
-    """An ``llm:`` binding, validated by the schema and read once."""
-
-    model: str
-    system: str | None = None
-    prompt: str | None = None
-    conversation: str = DEFAULT_CONVERSATION
-    tools: tuple[str, ...] = ()
-    temperature: float | None = None
-    max_tokens: int | None = None
-    auxiliary_model: str | None = None
-    context_tokens: int | None = None
-    keep_recent: int = 6
-    stream: bool = False
-    retries: int = 2
-    timeout: float = DEFAULT_TIMEOUT
-    on_outcome: Mapping[str, str | None] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, binding: Mapping[str, Any]) -> LlmConfig:
-        """Read a binding (``{llm: {...}, on_outcome: {...}, timeout: ...}``)."""
-        spec = dict(binding["llm"])
-        spec["tools"] = tuple(spec.get("tools") or ())
-        return cls(
-            **spec,
-            timeout=float(binding.get("timeout") or DEFAULT_TIMEOUT),
-            on_outcome=MappingProxyType(dict(binding.get("on_outcome") or {})),
-        )
-
-    def trigger(self, outcome: str) -> str | None:
-        """The trigger an outcome fires (None: the binding does not expect it)."""
-        return self.on_outcome.get(outcome, outcome)
 
 
 def _awaits_prompt(conversation: Sequence[Mapping[str, Any]]) -> bool:

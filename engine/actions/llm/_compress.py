@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from phasegraph.actions._base import ActionContext, ActionResult
 from phasegraph.actions.llm._client import ChatRequest, Endpoint, ProviderError, complete
+from phasegraph.actions.llm._config import LlmConfig
 from phasegraph.actions.llm._measure import (
     estimate_tokens,
     is_summary,
@@ -27,9 +28,6 @@ from phasegraph.actions.llm._measure import (
     summary_head,
 )
 from phasegraph.model import frozen_map
-
-if TYPE_CHECKING:
-    from phasegraph.actions.llm._action import LlmConfig
 
 __all__ = ["Compressor", "needs_compression"]
 

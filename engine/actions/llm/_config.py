@@ -1,0 +1,55 @@
+"""An ``llm:`` binding as a typed value: the configuration both the call and compression read.
+
+Its own module so that :mod:`phasegraph.actions.llm._action` (which calls the model) and
+:mod:`phasegraph.actions.llm._compress` (which it calls when the conversation grows too
+long) can both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
+
+__all__ = ["DEFAULT_CONVERSATION", "DEFAULT_TIMEOUT", "OUTCOMES", "LlmConfig"]
+
+DEFAULT_CONVERSATION: Final = "conversation"
+OUTCOMES: Final = ("answer", "tool_calls", "compressed")
+"""What an llm step can end in; ``on_outcome:`` maps each to the trigger it fires."""
+DEFAULT_TIMEOUT: Final = 120.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmConfig:
+    """An ``llm:`` binding, validated by the schema and read once."""
+
+    model: str
+    system: str | None = None
+    prompt: str | None = None
+    conversation: str = DEFAULT_CONVERSATION
+    tools: tuple[str, ...] = ()
+    temperature: float | None = None
+    max_tokens: int | None = None
+    auxiliary_model: str | None = None
+    context_tokens: int | None = None
+    keep_recent: int = 6
+    stream: bool = False
+    retries: int = 2
+    timeout: float = DEFAULT_TIMEOUT
+    on_outcome: Mapping[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, binding: Mapping[str, Any]) -> LlmConfig:
+        """Read a binding (``{llm: {...}, on_outcome: {...}, timeout: ...}``)."""
+        spec = dict(binding["llm"])
+        spec["tools"] = tuple(spec.get("tools") or ())
+        return cls(
+            **spec,
+            timeout=float(binding.get("timeout") or DEFAULT_TIMEOUT),
+            on_outcome=MappingProxyType(dict(binding.get("on_outcome") or {})),
+        )
+
+    def trigger(self, outcome: str) -> str | None:
+        """The trigger an outcome fires (None: the binding does not expect it)."""
+        return self.on_outcome.get(outcome, outcome)
