@@ -42,6 +42,7 @@ from phasegraph.run._stored import (
 
 if TYPE_CHECKING:
     from phasegraph.run._interpreter import Run, check_reply
+    from phasegraph.run._middleware import Middleware, chain
     from phasegraph.run._prepare import REDUCERS, PreparedGraph, initial_state, prepare
     from phasegraph.run._replay import (
         Divergence,
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "Run": "phasegraph.run._interpreter",
     "check_reply": "phasegraph.run._interpreter",
+    "Middleware": "phasegraph.run._middleware",
+    "chain": "phasegraph.run._middleware",
     "REDUCERS": "phasegraph.run._prepare",
     "PreparedGraph": "phasegraph.run._prepare",
     "initial_state": "phasegraph.run._prepare",
@@ -92,12 +95,14 @@ __all__ = [
     "IdFactory",
     "LeaseKeeper",
     "Loaded",
+    "Middleware",
     "PreparedGraph",
     "ReplayReport",
     "Run",
     "RunOptions",
     "SystemClock",
     "TimeOrderedIds",
+    "chain",
     "check_reply",
     "check_run_id",
     "create_run",

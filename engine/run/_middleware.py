@@ -2,7 +2,9 @@
 
 Each middleware is ``async (ctx, call_next) -> ActionResult``. The chain is built once per
 run from an ordered tuple: the first middleware is outermost, so ``before`` code runs
-outside-in and ``after`` code inside-out.
+outside-in and ``after`` code inside-out. A graph's ``middleware:`` names built-ins
+(:data:`MIDDLEWARE`); your own compose with :func:`chain` (public as
+``phasegraph.run.chain``) around an action you bind in code.
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ _MAX_TRACKED = 4096
 
 
 class Middleware(Protocol):
-    """One layer of the onion."""
+    """One layer of the onion: ``async def __call__(ctx, call_next) -> ActionResult``.
+
+    It may change the context it passes on, skip ``call_next`` altogether, or change the
+    result it returns.
+    """
 
     def __call__(self, ctx: ActionContext, call_next: CallNext) -> Any:
         """Run around ``call_next(ctx)`` and return its (possibly changed) result."""
@@ -48,7 +54,20 @@ class Middleware(Protocol):
 
 
 def chain(middleware: Sequence[Middleware], action: Action) -> Action:
-    """Wrap ``action`` so that ``middleware[0]`` is the outermost layer."""
+    """Wrap ``action`` so that ``middleware[0]`` is the outermost layer.
+
+    Bind the result in code, e.g. ``prepare(definition, source, actions={(node_id,
+    hook): chain((outer, inner), action)})``; a graph's own ``middleware:`` then wraps it
+    in turn. (The result is an async callable but not a coroutine function, so a
+    ``python:`` binding, which runs plain functions in a thread, cannot name it.)
+
+    Args:
+        middleware: The layers, outermost first.
+        action: The action at the centre.
+
+    Returns:
+        An action running every layer around ``action``.
+    """
     wrapped: CallNext = action
     for layer in reversed(middleware):
         wrapped = _bind(layer, wrapped)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from builders import engine, graph, loop_machine, prepared, returning
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.model import NodeOutcome, NodeStatus, RunStatus
+from phasegraph.run import chain
 from phasegraph.store.memory import MemoryStore
 
 
@@ -216,8 +217,6 @@ async def test_middleware_runs_as_an_onion():
     async def action(ctx: ActionContext) -> ActionResult:
         order.append("action")
         return ActionResult(trigger="ok")
-
-    from phasegraph.run._middleware import chain
 
     wrapped = chain((layer("outer"), layer("inner")), action)
     definition = graph([("a", [])])
