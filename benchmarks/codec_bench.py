@@ -48,7 +48,7 @@ from phasegraph import Engine, codec, open_store
 from phasegraph.model import (
     RunState,
 )
-from phasegraph.run import decode_history, decode_stored
+from phasegraph.run._stored import decode_history, decode_stored
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the run states the codec tests use, every field set

@@ -43,7 +43,8 @@ from typing import Any
 
 import redis.asyncio
 
-from phasegraph import Engine, Store, codec, open_store
+from phasegraph import Engine, Store, open_store
+from phasegraph.codec import _envelope
 from phasegraph.store import Commit, ForwardingStore, Lease
 
 HERE = Path(__file__).parent
@@ -100,7 +101,7 @@ async def _measure(url: str, turns: int, size: int, check: bool) -> dict[str, An
         return {
             "run_id": state.run_id,
             "steps": state.seq,
-            "conversation": len(codec.encode_value(conversation)),
+            "conversation": len(_envelope.encode_value(conversation)),
             "written": store.written,
             "snapshots": store.snapshots,
             "us_per_step": elapsed / state.seq * 1e6,

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from phasegraph import Engine, Store, codec, open_store
+from phasegraph.codec import _envelope, _json
 from phasegraph.views import record_view
 
 GRAPH = Path(__file__).with_name("loop.yaml")
@@ -39,7 +40,7 @@ async def _blobs(store: Store, run_id: str) -> list[bytes]:
 
 async def _json_record_by_record(engine: Engine, run_id: str) -> bytes:
     records = await engine.history(run_id)
-    return codec.to_json([record_view(record) for record in records]).encode()
+    return _json.to_json([record_view(record) for record in records]).encode()
 
 
 async def _measure(url: str, steps: int, repeat: int) -> tuple[dict[str, list[float]], int]:
@@ -70,13 +71,13 @@ async def _measure(url: str, steps: int, repeat: int) -> tuple[dict[str, list[fl
             started = time.perf_counter()
             await engine.history_json(run_id)
             keep("json from the bytes", (time.perf_counter() - started) * 1e3)
-            with codec.collector_paused():
+            with _envelope.collector_paused():
                 started = time.perf_counter()
                 for blob in blobs:
                     codec.decode_record(blob)
                 keep("decode_record", (time.perf_counter() - started) * 1e6 / len(blobs))
                 started = time.perf_counter()
-                codec.read_records(blobs)
+                _envelope.read_records(blobs)
                 keep("read_records", (time.perf_counter() - started) * 1e6 / len(blobs))
     return samples, len(blobs)
 

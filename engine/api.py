@@ -20,25 +20,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.codec import SnapshotCache
+from phasegraph.codec._envelope import SnapshotCache
 from phasegraph.errors import InputError, RunStateError, SequenceConflictError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
 from phasegraph.run import (
     Clock,
     IdFactory,
-    LeaseKeeper,
     RunOptions,
     SystemClock,
     TimeOrderedIds,
-    check_run_id,
-    create_run,
-    decode_history,
-    first_commit,
-    fork_state,
-    history_json,
-    load,
+    _prepare,
+    _replay,
 )
+from phasegraph.run._fork import create_run, fork_state
+from phasegraph.run._lease import LeaseKeeper
+from phasegraph.run._options import check_run_id
+from phasegraph.run._stored import decode_history, first_commit, history_json, load
 from phasegraph.store.base import RunMeta, Store
 
 # Reading a run needs none of the machinery that drives one: the interpreter, graph
@@ -46,7 +44,8 @@ from phasegraph.store.base import RunMeta, Store
 # (imported on first use, see phasegraph.run) and imported in the methods that drive, so
 # ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
-    from phasegraph.run import Hold, PreparedGraph, ReplayReport, Run
+    from phasegraph.run import PreparedGraph, ReplayReport, Run
+    from phasegraph.run._lease import Hold
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -148,7 +147,7 @@ class Engine:
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
         hold = await self.leases.acquire(run_id)
-        state = runs.initial_state(prepared, run_id, run_input, self.clock.now())
+        state = _prepare.initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
         commit = first_commit(state, created)
         try:
@@ -425,7 +424,7 @@ class Engine:
         """
         first = await self.get(run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
-        return await runs.replay_history(self.store, prepared, first)
+        return await _replay.replay_history(self.store, prepared, first)
 
 
 def _remember(cache: dict[K, V], key: K, value: V) -> V:
@@ -473,7 +472,7 @@ def _is_path(source: str | Path) -> bool:
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
     if definition.input_schema is None:
         return
-    from phasegraph.spec import input_validator  # here, not at the top: see the imports
+    from phasegraph.spec._input import input_validator
 
     validator = input_validator(definition.input_schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))

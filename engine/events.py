@@ -16,7 +16,11 @@ from typing import Any
 
 from phasegraph.model import EMPTY, NodeStatus, RunState, RunStatus, StepRecord, empty_field
 
-__all__ = ["Event", "EventBus", "Listener", "ends_run", "events_for", "live_event"]
+__all__ = [
+    "Event",
+    "EventBus",
+    "Listener",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +133,7 @@ def live_event(state: RunState, node: str, kind: str, fields: Mapping[str, Any])
 
 
 Listener = Callable[[Event], None]
+"""What :meth:`EventBus.subscribe` takes: called with each event as it is published."""
 
 
 class EventBus:

@@ -21,8 +21,6 @@ from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import RunStateError, SourceLocation
 
 __all__ = [
-    "EMPTY",
-    "TEMPLATE_MAX_CHARS",
     "ActionDef",
     "BudgetDef",
     "ChunkedMap",
@@ -40,18 +38,6 @@ __all__ = [
     "StateDef",
     "StepRecord",
     "TransitionDef",
-    "apply_record",
-    "apply_records",
-    "empty_field",
-    "extended_lists",
-    "extension",
-    "fold_records",
-    "frozen_map",
-    "nested_machines",
-    "quick_init",
-    "same_value",
-    "template_parts",
-    "updated_map",
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})

@@ -12,14 +12,7 @@ from typing import Any, Final
 
 from phasegraph.model import NodeOutcome, NodeState, NodeStatus, RunState, StepRecord
 
-__all__ = [
-    "error_rows",
-    "jsonable",
-    "record_view",
-    "recovered_nodes",
-    "run_summary",
-    "state_view",
-]
+__all__: list[str] = []
 
 
 _PLAIN: Final = frozenset({str, int, float, bool, NoneType})

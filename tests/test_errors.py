@@ -27,7 +27,7 @@ from phasegraph.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from phasegraph.server import STATUS_FOR
+from phasegraph.server._app import STATUS_FOR
 from phasegraph.store import open_store
 from phasegraph.store._thread_worker import ThreadWorker
 from phasegraph.store.memory import MemoryStore

@@ -73,7 +73,7 @@ def test_quick_init_builds_what_the_dataclass_init_builds() -> None:
     import inspect
 
     from phasegraph.actions import ActionContext, ActionResult
-    from phasegraph.core import Position, StepResult
+    from phasegraph.core._machine import Position, StepResult
     from phasegraph.model import ErrorRecord, Interrupt, NodeState, RunState, StepRecord
     from phasegraph.store.base import Commit, Lease, RunMeta, StoredRun
 

@@ -17,41 +17,12 @@ from phasegraph.actions._base import (
     EventSink,
     ToolCall,
 )
-from phasegraph.actions._build import (
-    BUILDERS,
-    build_action,
-)
-from phasegraph.actions._failures import (
-    ERROR_LOG_EVENT,
-    ERROR_TRIGGER,
-    classify_error,
-    describe_error,
-)
-from phasegraph.actions._human import (
-    TIMEOUT_TRIGGER,
-    HumanGate,
-    build_gate,
-    render_payload,
-)
-from phasegraph.actions._shell import DEFAULT_COMMAND_TIMEOUT, build_shell_action
 
 __all__ = [
-    "BUILDERS",
-    "DEFAULT_COMMAND_TIMEOUT",
-    "ERROR_LOG_EVENT",
-    "ERROR_TRIGGER",
-    "TIMEOUT_TRIGGER",
     "Action",
     "ActionContext",
     "ActionResult",
     "CallNext",
     "EventSink",
-    "HumanGate",
     "ToolCall",
-    "build_action",
-    "build_gate",
-    "build_shell_action",
-    "classify_error",
-    "describe_error",
-    "render_payload",
 ]

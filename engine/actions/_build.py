@@ -43,13 +43,13 @@ def _build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
 
 def _build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
     # The openai client is as heavy to import as aiohttp: only model graphs load it.
-    from phasegraph.actions.llm import build_llm_action
+    from phasegraph.actions.llm._action import build_llm_action
 
     return build_llm_action(definition, base_dir)
 
 
 def _build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
-    from phasegraph.actions.llm import build_tools_action
+    from phasegraph.actions.llm._tools import build_tools_action
 
     return build_tools_action(definition, base_dir)
 

@@ -20,12 +20,12 @@ from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_boun
 from phasegraph.analysis._runnable import graph_run_findings, machine_file_findings
 from phasegraph.errors import InputError, Problem, SourceLocation, SpecError
 from phasegraph.model import MachineDef
-from phasegraph.spec import (
+from phasegraph.spec import load_graph
+from phasegraph.spec._catalog import is_name
+from phasegraph.spec._loader import (
     builtin_graphs,
     builtin_machines,
     graph_source,
-    is_name,
-    load_graph,
     load_machine_family,
     machine_source,
 )

@@ -27,10 +27,11 @@ from phasegraph._vocabulary import DIAGRAM_FORMATS as FORMATS
 from phasegraph._vocabulary import DiagramFormat as Format
 from phasegraph.analysis._check import machine_family, resolve
 from phasegraph.analysis._proofs import edge_marks
-from phasegraph.core import compile_graph
+from phasegraph.core._graph import compile_graph
 from phasegraph.errors import InputError, Problem, SpecError
 from phasegraph.model import GraphDef, MachineDef, NodeDef, NodeOutcome, StateDef, TransitionDef
-from phasegraph.spec import load_graph, read_raw
+from phasegraph.spec import load_graph
+from phasegraph.spec._loader import read_raw
 
 __all__ = ["FORMATS", "Format", "diagram", "draft_diagram", "graph_diagram", "machine_diagram"]
 

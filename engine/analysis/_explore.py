@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.core import CompiledMachine
+from phasegraph.core._machine import CompiledMachine
 from phasegraph.model import MachineDef, TransitionDef
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from phasegraph.actions import ERROR_TRIGGER
+from phasegraph.actions._failures import ERROR_TRIGGER
 from phasegraph.model import EMPTY, PATH_SEPARATOR, MachineDef, StateDef, nested_machines
 
 __all__ = ["Explored", "Explorer", "HookSite", "cycle_through", "loops"]

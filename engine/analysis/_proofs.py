@@ -33,7 +33,8 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from phasegraph.actions import ERROR_TRIGGER, TIMEOUT_TRIGGER
+from phasegraph.actions._failures import ERROR_TRIGGER
+from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.analysis._explore import (
     MAX_CONFIGURATIONS,
     Assumption,

@@ -35,7 +35,7 @@ from phasegraph.analysis._explore import Explorer as SpaceExplorer
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
 from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
-from phasegraph.core import find_cycle
+from phasegraph.core._graph import find_cycle
 from phasegraph.errors import SourceLocation
 from phasegraph.model import EMPTY, GraphDef, MachineDef, NodeDef
 

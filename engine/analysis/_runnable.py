@@ -17,15 +17,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from phasegraph.actions import TIMEOUT_TRIGGER
+from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._kinds import is_machine_file
-from phasegraph.core import compile_graph, declared_conflicts, find_cycle
+from phasegraph.core._graph import compile_graph, find_cycle
+from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.model import GraphDef, MachineDef, NodeDef, nested_machines
 from phasegraph.run import prepare
-from phasegraph.spec import builtin_machines
-from phasegraph.tools import build_tools
+from phasegraph.spec._loader import builtin_machines
+from phasegraph.tools._registry import build_tools
 
 __all__ = ["graph_run_findings", "machine_file_findings"]
 

@@ -7,6 +7,8 @@ import :mod:`phasegraph.api`, :mod:`phasegraph.analysis` and everything below th
 
 from __future__ import annotations
 
-from phasegraph.cli._main import build_parser, main
+from phasegraph.cli._main import main
 
-__all__ = ["build_parser", "main"]
+__all__ = [
+    "main",
+]

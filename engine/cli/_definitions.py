@@ -7,7 +7,9 @@ import json
 import sys
 from types import MappingProxyType
 
-from phasegraph.analysis import Report, check, draft_diagram, github_annotation
+from phasegraph.analysis import Report, check
+from phasegraph.analysis._diagram import draft_diagram
+from phasegraph.analysis._findings import github_annotation
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 

@@ -18,7 +18,8 @@ from phasegraph.cli._support import (
     with_engine,
 )
 from phasegraph.model import RunStatus, StepRecord
-from phasegraph.run import ReplayReport, report_view
+from phasegraph.run import ReplayReport
+from phasegraph.run._replay import report_view
 
 __all__ = ["HANDLERS"]
 

@@ -41,7 +41,7 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
     if not state.interrupts:
         return []
     # Here, not at the top: a command that shows no gate (history) starts without actions.
-    from phasegraph.actions import TIMEOUT_TRIGGER
+    from phasegraph.actions._human import TIMEOUT_TRIGGER
 
     try:
         prepared = engine.prepare(state.graph_source)

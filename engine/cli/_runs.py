@@ -27,8 +27,8 @@ from phasegraph.cli._support import (
 )
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
-from phasegraph.run import check_run_id
-from phasegraph.store import holder_gone, owner_label
+from phasegraph.run._options import check_run_id
+from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import run_summary, state_view
 
 __all__ = ["HANDLERS"]
@@ -264,7 +264,8 @@ async def _cmd_show(args: argparse.Namespace) -> int:
 
 
 async def _cmd_machines(args: argparse.Namespace) -> int:
-    from phasegraph.spec import builtin_machines, load_machine
+    from phasegraph.spec import load_machine
+    from phasegraph.spec._loader import builtin_machines
 
     names = builtin_machines()
     rows = [load_machine(name) for name in names]
@@ -277,7 +278,8 @@ async def _cmd_machines(args: argparse.Namespace) -> int:
 
 
 async def _cmd_graphs(args: argparse.Namespace) -> int:
-    from phasegraph.spec import builtin_graphs, load_graph
+    from phasegraph.spec import load_graph
+    from phasegraph.spec._loader import builtin_graphs
 
     rows = [load_graph(name) for name in builtin_graphs()]
     emit(

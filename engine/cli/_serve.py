@@ -37,7 +37,8 @@ from phasegraph.cli._worker import (
 from phasegraph.errors import InputError
 from phasegraph.run import RunOptions
 from phasegraph.server import ServerSettings, create_app
-from phasegraph.store import open_store, redact_url
+from phasegraph.store import open_store
+from phasegraph.store._open import redact_url
 from phasegraph.worker import Worker, WorkerOptions
 
 __all__ = ["HANDLERS"]

@@ -24,7 +24,8 @@ from urllib.parse import unquote, urlsplit
 from phasegraph.api import Engine
 from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
 from phasegraph.cli._handler import Handler
-from phasegraph.codec import check_encodable, json_int, to_json
+from phasegraph.codec._envelope import check_encodable
+from phasegraph.codec._json import json_int, to_json
 from phasegraph.errors import (
     CodecError,
     ErrorCode,
@@ -34,8 +35,10 @@ from phasegraph.errors import (
     RunNotFoundError,
 )
 from phasegraph.model import RunState, RunStatus
-from phasegraph.run import BUSY_THRESHOLDS, RunOptions
-from phasegraph.store import DEFAULT_STORE_URL, open_store, redact_url
+from phasegraph.run import RunOptions
+from phasegraph.run._collector import BUSY_THRESHOLDS
+from phasegraph.store import DEFAULT_STORE_URL, open_store
+from phasegraph.store._open import redact_url
 from phasegraph.views import jsonable, run_summary
 
 # The progress display (and rich with it) is imported by the commands that drive a run,

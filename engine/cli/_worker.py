@@ -26,16 +26,10 @@ from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tune_collector
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
-from phasegraph.store import DEFAULT_STORE_URL, Store, open_store, redact_url
-from phasegraph.worker import (
-    Worker,
-    WorkerOptions,
-    WorkQueue,
-    cancel_by_worker,
-    has_work_queue,
-    post_reply,
-    work_queue_of,
-)
+from phasegraph.store import DEFAULT_STORE_URL, Store, open_store
+from phasegraph.store._open import redact_url
+from phasegraph.worker import Worker, WorkerOptions, WorkQueue, has_work_queue, work_queue_of
+from phasegraph.worker._mail import cancel_by_worker, post_reply
 
 __all__ = [
     "HANDLERS",

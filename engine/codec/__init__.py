@@ -8,46 +8,16 @@ from __future__ import annotations
 
 from phasegraph.codec._envelope import (
     FORMAT_VERSION,
-    MAX_DEPTH,
-    RecordBody,
-    SnapshotCache,
-    StoredSnapshot,
-    apply_bodies,
-    check_encodable,
-    collector_paused,
     decode_record,
     decode_snapshot,
-    decode_value,
     encode_record,
     encode_snapshot,
-    encode_value,
-    read_record,
-    read_records,
-    read_snapshot,
 )
-from phasegraph.codec._history import history_json, history_page_json
-from phasegraph.codec._json import json_int, to_json
 
 __all__ = [
     "FORMAT_VERSION",
-    "MAX_DEPTH",
-    "RecordBody",
-    "SnapshotCache",
-    "StoredSnapshot",
-    "apply_bodies",
-    "check_encodable",
-    "collector_paused",
     "decode_record",
     "decode_snapshot",
-    "decode_value",
     "encode_record",
     "encode_snapshot",
-    "encode_value",
-    "history_json",
-    "history_page_json",
-    "json_int",
-    "read_record",
-    "read_records",
-    "read_snapshot",
-    "to_json",
 ]

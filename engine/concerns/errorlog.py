@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from phasegraph.actions import ERROR_LOG_EVENT, ActionContext
+from phasegraph.actions import ActionContext
+from phasegraph.actions._failures import ERROR_LOG_EVENT
 from phasegraph.model import PATH_SEPARATOR
 
-__all__ = ["log_error", "spent"]
+__all__ = [
+    "log_error",
+    "spent",
+]
 
 
 def log_error(

@@ -21,14 +21,8 @@ from phasegraph.errors import ActionError, LoopDetectedError, RunError
 from phasegraph.model import PATH_SEPARATOR
 
 __all__ = [
-    "DATA_KEY",
-    "RULES",
-    "EmergencyError",
-    "Rule",
     "emergency",
     "recover",
-    "reraised",
-    "structured_error",
 ]
 
 DATA_KEY = "error"

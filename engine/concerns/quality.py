@@ -10,7 +10,9 @@ from __future__ import annotations
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns.errorlog import log_error, spent
 
-__all__ = ["reflect"]
+__all__ = [
+    "reflect",
+]
 
 
 async def reflect(ctx: ActionContext) -> ActionResult:

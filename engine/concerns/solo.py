@@ -21,13 +21,7 @@ from phasegraph.errors import ActionError
 from phasegraph.model import PATH_SEPARATOR
 
 __all__ = [
-    "AUTO_ADVANCE_SETTING",
-    "NEXT_PHASE",
-    "PHASES",
-    "PHASE_CHANGED",
-    "auto_advance_limit",
     "phase_action",
-    "steps_in_phase",
 ]
 
 PHASES = ("planning", "building", "verification", "delivery")

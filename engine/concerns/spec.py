@@ -6,7 +6,9 @@ from collections.abc import Mapping
 
 from phasegraph.actions import ActionContext, ActionResult
 
-__all__ = ["DEFAULT_SPEC_KEY", "check_spec"]
+__all__ = [
+    "check_spec",
+]
 
 DEFAULT_SPEC_KEY = "spec"
 """The data key the planner writes the spec to (``with: {spec_key: ...}`` changes it)."""

@@ -19,26 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phasegraph.actions import (
-    DEFAULT_COMMAND_TIMEOUT,
-    ActionContext,
-    ActionResult,
-    build_shell_action,
-)
+from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.actions._shell import DEFAULT_COMMAND_TIMEOUT, build_shell_action
 from phasegraph.concerns.errorlog import log_error
 from phasegraph.errors import ActionError
 from phasegraph.model import PATH_SEPARATOR, ActionDef
 
 __all__ = [
-    "CHECKPOINTS_KEY",
-    "ROLLBACK_COMPLETED",
-    "ROLLBACK_FAILED",
-    "ROLLBACK_STARTED",
-    "CommandOutcome",
     "checkpoint",
-    "checkpointed",
     "rollback",
-    "run_configured",
     "validate",
 ]
 

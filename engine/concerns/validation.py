@@ -17,7 +17,9 @@ from typing import Any
 
 from phasegraph.model import empty_field
 
-__all__ = ["FAILURE_PATTERNS", "ValidationResult", "validate_output"]
+__all__ = [
+    "validate_output",
+]
 
 FAILURE_PATTERNS = (
     "i cannot",

@@ -6,10 +6,10 @@ interpreter loop commits them; a run can be read at any seq, forked and replayed
 May import :mod:`phasegraph.concerns`, :mod:`phasegraph.tools`, :mod:`phasegraph.actions`,
 :mod:`phasegraph.spec`, :mod:`phasegraph.store` and everything below them.
 
-Reading a run (``load``, ``decode_history``, options) imports only what reading needs:
-the interpreter, preparation and replay — and with them the machines, the graph library
-and the action kinds — are imported on first use of one of their names (PEP 562), so a
-read-only command such as ``phasegraph history`` does not pay for them.
+Importing this package loads only the run options: the interpreter, preparation, replay
+and middleware — and with them the machines, the graph library and the action kinds —
+are imported on first use of one of their names (PEP 562), so a read-only command such
+as ``phasegraph history`` does not pay for them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from phasegraph.run._collector import BUSY_THRESHOLDS
-from phasegraph.run._fork import create_run, fork_state
-from phasegraph.run._lease import Hold, LeaseKeeper
 from phasegraph.run._options import (
     RUN_ID_PATTERN,
     Clock,
@@ -27,45 +24,22 @@ from phasegraph.run._options import (
     RunOptions,
     SystemClock,
     TimeOrderedIds,
-    check_run_id,
-)
-from phasegraph.run._stored import (
-    Loaded,
-    decode_history,
-    decode_stored,
-    first_commit,
-    history_json,
-    load,
-    rebuild,
-    run_meta,
 )
 
 if TYPE_CHECKING:
-    from phasegraph.run._interpreter import Run, check_reply
+    from phasegraph.run._interpreter import Run
     from phasegraph.run._middleware import Middleware, chain
-    from phasegraph.run._prepare import REDUCERS, PreparedGraph, initial_state, prepare
-    from phasegraph.run._replay import (
-        Divergence,
-        ReplayReport,
-        differing_fields,
-        replay_history,
-        report_view,
-    )
+    from phasegraph.run._prepare import PreparedGraph, prepare
+    from phasegraph.run._replay import Divergence, ReplayReport
 
 _LAZY = {
     "Run": "phasegraph.run._interpreter",
-    "check_reply": "phasegraph.run._interpreter",
     "Middleware": "phasegraph.run._middleware",
     "chain": "phasegraph.run._middleware",
-    "REDUCERS": "phasegraph.run._prepare",
     "PreparedGraph": "phasegraph.run._prepare",
-    "initial_state": "phasegraph.run._prepare",
     "prepare": "phasegraph.run._prepare",
     "Divergence": "phasegraph.run._replay",
     "ReplayReport": "phasegraph.run._replay",
-    "differing_fields": "phasegraph.run._replay",
-    "replay_history": "phasegraph.run._replay",
-    "report_view": "phasegraph.run._replay",
 }
 """The module each lazily exported name is imported from (the ``TYPE_CHECKING`` block)."""
 
@@ -86,15 +60,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "BUSY_THRESHOLDS",
-    "REDUCERS",
     "RUN_ID_PATTERN",
     "Clock",
     "Divergence",
-    "Hold",
     "IdFactory",
-    "LeaseKeeper",
-    "Loaded",
     "Middleware",
     "PreparedGraph",
     "ReplayReport",
@@ -103,20 +72,5 @@ __all__ = [
     "SystemClock",
     "TimeOrderedIds",
     "chain",
-    "check_reply",
-    "check_run_id",
-    "create_run",
-    "decode_history",
-    "decode_stored",
-    "differing_fields",
-    "first_commit",
-    "fork_state",
-    "history_json",
-    "initial_state",
-    "load",
     "prepare",
-    "rebuild",
-    "replay_history",
-    "report_view",
-    "run_meta",
 ]

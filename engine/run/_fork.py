@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from phasegraph import codec
+from phasegraph.codec import _envelope
 from phasegraph.errors import InputError
 from phasegraph.model import RunState, StepRecord, frozen_map
 from phasegraph.run._lease import LeaseKeeper
@@ -54,7 +54,7 @@ def fork_state(
         raise InputError(
             f"fork of run {source.run_id!r}: bad data keys {bad!r}", run_id=source.run_id
         )
-    codec.check_encodable(changes)
+    _envelope.check_encodable(changes)
     # Interrupt ids embed the run id; the fork's replies quote the fork's id.
     interrupts = {
         _rekey(item.id, source.run_id, run_id): dataclasses.replace(

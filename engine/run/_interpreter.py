@@ -25,6 +25,7 @@ from phasegraph.actions import (
     EventSink,
     ToolCall,
 )
+from phasegraph.codec import _envelope
 from phasegraph.errors import (
     CodecError,
     LeaseLostError,
@@ -189,7 +190,7 @@ class Run:
         state: RunState,
         snapshot_seq: int,
         snapshot_bytes: int,
-        snapshots: codec.SnapshotCache | None = None,
+        snapshots: _envelope.SnapshotCache | None = None,
         options: RunOptions,
         clock: Clock,
         bus: EventBus,
@@ -519,7 +520,7 @@ class Run:
             # Name the offending key: nothing of this result is committed.
             try:
                 for part in (result.data, result.payload, result.output):
-                    codec.check_encodable(part, node_id=node_id)
+                    _envelope.check_encodable(part, node_id=node_id)
                 raise
             except CodecError as exc:
                 # Only the trigger is kept: the rest of this result cannot be stored.
@@ -537,7 +538,7 @@ class Run:
         self._record_bytes += len(blob)
         if self._checkpoint_due(record.seq):
             if self._snapshots is None:
-                self._snapshots = codec.SnapshotCache()
+                self._snapshots = _envelope.SnapshotCache()
             snapshot = codec.encode_snapshot(state, self._snapshots)
         commit = Commit(seq=record.seq, record=blob, snapshot=snapshot, meta=run_meta(state))
         try:

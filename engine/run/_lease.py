@@ -33,7 +33,7 @@ from typing import Any, Final, final
 
 from phasegraph.errors import LeaseLostError, PhasegraphError
 from phasegraph.run._options import RunOptions
-from phasegraph.store import owner_label
+from phasegraph.store._holder import owner_label
 from phasegraph.store.base import Lease, LeaseLine, Store
 
 __all__ = ["Hold", "LeaseKeeper"]

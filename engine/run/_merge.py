@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.core import write_conflict
+from phasegraph.core._writes import write_conflict
 from phasegraph.errors import DataConflictError
 from phasegraph.model import EMPTY, RunState
 from phasegraph.run._prepare import PreparedGraph

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from phasegraph.errors import InputError
-from phasegraph.store import owner_with_holder
+from phasegraph.store._holder import owner_with_holder
 
 __all__ = [
     "RUN_ID_PATTERN",

@@ -14,14 +14,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import TIMEOUT_TRIGGER, Action, HumanGate, build_action, build_gate
-from phasegraph.core import (
-    MachineSet,
-    WorkflowGraph,
-    compile_graph,
-    compile_machines,
-    declared_conflicts,
-)
+from phasegraph.actions import Action
+from phasegraph.actions._build import build_action
+from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, build_gate
+from phasegraph.core._graph import WorkflowGraph, compile_graph
+from phasegraph.core._machine import MachineSet, compile_machines
+from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SpecError
 from phasegraph.model import (
     GraphDef,
@@ -33,7 +31,7 @@ from phasegraph.model import (
 )
 from phasegraph.run import _collector
 from phasegraph.run._middleware import build_middleware, chain
-from phasegraph.tools import ToolFactory, build_tools
+from phasegraph.tools._registry import ToolFactory, build_tools
 
 __all__ = ["REDUCERS", "PreparedGraph", "initial_state", "prepare"]
 

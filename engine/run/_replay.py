@@ -28,6 +28,7 @@ from typing import Any
 
 from phasegraph import codec
 from phasegraph.actions import ActionResult
+from phasegraph.codec import _envelope
 from phasegraph.errors import PhasegraphError, RunError
 from phasegraph.model import (
     EMPTY,
@@ -297,7 +298,7 @@ def differing_fields(recorded: StepRecord, replayed: StepRecord) -> tuple[str, .
 
 
 def _canonical(value: Any) -> bytes:
-    return codec.encode_value(jsonable(value))
+    return _envelope.encode_value(jsonable(value))
 
 
 def report_view(report: ReplayReport) -> dict[str, Any]:

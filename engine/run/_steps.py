@@ -16,17 +16,16 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Final, final
 
-from phasegraph.actions import (
+from phasegraph.actions import ActionResult
+from phasegraph.actions._failures import (
     ERROR_LOG_EVENT,
     ERROR_TRIGGER,
-    TIMEOUT_TRIGGER,
-    ActionResult,
-    HumanGate,
     classify_error,
     describe_error,
-    render_payload,
 )
-from phasegraph.core import Frontier, Position, StepResult
+from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, render_payload
+from phasegraph.core._graph import Frontier
+from phasegraph.core._machine import Position, StepResult
 from phasegraph.errors import (
     BudgetExhaustedError,
     RunError,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from phasegraph import codec
+from phasegraph.codec import _envelope, _history
 from phasegraph.errors import CodecError
 from phasegraph.model import RunState, StepRecord
 from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
@@ -50,7 +51,7 @@ class Loaded:
 
     stored: StoredRun
     state: RunState
-    snapshots: codec.SnapshotCache
+    snapshots: _envelope.SnapshotCache
     snapshot_bytes: int
 
 
@@ -63,7 +64,7 @@ async def load(store: Store, run_id: str, seq: int | None = None) -> Loaded:
             (``UnsupportedFormatError``) or missing; the message names the run and seq.
     """
     stored = await store.read(run_id, seq)
-    snapshot = decode_stored(run_id, stored.snapshot_seq, stored.snapshot, codec.read_snapshot)
+    snapshot = decode_stored(run_id, stored.snapshot_seq, stored.snapshot, _envelope.read_snapshot)
     referred: dict[int, bytes] = {}
     if snapshot.needs:
         reads = await asyncio.gather(*(store.read(run_id, need) for need in snapshot.needs))
@@ -81,7 +82,7 @@ async def load(store: Store, run_id: str, seq: int | None = None) -> Loaded:
     except CodecError as exc:
         raise _unreadable(run_id, stored.snapshot_seq, "snapshot", exc) from exc
     state = _apply(run_id, state, stored)
-    cache = codec.SnapshotCache()
+    cache = _envelope.SnapshotCache()
     cache.lists.adopt(snapshot.layouts())
     size = len(stored.snapshot) + sum(map(len, referred.values()))
     return Loaded(stored, state, cache, size)
@@ -113,7 +114,7 @@ def _apply(run_id: str, state: RunState, stored: StoredRun) -> RunState:
     bodies = _read_bodies(run_id, list(enumerate(stored.records, first)), first)
     if stored.snapshot_seq + len(bodies) != stored.seq:
         raise missing_record(run_id, stored.snapshot_seq + len(bodies) + 1, None)
-    return codec.apply_bodies(state, bodies)
+    return _envelope.apply_bodies(state, bodies)
 
 
 def missing_record(run_id: str, seq: int, found: int | None) -> CodecError:
@@ -161,7 +162,7 @@ def decode_history(
     records: list[StepRecord] = []
     append, decode = records.append, codec.decode_record
     expected = start
-    with codec.collector_paused():
+    with _envelope.collector_paused():
         for seq, blob in stored:
             try:
                 record = decode(blob)
@@ -195,18 +196,18 @@ def history_json(run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 
     """
     pages: list[bytes] = []
     expected = start
-    with codec.collector_paused():
+    with _envelope.collector_paused():
         for first in range(0, len(stored), _JSON_PAGE):
             page = stored[first : first + _JSON_PAGE]
             bodies = _read_bodies(run_id, page, expected)
             expected += len(page)
-            pages.append(codec.history_page_json(bodies))
-    return codec.history_json(pages)
+            pages.append(_history.history_page_json(bodies))
+    return _history.history_json(pages)
 
 
 def _read_bodies(
     run_id: str, pairs: Sequence[tuple[int, bytes]], expected: int
-) -> list[codec.RecordBody]:
+) -> list[_envelope.RecordBody]:
     """The record bodies of ``(seq, bytes)`` pairs, checked to follow on from ``expected``.
 
     All are read at once; when one is unreadable they are read again one by one, in seq
@@ -216,7 +217,9 @@ def _read_bodies(
         CodecError: The first record that is unreadable or missing, named.
     """
     try:
-        read: list[codec.RecordBody] | None = codec.read_records([blob for _, blob in pairs])
+        read: list[_envelope.RecordBody] | None = _envelope.read_records(
+            [blob for _, blob in pairs]
+        )
     except CodecError:
         read = None
     bodies = []
@@ -225,7 +228,7 @@ def _read_bodies(
             body = read[index]
         else:
             try:
-                body = codec.read_record(blob)
+                body = _envelope.read_record(blob)
             except CodecError as exc:
                 raise _unreadable(run_id, seq, "step record", exc) from exc
         if seq != expected or body.seq != seq:

@@ -5,18 +5,9 @@ Owns ``aiohttp.web``. May import :mod:`phasegraph.api` and everything below it.
 
 from __future__ import annotations
 
-from phasegraph.server._app import (
-    PUBLIC_PATHS,
-    STATUS_FOR,
-    ServerSettings,
-    create_app,
-    problem,
-)
+from phasegraph.server._app import ServerSettings, create_app
 
 __all__ = [
-    "PUBLIC_PATHS",
-    "STATUS_FOR",
     "ServerSettings",
     "create_app",
-    "problem",
 ]

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from phasegraph.actions import ActionResult
 from phasegraph.model import frozen_map
-from phasegraph.run import report_view
+from phasegraph.run._replay import report_view
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,

@@ -33,14 +33,10 @@ from phasegraph.errors import InputError, LeaseHeldError, PhasegraphError, RunSt
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.store.base import RunMeta
-from phasegraph.worker import (
-    LocalMailbox,
-    RunDriver,
-    WorkQueue,
-    cancel_by_worker,
-    post_reply,
-    reply_applied,
-)
+from phasegraph.worker import WorkQueue
+from phasegraph.worker._driver import RunDriver
+from phasegraph.worker._local_mail import LocalMailbox
+from phasegraph.worker._mail import cancel_by_worker, post_reply, reply_applied
 
 __all__ = ["Executor", "ExecutorOptions"]
 

@@ -29,7 +29,7 @@ from phasegraph.server._support import (
     run_view,
 )
 from phasegraph.server._upload import UPLOAD_FIELD, UploadPolicy, load_upload
-from phasegraph.spec import builtin_graphs
+from phasegraph.spec._loader import builtin_graphs
 from phasegraph.views import error_rows, jsonable, run_summary, state_view
 
 __all__ = ["routes"]

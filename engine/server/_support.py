@@ -12,8 +12,8 @@ from typing import Any, Final, NoReturn
 
 from aiohttp import web
 
-from phasegraph import codec
 from phasegraph.api import Engine
+from phasegraph.codec import _envelope, _json
 from phasegraph.errors import CodecError, InputError, RequestError
 from phasegraph.model import RunState
 from phasegraph.run import RUN_ID_PATTERN, PreparedGraph
@@ -134,7 +134,7 @@ async def json_body(request: web.Request, *, required: bool = True) -> dict[str,
             fail("body", "a JSON object is required")
         return {}
     try:
-        value = json.loads(raw, parse_constant=_no_constants, parse_int=codec.json_int)
+        value = json.loads(raw, parse_constant=_no_constants, parse_int=_json.json_int)
     except RequestError:
         raise  # already names the field (a NaN or Infinity constant)
     except json.JSONDecodeError as exc:
@@ -199,7 +199,7 @@ def optional_mapping(body: Mapping[str, Any], key: str) -> dict[str, Any]:
 def encodable(values: Mapping[str, Any], where: str) -> None:
     """Refuse values a snapshot cannot hold (integers beyond 64 bits, ...), as bad input."""
     try:
-        codec.check_encodable(values)
+        _envelope.check_encodable(values)
     except CodecError as exc:
         fail(where, exc.message)
 

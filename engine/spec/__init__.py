@@ -8,34 +8,11 @@ import :mod:`phasegraph.core`, :mod:`phasegraph.model` and :mod:`phasegraph.erro
 
 from __future__ import annotations
 
-from phasegraph.spec._catalog import (
-    is_name,
-)
-from phasegraph.spec._input import input_validator
-from phasegraph.spec._loader import (
-    YamlLimits,
-    builtin_graphs,
-    builtin_machines,
-    graph_source,
-    load_graph,
-    load_graph_text,
-    load_machine,
-    load_machine_family,
-    machine_source,
-    read_raw,
-)
+from phasegraph.spec._loader import YamlLimits, load_graph, load_graph_text, load_machine
 
 __all__ = [
     "YamlLimits",
-    "builtin_graphs",
-    "builtin_machines",
-    "graph_source",
-    "input_validator",
-    "is_name",
     "load_graph",
     "load_graph_text",
     "load_machine",
-    "load_machine_family",
-    "machine_source",
-    "read_raw",
 ]

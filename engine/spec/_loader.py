@@ -25,7 +25,8 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph import model
-from phasegraph.core import compile_graph, declared_conflicts, find_cycle, shared_keys
+from phasegraph.core._graph import compile_graph, find_cycle
+from phasegraph.core._writes import declared_conflicts, shared_keys
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.spec import _schema as schema
 from phasegraph.spec._catalog import (

@@ -10,16 +10,9 @@ third-party backend may use them too. May import :mod:`phasegraph.errors` and
 
 from __future__ import annotations
 
-from phasegraph.store._holder import (
-    HOLDER_SEPARATOR,
-    holder_gone,
-    owner_label,
-    owner_with_holder,
-)
 from phasegraph.store._open import (
     ACCEPTED_URL_FORMS,
     DEFAULT_STORE_URL,
-    FINISHED_STATUSES,
     check_commit,
     check_page,
     check_ttl,
@@ -27,7 +20,6 @@ from phasegraph.store._open import (
     lease_held_error,
     lease_lost_error,
     open_store,
-    redact_url,
     run_not_found_error,
     sequence_conflict_error,
 )
@@ -44,8 +36,6 @@ from phasegraph.store.base import (
 __all__ = [
     "ACCEPTED_URL_FORMS",
     "DEFAULT_STORE_URL",
-    "FINISHED_STATUSES",
-    "HOLDER_SEPARATOR",
     "Commit",
     "ForwardingStore",
     "Lease",
@@ -56,14 +46,10 @@ __all__ = [
     "check_commit",
     "check_page",
     "check_ttl",
-    "holder_gone",
     "journal_head_error",
     "lease_held_error",
     "lease_lost_error",
     "open_store",
-    "owner_label",
-    "owner_with_holder",
-    "redact_url",
     "run_not_found_error",
     "sequence_conflict_error",
 ]

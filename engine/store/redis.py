@@ -72,7 +72,7 @@ from phasegraph.store._open import (
 )
 from phasegraph.store._redis_cluster import ClusterLink, cluster_client, is_cluster_url, node_url
 from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner, lease_reply, ms
-from phasegraph.store._redis_queue import QueueEntry, RunQueue
+from phasegraph.store._redis_queue import RunQueue
 from phasegraph.store._redis_scripts import COMMIT, HEAD, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
     Arg,
@@ -84,7 +84,9 @@ from phasegraph.store._redis_wire import (
 )
 from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
 
-__all__ = ["QueueEntry", "RedisStore", "RunQueue"]
+__all__ = [
+    "RedisStore",
+]
 
 # Commits are idempotent, so a commit that met a connection error is retried: five
 # attempts over about two seconds ride out a restart or failover without hanging long.

@@ -67,7 +67,6 @@ from phasegraph.store._open import (
     sequence_conflict_error,
 )
 from phasegraph.store._sqlite_layout import (
-    SCHEMA_VERSION,
     check_layout,
     connect_read_only,
     foreign_file_error,
@@ -75,7 +74,9 @@ from phasegraph.store._sqlite_layout import (
 from phasegraph.store._thread_worker import ThreadWorker
 from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+__all__ = [
+    "SqliteStore",
+]
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ everything below them.
 
 from __future__ import annotations
 
-from phasegraph.actions.llm import ScriptedModelServer
+from phasegraph.actions.llm._scripted import ScriptedModelServer
 from phasegraph.testing._cluster import REDIS_CLUSTER_URL_ENV, redis_cluster
 from phasegraph.testing._contract import (
     REDIS_URL_ENV,

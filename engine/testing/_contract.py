@@ -51,7 +51,8 @@ from phasegraph.errors import (
     SequenceConflictError,
     StoreUnavailableError,
 )
-from phasegraph.store import HOLDER_SEPARATOR, Commit, Lease, RunMeta, Store, open_store
+from phasegraph.store import Commit, Lease, RunMeta, Store, open_store
+from phasegraph.store._holder import HOLDER_SEPARATOR
 from phasegraph.store.redis import RedisStore
 
 __all__ = [

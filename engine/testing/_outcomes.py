@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from phasegraph.actions import ERROR_TRIGGER, Action, ActionContext, ActionResult
-from phasegraph.core import MachineSet, compile_machines
+from phasegraph.actions import Action, ActionContext, ActionResult
+from phasegraph.actions._failures import ERROR_TRIGGER
+from phasegraph.core._machine import MachineSet, compile_machines
 from phasegraph.errors import ActionError
 from phasegraph.model import PATH_SEPARATOR, GraphDef, MachineDef, NodeDef, nested_machines
 

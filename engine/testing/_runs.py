@@ -17,7 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.analysis import Severity, analyze_graph, analyze_machine, machine_family, step_bound
+from phasegraph.analysis import Severity
+from phasegraph.analysis._check import analyze_graph, analyze_machine, machine_family, step_bound
 from phasegraph.api import Engine
 from phasegraph.model import (
     EMPTY,

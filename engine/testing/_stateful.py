@@ -31,8 +31,8 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from phasegraph.analysis import machine_family
-from phasegraph.core import MachineSet, Position, compile_machines
+from phasegraph.analysis._check import machine_family
+from phasegraph.core._machine import MachineSet, Position, compile_machines
 from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError
 from phasegraph.model import PATH_SEPARATOR, MachineDef
 from phasegraph.testing._runs import PropertyFailed

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from phasegraph.analysis import Code, Report, Severity, check, resolve, step_bound
+from phasegraph.analysis import Code, Report, Severity, check
+from phasegraph.analysis._check import resolve, step_bound
 from phasegraph.spec import load_graph
 from phasegraph.testing._crash import crash_equivalence
 from phasegraph.testing._runs import PropertyFailed, machine_subject

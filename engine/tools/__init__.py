@@ -7,30 +7,4 @@ May import :mod:`phasegraph.actions`, :mod:`phasegraph.model` and :mod:`phasegra
 
 from __future__ import annotations
 
-from phasegraph.tools._registry import (
-    ADVANCE_TOOL,
-    ALL_TOOLS,
-    BUILTIN_TOOLS,
-    PHASE_VIOLATION,
-    PRESETS,
-    PhaseRule,
-    ToolFactory,
-    ToolPolicy,
-    build_tools,
-    command_violation,
-    parse_policy,
-)
-
-__all__ = [
-    "ADVANCE_TOOL",
-    "ALL_TOOLS",
-    "BUILTIN_TOOLS",
-    "PHASE_VIOLATION",
-    "PRESETS",
-    "PhaseRule",
-    "ToolFactory",
-    "ToolPolicy",
-    "build_tools",
-    "command_violation",
-    "parse_policy",
-]
+__all__: list[str] = []

@@ -15,7 +15,8 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import DEFAULT_COMMAND_TIMEOUT, ActionContext, build_shell_action
+from phasegraph.actions import ActionContext
+from phasegraph.actions._shell import DEFAULT_COMMAND_TIMEOUT, build_shell_action
 from phasegraph.errors import ActionError
 from phasegraph.model import EMPTY, ActionDef
 from phasegraph.tools._symbols import find_symbols

@@ -22,7 +22,7 @@ from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import RunState, RunStatus, frozen_map
-from phasegraph.run import check_reply
+from phasegraph.run._interpreter import check_reply
 from phasegraph.worker._driver import Outcome, Reply
 from phasegraph.worker._queue import WorkQueue
 

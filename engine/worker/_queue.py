@@ -18,7 +18,7 @@ __all__ = ["QueueEntry", "WorkQueue", "has_work_queue", "work_queue_of"]
 
 
 class WorkQueue(Protocol):
-    """What a worker needs of the queue (:class:`phasegraph.store.redis.RunQueue`)."""
+    """What a worker needs of the queue (the Redis store's ``RunQueue`` has it all)."""
 
     async def partitions(self) -> int:
         """How many partitions there are."""
@@ -98,7 +98,7 @@ class WorkQueue(Protocol):
 
 
 class QueueEntry(Protocol):
-    """One entry (:class:`phasegraph.store.redis.QueueEntry`)."""
+    """One entry of the queue: which run to drive, and where the entry is."""
 
     @property
     def partition(self) -> int:

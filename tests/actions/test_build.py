@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from http_kit import Server
-from phasegraph.actions import BUILDERS
+from phasegraph.actions._build import BUILDERS
 from phasegraph.analysis import Severity, check
 from phasegraph.api import Engine
 from phasegraph.model import RunStatus

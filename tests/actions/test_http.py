@@ -12,7 +12,9 @@ import yaml
 
 from builders import REPO, cli_argv, free_port
 from http_kit import TOKEN_ENV, Server
-from phasegraph.actions import ActionContext, ActionResult, build_action, classify_error
+from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.actions._build import build_action
+from phasegraph.actions._failures import classify_error
 from phasegraph.actions._http import BODY_CHARS, DEFAULT_TIMEOUT
 from phasegraph.api import Engine
 from phasegraph.errors import ActionError, ActionTimeoutError

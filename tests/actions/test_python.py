@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from builders import TESTS
-from phasegraph.actions import ActionContext, build_action, classify_error
+from phasegraph.actions import ActionContext
+from phasegraph.actions._build import build_action
+from phasegraph.actions._failures import classify_error
 from phasegraph.api import Engine
 from phasegraph.errors import ActionTimeoutError
 from phasegraph.model import ActionDef, RunState, RunStatus

@@ -12,20 +12,17 @@ import pytest
 
 from builders import TESTS, graph, loop_machine, task_machine
 from phasegraph import cli
-from phasegraph.analysis import (
-    Code,
-    Finding,
-    Severity,
+from phasegraph.analysis import Code, Finding, Severity, check
+from phasegraph.analysis._check import (
     analyze_graph,
     analyze_machine,
-    check,
     machine_family,
     resolve,
     step_bound,
 )
 from phasegraph.errors import InputError, SourceLocation
 from phasegraph.model import ActionDef, MachineDef, NodeDef, NodeOutcome, StateDef, TransitionDef
-from phasegraph.spec import builtin_graphs, builtin_machines
+from phasegraph.spec._loader import builtin_graphs, builtin_machines
 
 CHECK = TESTS / "fixtures" / "check"
 BROKEN, FIXED = CHECK / "broken", CHECK / "fixed"

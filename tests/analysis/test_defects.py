@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builders import TESTS
-from phasegraph.spec import builtin_graphs, builtin_machines, machine_source
+from phasegraph.spec._loader import builtin_graphs, builtin_machines, machine_source
 
 DEFECTS = TESTS / "fixtures" / "defects"
 FIXED = TESTS / "fixtures" / "check" / "fixed"

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from builders import REPO, TESTS, graph, loop_machine
 from phasegraph import cli
-from phasegraph.analysis import diagram, draft_diagram, graph_diagram, machine_diagram
+from phasegraph.analysis import diagram
+from phasegraph.analysis._diagram import draft_diagram, graph_diagram, machine_diagram
 from phasegraph.model import MachineDef, NodeOutcome, StateDef, TransitionDef
-from phasegraph.spec import builtin_graphs, builtin_machines
+from phasegraph.spec._loader import builtin_graphs, builtin_machines
 
 NESTED = TESTS / "fixtures" / "check" / "fixed" / "nested_outcome.yaml"
 CHECK_BROKEN = TESTS / "fixtures" / "check" / "broken"

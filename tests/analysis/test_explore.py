@@ -12,10 +12,14 @@ from builders import TESTS
 from phasegraph.analysis import _explore as explore
 from phasegraph.analysis import check
 from phasegraph.analysis._explore import Explorer
-from phasegraph.core import CompiledMachine
-from phasegraph.core._machine import _Guard
+from phasegraph.core._machine import CompiledMachine, _Guard
 from phasegraph.errors import IllegalTriggerError
-from phasegraph.spec import builtin_graphs, builtin_machines, load_machine_family, machine_source
+from phasegraph.spec._loader import (
+    builtin_graphs,
+    builtin_machines,
+    load_machine_family,
+    machine_source,
+)
 
 
 @pytest.mark.parametrize("name", builtin_machines())

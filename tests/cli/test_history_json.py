@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from phasegraph import codec
 from phasegraph.api import Engine
 from phasegraph.cli import main
+from phasegraph.codec import _json
 from phasegraph.store import open_store
 from phasegraph.views import record_view
 
@@ -20,7 +20,7 @@ def _expected(store: str, run_id: str, start: int = 0, stop: int | None = None) 
     async def read() -> str:
         async with open_store(store) as opened:
             records = await Engine(opened).history(run_id, start=start, stop=stop)
-        return codec.to_json([record_view(record) for record in records]) + "\n"
+        return _json.to_json([record_view(record) for record in records]) + "\n"
 
     return asyncio.run(read())
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from payloads import golden_state
 from phasegraph import codec
-from phasegraph.codec import _chunks
+from phasegraph.codec import _chunks, _envelope
 from phasegraph.model import ChunkedMap, NodeState, NodeStatus, updated_map
 
 STATUSES = list(NodeStatus)
@@ -28,7 +28,7 @@ def test_cached_snapshots_equal_full_encodes(size: int, steps: list[list[tuple]]
     ids = [f"n{index:03d}" for index in range(size)]
     nodes = ChunkedMap.of({node_id: NodeState() for node_id in ids})
     state = dataclasses.replace(base, nodes=nodes)
-    cache = codec.SnapshotCache()
+    cache = _envelope.SnapshotCache()
     assert codec.encode_snapshot(state, cache) == codec.encode_snapshot(state)
     for changes in steps:
         moved = {

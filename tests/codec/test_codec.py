@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from builders import REPO, TESTS
 from payloads import T0, T1, golden_record, golden_record_v1, golden_state
 from phasegraph import codec
+from phasegraph.codec import _envelope
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
@@ -222,9 +223,9 @@ def test_record_round_trips_exactly(record: StepRecord) -> None:
 @FAST
 @given(user_values())
 def test_value_round_trips(value: Any) -> None:
-    data = codec.encode_value(value)
-    assert codec.decode_value(data) == value
-    assert codec.encode_value(codec.decode_value(data)) == data
+    data = _envelope.encode_value(value)
+    assert _envelope.decode_value(data) == value
+    assert _envelope.encode_value(_envelope.decode_value(data)) == data
 
 
 @FAST
@@ -234,7 +235,7 @@ def test_key_order_never_changes_the_bytes(data: Mapping[str, Any], rnd: random.
     record = StepRecord(seq=1, time=datetime(2025, 1, 1, tzinfo=UTC), kind="k", data=data)
     twin = StepRecord(seq=1, time=datetime(2025, 1, 1, tzinfo=UTC), kind="k", data=shuffled)
     assert codec.encode_record(record) == codec.encode_record(twin)
-    assert codec.encode_value(data) == codec.encode_value(shuffled)
+    assert _envelope.encode_value(data) == _envelope.encode_value(shuffled)
 
 
 @FAST
@@ -513,7 +514,7 @@ def test_every_truncation_is_a_codec_error() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_never_raise_anything_but_codec_error(data: bytes) -> None:
-    for decode in (codec.decode_snapshot, codec.decode_record, codec.decode_value):
+    for decode in (codec.decode_snapshot, codec.decode_record, _envelope.decode_value):
         with contextlib.suppress(CodecError):
             decode(data)
 
@@ -567,17 +568,17 @@ def test_nesting_limit_is_the_same_both_ways() -> None:
             value = [value]
         return value
 
-    deepest = {"k": nest(codec.MAX_DEPTH)}
-    codec.check_encodable(deepest)
-    assert codec.decode_value(codec.encode_value(deepest)) == deepest
+    deepest = {"k": nest(_envelope.MAX_DEPTH)}
+    _envelope.check_encodable(deepest)
+    assert _envelope.decode_value(_envelope.encode_value(deepest)) == deepest
     with pytest.raises(CodecError, match="nested deeper"):
-        codec.check_encodable({"k": nest(codec.MAX_DEPTH + 1)})
+        _envelope.check_encodable({"k": nest(_envelope.MAX_DEPTH + 1)})
     body = raw_body(codec.encode_record(golden_record()))
-    body["d"] = {"k": nest(codec.MAX_DEPTH + 1)}
+    body["d"] = {"k": nest(_envelope.MAX_DEPTH + 1)}
     with pytest.raises(CodecError, match=r"record\.data is nested deeper"):
         codec.decode_record(envelope(v=1, kind="record", body=body))
     with pytest.raises(CodecError, match="nested deeper"):
-        codec.decode_value(msgpack.packb({"k": nest(codec.MAX_DEPTH + 1)}))
+        _envelope.decode_value(msgpack.packb({"k": nest(_envelope.MAX_DEPTH + 1)}))
 
 
 # --------------------------------------------------------------------------- unencodable
@@ -607,7 +608,7 @@ def test_check_encodable_names_node_key_and_type(
     values: dict[str, Any], key: str, fragments: list[str]
 ) -> None:
     with pytest.raises(CodecError) as caught:
-        codec.check_encodable(values, node_id="build")
+        _envelope.check_encodable(values, node_id="build")
     message = str(caught.value)
     assert "node 'build'" in message
     assert f"key {key!r}" in message
@@ -617,7 +618,7 @@ def test_check_encodable_names_node_key_and_type(
 
 
 def test_check_encodable_accepts_the_whole_type_table() -> None:
-    codec.check_encodable(
+    _envelope.check_encodable(
         {
             "none": None,
             "flag": True,
@@ -637,7 +638,7 @@ def test_check_encodable_accepts_the_whole_type_table() -> None:
 
 def test_top_level_key_must_be_a_string() -> None:
     with pytest.raises(CodecError, match=r"key 3 \(int\) is not a str"):
-        codec.check_encodable({3: "x"}, node_id="n")  # type: ignore[dict-item]
+        _envelope.check_encodable({3: "x"}, node_id="n")  # type: ignore[dict-item]
 
 
 def test_encode_record_names_node_field_and_path() -> None:
@@ -688,16 +689,16 @@ def test_naive_datetimes_are_refused(where: str) -> None:
 def test_datetimes_that_leave_the_range_in_utc_are_refused() -> None:
     edge = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
     with pytest.raises(CodecError, match="outside the years 1-9999"):
-        codec.encode_value({"when": edge})
+        _envelope.encode_value({"when": edge})
     fine = datetime(1, 1, 1, 12, tzinfo=timezone(timedelta(hours=5)))
-    assert codec.decode_value(codec.encode_value(fine)) == fine
+    assert _envelope.decode_value(_envelope.encode_value(fine)) == fine
 
 
 def test_encode_value_refuses_unknown_types() -> None:
     with pytest.raises(CodecError, match="frozenset is not a supported type"):
-        codec.encode_value({"k": frozenset()})
+        _envelope.encode_value({"k": frozenset()})
     with pytest.raises(CodecError, match="64-bit"):
-        codec.encode_value(-(2**63) - 1)
+        _envelope.encode_value(-(2**63) - 1)
 
 
 class Word(str):
@@ -712,9 +713,9 @@ def test_subclasses_and_read_only_maps_are_written_as_their_plain_values() -> No
         "t": (True, MappingProxyType({})),
     }
     plain = {"k": {"n": "running", "r": "failed", "s": "x"}, "t": [True, {}]}
-    codec.check_encodable(odd)
-    assert codec.encode_value(odd) == codec.encode_value(plain)
-    assert codec.decode_value(codec.encode_value(odd)) == plain
+    _envelope.check_encodable(odd)
+    assert _envelope.encode_value(odd) == _envelope.encode_value(plain)
+    assert _envelope.decode_value(_envelope.encode_value(odd)) == plain
     record = StepRecord(seq=1, time=T0, kind="k", data=MappingProxyType(odd))
     twin = StepRecord(seq=1, time=T0, kind="k", data=MappingProxyType(plain))
     assert codec.encode_record(record) == codec.encode_record(twin)
@@ -742,7 +743,7 @@ def test_an_unknown_extension_inside_user_data_is_a_codec_error() -> None:
 
 def test_nesting_deeper_than_the_stack_is_a_codec_error() -> None:
     deep = b"\x91" * 100_000 + b"\x00"
-    for decode in (codec.decode_snapshot, codec.decode_record, codec.decode_value):
+    for decode in (codec.decode_snapshot, codec.decode_record, _envelope.decode_value):
         with pytest.raises(CodecError, match="not valid msgpack"):
             decode(deep)
 

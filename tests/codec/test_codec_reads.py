@@ -41,6 +41,7 @@ from test_codec_records import (
 
 from payloads import T0, golden_record, golden_record_v1, loop_record, shape
 from phasegraph import codec
+from phasegraph.codec import _envelope, _history, _json
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import RunStateError
 from phasegraph.model import (
@@ -57,7 +58,7 @@ from phasegraph.views import record_view
 
 def built(data: bytes) -> StepRecord:
     """``read_record``, then the record built from the body it kept."""
-    return codec_wire.step_record(codec.read_record(data))
+    return codec_wire.step_record(_envelope.read_record(data))
 
 
 # --------------------------------------------------------------------------- read_record
@@ -68,7 +69,7 @@ def built(data: bytes) -> StepRecord:
 )
 def test_read_record_keeps_the_body_decode_record_builds(record: StepRecord) -> None:
     data = codec.encode_record(record)
-    body = codec.read_record(data)
+    body = _envelope.read_record(data)
     assert body.seq == record.seq
     assert outcome(built, data) == outcome(codec.decode_record, data)
 
@@ -119,7 +120,7 @@ def test_truncated_and_flipped_bytes_are_refused_by_read_record_as_by_decode_rec
 
 def test_user_data_nested_too_deep_is_refused_alike() -> None:
     deep: Any = 1
-    for _ in range(codec.MAX_DEPTH + 2):
+    for _ in range(_envelope.MAX_DEPTH + 2):
         deep = [deep]
     body = raw_body(codec.encode_record(loop_record(3)))
     for field in ("r", "d", "ev"):
@@ -213,9 +214,9 @@ def test_folding_bodies_gives_the_state_applying_records_gives(
     run: tuple[RunState, list[StepRecord]],
 ) -> None:
     state, blobs, records = through_bytes(*run)
-    bodies = [codec.read_record(blob) for blob in blobs]
+    bodies = [_envelope.read_record(blob) for blob in blobs]
     for end in {0, 1, len(records) // 2, len(records)}:
-        assert folded(codec.apply_bodies, state, bodies[:end]) == folded(
+        assert folded(_envelope.apply_bodies, state, bodies[:end]) == folded(
             apply_records, state, records[:end]
         )
 
@@ -224,12 +225,12 @@ def test_a_fold_refuses_what_applying_refuses() -> None:
     state = start_state({"log": "not a list"})
     record = StepRecord(seq=1, time=T0, kind="transition", node="a", appended={"log": [1]})
     state, blobs, records = through_bytes(state, [record])
-    refused = folded(codec.apply_bodies, state, [codec.read_record(blobs[0])])
+    refused = folded(_envelope.apply_bodies, state, [_envelope.read_record(blobs[0])])
     assert refused == folded(apply_records, state, records)
     assert refused[0] == "refused"
     late = StepRecord(seq=3, time=T0, kind="status")
     state, blobs, records = through_bytes(start_state({}), [late])
-    refused = folded(codec.apply_bodies, state, [codec.read_record(blobs[0])])
+    refused = folded(_envelope.apply_bodies, state, [_envelope.read_record(blobs[0])])
     assert refused == folded(apply_records, state, records)
     assert refused[0] == "refused"
 
@@ -238,12 +239,12 @@ def test_the_golden_state_folds_the_golden_records_of_both_formats() -> None:
     state = codec.decode_snapshot((GOLDEN / "snapshot_v1.bin").read_bytes())
     for name in ("record_v1.bin", "record_v2.bin"):
         blob = (GOLDEN / name).read_bytes()
-        body = codec.read_record(blob)
+        body = _envelope.read_record(blob)
         expected = apply_records(state, [codec.decode_record(blob)])
-        assert folded(codec.apply_bodies, state, [body]) == folded(
+        assert folded(_envelope.apply_bodies, state, [body]) == folded(
             apply_records, state, [codec.decode_record(blob)]
         )
-        assert codec.apply_bodies(state, [body]) == expected
+        assert _envelope.apply_bodies(state, [body]) == expected
 
 
 def test_a_loop_of_records_folds_to_the_last_node_state() -> None:
@@ -259,7 +260,7 @@ def test_a_loop_of_records_folds_to_the_last_node_state() -> None:
         for seq in range(1, 64)
     ]
     state, blobs, records = through_bytes(state, records)
-    folded_state = codec.apply_bodies(state, [codec.read_record(blob) for blob in blobs])
+    folded_state = _envelope.apply_bodies(state, [_envelope.read_record(blob) for blob in blobs])
     assert folded_state == apply_records(state, records)
     assert folded_state.nodes["a"].steps == 63
     assert folded_state.nodes["b"] == NodeState()
@@ -270,15 +271,15 @@ def test_a_loop_of_records_folds_to_the_last_node_state() -> None:
 
 def reference_json(blobs: Sequence[bytes]) -> bytes:
     """What ``history --json`` printed before: ``to_json`` of each decoded record's view."""
-    return codec.to_json([record_view(codec.decode_record(blob)) for blob in blobs]).encode()
+    return _json.to_json([record_view(codec.decode_record(blob)) for blob in blobs]).encode()
 
 
 def rendered(blobs: Sequence[bytes], cuts: Sequence[int] = ()) -> bytes:
     """The history JSON of ``blobs`` rendered in pages cut at ``cuts``."""
-    bodies = [codec.read_record(blob) for blob in blobs]
+    bodies = [_envelope.read_record(blob) for blob in blobs]
     edges = [0, *sorted(cuts), len(bodies)]
-    pages = [codec.history_page_json(bodies[a:b]) for a, b in itertools.pairwise(edges)]
-    return codec.history_json(pages)
+    pages = [_history.history_page_json(bodies[a:b]) for a, b in itertools.pairwise(edges)]
+    return _history.history_json(pages)
 
 
 @FAST

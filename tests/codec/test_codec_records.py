@@ -31,6 +31,7 @@ from test_codec import (
 
 from payloads import golden_record, golden_state, loop_record, shape
 from phasegraph import codec
+from phasegraph.codec import _envelope
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
@@ -227,15 +228,15 @@ def test_a_refused_body_names_the_field_without_msgspec_context() -> None:
 
 def test_collector_paused_restores_the_collector() -> None:
     assert gc.isenabled()
-    with codec.collector_paused():
+    with _envelope.collector_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
-    with pytest.raises(CodecError), codec.collector_paused():
+    with pytest.raises(CodecError), _envelope.collector_paused():
         codec.decode_record(b"")
     assert gc.isenabled()
     gc.disable()
     try:
-        with codec.collector_paused():
+        with _envelope.collector_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # it was off before: left off
     finally:

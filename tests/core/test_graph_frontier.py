@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import graph
-from phasegraph.core import Frontier, WorkflowGraph, compile_graph
+from phasegraph.core._graph import Frontier, WorkflowGraph, compile_graph
 from phasegraph.model import (
     EMPTY,
     Interrupt,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phasegraph.core import MachineSet, compile_machines
+from phasegraph.core._machine import MachineSet, compile_machines
 from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError
 from phasegraph.model import BudgetDef, MachineDef, NodeOutcome, StateDef, TransitionDef
 

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import graph, prepared
-from phasegraph.core import compile_graph, declared_conflicts
+from phasegraph.core._graph import compile_graph
+from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import SpecError
 from phasegraph.model import EMPTY, GraphDef, NodeDef
 from phasegraph.spec import load_graph

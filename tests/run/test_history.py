@@ -12,6 +12,7 @@ import pytest
 
 from phasegraph import codec
 from phasegraph.api import Engine
+from phasegraph.codec import _json
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import StepRecord
 from phasegraph.store import Store, open_store
@@ -101,7 +102,7 @@ async def test_history_json_renders_a_long_history_page_by_page_as_one(store: St
     engine = Engine(store)
     for start, stop in [(0, None), (250, 530), (256, 512), (511, 513), (699, None)]:
         records = await engine.history("r", start=start, stop=stop)
-        expected = codec.to_json([record_view(r) for r in records]).encode()
+        expected = _json.to_json([record_view(r) for r in records]).encode()
         assert await engine.history_json("r", start=start, stop=stop) == expected
     assert gc.isenabled()
 
@@ -118,5 +119,5 @@ async def test_history_json_names_an_unreadable_record_far_into_a_history(store:
         await engine.history("r")
     assert str(caught.value) == str(again.value)
     assert gc.isenabled()
-    expected = codec.to_json([record_view(r) for r in await engine.history("r", stop=400)])
+    expected = _json.to_json([record_view(r) for r in await engine.history("r", stop=400)])
     assert await engine.history_json("r", stop=400) == expected.encode()

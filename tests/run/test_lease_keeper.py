@@ -19,7 +19,8 @@ from phasegraph import Engine
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.errors import LeaseLostError, StoreUnavailableError
 from phasegraph.model import RunStatus
-from phasegraph.run import LeaseKeeper, RunOptions
+from phasegraph.run import RunOptions
+from phasegraph.run._lease import LeaseKeeper
 from phasegraph.store import ForwardingStore, Lease, LeaseLine, Store, open_store
 from phasegraph.testing import isolated_redis_store
 

@@ -31,6 +31,7 @@ from payloads import golden_record_v1, golden_state, loop_record, shape
 from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
+from phasegraph.codec import _envelope, _json
 from phasegraph.errors import CodecError, PhasegraphError
 from phasegraph.model import (
     NodeState,
@@ -41,7 +42,7 @@ from phasegraph.model import (
     apply_records,
     frozen_map,
 )
-from phasegraph.run import run_meta
+from phasegraph.run._stored import run_meta
 from phasegraph.store import Commit, RunMeta, Store, open_store
 from phasegraph.testing import isolated_redis_store
 from phasegraph.views import record_view
@@ -65,7 +66,7 @@ async def backend(kind: str, tmp: Path, redis_url: str) -> AsyncIterator[Store]:
 async def replayed(store: Store, run_id: str, seq: int | None = None) -> RunState:
     """The run state at ``seq`` the record-by-record way: every record built and applied."""
     stored = await store.read(run_id, seq)
-    snapshot = codec.read_snapshot(stored.snapshot)
+    snapshot = _envelope.read_snapshot(stored.snapshot)
     referred = {need: (await store.read(run_id, need)).snapshot for need in snapshot.needs}
     state = snapshot.state(referred)
     return apply_records(state, [codec.decode_record(blob) for blob in stored.records])
@@ -74,7 +75,7 @@ async def replayed(store: Store, run_id: str, seq: int | None = None) -> RunStat
 async def reference_json(engine: Engine, run_id: str, start: int, stop: int | None) -> bytes:
     """What ``history --json`` printed: ``to_json`` of the view of every decoded record."""
     records = await engine.history(run_id, start=start, stop=stop)
-    return codec.to_json([record_view(record) for record in records]).encode()
+    return _json.to_json([record_view(record) for record in records]).encode()
 
 
 async def assert_reads_as_replayed(store: Store, run_id: str) -> None:

@@ -24,7 +24,7 @@ from phasegraph.model import (
     StepRecord,
     TransitionDef,
 )
-from phasegraph.run import differing_fields
+from phasegraph.run._replay import differing_fields
 from phasegraph.store.memory import MemoryStore
 
 CRASH = TESTS / "fixtures" / "crash"

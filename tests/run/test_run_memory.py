@@ -13,7 +13,7 @@ import pytest
 from builders import engine, graph, loop_machine, prepared
 from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.api import Engine
-from phasegraph.core import Frontier
+from phasegraph.core._graph import Frontier
 from phasegraph.model import NodeDef, NodeState, RunState, RunStatus, StepRecord
 from phasegraph.run import PreparedGraph, Run, _collector
 from phasegraph.store.memory import MemoryStore

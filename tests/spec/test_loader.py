@@ -16,17 +16,9 @@ from phasegraph.api import Engine
 from phasegraph.cli import main
 from phasegraph.errors import ErrorCode, InputError, SourceLocation, SpecError
 from phasegraph.model import NodeOutcome, RunStatus
-from phasegraph.spec import (
-    YamlLimits,
-    builtin_graphs,
-    builtin_machines,
-    graph_source,
-    load_graph,
-    load_graph_text,
-    load_machine,
-    machine_source,
-)
+from phasegraph.spec import YamlLimits, load_graph, load_graph_text, load_machine
 from phasegraph.spec import _catalog as loader_catalog
+from phasegraph.spec._loader import builtin_graphs, builtin_machines, graph_source, machine_source
 from phasegraph.store.memory import MemoryStore
 
 FIXTURES = TESTS / "fixtures"

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import REPO
-from phasegraph.actions import build_gate
+from phasegraph.actions._human import build_gate
 from phasegraph.api import Engine
 from phasegraph.cli import main
 from phasegraph.model import NodeOutcome, RunStatus

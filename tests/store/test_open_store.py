@@ -10,9 +10,10 @@ import phasegraph.store
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store import DEFAULT_STORE_URL, open_store
 from phasegraph.store._redis_cluster import ClusterLink
+from phasegraph.store._sqlite_layout import SCHEMA_VERSION
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
-from phasegraph.store.sqlite import SCHEMA_VERSION, SqliteStore
+from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import make_commit
 
 

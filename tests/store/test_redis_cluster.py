@@ -14,8 +14,9 @@ from builders import free_port
 from phasegraph.errors import LeaseLostError, SequenceConflictError, StoreUnavailableError
 from phasegraph.store import Lease, open_store
 from phasegraph.store._redis_cluster import ClusterLink
+from phasegraph.store._redis_queue import RunQueue
 from phasegraph.store._redis_scripts import COMMIT
-from phasegraph.store.redis import RedisStore, RunQueue
+from phasegraph.store.redis import RedisStore
 from phasegraph.testing import isolated_redis_store, make_commit
 
 pytestmark = pytest.mark.redis

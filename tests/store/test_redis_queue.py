@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from phasegraph.store.redis import RedisStore, RunQueue
+from phasegraph.store._redis_queue import RunQueue
+from phasegraph.store.redis import RedisStore
 
 pytestmark = pytest.mark.redis
 

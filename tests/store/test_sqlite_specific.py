@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from phasegraph.errors import JournalHeadError, RunNotFoundError, StoreError
+from phasegraph.store._sqlite_layout import SCHEMA_VERSION
 from phasegraph.store.base import Lease
-from phasegraph.store.sqlite import SCHEMA_VERSION, SqliteStore
+from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import make_commit
 
 # The layout phasegraph wrote before schema version 2, verbatim.

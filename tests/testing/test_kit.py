@@ -15,7 +15,8 @@ from builders import TESTS
 from phasegraph.api import Engine
 from phasegraph.model import NodeOutcome, NodeState, RunStatus
 from phasegraph.run import Divergence, ReplayReport, prepare
-from phasegraph.spec import builtin_graphs, builtin_machines, load_graph, machine_source
+from phasegraph.spec import load_graph
+from phasegraph.spec._loader import builtin_graphs, builtin_machines, machine_source
 from phasegraph.store.memory import MemoryStore
 from phasegraph.testing import (
     Outcome,

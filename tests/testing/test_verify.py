@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from builders import TESTS
-from phasegraph.spec import machine_source
+from phasegraph.spec._loader import machine_source
 from phasegraph.testing import (
     PropertyFailed,
     crash_equivalence,

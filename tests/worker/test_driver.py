@@ -22,7 +22,9 @@ from phasegraph.errors import DataConflictError, LeaseHeldError, PhasegraphError
 from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
 from phasegraph.store import Store
 from phasegraph.testing import isolated_redis_url
-from phasegraph.worker import Driven, LocalMailbox, Outcome, Reply, RunDriver, work_queue_of
+from phasegraph.worker import work_queue_of
+from phasegraph.worker._driver import Driven, Outcome, Reply, RunDriver
+from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import QueueMailbox
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workers"

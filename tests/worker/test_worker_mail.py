@@ -20,15 +20,9 @@ from phasegraph import Engine, open_store
 from phasegraph.actions import ActionResult
 from phasegraph.errors import DataConflictError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
-from phasegraph.worker import (
-    RunDriver,
-    Worker,
-    WorkerOptions,
-    WorkQueue,
-    post_reply,
-    reply_applied,
-    work_queue_of,
-)
+from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
+from phasegraph.worker._driver import RunDriver
+from phasegraph.worker._mail import post_reply, reply_applied
 
 pytestmark = pytest.mark.redis
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from model_kit import agent_node, call, graph_text, roles, run_agent, tool_result
-from phasegraph.actions import ActionContext, build_action
+from phasegraph.actions import ActionContext
+from phasegraph.actions._build import build_action
 from phasegraph.api import Engine
 from phasegraph.errors import ActionError
 from phasegraph.events import Event, live_event

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from model_kit import agent_node, call, graph_text, run_agent
-from phasegraph.actions.llm import SUMMARY_PREFIX
+from phasegraph.actions.llm._measure import SUMMARY_PREFIX
 from phasegraph.model import NodeOutcome, RunStatus
 
 LONG = "x" * 1000  # about 250 tokens
