@@ -30,8 +30,6 @@ from phasegraph.run import (
     RunOptions,
     SystemClock,
     TimeOrderedIds,
-    _prepare,
-    _replay,
 )
 from phasegraph.run._fork import create_run, fork_state
 from phasegraph.run._lease import LeaseKeeper
@@ -141,13 +139,15 @@ class Engine:
         self, graph: GraphSource, run_input: Mapping[str, Any] | None, run_id: str | None
     ) -> Run:
         """Create a run (committing seq 0); the caller enters the returned run."""
+        from phasegraph.run._prepare import initial_state  # here, not at the top: see the imports
+
         prepared = self.prepare(graph)
         run_input = dict(run_input or {})
         _validate_input(prepared.definition, run_input)
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
         hold = await self.leases.acquire(run_id)
-        state = _prepare.initial_state(prepared, run_id, run_input, self.clock.now())
+        state = initial_state(prepared, run_id, run_input, self.clock.now())
         created = StepRecord(seq=0, time=state.created_at, kind="created")
         commit = first_commit(state, created)
         try:
@@ -424,7 +424,9 @@ class Engine:
         """
         first = await self.get(run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
-        return await _replay.replay_history(self.store, prepared, first)
+        from phasegraph.run._replay import replay_history  # here, not at the top: see the imports
+
+        return await replay_history(self.store, prepared, first)
 
 
 def _remember(cache: dict[K, V], key: K, value: V) -> V:
@@ -472,7 +474,7 @@ def _is_path(source: str | Path) -> bool:
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
     if definition.input_schema is None:
         return
-    from phasegraph.spec._input import input_validator
+    from phasegraph.spec._input import input_validator  # here, not at the top: see the imports
 
     validator = input_validator(definition.input_schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))

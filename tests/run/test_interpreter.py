@@ -161,7 +161,7 @@ async def test_action_exception_is_recorded_not_raised():
     # The type, the message and the line that raised it (user code: this test).
     message = state.errors[0].message
     assert message.startswith("ValueError: the model said no (raised at ")
-    assert message.endswith("test_interpreter.py:154 in boom)")
+    assert message.endswith("test_interpreter.py:155 in boom)")
 
 
 async def test_unencodable_data_fails_node_and_commits_none_of_it():
