@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegraph.actions import ActionContext, ActionResult
     from phasegraph.api import Engine
+    from phasegraph.cli import tune_collector
     from phasegraph.errors import (
         ErrorCode,
         IllegalTriggerError,
@@ -61,6 +62,7 @@ __all__ = [
     "load_graph",
     "load_machine",
     "open_store",
+    "tune_collector",
 ]
 
 _SOURCES = {
@@ -85,6 +87,8 @@ _SOURCES = {
     "load_machine": "phasegraph.spec",
     "Store": "phasegraph.store",
     "open_store": "phasegraph.store",
+    # A process-level opt-in: it lives with the command line, which tunes the same way.
+    "tune_collector": "phasegraph.cli",
 }
 """The module each lazily exported name is imported from (the ``TYPE_CHECKING`` block above)."""
 

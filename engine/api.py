@@ -20,21 +20,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.codec import SnapshotCache
-from phasegraph.errors import InputError, RunStateError, SequenceConflictError
+from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
 from phasegraph.run import (
+    Checkpoints,
     Clock,
     IdFactory,
     LeaseKeeper,
+    RunEnvironment,
     RunOptions,
     SystemClock,
     TimeOrderedIds,
     check_run_id,
     create_run,
     decode_history,
-    first_commit,
     fork_state,
     history_json,
     load,
@@ -46,7 +46,7 @@ from phasegraph.store.base import RunMeta, Store
 # (imported on first use, see phasegraph.run) and imported in the methods that drive, so
 # ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
-    from phasegraph.run import Hold, PreparedGraph, ReplayReport, Run
+    from phasegraph.run import PreparedGraph, ReplayReport, Run
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -147,24 +147,18 @@ class Engine:
         _validate_input(prepared.definition, run_input)
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
-        hold = await self.leases.acquire(run_id)
         state = runs.initial_state(prepared, run_id, run_input, self.clock.now())
-        created = StepRecord(seq=0, time=state.created_at, kind="created")
-        commit = first_commit(state, created)
-        try:
-            await self.store.commit(hold.lease, commit)
-        except SequenceConflictError as exc:
-            await hold.release()
-            raise RunStateError(
-                f"run id {run_id!r} is taken: a run with that id exists already (choose "
-                "another id, or omit it for a fresh one)",
-                run_id=run_id,
-            ) from exc
-        except BaseException:
-            await hold.release()
-            raise
-        size = len(commit.snapshot or b"")
-        return self._run(driver, prepared, hold, state, 0, size)
+        created = await create_run(self.store, self.leases, state)
+        checkpoints = Checkpoints(
+            self.options.checkpoint_policy(), seq=0, size=created.snapshot_bytes
+        )
+        return driver(
+            prepared=prepared,
+            hold=created.hold,
+            state=state,
+            checkpoints=checkpoints,
+            env=self._environment(),
+        )
 
     @contextlib.asynccontextmanager
     async def open(
@@ -206,39 +200,25 @@ class Engine:
         except BaseException:
             await hold.release()
             raise
-        async with self._run(
-            driver,
-            prepared,
-            hold,
-            loaded.state,
-            loaded.stored.snapshot_seq,
-            loaded.snapshot_bytes,
-            loaded.snapshots,
-        ) as run:
+        checkpoints = Checkpoints(
+            self.options.checkpoint_policy(),
+            seq=loaded.stored.snapshot_seq,
+            size=loaded.snapshot_bytes,
+            cache=loaded.snapshots,
+        )
+        run = driver(
+            prepared=prepared,
+            hold=hold,
+            state=loaded.state,
+            checkpoints=checkpoints,
+            env=self._environment(),
+        )
+        async with run:
             yield run
 
-    def _run(
-        self,
-        driver: type[Run],
-        prepared: PreparedGraph,
-        hold: Hold,
-        state: RunState,
-        snap: int,
-        size: int,
-        snapshots: SnapshotCache | None = None,
-    ) -> Run:
-        return driver(
-            prepared=prepared,
-            store=self.store,
-            hold=hold,
-            state=state,
-            snapshot_seq=snap,
-            snapshot_bytes=size,
-            snapshots=snapshots,
-            options=self.options,
-            clock=self.clock,
-            bus=self.bus,
-        )
+    def _environment(self) -> RunEnvironment:
+        """What the runs this engine drives share (read now: tests swap the clock)."""
+        return RunEnvironment(store=self.store, clock=self.clock, bus=self.bus)
 
     async def run(
         self,
@@ -403,7 +383,8 @@ class Engine:
         state, record = fork_state(
             source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now()
         )
-        await create_run(self.store, self.leases, state, record)
+        created = await create_run(self.store, self.leases, state, record)
+        await created.hold.release()
         return state.run_id
 
     async def replay(self, run_id: str, graph: GraphSource | None = None) -> ReplayReport:

@@ -38,6 +38,7 @@ PUBLIC = {
         "load_graph",
         "load_machine",
         "open_store",
+        "tune_collector",
     ],
     "phasegraph.actions": [
         "Action",
@@ -99,6 +100,7 @@ PUBLIC = {
     "phasegraph.cli": [
         "build_parser",
         "main",
+        "tune_collector",
     ],
     "phasegraph.codec": [
         "FORMAT_VERSION",
@@ -141,8 +143,10 @@ PUBLIC = {
         "write_conflict",
     ],
     "phasegraph.run": [
-        "BUSY_THRESHOLDS",
+        "CheckpointPolicy",
+        "Checkpoints",
         "Clock",
+        "Created",
         "Divergence",
         "Hold",
         "IdFactory",
@@ -153,6 +157,7 @@ PUBLIC = {
         "RUN_ID_PATTERN",
         "ReplayReport",
         "Run",
+        "RunEnvironment",
         "RunOptions",
         "SystemClock",
         "TimeOrderedIds",

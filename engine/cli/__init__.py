@@ -3,10 +3,15 @@
 Importing this package and building the parser load none of the engine: each command's
 module is imported only when that command runs (see :mod:`phasegraph.cli._commands`). May
 import :mod:`phasegraph.api`, :mod:`phasegraph.analysis` and everything below them.
+
+Process-level settings live here, with the applications, never in the library:
+:func:`tune_collector` (also ``phasegraph.tune_collector``) is what ``serve`` and
+``worker`` call at start-up, and an embedding application's opt-in.
 """
 
 from __future__ import annotations
 
+from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._main import build_parser, main
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "tune_collector"]

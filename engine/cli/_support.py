@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import shlex
@@ -34,7 +33,7 @@ from phasegraph.errors import (
     RunNotFoundError,
 )
 from phasegraph.model import RunState, RunStatus
-from phasegraph.run import BUSY_THRESHOLDS, RunOptions
+from phasegraph.run import RunOptions
 from phasegraph.store import open_store, redact_url
 from phasegraph.views import jsonable, run_summary
 
@@ -65,7 +64,6 @@ __all__ = [
     "run_command",
     "sqlite_file",
     "store_label",
-    "tune_collector",
     "with_engine",
 ]
 
@@ -390,17 +388,3 @@ async def progress(
     )
     return progress_for(engine.bus, quiet=False, run_id=run_id, order=order, state=state,
                         opening=opening)  # fmt: skip
-
-
-def tune_collector() -> None:
-    """Keep the garbage collector out of the way of many runs in flight (serve, worker).
-
-    What is alive once the process has started (modules, compiled graphs) is frozen out of
-    every collection, and the young generation is collected every 50,000 allocations
-    instead of 700, so a step's short-lived objects die before a collection promotes them.
-    With 10,000 runs in flight, the defaults spent about 40 % of the time in full
-    collections (``benchmarks/targets.py``, case ``many_10000``).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*BUSY_THRESHOLDS)  # what the engine sets only while runs pile up

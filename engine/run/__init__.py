@@ -17,13 +17,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from phasegraph.run._collector import BUSY_THRESHOLDS
-from phasegraph.run._fork import create_run, fork_state
+from phasegraph.run._checkpoint import CheckpointPolicy, Checkpoints
+from phasegraph.run._create import Created, create_run
+from phasegraph.run._fork import fork_state
 from phasegraph.run._lease import Hold, LeaseKeeper
 from phasegraph.run._options import (
     RUN_ID_PATTERN,
     Clock,
     IdFactory,
+    RunEnvironment,
     RunOptions,
     SystemClock,
     TimeOrderedIds,
@@ -83,10 +85,12 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "BUSY_THRESHOLDS",
     "REDUCERS",
     "RUN_ID_PATTERN",
+    "CheckpointPolicy",
+    "Checkpoints",
     "Clock",
+    "Created",
     "Divergence",
     "Hold",
     "IdFactory",
@@ -95,6 +99,7 @@ __all__ = [
     "PreparedGraph",
     "ReplayReport",
     "Run",
+    "RunEnvironment",
     "RunOptions",
     "SystemClock",
     "TimeOrderedIds",

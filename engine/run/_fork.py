@@ -22,11 +22,8 @@ from typing import Any
 from phasegraph import codec
 from phasegraph.errors import InputError
 from phasegraph.model import RunState, StepRecord, frozen_map
-from phasegraph.run._lease import LeaseKeeper
-from phasegraph.run._stored import first_commit
-from phasegraph.store.base import Store
 
-__all__ = ["create_run", "fork_state"]
+__all__ = ["fork_state"]
 
 
 def fork_state(
@@ -81,21 +78,3 @@ def fork_state(
 def _rekey(interrupt_id: str, old: str, new: str) -> str:
     prefix = f"{old}:"
     return new + interrupt_id[len(old) :] if interrupt_id.startswith(prefix) else interrupt_id
-
-
-async def create_run(
-    store: Store, leases: LeaseKeeper, state: RunState, record: StepRecord
-) -> None:
-    """Commit ``state`` as seq 0 of a new run under a lease taken and released here.
-
-    Raises:
-        LeaseHeldError: Someone holds a lease on that run id.
-        SequenceConflictError: A run with that id already exists.
-        StoreError: The store failed; nothing was written.
-    """
-    commit = first_commit(state, record)
-    hold = await leases.acquire(state.run_id)
-    try:
-        await store.commit(hold.lease, commit)
-    finally:
-        await hold.release()  # never raises: a lease we fail to release just expires
