@@ -298,27 +298,35 @@ class Run:
 
         Returns the last step committed (``None`` once nothing more can happen).
 
-        Why it is shaped so (the one place of the interpreter where speed shaped code):
+        This is the one place of the interpreter where speed shaped the code; why:
 
         * What happens next is asked of :meth:`StepBuilder.decide` every turn, the one
           order of decisions that replay asks too, so the two cannot disagree.
         * ``_to_launch`` lists the running nodes whose action has not started, in the
           order they became due: ``decide`` reads it for the human gates, and only
-          :meth:`_committed` appends to it, from the committed record itself (reading
-          the node in the record is cheaper than in the run state's map).
+          :meth:`_committed` appends to it, from the committed record itself.
+        * An action is always run by :func:`_invoke`. When it is the only thing that can
+          happen next (one action due, none in flight: every step of a sequential
+          graph), it is awaited right here, in the task driving the run; otherwise
+          each due action gets a task of its own and the first to finish is taken
+          (:meth:`_first_outcome`). A task per action would cost two more turns of the
+          event loop per step — a third of a small step's instructions — and the
+          outcome is the same: nothing else could have been committed meanwhile.
         * A drive is one call of this loop under one lease guard (:meth:`_leased`), not
-          a guard per step: guarding is a visible share of a small step.
-        * Only an action's outcome is waited for; the other steps are decided and
-          committed without giving the event loop a turn they do not need.
+          a guard per step.
         """
         record: StepRecord | None = None
         while (decided := self._steps.decide(self._state, self._to_launch)) is not None:
             if isinstance(decided, StepRecord):
                 if decided.node in self._to_launch:  # a gate opened (or failed to render)
                     self._to_launch.remove(decided.node)
-                record = await self._commit(*_encode(decided))
+                step = _encode(decided)
+            elif len(self._to_launch) == 1 and not self._tasks:
+                node_id = self._to_launch.pop()
+                step = await self._outcome_step(node_id, await _invoke(*self._call(node_id)))
             else:
-                record = await self._commit(*await self._act())
+                step = await self._first_outcome()
+            record = await self._commit(*step)
             if once:
                 return record
         return None
@@ -353,18 +361,16 @@ class Run:
 
     # -- actions -----------------------------------------------------------------------
 
-    async def _act(self) -> tuple[StepRecord, bytes]:
-        """Start the due actions, wait for one to finish, and return its outcome as a step.
+    async def _first_outcome(self) -> tuple[StepRecord, bytes]:
+        """Start each due action in a task, wait for one to finish: its outcome's step.
 
         Raises:
             RunError: A node is running but none of its actions is due or in flight.
         """
         while self._to_launch:
             node_id = self._to_launch.pop(0)
-            events: list[Mapping[str, Any]] = []
-            site, ctx = self._context(node_id, events)
             self._tasks[node_id] = asyncio.create_task(
-                _invoke(site.action, ctx, events), name=f"phasegraph:{self.run_id}:{node_id}"
+                _invoke(*self._call(node_id)), name=f"phasegraph:{self.run_id}:{node_id}"
             )
         if not self._tasks:
             raise RunError(
@@ -376,12 +382,7 @@ class Run:
         position = self._prepared.workflow.position
         finished = (node_id for node_id, task in self._tasks.items() if task.done())
         node_id = min(finished, key=position.__getitem__)
-        outcome = self._tasks.pop(node_id).result()
-        if isinstance(outcome.error, asyncio.CancelledError):
-            await self._stop_actions()
-            reason = f"cancelled by the action of node {node_id!r}"
-            return _encode(self._steps.cancel(self._state, reason))
-        return self._outcome_step(node_id, outcome)
+        return await self._outcome_step(node_id, self._tasks.pop(node_id).result())
 
     async def _stop_actions(self) -> None:
         """Cancel the in-flight actions and forget the due ones: their results are dropped."""
@@ -393,10 +394,9 @@ class Run:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _context(
-        self, node_id: str, events: list[Mapping[str, Any]]
-    ) -> tuple[_Site, ActionContext]:
-        """The context for the action bound to the node's current state."""
+    def _call(self, node_id: str) -> tuple[Action, ActionContext, list[Mapping[str, Any]]]:
+        """What :func:`_invoke` needs to run the action of the node's current state."""
+        events: list[Mapping[str, Any]] = []
         state = self._state
         node = state.nodes[node_id]
         site = self._prepared.sites.get((node_id, node.path))
@@ -406,7 +406,7 @@ class Run:
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
-        return site, ActionContext(
+        context = ActionContext(
             run_id=state.run_id,
             node_id=node_id,
             state=site.where,
@@ -425,16 +425,24 @@ class Run:
             stream=functools.partial(self._stream, node_id),
             attempt=self._hold.lease.token,
         )
+        return site.action, context, events
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:
         """Publish a live event of an action now; it is never committed (see live_event)."""
         if self._bus.listening:
             self._bus.publish(live_event(self._state, node_id, kind, fields))
 
-    def _outcome_step(self, node_id: str, outcome: _Outcome) -> tuple[StepRecord, bytes]:
-        """Turn an action's outcome into an encoded record; any refusal fails the node."""
+    async def _outcome_step(self, node_id: str, outcome: _Outcome) -> tuple[StepRecord, bytes]:
+        """Turn an action's outcome into an encoded record; any refusal fails the node.
+
+        An action that cancelled itself cancels the run: the other actions are stopped.
+        """
         steps, state = self._steps, self._state
         result, error, events = outcome
+        if isinstance(error, asyncio.CancelledError):
+            await self._stop_actions()
+            reason = f"cancelled by the action of node {node_id!r}"
+            return _encode(steps.cancel(state, reason))
         if error is not None or not isinstance(result, ActionResult):
             kind = type(result).__name__
             error = error or RunError(f"action returned {kind}, not an ActionResult")
