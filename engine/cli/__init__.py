@@ -11,7 +11,21 @@ Process-level settings live here, with the applications, never in the library:
 
 from __future__ import annotations
 
-from phasegraph.cli._collector import tune_collector
+from typing import TYPE_CHECKING, Any
+
 from phasegraph.cli._main import build_parser, main
 
+if TYPE_CHECKING:
+    from phasegraph.cli._collector import tune_collector
+
 __all__ = ["build_parser", "main", "tune_collector"]
+
+
+def __getattr__(name: str) -> Any:
+    """``tune_collector``, imported on first use: ``phasegraph --version`` needs none of it."""
+    if name != "tune_collector":
+        raise AttributeError(f"module 'phasegraph.cli' has no attribute {name!r}")
+    from phasegraph.cli._collector import tune_collector
+
+    globals()[name] = tune_collector  # later accesses are plain attribute reads
+    return tune_collector
