@@ -21,10 +21,8 @@ an older body goes through the migrations, and a bad body is named field by fiel
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Final, Generic, TypeAlias, TypeVar, Union, get_args, get_origin
@@ -55,7 +53,6 @@ from phasegraph.codec._wire import (
     Segment,
     Snapshot,
     Wire,
-    apply_bodies,
     check_record,
     node_map_wire,
     record_wire,
@@ -71,9 +68,7 @@ __all__ = [
     "RecordBody",
     "SnapshotCache",
     "StoredSnapshot",
-    "apply_bodies",
     "check_encodable",
-    "collector_paused",
     "decode_record",
     "decode_snapshot",
     "decode_value",
@@ -397,9 +392,8 @@ def read_record(data: bytes) -> RecordBody:
     """Read step-record bytes as :func:`decode_record` does, keeping the record unbuilt.
 
     Every check :func:`decode_record` makes is made, with the same errors; what comes
-    back is the record's body as it is on the wire, for the reads that go through many
-    records at once without needing a model value for each: folding the records after a
-    snapshot (:func:`apply_bodies`) and rendering a history as JSON
+    back is the record's body as it is on the wire, for the read that goes through many
+    records at once without needing a model value for each: rendering a history as JSON
     (:func:`~phasegraph.codec.history_json`). Its ``seq`` is the record's seq.
 
     Raises:
@@ -627,26 +621,3 @@ def _noun(kind: Any, s: str = "") -> str:
 
 def _a(noun: str) -> str:
     return ("an " if noun[0] in "aeiou" else "a ") + noun
-
-
-# --------------------------------------------------------------------------- bulk decoding
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a block decodes many payloads at once.
-
-    Decoding allocates several container objects per payload, none of them in a cycle,
-    and the collector starts on allocation counts: while a long history is decoded it
-    runs over and over, re-scanning records that cannot be garbage. Keep the block
-    synchronous, with no ``await`` and no user code in it: the pause is process-wide. A
-    collector that was already off stays off.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

@@ -14,14 +14,13 @@ failed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from phasegraph import codec
 from phasegraph.errors import InputError
-from phasegraph.model import RunState, StepRecord, frozen_map
+from phasegraph.model import RunState, StepRecord, frozen_map, replace
 from phasegraph.run._lease import LeaseKeeper
 from phasegraph.run._stored import first_commit
 from phasegraph.store.base import Store
@@ -57,12 +56,12 @@ def fork_state(
     codec.check_encodable(changes)
     # Interrupt ids embed the run id; the fork's replies quote the fork's id.
     interrupts = {
-        _rekey(item.id, source.run_id, run_id): dataclasses.replace(
+        _rekey(item.id, source.run_id, run_id): replace(
             item, id=_rekey(item.id, source.run_id, run_id)
         )
         for item in source.interrupts.values()
     }
-    state = dataclasses.replace(
+    state = replace(
         source,
         run_id=run_id,
         seq=0,
