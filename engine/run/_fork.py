@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from phasegraph import codec
 from phasegraph.errors import InputError
 from phasegraph.model import RunState, StepRecord, frozen_map, replace
 from phasegraph.run._lease import LeaseKeeper
@@ -45,7 +44,6 @@ def fork_state(
 
     Raises:
         InputError: A patch key is not a non-empty string.
-        CodecError: A patch value cannot be stored (the message names the key).
     """
     changes = dict(patch or {})
     bad = [key for key in changes if not isinstance(key, str) or not key]
@@ -53,7 +51,6 @@ def fork_state(
         raise InputError(
             f"fork of run {source.run_id!r}: bad data keys {bad!r}", run_id=source.run_id
         )
-    codec.check_encodable(changes)
     # Interrupt ids embed the run id; the fork's replies quote the fork's id.
     interrupts = {
         _rekey(item.id, source.run_id, run_id): replace(
@@ -88,6 +85,8 @@ async def create_run(
     """Commit ``state`` as seq 0 of a new run under a lease taken and released here.
 
     Raises:
+        CodecError: A value of the state cannot be stored (a patch value, say): the
+            message names the path to it; nothing was written.
         LeaseHeldError: Someone holds a lease on that run id.
         SequenceConflictError: A run with that id already exists.
         StoreError: The store failed; nothing was written.

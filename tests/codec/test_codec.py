@@ -42,6 +42,7 @@ from phasegraph.model import (
     RunStatus,
     StepRecord,
     apply_records,
+    replace,
 )
 
 GOLDEN = TESTS / "golden"
@@ -644,6 +645,35 @@ def test_encode_record_names_node_field_and_path() -> None:
     assert "data['out'][0]" in message
     assert "Opaque" in message
     assert (caught.value.node_id, caught.value.seq) == ("build", 4)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path", "reason"),
+    [
+        ("data", {"out": [1, 2**64]}, "data['out'][1]", "64-bit"),
+        ("result", {"payload": {"text": "\ud800"}}, "result['payload']['text']", "UTF-8"),
+        ("events", ({"kind": "k", "n": -(2**63) - 1},), "events[0]['n']", "64-bit"),
+    ],
+)
+def test_encode_record_names_the_path_to_a_value_past_the_format_limits(
+    field: str, value: Any, path: str, reason: str
+) -> None:
+    # msgspec refuses these without saying where; the codec finds the value.
+    record = StepRecord(seq=4, time=T0, kind="transition", node="build", **{field: value})
+    with pytest.raises(CodecError) as caught:
+        codec.encode_record(record)
+    message = str(caught.value)
+    assert message.startswith(f"step 4 of node 'build' cannot be encoded: at {path}: ")
+    assert reason in message
+    assert (caught.value.node_id, caught.value.seq) == ("build", 4)
+
+
+def test_encode_snapshot_names_the_path_to_a_value_past_the_format_limits() -> None:
+    state = replace(golden_state(), data=MappingProxyType({"big": {"n": 2**70}}))
+    with pytest.raises(CodecError, match=r"at data\['big'\]\['n'\]: an int is outside"):
+        codec.encode_snapshot(state)
+    with pytest.raises(CodecError, match=r"at data\['big'\]\['n'\]: an int is outside"):
+        codec.encode_snapshot(state, codec.SnapshotCache())
 
 
 def test_encode_snapshot_names_nested_field() -> None:
