@@ -1,7 +1,8 @@
 """Frozen value types: definitions, run state, snapshots and step records.
 
-Everything here is plain data (stdlib only). Values that cross a step are frozen;
-changes are returned as new values, never applied in place.
+Everything here is plain data: frozen :class:`Value` types (msgspec structs, the one
+third-party import, for their construction cost) and enums. Values that cross a step
+are frozen; changes are returned as new values (:func:`replace`), never applied in place.
 """
 
 from __future__ import annotations
