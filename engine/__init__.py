@@ -31,7 +31,14 @@ if TYPE_CHECKING:
         StoreError,
     )
     from phasegraph.events import Event, EventBus
-    from phasegraph.model import NodeOutcome, NodeStatus, RunState, RunStatus, StepRecord
+    from phasegraph.model import (
+        NodeOutcome,
+        NodeStatus,
+        RunState,
+        RunStatus,
+        StepRecord,
+        replace,
+    )
     from phasegraph.run import RunOptions
     from phasegraph.spec import load_graph, load_machine
     from phasegraph.store import Store, open_store
@@ -62,6 +69,7 @@ __all__ = [
     "load_graph",
     "load_machine",
     "open_store",
+    "replace",
     "tune_collector",
 ]
 
@@ -82,6 +90,7 @@ _SOURCES = {
     "RunState": "phasegraph.model",
     "RunStatus": "phasegraph.model",
     "StepRecord": "phasegraph.model",
+    "replace": "phasegraph.model",
     "RunOptions": "phasegraph.run",
     "load_graph": "phasegraph.spec",
     "load_machine": "phasegraph.spec",

@@ -10,7 +10,7 @@ from enum import Enum
 from types import MappingProxyType, NoneType
 from typing import Any, Final
 
-from phasegraph.model import NodeOutcome, NodeState, NodeStatus, RunState, StepRecord
+from phasegraph.model import NodeOutcome, NodeState, NodeStatus, RunState, StepRecord, Value
 
 __all__ = [
     "error_rows",
@@ -27,7 +27,7 @@ _MAPS: Final = frozenset({dict, MappingProxyType})
 
 
 def jsonable(value: Any) -> Any:
-    """Convert model values (frozen dataclasses, mappings, tuples, datetimes) to JSON types."""
+    """Convert model values (frozen values, mappings, tuples, datetimes) to JSON types."""
     kind = type(value)
     if kind in _PLAIN:
         return value
@@ -65,7 +65,9 @@ def _other(value: Any) -> Any:
 
 @functools.cache
 def _dataclass_fields(kind: type) -> tuple[str, ...] | None:
-    """The field names of a dataclass type, or ``None`` for any other type."""
+    """The field names of a value type (a :class:`~phasegraph.model.Value` or a dataclass)."""
+    if issubclass(kind, Value):
+        return kind.__struct_fields__
     if dataclasses.is_dataclass(kind):
         return tuple(field.name for field in dataclasses.fields(kind))
     return None

@@ -38,6 +38,7 @@ PUBLIC = {
         "load_graph",
         "load_machine",
         "open_store",
+        "replace",
         "tune_collector",
     ],
     "phasegraph.actions": [
@@ -108,9 +109,7 @@ PUBLIC = {
         "RecordBody",
         "SnapshotCache",
         "StoredSnapshot",
-        "apply_bodies",
         "check_encodable",
-        "collector_paused",
         "decode_record",
         "decode_snapshot",
         "decode_value",

@@ -48,6 +48,8 @@ async def create_run(
         The lease (the caller releases it) and the size of the seq-0 snapshot.
 
     Raises:
+        CodecError: A value of the state cannot be stored (a fork's patch value, say):
+            the message names the path to it; nothing was written.
         RunStateError: A run with that id exists already.
         LeaseHeldError: Someone holds a lease on that run id.
         StoreError: The store failed; nothing was written.

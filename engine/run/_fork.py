@@ -14,14 +14,12 @@ failed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from phasegraph import codec
 from phasegraph.errors import InputError
-from phasegraph.model import RunState, StepRecord, frozen_map
+from phasegraph.model import RunState, StepRecord, frozen_map, replace
 
 __all__ = ["fork_state"]
 
@@ -43,7 +41,6 @@ def fork_state(
 
     Raises:
         InputError: A patch key is not a non-empty string.
-        CodecError: A patch value cannot be stored (the message names the key).
     """
     changes = dict(patch or {})
     bad = [key for key in changes if not isinstance(key, str) or not key]
@@ -51,15 +48,14 @@ def fork_state(
         raise InputError(
             f"fork of run {source.run_id!r}: bad data keys {bad!r}", run_id=source.run_id
         )
-    codec.check_encodable(changes)
     # Interrupt ids embed the run id; the fork's replies quote the fork's id.
     interrupts = {
-        _rekey(item.id, source.run_id, run_id): dataclasses.replace(
+        _rekey(item.id, source.run_id, run_id): replace(
             item, id=_rekey(item.id, source.run_id, run_id)
         )
         for item in source.interrupts.values()
     }
-    state = dataclasses.replace(
+    state = replace(
         source,
         run_id=run_id,
         seq=0,

@@ -4,7 +4,6 @@ definitions, the rules on definitions built in code, and the command's output an
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -24,7 +23,15 @@ from phasegraph.analysis import (
     step_bound,
 )
 from phasegraph.errors import InputError, SourceLocation
-from phasegraph.model import ActionDef, MachineDef, NodeDef, NodeOutcome, StateDef, TransitionDef
+from phasegraph.model import (
+    ActionDef,
+    MachineDef,
+    NodeDef,
+    NodeOutcome,
+    StateDef,
+    TransitionDef,
+    replace,
+)
 from phasegraph.spec import builtin_graphs, builtin_machines
 
 CHECK = TESTS / "fixtures" / "check"

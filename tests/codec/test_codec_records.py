@@ -12,7 +12,6 @@ decode to it again.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -220,26 +219,6 @@ def test_a_refused_body_names_the_field_without_msgspec_context() -> None:
     with pytest.raises(CodecError, match=r"^node\.steps must be of type int, not str$") as caught:
         codec.decode_record(envelope(v=1, kind="record", body=body))
     assert caught.value.__context__ is None  # neither refusal of msgspec is chained in
-
-
-# --------------------------------------------------------------------------- bulk decoding
-
-
-def test_collector_paused_restores_the_collector() -> None:
-    assert gc.isenabled()
-    with codec.collector_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    with pytest.raises(CodecError), codec.collector_paused():
-        codec.decode_record(b"")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with codec.collector_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # it was off before: left off
-    finally:
-        gc.enable()
 
 
 @FAST

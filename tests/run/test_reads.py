@@ -15,7 +15,6 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -40,6 +39,7 @@ from phasegraph.model import (
     StepRecord,
     apply_records,
     frozen_map,
+    replace,
 )
 from phasegraph.run import run_meta
 from phasegraph.store import Commit, RunMeta, Store, open_store
