@@ -341,10 +341,9 @@ class Engine:
     async def history_json(self, run_id: str, *, start: int = 0, stop: int | None = None) -> bytes:
         """The step records ``start <= seq < stop`` as JSON: what ``history --json`` prints.
 
-        The text (UTF-8) is :func:`~phasegraph.codec.to_json` of the
-        :func:`~phasegraph.views.record_view` of each record :meth:`history` returns,
-        byte for byte, and the errors are the same; it is rendered from the stored bytes,
-        with no step record built (see :func:`~phasegraph.run.history_json`).
+        The text (UTF-8) is an array of ``StepRecord`` (``specs/openapi.yaml``), one per
+        record :meth:`history` returns, with the same errors; it is rendered from the
+        stored bytes, with no step record built (see :func:`~phasegraph.run.history_json`).
 
         Raises:
             RunNotFoundError: No such run.

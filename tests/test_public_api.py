@@ -168,6 +168,7 @@ PUBLIC = {
         "differing_fields",
         "first_commit",
         "fork_state",
+        "gate_answers",
         "history_json",
         "initial_state",
         "load",

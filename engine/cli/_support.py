@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
 from phasegraph.cli._commands import DEFAULT_STORE_URL, Handler
-from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
+from phasegraph.cli._gates import gate_lines, open_gates, run_json, shown
 from phasegraph.codec import check_encodable, json_int, to_json
 from phasegraph.errors import (
     CodecError,
@@ -299,7 +299,8 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
         text += "".join(f"\n  {key}: {shown(state.data[key])}" for key in _outputs(engine, state))
     gates = await open_gates(engine, state)
     text += gate_lines(args, state, gates)
-    emit(args, gates_view(state, gates), text)
+    # It stopped here: nothing drives it now (a worker or server takes it up only later).
+    emit(args, run_json(state, gates, driving=False), text, plain=True)
     return exit_for(state.status)
 
 

@@ -43,6 +43,7 @@ from phasegraph.run._stored import (
 )
 
 if TYPE_CHECKING:
+    from phasegraph.run._gates import gate_answers
     from phasegraph.run._interpreter import Run, check_reply
     from phasegraph.run._prepare import REDUCERS, PreparedGraph, initial_state, prepare
     from phasegraph.run._replay import (
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "gate_answers": "phasegraph.run._gates",
     "Run": "phasegraph.run._interpreter",
     "check_reply": "phasegraph.run._interpreter",
     "REDUCERS": "phasegraph.run._prepare",
@@ -111,6 +113,7 @@ __all__ = [
     "differing_fields",
     "first_commit",
     "fork_state",
+    "gate_answers",
     "history_json",
     "initial_state",
     "load",

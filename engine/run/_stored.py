@@ -174,11 +174,10 @@ def decode_history(
 def history_json(run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 0) -> bytes:
     """The JSON ``phasegraph history --json`` prints of a history read, in one synchronous block.
 
-    The text is what :func:`~phasegraph.codec.to_json` makes of the
-    :func:`~phasegraph.views.record_view` of every record :func:`decode_history` decodes,
-    byte for byte (UTF-8), with the same errors; it is made from the stored bytes with no
-    step record built, :data:`_JSON_PAGE` records at a time (what one page of records and
-    their views hold stays in the processor's caches).
+    The text (UTF-8) is the ``StepRecord`` of every record :func:`decode_history` decodes
+    (:mod:`phasegraph.codec`'s history renderer), with the same errors; it is made from
+    the stored bytes with no step record built, :data:`_JSON_PAGE` records at a time
+    (what one page of records and their views hold stays in the processor's caches).
 
     Args:
         run_id: The run.

@@ -355,6 +355,8 @@ def test_cli_fork_set_then_resume(tmp_path, capsys):
     assert fork_id not in ("", "src")
     code, out, err = _cli(capsys, "resume", fork_id, "--json", *run)
     assert code == 0, err
+    assert json.loads(out)["status"] == "completed"
+    code, out, err = _cli(capsys, "show", fork_id, "--json", *run)
     assert json.loads(out)["data"] == {"a": 100, "b": 2, "c": 2, "total": 104}
 
     code, out, _ = _cli(capsys, "fork", "src", "--json", *run)
