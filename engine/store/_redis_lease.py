@@ -17,8 +17,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from phasegraph.errors import LeaseLostError, StoreError, StoreUnavailableError
-from phasegraph.store._open import lease_lost_error
-from phasegraph.store._redis_cluster import is_cluster_url, node_url
+from phasegraph.store._open import is_cluster_url, lease_lost_error, node_url
 from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA
 from phasegraph.store.base import Lease, LeaseLine
 
