@@ -1,6 +1,6 @@
 """The Redis store's lease line: renewals from the lease keeper's thread, on redis-py.
 
-The store's commands share one asyncio connection (or the cluster client's pool), so a
+The store's commands share one asyncio connection (one per primary on a cluster), so a
 renewal sent there waits behind every commit queued before it and for the event loop to
 run. The keeper renews from a thread of its own instead, on a blocking redis-py client of
 its own (one connection to a server; one per primary on a Redis Cluster): a batch of

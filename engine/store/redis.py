@@ -22,10 +22,10 @@ URL.
 On a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``, naming any one node)
 the same wire keeps one such connection per primary and sends each command to the
 primary serving its key's slot (:class:`~phasegraph.store._redis_wire.ClusterWire`).
-The index is in another slot than
-any run, so the commit script writes the run alone and the index is written with
-commands of its own: before a run's first commit (seq 0) its entry is added if missing,
-so a run is never committed without being listed, even if the process dies right after;
+The index is in another slot than any run, so the commit script writes the run alone
+and the index is written with commands of its own: before a run's first commit (seq 0)
+its entry is added if missing, so a run is never committed without being listed, even if
+the process dies right after;
 after every later commit (or a first one whose entry was there already) the entry's score
 is set to the commit's updated_at. A process that
 dies between a later commit and that second write leaves the run listed with the score
