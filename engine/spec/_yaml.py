@@ -371,7 +371,10 @@ class _Reader:
         parent_key = parent.key if parent is not None else _NO_KEY
         # The items of a list of mappings to merge are checked, and named, one by one.
         item_marks: list[Mark] | None = [] if parent_key is _MERGE_KEY else None
-        frame = _Frame(container, self._place(container, mark, item_marks), mark, tags[event.tag])
+        # What is merged is its pairs, whatever its tag (PyYAML merges nodes, not values).
+        merged = item_marks is not None or (parent is not None and parent.item_marks is not None)
+        tag = None if merged else tags[event.tag]
+        frame = _Frame(container, self._place(container, mark, item_marks), mark, tag)
         frame.anchor, frame.parent_key = event.anchor, parent_key
         if frame.is_list:
             frame.item_marks = item_marks
@@ -471,8 +474,6 @@ class _Reader:
             self.root = value
         elif parent.is_list:
             parent.container[-1] = value
-        elif frame.parent_key is _MERGE_KEY:
-            parent.merges[-1] = parent.merges[-1]._replace(value=value)
         else:
             parent.container[frame.parent_key] = value
         return value
