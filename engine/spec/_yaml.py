@@ -43,7 +43,7 @@ from phasegraph.errors import Problem, SourceLocation
 
 try:  # libyaml's event parser: PyYAML's wheels ship it
     from yaml._yaml import CParser as _LIBYAML_PARSER
-except ImportError:  # pragma: no cover - a PyYAML built without libyaml reads ~10x slower
+except ImportError:  # pragma: no cover - a PyYAML built without libyaml reads ~7x slower
     _LIBYAML_PARSER = None  # type: ignore[assignment, misc]
 
 __all__ = [
