@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegraph.actions import ActionContext, ActionResult
     from phasegraph.api import Engine
+    from phasegraph.cli import tune_collector
     from phasegraph.errors import (
         ErrorCode,
         IllegalTriggerError,
@@ -30,7 +31,14 @@ if TYPE_CHECKING:
         StoreError,
     )
     from phasegraph.events import Event, EventBus
-    from phasegraph.model import NodeOutcome, NodeStatus, RunState, RunStatus, StepRecord
+    from phasegraph.model import (
+        NodeOutcome,
+        NodeStatus,
+        RunState,
+        RunStatus,
+        StepRecord,
+        replace,
+    )
     from phasegraph.run import RunOptions
     from phasegraph.spec import load_graph, load_machine
     from phasegraph.store import Store, open_store
@@ -61,6 +69,8 @@ __all__ = [
     "load_graph",
     "load_machine",
     "open_store",
+    "replace",
+    "tune_collector",
 ]
 
 _SOURCES = {
@@ -80,11 +90,14 @@ _SOURCES = {
     "RunState": "phasegraph.model",
     "RunStatus": "phasegraph.model",
     "StepRecord": "phasegraph.model",
+    "replace": "phasegraph.model",
     "RunOptions": "phasegraph.run",
     "load_graph": "phasegraph.spec",
     "load_machine": "phasegraph.spec",
     "Store": "phasegraph.store",
     "open_store": "phasegraph.store",
+    # A process-level opt-in: it lives with the command line, which tunes the same way.
+    "tune_collector": "phasegraph.cli",
 }
 """The module each lazily exported name is imported from (the ``TYPE_CHECKING`` block above)."""
 

@@ -20,21 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.codec._envelope import SnapshotCache
-from phasegraph.errors import InputError, RunStateError, SequenceConflictError
+from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
-from phasegraph.run import (
-    Clock,
-    IdFactory,
-    RunOptions,
-    SystemClock,
-    TimeOrderedIds,
-)
-from phasegraph.run._fork import create_run, fork_state
+from phasegraph.run import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
+from phasegraph.run._checkpoint import Checkpoints
+from phasegraph.run._create import create_run
+from phasegraph.run._fork import fork_state
 from phasegraph.run._lease import LeaseKeeper
-from phasegraph.run._options import check_run_id
-from phasegraph.run._stored import decode_history, first_commit, history_json, load
+from phasegraph.run._options import RunEnvironment, check_run_id
+from phasegraph.run._stored import decode_history, history_json, load
 from phasegraph.store.base import RunMeta, Store
 
 # Reading a run needs none of the machinery that drives one: the interpreter, graph
@@ -43,7 +38,6 @@ from phasegraph.store.base import RunMeta, Store
 # ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
     from phasegraph.run import PreparedGraph, ReplayReport, Run
-    from phasegraph.run._lease import Hold
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -139,31 +133,25 @@ class Engine:
         self, graph: GraphSource, run_input: Mapping[str, Any] | None, run_id: str | None
     ) -> Run:
         """Create a run (committing seq 0); the caller enters the returned run."""
-        from phasegraph.run._prepare import initial_state  # here, not at the top: see the imports
-
         prepared = self.prepare(graph)
         run_input = dict(run_input or {})
         _validate_input(prepared.definition, run_input)
         run_id = check_run_id(run_id) if run_id else self.ids.new_run_id()
+        from phasegraph.run._prepare import initial_state  # driving machinery: see imports
+
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
-        hold = await self.leases.acquire(run_id)
         state = initial_state(prepared, run_id, run_input, self.clock.now())
-        created = StepRecord(seq=0, time=state.created_at, kind="created")
-        commit = first_commit(state, created)
-        try:
-            await self.store.commit(hold.lease, commit)
-        except SequenceConflictError as exc:
-            await hold.release()
-            raise RunStateError(
-                f"run id {run_id!r} is taken: a run with that id exists already (choose "
-                "another id, or omit it for a fresh one)",
-                run_id=run_id,
-            ) from exc
-        except BaseException:
-            await hold.release()
-            raise
-        size = len(commit.snapshot or b"")
-        return self._run(driver, prepared, hold, state, 0, size)
+        created = await create_run(self.store, self.leases, state)
+        checkpoints = Checkpoints(
+            self.options.checkpoint_policy(), seq=0, size=created.snapshot_bytes
+        )
+        return driver(
+            prepared=prepared,
+            hold=created.hold,
+            state=state,
+            checkpoints=checkpoints,
+            env=self._environment(),
+        )
 
     @contextlib.asynccontextmanager
     async def open(
@@ -205,39 +193,25 @@ class Engine:
         except BaseException:
             await hold.release()
             raise
-        async with self._run(
-            driver,
-            prepared,
-            hold,
-            loaded.state,
-            loaded.stored.snapshot_seq,
-            loaded.snapshot_bytes,
-            loaded.snapshots,
-        ) as run:
+        checkpoints = Checkpoints(
+            self.options.checkpoint_policy(),
+            seq=loaded.stored.snapshot_seq,
+            size=loaded.snapshot_bytes,
+            cache=loaded.snapshots,
+        )
+        run = driver(
+            prepared=prepared,
+            hold=hold,
+            state=loaded.state,
+            checkpoints=checkpoints,
+            env=self._environment(),
+        )
+        async with run:
             yield run
 
-    def _run(
-        self,
-        driver: type[Run],
-        prepared: PreparedGraph,
-        hold: Hold,
-        state: RunState,
-        snap: int,
-        size: int,
-        snapshots: SnapshotCache | None = None,
-    ) -> Run:
-        return driver(
-            prepared=prepared,
-            store=self.store,
-            hold=hold,
-            state=state,
-            snapshot_seq=snap,
-            snapshot_bytes=size,
-            snapshots=snapshots,
-            options=self.options,
-            clock=self.clock,
-            bus=self.bus,
-        )
+    def _environment(self) -> RunEnvironment:
+        """What the runs this engine drives share (read now: tests swap the clock)."""
+        return RunEnvironment(store=self.store, clock=self.clock, bus=self.bus)
 
     async def run(
         self,
@@ -360,10 +334,9 @@ class Engine:
     async def history_json(self, run_id: str, *, start: int = 0, stop: int | None = None) -> bytes:
         """The step records ``start <= seq < stop`` as JSON: what ``history --json`` prints.
 
-        The text (UTF-8) is :func:`~phasegraph.codec.to_json` of the
-        :func:`~phasegraph.views.record_view` of each record :meth:`history` returns,
-        byte for byte, and the errors are the same; it is rendered from the stored bytes,
-        with no step record built (see :func:`~phasegraph.run.history_json`).
+        The text (UTF-8) is an array of ``StepRecord`` (``specs/openapi.yaml``), one per
+        record :meth:`history` returns, with the same errors; it is rendered from the
+        stored bytes, with no step record built (see :func:`~phasegraph.run.history_json`).
 
         Raises:
             RunNotFoundError: No such run.
@@ -402,7 +375,8 @@ class Engine:
         state, record = fork_state(
             source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now()
         )
-        await create_run(self.store, self.leases, state, record)
+        created = await create_run(self.store, self.leases, state, record)
+        await created.hold.release()
         return state.run_id
 
     async def replay(self, run_id: str, graph: GraphSource | None = None) -> ReplayReport:
@@ -424,7 +398,7 @@ class Engine:
         """
         first = await self.get(run_id, 0)
         prepared = self.prepare(graph if graph is not None else first.graph_source)
-        from phasegraph.run._replay import replay_history  # here, not at the top: see the imports
+        from phasegraph.run._replay import replay_history  # driving machinery: see imports
 
         return await replay_history(self.store, prepared, first)
 
@@ -474,7 +448,7 @@ def _is_path(source: str | Path) -> bool:
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
     if definition.input_schema is None:
         return
-    from phasegraph.spec._input import input_validator  # here, not at the top: see the imports
+    from phasegraph.spec._input import input_validator
 
     validator = input_validator(definition.input_schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))

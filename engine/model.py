@@ -1,21 +1,23 @@
 """Frozen value types: definitions, run state, snapshots and step records.
 
-Everything here is plain data (stdlib only). Values that cross a step are frozen;
-changes are returned as new values, never applied in place.
+Everything here is plain data: frozen :class:`Value` types (msgspec structs, the one
+third-party import, for their construction cost) and enums. Values that cross a step
+are frozen; changes are returned as new values (:func:`replace`), never applied in place.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import string
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import field
 from datetime import datetime
 from enum import StrEnum
 from math import isqrt
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, final
+
+import msgspec
 
 from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import RunStateError, SourceLocation
@@ -38,6 +40,8 @@ __all__ = [
     "StateDef",
     "StepRecord",
     "TransitionDef",
+    "Value",
+    "replace",
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -106,57 +110,31 @@ def frozen_map(values: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 
 V = TypeVar("V")
-_C = TypeVar("_C", bound=type)
+_T = TypeVar("_T", bound="Value")
 
 
-def quick_init(cls: _C) -> _C:
-    """Give a frozen, slotted, keyword-only dataclass a faster ``__init__``.
+class Value(msgspec.Struct, frozen=True, kw_only=True):
+    """The base of phasegraph's frozen values: a frozen, keyword-only ``msgspec.Struct``.
 
-    The ``__init__`` that ``dataclasses`` writes for a frozen class sets every field with
-    ``object.__setattr__``; the one written here calls each slot's descriptor directly,
-    about twice as fast, with the same signature, defaults and result. Records, states
-    and commits are built several times per step, so this is a visible share of a step.
-    Apply it above ``@dataclass(frozen=True, slots=True, kw_only=True)``.
+    Several are built per step (a context, a result, node states, a record, the next run
+    state, a commit), and a history read builds one record per step: a ``Struct`` is built
+    in C, several times faster than a frozen dataclass, whose ``__init__`` sets each field
+    through ``object.__setattr__``. Subclasses repeat ``frozen=True, kw_only=True`` so that
+    type checkers see them (the options are inherited at run time, not by the checkers).
+    Change a value with :func:`replace`.
+    """
+
+
+def replace(value: _T, /, **changes: Any) -> _T:
+    """A copy of ``value`` with the fields named in ``changes`` set to new values.
+
+    What :func:`dataclasses.replace` is to a dataclass, for a :class:`Value` (an action
+    result, a context, a run state, ...): ``replace(result, trigger="retry")``.
 
     Raises:
-        TypeError: ``cls`` is not such a dataclass, or has a ``__post_init__``.
+        TypeError: A name in ``changes`` is not a field of ``value``.
     """
-    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
-        raise TypeError(f"{cls.__name__} is not a slotted dataclass")
-    if hasattr(cls, "__post_init__"):  # the generated __init__ would silently skip it
-        raise TypeError(f"{cls.__name__} has a __post_init__, which quick_init does not call")
-    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
-    params, lines = [], []
-    for item in dataclasses.fields(cls):
-        name = item.name
-        if not item.init or not item.kw_only:
-            raise TypeError(f"{cls.__name__}.{name} is not a keyword-only init field")
-        scope[f"_set_{name}"] = cls.__dict__[name].__set__
-        value = name
-        if item.default is not dataclasses.MISSING:
-            scope[f"_default_{name}"] = item.default
-            params.append(f"{name}=_default_{name}")
-        elif item.default_factory is _no_entries:  # always the one shared empty map
-            scope[f"_default_{name}"] = EMPTY
-            params.append(f"{name}=_default_{name}")
-        elif item.default_factory is not dataclasses.MISSING:
-            scope[f"_factory_{name}"] = item.default_factory
-            params.append(f"{name}=_FACTORY")
-            value = f"_factory_{name}() if {name} is _FACTORY else {name}"
-        else:
-            params.append(name)
-        lines.append(f"    _set_{name}(self, {value})")
-    source = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(lines or ["    pass"])
-    exec(source, scope)  # generated from the field list, as dataclasses does
-    init = scope["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    init.__annotations__ = dict(cls.__init__.__annotations__)
-    cls.__init__ = init  # type: ignore[method-assign]
-    return cls
-
-
-_FACTORY: Any = object()  # "no value given" for a field with a default factory
+    return msgspec.structs.replace(value, **changes)
 
 
 @final
@@ -330,8 +308,7 @@ class NodeOutcome(StrEnum):
 # --------------------------------------------------------------------------- definitions
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StateDef:
+class StateDef(Value, frozen=True, kw_only=True):
     """One state of a machine.
 
     Attributes:
@@ -352,8 +329,7 @@ class StateDef:
     location: SourceLocation | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransitionDef:
+class TransitionDef(Value, frozen=True, kw_only=True):
     """One declared transition.
 
     Attributes:
@@ -373,8 +349,7 @@ class TransitionDef:
     location: SourceLocation | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BudgetDef:
+class BudgetDef(Value, frozen=True, kw_only=True):
     """A named counter with a limit, spent by entering certain states.
 
     Attributes:
@@ -388,8 +363,7 @@ class BudgetDef:
     spend_on: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MachineDef:
+class MachineDef(Value, frozen=True, kw_only=True):
     """A declared state machine, validated but not yet compiled.
 
     Attributes:
@@ -406,13 +380,12 @@ class MachineDef:
     initial: str
     states: Mapping[str, StateDef]
     transitions: tuple[TransitionDef, ...]
-    budgets: Mapping[str, BudgetDef] = empty_field()
+    budgets: Mapping[str, BudgetDef] = EMPTY
     description: str = ""
     location: SourceLocation | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionDef:
+class ActionDef(Value, frozen=True, kw_only=True):
     """What a bound hook runs, as declared (turned into a callable by ``actions``).
 
     Attributes:
@@ -428,17 +401,15 @@ class ActionDef:
     location: SourceLocation | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MiddlewareDef:
+class MiddlewareDef(Value, frozen=True, kw_only=True):
     """A middleware the graph enables, with its settings."""
 
     name: str
-    config: Mapping[str, Any] = empty_field()
+    config: Mapping[str, Any] = EMPTY
     location: SourceLocation | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeDef:
+class NodeDef(Value, frozen=True, kw_only=True):
     """One node of a workflow graph.
 
     Attributes:
@@ -454,8 +425,8 @@ class NodeDef:
     id: str
     machine: str
     needs: tuple[str, ...] = ()
-    bind: Mapping[str, ActionDef] = empty_field()
-    settings: Mapping[str, Any] = empty_field()
+    bind: Mapping[str, ActionDef] = EMPTY
+    settings: Mapping[str, Any] = EMPTY
     writes: tuple[str, ...] | None = None
     location: SourceLocation | None = None
 
@@ -477,8 +448,7 @@ def nested_machines(root: str, machines: Mapping[str, MachineDef]) -> tuple[Mach
     return tuple(found.values())
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GraphDef:
+class GraphDef(Value, frozen=True, kw_only=True):
     """A workflow graph with every machine it uses resolved.
 
     Attributes:
@@ -500,7 +470,7 @@ class GraphDef:
     machines: Mapping[str, MachineDef]
     concurrency: int = 3
     input_schema: Mapping[str, Any] | None = None
-    reducers: Mapping[str, str] = empty_field()
+    reducers: Mapping[str, str] = EMPTY
     middleware: tuple[MiddlewareDef, ...] = ()
     description: str = ""
     output: tuple[str, ...] = ()
@@ -511,9 +481,7 @@ class GraphDef:
 # --------------------------------------------------------------------------- run state
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeState:
+class NodeState(Value, frozen=True, kw_only=True):
     """Where one node is.
 
     Attributes:
@@ -530,10 +498,10 @@ class NodeState:
     status: NodeStatus = NodeStatus.PENDING
     path: tuple[str, ...] = ()
     outcome: NodeOutcome | None = None
-    counters: Mapping[str, int] = empty_field()
+    counters: Mapping[str, int] = EMPTY
     steps: int = 0
     error: str | None = None
-    payload: Mapping[str, Any] = empty_field()
+    payload: Mapping[str, Any] = EMPTY
 
     @property
     def state(self) -> str:
@@ -541,9 +509,7 @@ class NodeState:
         return PATH_SEPARATOR.join(self.path)
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Interrupt:
+class Interrupt(Value, frozen=True, kw_only=True):
     """A question the run is waiting on (a human gate).
 
     Attributes:
@@ -559,15 +525,13 @@ class Interrupt:
     id: str
     node: str
     kind: str
-    payload: Mapping[str, Any] = empty_field()
+    payload: Mapping[str, Any] = EMPTY
     deadline: datetime | None = None
     created_at: datetime | None = None
     parked: bool = False
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorRecord:
+class ErrorRecord(Value, frozen=True, kw_only=True):
     """One failure, recovery or emergency, kept in the run's error log."""
 
     time: datetime
@@ -576,12 +540,10 @@ class ErrorRecord:
     message: str
     severity: str = "error"
     recovered: bool = False
-    details: Mapping[str, Any] = empty_field()
+    details: Mapping[str, Any] = EMPTY
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunState:
+class RunState(Value, frozen=True, kw_only=True):
     """The whole state of a run after step ``seq``: what a snapshot holds.
 
     Attributes:
@@ -611,20 +573,18 @@ class RunState:
     input: Mapping[str, Any]
     data: Mapping[str, Any]
     nodes: Mapping[str, NodeState]
-    interrupts: Mapping[str, Interrupt] = empty_field()
+    interrupts: Mapping[str, Interrupt] = EMPTY
     errors: tuple[ErrorRecord, ...] = ()
-    writers: Mapping[str, tuple[str, ...]] = empty_field()
+    writers: Mapping[str, tuple[str, ...]] = EMPTY
     created_at: datetime
     updated_at: datetime
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepRecord:
+class StepRecord(Value, frozen=True, kw_only=True):
     """What one step changed: the journal entry kept beside each snapshot.
 
     Applying a record to the run state at ``seq - 1`` gives the state at ``seq``
-    (see :func:`apply_record`), so a store can keep full snapshots only now and then.
+    (see :func:`apply_records`), so a store can keep full snapshots only now and then.
 
     Attributes:
         seq: The step number.
@@ -658,131 +618,90 @@ class StepRecord:
     source: tuple[str, ...] = ()
     trigger: str | None = None
     dest: tuple[str, ...] = ()
-    result: Mapping[str, Any] = empty_field()
-    data: Mapping[str, Any] = empty_field()
-    appended: Mapping[str, list[Any]] = empty_field()
-    nodes: Mapping[str, NodeState] = empty_field()
+    result: Mapping[str, Any] = EMPTY
+    data: Mapping[str, Any] = EMPTY
+    appended: Mapping[str, list[Any]] = EMPTY
+    nodes: Mapping[str, NodeState] = EMPTY
     status: RunStatus = RunStatus.RUNNING
     errors: tuple[ErrorRecord, ...] = ()
     interrupts: Mapping[str, Interrupt] | None = None
     events: tuple[Mapping[str, Any], ...] = ()
 
 
-def apply_record(state: RunState, record: StepRecord) -> RunState:
-    """Return the run state after ``record``, given the state just before it.
+def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
+    """The run state after ``records``, given the state just before the first of them.
+
+    The one fold of step records into a run state: a step applies its one record, a read
+    applies the records stored after a snapshot. What the records change is gathered
+    first and the run state (and its node map) built once at the end, so folding many
+    records costs little more than folding one. No records: ``state`` itself.
 
     Raises:
-        RunStateError: If ``record.seq`` does not follow ``state.seq``.
-    """
-    if record.seq != state.seq + 1:
-        raise _out_of_order(state.run_id, record.seq, state.seq)
-    # Built field by field rather than with dataclasses.replace: this runs on every step.
-    data, writers = state.data, state.writers
-    if record.data or record.appended:
-        extended = extended_lists(state.run_id, record.seq, state.data, record.appended)
-        data = MappingProxyType({**data, **record.data, **extended})
-        if record.node is not None:
-            writers = _add_writer(writers, record.node, record.data)
-            writers = _add_writer(writers, record.node, record.appended)
-    return RunState(
-        run_id=state.run_id,
-        graph=state.graph,
-        graph_source=state.graph_source,
-        graph_digest=state.graph_digest,
-        seq=record.seq,
-        status=record.status,
-        input=state.input,
-        data=data,
-        nodes=updated_map(state.nodes, record.nodes),
-        interrupts=state.interrupts if record.interrupts is None else record.interrupts,
-        errors=state.errors + record.errors if record.errors else state.errors,
-        writers=writers,
-        created_at=state.created_at,
-        updated_at=record.time,
-    )
-
-
-def apply_records(state: RunState, records: Sequence[StepRecord]) -> RunState:
-    """:func:`apply_record` of each of ``records`` in turn, building one state at the end.
-
-    Folding them first and building the run state (and its node map) once is several
-    times cheaper than building a state per record. Reads fold the stored record bodies
-    the same way (:func:`~phasegraph.codec.apply_bodies`), and must agree with this.
-
-    Raises:
-        RunStateError: If a record's seq does not follow the one before it.
-    """
-    if len(records) < 2:
-        return apply_record(state, records[0]) if records else state
-    return fold_records(state, records)
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def fold_records(
-    state: RunState,
-    records: Sequence[Any],
-    *,
-    node: Callable[[Any], NodeState] = _same,
-    error: Callable[[Any], ErrorRecord] = _same,
-    interrupts: Callable[[Any], Mapping[str, Interrupt]] = _same,
-    when: Callable[[Any], datetime] = _same,
-) -> RunState:
-    """The run state after ``records``: step records, or anything with their fields.
-
-    What the fold keeps is built once at the end with ``node``, ``error``,
-    ``interrupts`` and ``when`` (the codec folds stored record bodies this way, building
-    a node state only for the last state of each node). ``records`` is not empty.
-
-    Raises:
-        RunStateError: If a record's seq does not follow the one before it, or a record
+        RunStateError: A record's seq does not follow the one before it, or a record
             appends to a data key that does not hold a list.
     """
     run_id, seq = state.run_id, state.seq
     data: dict[str, Any] | None = None
     writers: dict[str, tuple[str, ...]] | None = None
-    nodes: dict[str, Any] = {}
+    nodes: Mapping[str, NodeState] = EMPTY
     errors: list[ErrorRecord] = []
-    pending: Any = None
-    for record in records:
-        if record.seq != seq + 1:
-            raise _out_of_order(run_id, record.seq, seq)
-        seq = record.seq
-        changed, appended = record.data, record.appended
+    interrupts = state.interrupts
+    last: StepRecord | None = None
+    for last in records:
+        if last.seq != seq + 1:
+            raise _out_of_order(run_id, last.seq, seq)
+        seq = last.seq
+        changed, appended = last.data, last.appended
         if changed or appended:
             data = dict(state.data) if data is None else data
-            extended = extended_lists(run_id, seq, data, appended) if appended else None
+            if appended:
+                data.update(extended_lists(run_id, seq, data, appended))
             data.update(changed)
-            if extended:
-                data.update(extended)
-            if record.node is not None:
+            moved = _new_writers(state.writers if writers is None else writers, last)
+            if moved:
                 writers = dict(state.writers) if writers is None else writers
-                writers.update(dict.fromkeys([*changed, *appended], (record.node,)))
-        if record.nodes:
-            nodes.update(record.nodes)
-        if record.errors:
-            errors += map(error, record.errors)
-        if record.interrupts is not None:
-            pending = record.interrupts
-    last = records[-1]
+                writers.update(moved)
+        if last.nodes:
+            # One record's node map is used as it is; several are merged.
+            nodes = last.nodes if not nodes else {**nodes, **last.nodes}
+        if last.errors:
+            errors += last.errors
+        if last.interrupts is not None:
+            interrupts = last.interrupts
+    if last is None:
+        return state
     return RunState(
         run_id=run_id,
         graph=state.graph,
         graph_source=state.graph_source,
         graph_digest=state.graph_digest,
-        seq=last.seq,
+        seq=seq,
         status=last.status,
         input=state.input,
         data=state.data if data is None else MappingProxyType(data),
-        nodes=updated_map(state.nodes, dict(zip(nodes, map(node, nodes.values()), strict=True))),
-        interrupts=state.interrupts if pending is None else interrupts(pending),
+        nodes=updated_map(state.nodes, nodes),
+        interrupts=interrupts,
         errors=state.errors + tuple(errors) if errors else state.errors,
         writers=state.writers if writers is None else MappingProxyType(writers),
         created_at=state.created_at,
-        updated_at=when(last.time),
+        updated_at=last.time,
     )
+
+
+def _new_writers(
+    writers: Mapping[str, tuple[str, ...]], record: StepRecord
+) -> dict[str, tuple[str, ...]]:
+    """The keys ``record`` wrote whose last writer changes, each → ``(record.node,)``.
+
+    Only the last writer of a key matters to the write-conflict rule (the writers so far
+    form a chain), so that is all that is kept: the map stays as small as the data, and
+    the usual step (a node writing the keys it wrote before) changes nothing.
+    """
+    if record.node is None:
+        return {}
+    mine = (record.node,)
+    keys = (*record.data, *record.appended)
+    return {key: mine for key in keys if writers.get(key, ())[-1:] != mine}
 
 
 def _out_of_order(run_id: str, seq: int, after: int) -> RunStateError:
@@ -853,14 +772,3 @@ def same_value(a: Any, b: Any) -> bool:
 
 def _same_map(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
     return len(a) == len(b) and all(key in b and same_value(a[key], b[key]) for key in a)
-
-
-def _add_writer(
-    writers: Mapping[str, tuple[str, ...]], node: str, keys: Mapping[str, Any]
-) -> Mapping[str, tuple[str, ...]]:
-    # Only the last writer of a key matters to the write-conflict rule (the writers so far
-    # form a chain), so that is all that is kept: the map stays as small as the data.
-    changed = [key for key in keys if writers.get(key, ())[-1:] != (node,)]
-    if not changed:
-        return writers
-    return MappingProxyType({**writers, **dict.fromkeys(changed, (node,))})

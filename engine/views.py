@@ -1,26 +1,55 @@
-"""JSON views of run state, step records and run metadata (for ``--json`` and HTTP)."""
+"""Every JSON shape of phasegraph's output: ``--json`` on the command line and the HTTP API.
+
+One function per shape, and both surfaces call it, so ``phasegraph status RUN --json`` and
+``GET /runs/RUN`` give the same JSON for the same run. ``specs/openapi.yaml`` describes
+each shape under ``components/schemas`` (named beside each function here).
+
+A run's history is the one shape rendered elsewhere: straight from the stored record
+bodies, by :func:`phasegraph.codec.history_json` (``StepRecord``), because a history is
+thousands of records and building each as a model value first costs several times more
+(see ``docs/internals.md``, "JSON shapes").
+
+Timestamps are ISO 8601 in UTC with ``+00:00`` everywhere, e.g.
+``2026-11-26T04:02:00.123456+00:00``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from types import MappingProxyType, NoneType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from phasegraph.model import NodeOutcome, NodeState, NodeStatus, RunState, StepRecord
+from phasegraph.model import (
+    GraphDef,
+    Interrupt,
+    MachineDef,
+    NodeOutcome,
+    NodeStatus,
+    RunState,
+    Value,
+)
 
-__all__: list[str] = []
+__all__: list[str] = []  # the shapes serve the CLI and the server; users read JSON
 
 
 _PLAIN: Final = frozenset({str, int, float, bool, NoneType})
 _MAPS: Final = frozenset({dict, MappingProxyType})
+_NO_OFFSET: Final = timedelta(0)
+
+
+def iso_time(value: datetime) -> str:
+    """A timestamp as ISO 8601 in UTC (``...+00:00``), whatever zone it was made in."""
+    if value.utcoffset() != _NO_OFFSET:
+        value = value.astimezone(UTC)
+    return value.isoformat()
 
 
 def jsonable(value: Any) -> Any:
-    """Convert model values (frozen dataclasses, mappings, tuples, datetimes) to JSON types."""
+    """Convert model values (frozen values, mappings, tuples, datetimes) to JSON types."""
     kind = type(value)
     if kind in _PLAIN:
         return value
@@ -46,7 +75,7 @@ def _other(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
-        return value.isoformat()
+        return iso_time(value)
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -58,7 +87,9 @@ def _other(value: Any) -> Any:
 
 @functools.cache
 def _dataclass_fields(kind: type) -> tuple[str, ...] | None:
-    """The field names of a dataclass type, or ``None`` for any other type."""
+    """The field names of a value type (a :class:`~phasegraph.model.Value` or a dataclass)."""
+    if issubclass(kind, Value):
+        return kind.__struct_fields__
     if dataclasses.is_dataclass(kind):
         return tuple(field.name for field in dataclasses.fields(kind))
     return None
@@ -115,45 +146,150 @@ def error_rows(state: RunState, node: str | None = None) -> list[dict[str, Any]]
     ]
 
 
+def errors_view(state: RunState, node: str | None = None) -> dict[str, Any]:
+    """``ErrorLog``: the run's error log (optionally one node's) with its summary line."""
+    return {
+        "run_id": state.run_id,
+        "summary": run_summary(state),
+        "errors": error_rows(state, node),
+    }
+
+
 def state_view(state: RunState) -> dict[str, Any]:
-    """The run state as JSON, with a one-line summary."""
+    """``Snapshot``: the whole run state as JSON, with a one-line summary."""
     view: dict[str, Any] = jsonable(state)
     view["summary"] = run_summary(state)
     return view
 
 
-def record_view(record: StepRecord) -> dict[str, Any]:
-    """A step record as JSON: what :func:`jsonable` gives, built field by field.
+def run_view(
+    state: RunState, *, driving: bool, answers: Mapping[str, Sequence[str]]
+) -> dict[str, Any]:
+    """``RunView``: a run at a glance: status, nodes' machine states, pending interrupts.
 
-    A history of thousands of records is rendered at once, so this is the fast way.
+    Args:
+        state: The run.
+        driving: Whether the run is being stepped now (by the server that answers, over
+            HTTP; by any live process, on the command line).
+        answers: Interrupt id → the triggers a reply may fire on it; each pending
+            interrupt shows its own (an empty list when the graph could not be read).
     """
-    interrupts = record.interrupts
     return {
-        "seq": record.seq,
-        "time": record.time.isoformat(),
-        "kind": record.kind,
-        "node": record.node,
-        "source": list(record.source),
-        "trigger": record.trigger,
-        "dest": list(record.dest),
-        "result": jsonable(record.result),
-        "data": jsonable(record.data),
-        "appended": jsonable(record.appended),
-        "nodes": {node_id: _node_view(node) for node_id, node in record.nodes.items()},
-        "status": record.status.value,
-        "errors": [jsonable(error) for error in record.errors] if record.errors else [],
-        "interrupts": None if interrupts is None else jsonable(interrupts),
-        "events": [jsonable(event) for event in record.events] if record.events else [],
+        "run_id": state.run_id,
+        "graph": state.graph,
+        "status": state.status.value,
+        "seq": state.seq,
+        "summary": run_summary(state),
+        "created_at": iso_time(state.created_at),
+        "updated_at": iso_time(state.updated_at),
+        "nodes": {
+            node_id: {
+                "status": node.status.value,
+                "state": node.state,
+                "path": list(node.path),
+                "outcome": None if node.outcome is None else node.outcome.value,
+                "steps": node.steps,
+                "counters": dict(node.counters),
+                "error": node.error,
+            }
+            for node_id, node in state.nodes.items()
+        },
+        "interrupts": [
+            _interrupt_view(interrupt, answers.get(interrupt_id, ()))
+            for interrupt_id, interrupt in sorted(state.interrupts.items())
+        ],
+        "error_count": len(state.errors),
+        "driving": driving,
     }
 
 
-def _node_view(node: NodeState) -> dict[str, Any]:
+def _interrupt_view(interrupt: Interrupt, answers: Sequence[str]) -> dict[str, Any]:
+    view: dict[str, Any] = jsonable(interrupt)
+    view["answers"] = list(answers)
+    return view
+
+
+class ListedRun(Protocol):
+    """A run as a store lists it (:class:`phasegraph.store.RunMeta`)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def graph(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def updated_at(self) -> float: ...
+    @property
+    def unreadable(self) -> str | None: ...
+
+
+def meta_view(meta: ListedRun) -> dict[str, Any]:
+    """``RunMeta`` (or ``UnreadableRun``): a listed run, with ISO times."""
+    if meta.unreadable is not None:
+        return {"run_id": meta.run_id, "unreadable": meta.unreadable}
     return {
-        "status": node.status.value,
-        "path": list(node.path),
-        "outcome": None if node.outcome is None else node.outcome.value,
-        "counters": dict(node.counters),
-        "steps": node.steps,
-        "error": node.error,
-        "payload": jsonable(node.payload),
+        "run_id": meta.run_id,
+        "graph": meta.graph,
+        "status": str(meta.status),
+        "seq": meta.seq,
+        "created_at": iso_time(datetime.fromtimestamp(meta.created_at, UTC)),
+        "updated_at": iso_time(datetime.fromtimestamp(meta.updated_at, UTC)),
+    }
+
+
+def graph_view(definition: GraphDef, layers: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """``GraphShape`` without the run's fields: layers, nodes and machines of a graph.
+
+    It never shows how actions are configured (commands, URLs, templates): only each
+    hook's action kind and the triggers it declares.
+    """
+    return {
+        "graph": definition.name,
+        "description": definition.description,
+        "digest": definition.digest,
+        "layers": [list(layer) for layer in layers],
+        "nodes": {
+            node.id: {
+                "machine": node.machine,
+                "needs": list(node.needs),
+                "hooks": {
+                    hook: {"kind": action.kind, "triggers": list(action.triggers)}
+                    for hook, action in node.bind.items()
+                },
+            }
+            for node in definition.nodes
+        },
+        "machines": {name: _machine_view(m) for name, m in definition.machines.items()},
+    }
+
+
+def _machine_view(machine: MachineDef) -> dict[str, Any]:
+    return {
+        "initial": machine.initial,
+        "description": machine.description,
+        "states": [
+            {
+                "name": state.name,
+                "final": None if state.final is None else state.final.value,
+                "hook": state.hook,
+                "machine": state.machine,
+                "description": state.description,
+            }
+            for state in machine.states.values()
+        ],
+        "transitions": [
+            {
+                "trigger": transition.trigger,
+                "source": list(transition.source),
+                "dest": transition.dest,
+                "conditions": list(transition.conditions),
+                "unless": list(transition.unless),
+            }
+            for transition in machine.transitions
+        ],
     }

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from builders import engine, graph, prepared
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.model import GraphDef, MiddlewareDef, NodeDef, RunState, StepRecord, frozen_map
+from phasegraph.model import (
+    GraphDef,
+    MiddlewareDef,
+    NodeDef,
+    RunState,
+    StepRecord,
+    frozen_map,
+    replace,
+)
 from phasegraph.spec import load_machine
 from phasegraph.store.memory import MemoryStore
 
@@ -32,7 +39,7 @@ def concern_graph(
     machines = [*_concern_machines(), *extra_machines]
     definition = graph(list(nodes), machines=machines)
     layers = tuple(MiddlewareDef(name=n, config=frozen_map(c)) for n, c in middleware)
-    return dataclasses.replace(definition, middleware=layers)
+    return replace(definition, middleware=layers)
 
 
 def node(

@@ -8,7 +8,6 @@ bytes change with them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
@@ -23,6 +22,8 @@ from phasegraph.model import (
     RunState,
     RunStatus,
     StepRecord,
+    Value,
+    replace,
 )
 
 T0 = datetime(2025, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
@@ -99,9 +100,7 @@ def golden_state() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
-    return dataclasses.replace(
-        golden_record_v1(), appended=MappingProxyType({"plan": ["ship", {"by": "ana"}]})
-    )
+    return replace(golden_record_v1(), appended=MappingProxyType({"plan": ["ship", {"by": "ana"}]}))
 
 
 def golden_record_v1() -> StepRecord:
@@ -152,9 +151,9 @@ def loop_record(seq: int = 7) -> StepRecord:
 
 def shape(value: Any) -> Any:
     """The types of ``value`` all the way down (equality alone lets a dict pass for a proxy)."""
-    if dataclasses.is_dataclass(value):
-        fields = dataclasses.fields(value)
-        return type(value), tuple((f.name, shape(getattr(value, f.name))) for f in fields)
+    if isinstance(value, Value):
+        names = value.__struct_fields__
+        return type(value), tuple((name, shape(getattr(value, name))) for name in names)
     if isinstance(value, Mapping):
         return type(value), tuple(sorted((key, shape(item)) for key, item in value.items()))
     if isinstance(value, list | tuple):

@@ -1,31 +1,41 @@
 """Model invariants that the hot path relies on."""
 
-import dataclasses
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from phasegraph.errors import RunStateError
 from phasegraph.model import (
+    EMPTY,
     ChunkedMap,
+    ErrorRecord,
+    Interrupt,
+    NodeState,
+    NodeStatus,
     RunState,
     RunStatus,
     StepRecord,
-    apply_record,
+    Value,
+    apply_records,
+    replace,
     updated_map,
 )
 
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 
-def test_apply_record_carries_every_field_it_does_not_change() -> None:
-    # apply_record builds the next state field by field (it runs on every step): a field
+
+def test_apply_records_carries_every_field_it_does_not_change() -> None:
+    # The fold builds the next state field by field (it runs on every step): a field
     # added to RunState later must be carried over, not reset to its default.
-    markers = {field.name: object() for field in dataclasses.fields(RunState)}
+    markers = {name: object() for name in RunState.__struct_fields__}
     state = RunState(**{**markers, "seq": 4})  # type: ignore[arg-type]
     now = datetime.now(UTC)
     record = StepRecord(seq=5, time=now, kind="status", status=RunStatus.RUNNING)
-    after = apply_record(state, record)
+    after = apply_records(state, [record])
     changed = {"seq": 5, "status": RunStatus.RUNNING, "updated_at": now}
     for name, marker in markers.items():
         if name in changed:
@@ -58,75 +68,96 @@ def test_chunked_map_updates_like_a_dict_and_shares_what_did_not_change(
             assert all(any(c is d for d in current.chunks) for c in untouched)
 
 
-def _reference(cls: type) -> type:
-    """``cls`` as ``dataclasses`` alone would build it (without quick_init)."""
-    fields = [
-        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory))
-        for f in dataclasses.fields(cls)
-    ]
-    return dataclasses.make_dataclass(
-        cls.__name__, fields, frozen=True, slots=True, kw_only=True, namespace={}
+def start(**data: object) -> RunState:
+    return RunState(
+        run_id="r",
+        graph="g",
+        graph_source="g.yaml",
+        graph_digest="d",
+        seq=0,
+        status=RunStatus.RUNNING,
+        input=EMPTY,
+        data=MappingProxyType(dict(data)),
+        nodes=MappingProxyType({"a": NodeState(), "b": NodeState()}),
+        created_at=T0,
+        updated_at=T0,
     )
 
 
-def test_quick_init_builds_what_the_dataclass_init_builds() -> None:
-    import inspect
+def step(seq: int, **fields: object) -> StepRecord:
+    return StepRecord(seq=seq, time=T0 + timedelta(seconds=seq), kind="transition", **fields)  # type: ignore[arg-type]
 
+
+def test_no_records_fold_to_the_state_itself() -> None:
+    state = start()
+    assert apply_records(state, []) is state
+
+
+def test_a_fold_applies_data_appends_nodes_errors_and_interrupts() -> None:
+    state = start(log=[1], keep="k")
+    error = ErrorRecord(time=T0, node="a", state="work", message="boom")
+    ask = Interrupt(id="r:a:review", node="a", kind="review")
+    records = [
+        step(1, node="a", data={"x": 1}, nodes={"a": NodeState(status=NodeStatus.RUNNING)}),
+        step(2, node="b", appended={"log": [2, 3]}, errors=(error,)),
+        step(3, node="a", interrupts={ask.id: ask}, status=RunStatus.WAITING),
+        step(4, nodes={"a": NodeState(status=NodeStatus.WAITING, steps=4)}),
+    ]
+    after = apply_records(state, records)
+    assert dict(after.data) == {"log": [1, 2, 3], "keep": "k", "x": 1}
+    assert dict(after.writers) == {"x": ("a",), "log": ("b",)}
+    assert after.nodes["a"] == NodeState(status=NodeStatus.WAITING, steps=4)
+    assert after.nodes["b"] == NodeState()
+    assert after.errors == (error,)
+    assert dict(after.interrupts) == {ask.id: ask}
+    assert (after.seq, after.status, after.updated_at) == (4, RunStatus.RUNNING, records[-1].time)
+    assert state.data == {"log": [1], "keep": "k"}  # the state before is unchanged
+
+
+def test_a_fold_refuses_a_record_out_of_order() -> None:
+    with pytest.raises(RunStateError, match="step 3 cannot follow step 1") as caught:
+        apply_records(start(), [step(1), step(3)])
+    assert caught.value.seq == 3
+
+
+def test_a_fold_refuses_an_append_to_a_key_that_holds_no_list() -> None:
+    with pytest.raises(RunStateError, match="appends to data key 'log', which holds str"):
+        apply_records(start(log="text"), [step(1, node="a", appended={"log": [1]})])
+
+
+def test_a_node_writing_its_own_keys_again_leaves_the_writers_as_they_were() -> None:
+    state = apply_records(start(), [step(1, node="a", data={"x": 1})])
+    again = apply_records(state, [step(2, node="a", data={"x": 2})])
+    assert again.writers is state.writers  # the usual step copies nothing
+    other = apply_records(again, [step(3, node="b", data={"x": 3})])
+    assert dict(other.writers) == {"x": ("b",)}
+
+
+def test_values_are_frozen_and_keyword_only() -> None:
     from phasegraph.actions import ActionContext, ActionResult
     from phasegraph.core._machine import Position, StepResult
-    from phasegraph.model import ErrorRecord, Interrupt, NodeState, RunState, StepRecord
     from phasegraph.store.base import Commit, Lease, RunMeta, StoredRun
 
     classes = [NodeState, Interrupt, ErrorRecord, RunState, StepRecord, Commit, Lease]
     classes += [RunMeta, StoredRun, ActionContext, ActionResult, Position, StepResult]
     for cls in classes:
-        reference = _reference(cls)
-        ours = inspect.signature(cls).parameters
-        theirs = inspect.signature(reference).parameters
-        # Same names, kinds and required fields (a factory's default shows as its value).
-        assert [(p.name, p.kind, p.default is p.empty) for p in ours.values()] == [
-            (p.name, p.kind, p.default is p.empty) for p in theirs.values()
-        ], cls
-        required = {name: object() for name, p in ours.items() if p.default is p.empty}
-        built, expected = cls(**required), reference(**required)
-        for item in dataclasses.fields(cls):
-            assert getattr(built, item.name) is getattr(expected, item.name), (cls, item.name)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            built.__setattr__(dataclasses.fields(cls)[0].name, None)
-        with pytest.raises(TypeError, match="unexpected keyword"):
-            cls(**required, not_a_field=1)
-        if required:
-            with pytest.raises(TypeError, match="missing"):
-                cls()
+        assert issubclass(cls, Value), cls
+    node = NodeState(steps=1)
+    with pytest.raises(AttributeError):
+        node.steps = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        NodeState(NodeStatus.RUNNING)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="not_a_field"):
+        NodeState(not_a_field=1)  # type: ignore[call-arg]
 
 
-def test_quick_init_refuses_what_it_cannot_speed_up() -> None:
-    from phasegraph.model import quick_init
+def test_replace_copies_a_value_with_fields_changed() -> None:
+    from phasegraph import ActionResult
+    from phasegraph import replace as public_replace
 
-    @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Unslotted:
-        a: int
-
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class Positional:
-        a: int
-
-    with pytest.raises(TypeError, match="Unslotted is not a slotted dataclass"):
-        quick_init(Unslotted)
-    with pytest.raises(TypeError, match=r"Positional\.a is not a keyword-only init field"):
-        quick_init(Positional)
-
-
-def test_quick_init_refuses_a_class_with_a_post_init() -> None:
-    from phasegraph.model import quick_init
-
-    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-    class Checked:
-        a: int
-
-        def __post_init__(self) -> None:
-            if self.a < 0:
-                raise ValueError("negative")
-
-    with pytest.raises(TypeError, match="__post_init__"):
-        quick_init(Checked)
+    result = ActionResult(trigger="done", data={"k": 1})
+    retried = public_replace(result, trigger="retry")
+    assert retried == ActionResult(trigger="retry", data={"k": 1})
+    assert result.trigger == "done"
+    with pytest.raises(TypeError, match="no field 'trigge'"):
+        replace(result, trigge="x")

@@ -46,6 +46,8 @@ PUBLIC = {
         "load_graph",
         "load_machine",
         "open_store",
+        "replace",
+        "tune_collector",
     ],
     "phasegraph.actions": [
         "Action",
@@ -72,6 +74,7 @@ PUBLIC = {
     ],
     "phasegraph.cli": [
         "main",
+        "tune_collector",
     ],
     "phasegraph.codec": [
         "FORMAT_VERSION",
@@ -156,6 +159,8 @@ PUBLIC = {
         "StateDef",
         "StepRecord",
         "TransitionDef",
+        "Value",
+        "replace",
     ],
     "phasegraph.run": [
         "Clock",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from phasegraph.errors import ActionError
-from phasegraph.model import empty_field, quick_init
+from phasegraph.model import EMPTY, Value
 
 __all__ = [
     "Action",
@@ -30,9 +29,7 @@ def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
     return ()
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionResult:
+class ActionResult(Value, frozen=True, kw_only=True):
     """What an action returns: the trigger to fire and what to change.
 
     Attributes:
@@ -46,10 +43,10 @@ class ActionResult:
     """
 
     trigger: str
-    data: Mapping[str, Any] = empty_field()
-    payload: Mapping[str, Any] = empty_field()
-    output: Mapping[str, Any] = empty_field()
-    spend: Mapping[str, int] = empty_field()
+    data: Mapping[str, Any] = EMPTY
+    payload: Mapping[str, Any] = EMPTY
+    output: Mapping[str, Any] = EMPTY
+    spend: Mapping[str, int] = EMPTY
 
 
 class ToolCall(Protocol):
@@ -60,13 +57,15 @@ class ToolCall(Protocol):
         ...
 
 
+def _drop_event(kind: str, fields: Mapping[str, Any]) -> None:
+    """What ``emit`` and ``stream`` do in a context built without them: nothing."""
+
+
 async def _no_tools(name: str, /, **arguments: Any) -> Mapping[str, Any]:
     raise ActionError(f"tool {name!r} called, but this node has no tools configured")
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionContext:
+class ActionContext(Value, frozen=True, kw_only=True):
     """Everything an action may read, frozen for the duration of the call.
 
     Attributes:
@@ -100,16 +99,16 @@ class ActionContext:
     hook: str
     input: Mapping[str, Any]
     data: Mapping[str, Any]
-    settings: Mapping[str, Any] = empty_field()
-    counters: Mapping[str, int] = empty_field()
-    limits: Mapping[str, int] = empty_field()
+    settings: Mapping[str, Any] = EMPTY
+    counters: Mapping[str, int] = EMPTY
+    limits: Mapping[str, int] = EMPTY
     steps: int = 0
-    payload: Mapping[str, Any] = empty_field()
+    payload: Mapping[str, Any] = EMPTY
     messages: tuple[str, ...] = ()
-    emit: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
-    tool: ToolCall = field(default=_no_tools, repr=False, compare=False)
-    offer: ToolOffer = field(default=_offer_nothing, repr=False, compare=False)
-    stream: EventSink = field(default=lambda kind, fields: None, repr=False, compare=False)
+    emit: EventSink = _drop_event
+    tool: ToolCall = _no_tools
+    offer: ToolOffer = _offer_nothing
+    stream: EventSink = _drop_event
     attempt: int = 0
 
     @property

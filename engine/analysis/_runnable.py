@@ -14,7 +14,6 @@ reports each problem it raises. It also finds what ``run`` would only meet later
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from phasegraph.actions._human import TIMEOUT_TRIGGER
@@ -23,7 +22,7 @@ from phasegraph.analysis._kinds import is_machine_file
 from phasegraph.core._graph import compile_graph, find_cycle
 from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SourceLocation, SpecError
-from phasegraph.model import GraphDef, MachineDef, NodeDef, nested_machines
+from phasegraph.model import GraphDef, MachineDef, NodeDef, nested_machines, replace
 from phasegraph.run import prepare
 from phasegraph.spec._loader import builtin_machines
 from phasegraph.tools._registry import build_tools
@@ -102,12 +101,10 @@ def _capture_conflicts(definition: GraphDef) -> list[Finding]:
     if not any(captured.values()):
         return []
     widened = tuple(
-        dataclasses.replace(node, writes=tuple(dict.fromkeys((*(node.writes or ()), *keys))))
-        if keys
-        else node
+        replace(node, writes=tuple(dict.fromkeys((*(node.writes or ()), *keys)))) if keys else node
         for node, keys in ((n, captured[n.id]) for n in definition.nodes)
     )
-    workflow = compile_graph(dataclasses.replace(definition, nodes=widened))
+    workflow = compile_graph(replace(definition, nodes=widened))
     before = {
         (c.first, c.second, c.keys)
         for c in declared_conflicts(definition.nodes, definition.reducers, workflow)

@@ -14,7 +14,7 @@ from phasegraph.api import Engine
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_OK, emit, with_engine
 from phasegraph.model import ErrorRecord, RunState
-from phasegraph.views import error_rows, recovered_nodes, run_summary
+from phasegraph.views import errors_view, recovered_nodes, run_summary
 
 __all__ = ["HANDLERS", "render_errors"]
 
@@ -51,7 +51,7 @@ def _header(record: ErrorRecord, recovered: bool) -> str:
 async def _cmd_errors(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         state = await engine.get(args.run)
-        emit(args, error_rows(state, args.node), render_errors(state, args.node))
+        emit(args, errors_view(state, args.node), render_errors(state, args.node), plain=True)
         return EXIT_OK
 
     return await with_engine(args, body, read_only=True)

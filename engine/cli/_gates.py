@@ -13,9 +13,9 @@ from phasegraph.api import Engine
 from phasegraph.errors import PhasegraphError
 from phasegraph.model import Interrupt, RunState
 from phasegraph.store import DEFAULT_STORE_URL
-from phasegraph.views import state_view
+from phasegraph.views import run_view
 
-__all__ = ["OpenGate", "gate_lines", "gates_view", "open_gates", "reply_command", "shown"]
+__all__ = ["OpenGate", "gate_lines", "open_gates", "reply_command", "run_json", "shown"]
 
 _VALUE_CHARS: Final = 400
 """How much of one payload value the text output shows (``--json`` shows all)."""
@@ -41,38 +41,23 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
     if not state.interrupts:
         return []
     # Here, not at the top: a command that shows no gate (history) starts without actions.
-    from phasegraph.actions._human import TIMEOUT_TRIGGER
+    from phasegraph.run._gates import gate_answers
 
     try:
         prepared = engine.prepare(state.graph_source)
     except PhasegraphError:
         prepared = None  # the graph file moved or broke: say what we can without it
-    gates = []
-    for interrupt_id in sorted(state.interrupts):
-        interrupt = state.interrupts[interrupt_id]
-        answers: tuple[str, ...] = ()
-        node = state.nodes.get(interrupt.node)
-        if prepared is not None and node is not None and interrupt.node in state.nodes:
-            machine = prepared.workflow.nodes[interrupt.node].machine
-            legal = prepared.machines.legal_triggers(machine, node.path)
-            hook = prepared.machines.hook(machine, node.path) or ""
-            gate = prepared.gates.get((interrupt.node, hook))
-            declared = gate.triggers if gate is not None and gate.triggers else legal
-            answers = tuple(t for t in dict.fromkeys(declared) if t in legal)
-            answers = tuple(t for t in answers if t != TIMEOUT_TRIGGER) or answers
-        gates.append(OpenGate(interrupt=interrupt, answers=answers))
-    return gates
+    answers = gate_answers(prepared, state)
+    return [
+        OpenGate(interrupt=state.interrupts[interrupt_id], answers=answers[interrupt_id])
+        for interrupt_id in sorted(state.interrupts)
+    ]
 
 
-def gates_view(state: RunState, gates: Sequence[OpenGate]) -> dict[str, Any]:
-    """The run as JSON (:func:`~phasegraph.views.state_view`), with answers.
-
-    Each pending interrupt gets ``answers``: the triggers it accepts.
-    """
-    view = state_view(state)
-    for gate in gates:
-        view["interrupts"][gate.interrupt.id]["answers"] = list(gate.answers)
-    return view
+def run_json(state: RunState, gates: Sequence[OpenGate], *, driving: bool) -> dict[str, Any]:
+    """The run as ``--json`` prints it: :func:`~phasegraph.views.run_view`, as over HTTP."""
+    answers = {gate.interrupt.id: gate.answers for gate in gates}
+    return run_view(state, driving=driving, answers=answers)
 
 
 def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trigger: str) -> str:

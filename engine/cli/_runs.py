@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.api import Engine
-from phasegraph.cli._gates import gate_lines, gates_view, open_gates
+from phasegraph.cli._gates import gate_lines, open_gates, run_json
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import (
     EXIT_OK,
@@ -29,7 +29,7 @@ from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
-from phasegraph.views import run_summary, state_view
+from phasegraph.views import meta_view, run_summary, state_view
 
 __all__ = ["HANDLERS"]
 
@@ -158,6 +158,7 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
     gates = await open_gates(engine, state)
     nodes = "\n".join(lines) + gate_lines(args, state, gates)
     head = f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}"
+    driving = False
     if state.status is RunStatus.RUNNING:
         from phasegraph.cli._worker import queued_runs  # only a status command asks workers
 
@@ -171,8 +172,10 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
                 f"'{resume_command(args, state.run_id)}')"
             )
         elif holder is not None:
+            driving = True
             head += f" (a live process drives it: {owner_label(holder)!r})"
-    emit(args, gates_view(state, gates), f"{head}: {run_summary(state)}\n{nodes}")
+    view = run_json(state, gates, driving=driving)
+    emit(args, view, f"{head}: {run_summary(state)}\n{nodes}", plain=True)
 
 
 async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
@@ -202,7 +205,8 @@ async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
             "abandoned: running, but no live process drives it (it stopped or crashed); "
             f"continue one with '{resume_command(args, abandoned[0])}'"
         )
-    emit(args, runs, "\n".join(lines) or f"no runs in {store_label(args.store)}")
+    text = "\n".join(lines) or f"no runs in {store_label(args.store)}"
+    emit(args, [meta_view(meta) for meta in runs], text, plain=True)
 
 
 def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
@@ -257,7 +261,7 @@ async def _cmd_show(args: argparse.Namespace) -> int:
         state = await engine.get(args.run, args.at)
         view = state_view(state)
         text = json.dumps(view, indent=2, sort_keys=True)
-        emit(args, view, text)
+        emit(args, view, text, plain=True)
         return EXIT_OK
 
     return await with_engine(args, body, read_only=True)

@@ -26,8 +26,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from phasegraph.api import Engine
+from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._support import EXIT_OK, lease_ttl, tune_collector
+from phasegraph.cli._support import EXIT_OK, lease_ttl
 from phasegraph.cli._worker import (
     default_worker_name,
     log_to_stderr,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import shlex
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
 from phasegraph.api import Engine
-from phasegraph.cli._gates import gate_lines, gates_view, open_gates, shown
+from phasegraph.cli._gates import gate_lines, open_gates, run_json, shown
 from phasegraph.cli._handler import Handler
 from phasegraph.codec._envelope import check_encodable
 from phasegraph.codec._json import json_int, to_json
@@ -36,7 +35,6 @@ from phasegraph.errors import (
 )
 from phasegraph.model import RunState, RunStatus
 from phasegraph.run import RunOptions
-from phasegraph.run._collector import BUSY_THRESHOLDS
 from phasegraph.store import DEFAULT_STORE_URL, open_store
 from phasegraph.store._open import redact_url
 from phasegraph.views import jsonable, run_summary
@@ -68,7 +66,6 @@ __all__ = [
     "run_command",
     "sqlite_file",
     "store_label",
-    "tune_collector",
     "with_engine",
 ]
 
@@ -304,7 +301,8 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
         text += "".join(f"\n  {key}: {shown(state.data[key])}" for key in _outputs(engine, state))
     gates = await open_gates(engine, state)
     text += gate_lines(args, state, gates)
-    emit(args, gates_view(state, gates), text)
+    # It stopped here: nothing drives it now (a worker or server takes it up only later).
+    emit(args, run_json(state, gates, driving=False), text, plain=True)
     return exit_for(state.status)
 
 
@@ -393,17 +391,3 @@ async def progress(
     )
     return progress_for(engine.bus, quiet=False, run_id=run_id, order=order, state=state,
                         opening=opening)  # fmt: skip
-
-
-def tune_collector() -> None:
-    """Keep the garbage collector out of the way of many runs in flight (serve, worker).
-
-    What is alive once the process has started (modules, compiled graphs) is frozen out of
-    every collection, and the young generation is collected every 50,000 allocations
-    instead of 700, so a step's short-lived objects die before a collection promotes them.
-    With 10,000 runs in flight, the defaults spent about 40 % of the time in full
-    collections (``benchmarks/targets.py``, case ``many_10000``).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*BUSY_THRESHOLDS)  # what the engine sets only while runs pile up

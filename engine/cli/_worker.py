@@ -21,8 +21,9 @@ from types import MappingProxyType
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
+from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tune_collector
+from phasegraph.cli._support import EXIT_OK, emit, lease_ttl
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions

@@ -21,10 +21,8 @@ an older body goes through the migrations, and a bad body is named field by fiel
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Final, Generic, TypeAlias, TypeVar, Union, get_args, get_origin
@@ -46,6 +44,7 @@ from phasegraph.codec._values import (
     Unencodable,
     check_plain,
     encode_failure,
+    limit_reason,
     plain_map,
     plain_value,
     type_name,
@@ -55,7 +54,6 @@ from phasegraph.codec._wire import (
     Segment,
     Snapshot,
     Wire,
-    apply_bodies,
     check_record,
     node_map_wire,
     record_wire,
@@ -71,9 +69,7 @@ __all__ = [
     "RecordBody",
     "SnapshotCache",
     "StoredSnapshot",
-    "apply_bodies",
     "check_encodable",
-    "collector_paused",
     "decode_record",
     "decode_snapshot",
     "decode_value",
@@ -185,7 +181,8 @@ def encode_snapshot(state: model.RunState, cache: SnapshotCache | None = None) -
         return seal(_ENCODE(_Sealed(wire, "snapshot", FORMAT_VERSION)))
     except _ENCODE_ERRORS as exc:  # Unencodable too: it is a ValueError
         what = f"the snapshot of run {state.run_id!r} at step {state.seq}"
-        raise encode_failure(exc, what, run_id=state.run_id, seq=state.seq) from None
+        refused = _located(exc, lambda: snapshot_wire(state))
+        raise encode_failure(refused, what, run_id=state.run_id, seq=state.seq) from None
 
 
 def _list_items(key: str, items: list[Any] | tuple[Any, ...]) -> bytes:
@@ -218,7 +215,8 @@ def encode_record(record: model.StepRecord) -> bytes:
         return seal_parts(_RECORD_HEAD, _ENCODE(record_wire(record)), _RECORD_TAIL)
     except _ENCODE_ERRORS as exc:
         what = f"step {record.seq}" + (f" of node {record.node!r}" if record.node else "")
-        raise encode_failure(exc, what, node_id=record.node, seq=record.seq) from None
+        refused = _located(exc, lambda: record_wire(record))
+        raise encode_failure(refused, what, node_id=record.node, seq=record.seq) from None
 
 
 def encode_value(value: Any) -> bytes:
@@ -230,38 +228,79 @@ def encode_value(value: Any) -> bytes:
     try:
         return _ENCODE(plain_value(value, 0))
     except _ENCODE_ERRORS as exc:
-        raise encode_failure(exc, "the value") from None
+        raise encode_failure(_located(exc, lambda: plain_value(value, 0)), "the value") from None
 
 
 def check_encodable(values: Mapping[str, Any], *, node_id: str | None = None) -> None:
-    """Check that values an action returned can be encoded, before anything is committed.
+    """Check that input from outside (a run's input) can be stored, up front.
+
+    For the edges that take values before any step holds them (the command line, the
+    HTTP API), to refuse bad input as such. A step's own values are checked once, when
+    its record is encoded (:func:`encode_record` names the step, node and path).
 
     Args:
-        values: Top-level key → value (a data update, a payload, an output).
-        node_id: The node that produced ``values``, named in the error.
+        values: Top-level key → value.
+        node_id: The node the values came from, if any, named in the error.
 
     Raises:
-        CodecError: A value cannot be encoded; the message names the node, the top-level
-            key, the path inside its value and the offending Python type.
+        CodecError: A value cannot be encoded; the message names the top-level key, the
+            path inside its value and the offending Python type.
     """
     try:
         _ENCODE(plain_map(values, 0))
     except _ENCODE_ERRORS as exc:
-        if isinstance(exc, Unencodable):
-            key = exc.key
-        else:  # msgpack's own limits (int range, UTF-8): find the key it refuses
-            key = next((key for key in values if not _encodes(values[key])), None)
+        refused = _located(exc, lambda: plain_map(values, 0))
+        key = refused.key if isinstance(refused, Unencodable) else None
         what = "a key" if key is None else f"the value of key {key!r}"
         who = f"node {node_id!r}: " if node_id else ""
-        raise encode_failure(exc, who + what, node_id=node_id) from None
+        raise encode_failure(refused, who + what, node_id=node_id) from None
 
 
-def _encodes(value: Any) -> bool:
+def _located(exc: Exception, wire: Callable[[], Any]) -> Exception:
+    """``exc``, or for msgspec's own refusals an :class:`Unencodable` saying where.
+
+    msgspec refuses an int past 64 bits or a str that is not UTF-8 without saying where
+    it sits; ``wire()`` rebuilds what was being encoded, and the value is looked for in
+    it (only after a refusal: the hot path pays nothing).
+    """
+    if isinstance(exc, Unencodable):
+        return exc
     try:
-        _ENCODE(plain_value(value, 1))
+        path = _refused_at(wire())
     except _ENCODE_ERRORS:
-        return False
-    return True
+        return exc
+    if not path:
+        return exc
+    located = Unencodable(limit_reason(exc))
+    located.path = [label for label, _ in path]
+    outermost = path[-1][1]
+    located.key = outermost if isinstance(outermost, str) else None
+    return located
+
+
+def _refused_at(value: Any) -> list[tuple[str, Any]] | None:
+    """Where in ``value`` the encoder refuses: (label, map key or None), innermost first.
+
+    ``None`` if it encodes; an empty path if ``value`` itself is refused.
+    """
+    try:
+        _ENCODE(value)
+    except _ENCODE_ERRORS:
+        pass
+    else:
+        return None
+    parts: Iterable[tuple[str, Any, Any]] = ()
+    if isinstance(value, msgspec.Struct):
+        parts = ((f".{name}", None, getattr(value, name)) for name in value.__struct_fields__)
+    elif isinstance(value, dict):
+        parts = ((f"[{key!r}]", key, item) for key, item in value.items())
+    elif isinstance(value, list | tuple):
+        parts = ((f"[{index}]", None, item) for index, item in enumerate(value))
+    for label, key, item in parts:
+        inner = _refused_at(item)
+        if inner is not None:
+            return [*inner, (label, key)]
+    return []
 
 
 # --------------------------------------------------------------------------- decoding
@@ -397,9 +436,8 @@ def read_record(data: bytes) -> RecordBody:
     """Read step-record bytes as :func:`decode_record` does, keeping the record unbuilt.
 
     Every check :func:`decode_record` makes is made, with the same errors; what comes
-    back is the record's body as it is on the wire, for the reads that go through many
-    records at once without needing a model value for each: folding the records after a
-    snapshot (:func:`apply_bodies`) and rendering a history as JSON
+    back is the record's body as it is on the wire, for the read that goes through many
+    records at once without needing a model value for each: rendering a history as JSON
     (:func:`~phasegraph.codec.history_json`). Its ``seq`` is the record's seq.
 
     Raises:
@@ -627,26 +665,3 @@ def _noun(kind: Any, s: str = "") -> str:
 
 def _a(noun: str) -> str:
     return ("an " if noun[0] in "aeiou" else "a ") + noun
-
-
-# --------------------------------------------------------------------------- bulk decoding
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a block decodes many payloads at once.
-
-    Decoding allocates several container objects per payload, none of them in a cycle,
-    and the collector starts on allocation counts: while a long history is decoded it
-    runs over and over, re-scanning records that cannot be garbage. Keep the block
-    synchronous, with no ``await`` and no user code in it: the pause is process-wide. A
-    collector that was already off stays off.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

@@ -1,10 +1,13 @@
-"""A history as JSON straight from its stored records: what ``history --json`` prints.
+"""A run's history as JSON, straight from its stored records: the one way it is rendered.
 
-The JSON of a record is :func:`phasegraph.views.record_view` of the decoded record, written
-by :func:`~phasegraph.codec.to_json` (keys sorted, indented by two): the same text, byte
-for byte. It is made here from the record's body as :func:`~phasegraph.codec.read_record`
-reads it (checked, unbuilt), with no model value and no view per record in between: for
-the records of a loop, about a quarter of the time of building them and their views.
+This is the ``StepRecord`` shape of ``specs/openapi.yaml``: what ``phasegraph history
+--json`` prints, what ``Engine.history_json`` returns and what ``GET /runs/ID/history``
+pages through. It is made from each record's body as :func:`~phasegraph.codec.read_record`
+reads it (checked, unbuilt), with no model value in between: a history is thousands of
+records, and building each as a ``StepRecord`` first and converting that costs two to six
+times as much (``benchmarks/history_bench.py``; ``docs/internals.md``, "JSON shapes").
+Every other shape lives in :mod:`phasegraph.views`, whose conventions this follows: keys
+sorted, timestamps ISO 8601 in UTC (stored times decode in UTC), bytes in hex.
 
 A long history is rendered in pages (:func:`history_page_json`), joined into one array by
 :func:`history_json`: the bodies and views of one page are alive at a time, not those of
@@ -33,7 +36,7 @@ def _user(value: Any) -> Any:
     """User data of a checked body as :func:`phasegraph.views.jsonable` renders it.
 
     A body holds dicts (str keys), lists and the scalars of the type table: datetimes
-    are written in ISO 8601 (``isoformat``) and bytes in hex, as ``jsonable`` writes them.
+    (decoded in UTC) are written in ISO 8601 and bytes in hex, as ``jsonable`` writes them.
     """
     kind = type(value)
     if kind in _PLAIN:
@@ -92,7 +95,7 @@ def _interrupt(item: Interrupt) -> dict[str, Any]:
 
 
 def _record(body: Record) -> dict[str, Any]:
-    """The JSON value of one record: ``record_view`` of the record ``body`` holds."""
+    """The JSON value of one record (``StepRecord``): every field of the record it holds."""
     result, data, appended = body.result, body.data, body.appended
     nodes, errors, interrupts, events = body.nodes, body.errors, body.interrupts, body.events
     return {
@@ -103,7 +106,7 @@ def _record(body: Record) -> dict[str, Any]:
         "source": body.source,
         "trigger": body.trigger,
         "dest": body.dest,
-        # An empty map is written as it is: {} (as record_view writes it).
+        # An empty map is written as it is: {}.
         "result": _user(result) if result else result,
         "data": _user(data) if data else data,
         "appended": _user(appended) if appended else appended,

@@ -25,6 +25,7 @@ __all__ = [
     "aware",
     "check_plain",
     "encode_failure",
+    "limit_reason",
     "plain_map",
     "plain_value",
     "type_name",
@@ -72,13 +73,16 @@ def encode_failure(exc: Exception, what: str, **context: Any) -> CodecError:
     """Turn a failed encode into a :class:`CodecError` that says what and where."""
     if isinstance(exc, Unencodable):
         return CodecError(f"{what} cannot be encoded: at {exc.where()}: {exc.reason}", **context)
+    return CodecError(f"{what} cannot be encoded: {limit_reason(exc)}", **context)
+
+
+def limit_reason(exc: Exception) -> str:
+    """Why msgspec refused a value of a supported type (an int past 64 bits, bad UTF-8)."""
     if isinstance(exc, OverflowError):
-        reason = "an int is outside the 64-bit range"
-    elif isinstance(exc, UnicodeEncodeError):
-        reason = f"a str is not valid UTF-8 ({exc.reason})"
-    else:
-        reason = str(exc)
-    return CodecError(f"{what} cannot be encoded: {reason}", **context)
+        return "an int is outside the 64-bit range"
+    if isinstance(exc, UnicodeEncodeError):
+        return f"a str is not valid UTF-8 ({exc.reason})"
+    return str(exc)
 
 
 def plain_value(value: Any, depth: int) -> Any:

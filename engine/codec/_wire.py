@@ -12,13 +12,9 @@ does not allow.
 
 from __future__ import annotations
 
-import dataclasses
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from itertools import repeat
-from operator import call
-from types import MappingProxyType, MemberDescriptorType
+from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from msgspec import Struct, field
@@ -34,7 +30,6 @@ __all__ = [
     "Record",
     "Segment",
     "Snapshot",
-    "apply_bodies",
     "check_record",
     "record_wire",
     "run_state",
@@ -344,56 +339,16 @@ def _when_or_none(value: Any, label: str) -> datetime | None:
     return value
 
 
-def _builder(cls: type[_T], *names: str) -> Callable[[tuple[Any, ...]], _T]:
-    """A constructor of ``cls`` from its field values in ``names`` order, without ``__init__``.
-
-    A history read builds thousands of records and node states. A frozen dataclass's
-    ``__init__`` sets each field with a bytecode call to ``object.__setattr__``; this
-    stores straight into the slots from C (``map``), about twice as fast. That is the same
-    only while ``__init__`` does nothing else, so it is checked here, at import: a slotted
-    dataclass, every field named once, no ``__post_init__``.
-    """
-    fields = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    slots = [cls.__dict__.get(name) for name in names]
-    setters = tuple(slot.__set__ for slot in slots if isinstance(slot, MemberDescriptorType))
-    if sorted(names) != sorted(fields) or len(setters) != len(names):
-        raise TypeError(f"the record decoder no longer matches {cls.__qualname__}")
-    if hasattr(cls, "__post_init__"):
-        raise TypeError(f"the record decoder no longer matches {cls.__qualname__}")
-    consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
-    new, count = object.__new__, len(names)
-
-    def build(values: tuple[Any, ...]) -> _T:
-        obj: _T = new(cls)
-        consume(map(call, setters, repeat(obj, count), values))
-        return obj
-
-    return build
-
-
-_new_node: Final = _builder(
-    model.NodeState, "status", "path", "outcome", "counters", "steps", "error", "payload"
-)
-_new_record: Final = _builder(
-    model.StepRecord,
-    *("seq", "time", "kind", "node", "source", "trigger", "dest", "result", "data", "appended"),
-    "nodes",
-    *("status", "errors", "interrupts", "events"),
-)
-
-
 def _node_state(wire: Node) -> model.NodeState:
     counters, payload = wire.counters, wire.payload
-    return _new_node(
-        (
-            wire.status,
-            wire.path,
-            wire.outcome,
-            MappingProxyType(counters) if counters else _EMPTY,
-            wire.steps,
-            wire.error,
-            _frozen(payload, "node.payload") if payload else _EMPTY,
-        )
+    return model.NodeState(
+        status=wire.status,
+        path=wire.path,
+        outcome=wire.outcome,
+        counters=MappingProxyType(counters) if counters else _EMPTY,
+        steps=wire.steps,
+        error=wire.error,
+        payload=_frozen(payload, "node.payload") if payload else _EMPTY,
     )
 
 
@@ -477,33 +432,29 @@ def step_record(wire: Record) -> model.StepRecord:
         wire.interrupts,
         wire.events,
     )
-    return _new_record(
-        (
-            wire.seq,
-            _when(wire.time, "record.time"),
-            wire.kind,
-            wire.node,
-            wire.source,
-            wire.trigger,
-            wire.dest,
-            _frozen(result, "record.result") if result else _EMPTY,
-            _frozen(data, "record.data") if data else _EMPTY,
-            _frozen(appended, "record.appended") if appended else _EMPTY,
-            _nodes(wire.nodes),
-            wire.status,
-            tuple(map(_error, errors)) if errors else (),
-            None if interrupts is None else _interrupts(interrupts),
-            tuple(_frozen(event, "record.events") for event in events) if events else (),
-        )
+    return model.StepRecord(
+        seq=wire.seq,
+        time=_when(wire.time, "record.time"),
+        kind=wire.kind,
+        node=wire.node,
+        source=wire.source,
+        trigger=wire.trigger,
+        dest=wire.dest,
+        result=_frozen(result, "record.result") if result else _EMPTY,
+        data=_frozen(data, "record.data") if data else _EMPTY,
+        appended=_frozen(appended, "record.appended") if appended else _EMPTY,
+        nodes=_nodes(wire.nodes),
+        status=wire.status,
+        errors=tuple(map(_error, errors)) if errors else (),
+        interrupts=None if interrupts is None else _interrupts(interrupts),
+        events=tuple(_frozen(event, "record.events") for event in events) if events else (),
     )
 
 
 # --------------------------------------------------------------------------- records unbuilt
-# A read that folds dozens of records onto a snapshot, or renders thousands as JSON, needs
-# no model value per record: check_record makes every check step_record makes (the same
-# messages, in the same order) and builds nothing; apply_bodies folds checked bodies the
-# way model.apply_records folds records, building only what survives the fold (the last
-# state of each node, the last interrupt map).
+# A read that renders thousands of records as JSON needs no model value per record:
+# check_record makes every check step_record makes (the same messages, in the same
+# order) and builds nothing.
 
 
 def _check_user(value: dict[str, Any], label: str) -> None:
@@ -546,33 +497,3 @@ def _check_logged(wire: Record) -> None:
             _when_or_none(item.created_at, "interrupt.created_at")
     for event in wire.events:
         _check_user(event, "record.events")
-
-
-def apply_bodies(state: model.RunState, bodies: list[Record]) -> model.RunState:
-    """:func:`~phasegraph.model.apply_records` of the records ``bodies`` hold.
-
-    The same run state (equal field by field, of the same types), built once: a node
-    state, error record or interrupt is built only for what the fold keeps.
-
-    Args:
-        state: The run state just before the first body.
-        bodies: Record bodies, each checked by :func:`check_record`, in seq order.
-
-    Raises:
-        RunStateError: A body's seq does not follow the one before it, or a body appends
-            to a data key that does not hold a list.
-    """
-    if not bodies:
-        return state
-    return model.fold_records(
-        state,
-        bodies,
-        node=_node_state,
-        error=_error,
-        interrupts=_interrupts,
-        when=_record_time,
-    )
-
-
-def _record_time(value: Any) -> datetime:
-    return _when(value, "record.time")

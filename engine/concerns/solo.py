@@ -10,7 +10,6 @@ were taken in a phase, a ``work`` result becomes ``advance``. Wrap the agent's a
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -18,7 +17,7 @@ from typing import Any
 
 from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.errors import ActionError
-from phasegraph.model import PATH_SEPARATOR
+from phasegraph.model import PATH_SEPARATOR, replace
 
 __all__ = [
     "phase_action",
@@ -80,7 +79,7 @@ def phase_action(policy: Action) -> Action:
         limit = auto_advance_limit(ctx.settings, phase)
         auto = result.trigger == "work" and limit is not None and steps >= limit
         if auto:
-            result = dataclasses.replace(result, trigger="advance")
+            result = replace(result, trigger="advance")
         # `work` on a spent phase budget is advanced by the machine itself (limits are
         # known here for the node's top-level machine only).
         budget = None if PATH_SEPARATOR in ctx.state else ctx.limits.get(phase)

@@ -33,7 +33,7 @@ from phasegraph.model import (
     MachineDef,
     NodeOutcome,
     StateDef,
-    quick_init,
+    Value,
 )
 
 __all__ = [
@@ -287,9 +287,7 @@ def _budget_left(budget: str) -> Predicate:
     return lambda guard: guard.counters.get(guard.prefix + budget, 0) < guard.limits[budget]
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Position:
+class Position(Value, frozen=True, kw_only=True):
     """Where a node stands: its state path and spent budgets.
 
     Attributes:
@@ -301,9 +299,7 @@ class Position:
     counters: Mapping[str, int]
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepResult:
+class StepResult(Value, frozen=True, kw_only=True):
     """The position after a step, and the outcome if the node finished."""
 
     position: Position

@@ -14,19 +14,14 @@ failed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from phasegraph.codec import _envelope
 from phasegraph.errors import InputError
-from phasegraph.model import RunState, StepRecord, frozen_map
-from phasegraph.run._lease import LeaseKeeper
-from phasegraph.run._stored import first_commit
-from phasegraph.store.base import Store
+from phasegraph.model import RunState, StepRecord, frozen_map, replace
 
-__all__ = ["create_run", "fork_state"]
+__all__ = ["fork_state"]
 
 
 def fork_state(
@@ -46,7 +41,6 @@ def fork_state(
 
     Raises:
         InputError: A patch key is not a non-empty string.
-        CodecError: A patch value cannot be stored (the message names the key).
     """
     changes = dict(patch or {})
     bad = [key for key in changes if not isinstance(key, str) or not key]
@@ -54,15 +48,14 @@ def fork_state(
         raise InputError(
             f"fork of run {source.run_id!r}: bad data keys {bad!r}", run_id=source.run_id
         )
-    _envelope.check_encodable(changes)
     # Interrupt ids embed the run id; the fork's replies quote the fork's id.
     interrupts = {
-        _rekey(item.id, source.run_id, run_id): dataclasses.replace(
+        _rekey(item.id, source.run_id, run_id): replace(
             item, id=_rekey(item.id, source.run_id, run_id)
         )
         for item in source.interrupts.values()
     }
-    state = dataclasses.replace(
+    state = replace(
         source,
         run_id=run_id,
         seq=0,
@@ -81,21 +74,3 @@ def fork_state(
 def _rekey(interrupt_id: str, old: str, new: str) -> str:
     prefix = f"{old}:"
     return new + interrupt_id[len(old) :] if interrupt_id.startswith(prefix) else interrupt_id
-
-
-async def create_run(
-    store: Store, leases: LeaseKeeper, state: RunState, record: StepRecord
-) -> None:
-    """Commit ``state`` as seq 0 of a new run under a lease taken and released here.
-
-    Raises:
-        LeaseHeldError: Someone holds a lease on that run id.
-        SequenceConflictError: A run with that id already exists.
-        StoreError: The store failed; nothing was written.
-    """
-    commit = first_commit(state, record)
-    hold = await leases.acquire(state.run_id)
-    try:
-        await store.commit(hold.lease, commit)
-    finally:
-        await hold.release()  # never raises: a lease we fail to release just expires

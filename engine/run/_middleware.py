@@ -9,7 +9,6 @@ outside-in and ``after`` code inside-out. A graph's ``middleware:`` names built-
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
@@ -20,7 +19,7 @@ from typing import Any, Protocol
 
 from phasegraph.actions import Action, ActionContext, ActionResult, CallNext
 from phasegraph.errors import LoopDetectedError, Problem, SpecError
-from phasegraph.model import MiddlewareDef
+from phasegraph.model import MiddlewareDef, replace
 
 __all__ = [
     "MIDDLEWARE",
@@ -138,7 +137,7 @@ class LoopDetection:
         if ctx.hook in self._reset_on:
             self._forget(key)
         elif warning := self._check(key, ctx, ctx.hook, ctx.payload, tool=False):
-            ctx = dataclasses.replace(ctx, messages=(*ctx.messages, warning))
+            ctx = replace(ctx, messages=(*ctx.messages, warning))
         inner = ctx.tool
 
         async def tool(name: str, /, **arguments: Any) -> Mapping[str, Any]:
@@ -146,7 +145,7 @@ class LoopDetection:
             result = await inner(name, **arguments)
             return {**result, "loop_warning": warning} if warning else result
 
-        return await call_next(dataclasses.replace(ctx, tool=tool))
+        return await call_next(replace(ctx, tool=tool))
 
     def _check(
         self, key: tuple[str, str], ctx: ActionContext, name: str, args: Any, *, tool: bool

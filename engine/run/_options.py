@@ -11,12 +11,16 @@ from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from phasegraph.errors import InputError
+from phasegraph.events import EventBus
+from phasegraph.run._checkpoint import CheckpointPolicy
+from phasegraph.store import Store
 from phasegraph.store._holder import owner_with_holder
 
 __all__ = [
     "RUN_ID_PATTERN",
     "Clock",
     "IdFactory",
+    "RunEnvironment",
     "RunOptions",
     "SystemClock",
     "TimeOrderedIds",
@@ -96,6 +100,10 @@ class RunOptions:
     lease_ttl: float = 30.0
     owner: str = ""
 
+    def checkpoint_policy(self) -> CheckpointPolicy:
+        """When a commit carries a full snapshot, at ``checkpoint_every``."""
+        return CheckpointPolicy(every=self.checkpoint_every)
+
     def owner_name(self) -> str:
         """The lease owner: ``owner`` (default ``host:pid``) and this process as holder.
 
@@ -103,3 +111,18 @@ class RunOptions:
         when this process has died (see :func:`~phasegraph.store.holder_gone`).
         """
         return owner_with_holder(self.owner or f"{socket.gethostname()}:{os.getpid()}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnvironment:
+    """What every run an engine drives shares: where it commits, its clock, its events.
+
+    Attributes:
+        store: Where the run's steps are committed.
+        clock: The time source of its steps.
+        bus: Receives the run's events, once each step is committed.
+    """
+
+    store: Store
+    clock: Clock
+    bus: EventBus

@@ -29,7 +29,6 @@ from phasegraph.model import (
     frozen_map,
     nested_machines,
 )
-from phasegraph.run import _collector
 from phasegraph.run._middleware import build_middleware, chain
 from phasegraph.tools._registry import ToolFactory, build_tools
 
@@ -128,7 +127,7 @@ def prepare(
         bound[key] = chain(middleware, action)
     if problems:
         raise SpecError(problems)
-    prepared = PreparedGraph(
+    return PreparedGraph(
         definition=definition,
         source=source,
         workflow=workflow,
@@ -137,8 +136,6 @@ def prepare(
         tools=build_tools(definition),
         gates=MappingProxyType(gates),
     )
-    _collector.compiled()  # long-lived: kept out of the collector's way (see there)
-    return prepared
 
 
 def initial_state(

@@ -21,7 +21,6 @@ trigger only; an action that raised is re-fed as an error with the recorded mess
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +36,7 @@ from phasegraph.model import (
     RunState,
     StepRecord,
     frozen_map,
+    replace,
 )
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
@@ -281,7 +281,7 @@ def _fit_nodes(first: RunState, prepared: PreparedGraph) -> RunState:
     if set(wanted) == set(first.nodes):
         return first
     nodes = {node_id: first.nodes.get(node_id, NodeState()) for node_id in wanted}
-    return dataclasses.replace(first, nodes=frozen_map(nodes))
+    return replace(first, nodes=frozen_map(nodes))
 
 
 def differing_fields(recorded: StepRecord, replayed: StepRecord) -> tuple[str, ...]:

@@ -10,7 +10,6 @@ gets a frontier built afresh.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -42,8 +41,9 @@ from phasegraph.model import (
     RunState,
     RunStatus,
     StepRecord,
-    apply_record,
+    apply_records,
     extension,
+    replace,
 )
 from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
@@ -156,7 +156,7 @@ class StepBuilder:
         return now
 
     def apply(self, state: RunState, record: StepRecord) -> RunState:
-        """The state after ``record`` (:func:`~phasegraph.model.apply_record`).
+        """The state after ``record`` (:func:`~phasegraph.model.apply_records`).
 
         Also moves the builder's readiness along, so the next step does not rescan.
 
@@ -164,7 +164,7 @@ class StepBuilder:
             RunStateError: If ``record.seq`` does not follow ``state.seq``.
         """
         frontier = self._frontier_for(state)
-        after = apply_record(state, record)
+        after = apply_records(state, (record,))
         if after.nodes is not state.nodes:
             frontier.apply(record.nodes)
             self._frontier_of = after.nodes
@@ -398,7 +398,7 @@ class StepBuilder:
             parked=gate.park,
         )
         request = {"kind": f"{gate.kind}_request", "id": interrupt_id, "payload": payload}
-        node = dataclasses.replace(state.nodes[node_id], status=NodeStatus.WAITING)
+        node = replace(state.nodes[node_id], status=NodeStatus.WAITING)
         return self._record(
             state,
             node_id,
@@ -476,7 +476,7 @@ class StepBuilder:
     def cancel(self, state: RunState, reason: str) -> StepRecord:
         """Cancel every unfinished node and close every interrupt."""
         nodes = {
-            node_id: dataclasses.replace(node, status=NodeStatus.CANCELLED, error=reason)
+            node_id: replace(node, status=NodeStatus.CANCELLED, error=reason)
             for node_id, node in state.nodes.items()
             if not node.status.terminal
         }

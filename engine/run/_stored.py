@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from phasegraph import codec
-from phasegraph.codec import _envelope, _history
+from phasegraph.codec import _chunks, _envelope, _history
 from phasegraph.errors import CodecError
-from phasegraph.model import RunState, StepRecord
+from phasegraph.model import RunState, StepRecord, apply_records
 from phasegraph.store.base import Commit, RunMeta, Store, StoredRun
 
 __all__ = [
@@ -51,7 +51,7 @@ class Loaded:
 
     stored: StoredRun
     state: RunState
-    snapshots: _envelope.SnapshotCache
+    snapshots: _chunks.SnapshotCache
     snapshot_bytes: int
 
 
@@ -82,7 +82,7 @@ async def load(store: Store, run_id: str, seq: int | None = None) -> Loaded:
     except CodecError as exc:
         raise _unreadable(run_id, stored.snapshot_seq, "snapshot", exc) from exc
     state = _apply(run_id, state, stored)
-    cache = _envelope.SnapshotCache()
+    cache = _chunks.SnapshotCache()
     cache.lists.adopt(snapshot.layouts())
     size = len(stored.snapshot) + sum(map(len, referred.values()))
     return Loaded(stored, state, cache, size)
@@ -106,15 +106,14 @@ def rebuild(stored: StoredRun) -> RunState:
 def _apply(run_id: str, state: RunState, stored: StoredRun) -> RunState:
     """``state`` (at the read's snapshot) with the read's records applied, holes refused.
 
-    The records are read unbuilt and folded at once (:func:`~phasegraph.codec.apply_bodies`,
-    the same state as decoding each and applying it): a head read builds one run state,
-    not a step record per record since the snapshot.
+    The records are folded at once (:func:`~phasegraph.model.apply_records`): a head
+    read builds one run state, not one per record since the snapshot.
     """
     first = stored.snapshot_seq + 1
-    bodies = _read_bodies(run_id, list(enumerate(stored.records, first)), first)
-    if stored.snapshot_seq + len(bodies) != stored.seq:
-        raise missing_record(run_id, stored.snapshot_seq + len(bodies) + 1, None)
-    return _envelope.apply_bodies(state, bodies)
+    records = decode_history(run_id, list(enumerate(stored.records, first)), first)
+    if stored.snapshot_seq + len(records) != stored.seq:
+        raise missing_record(run_id, stored.snapshot_seq + len(records) + 1, None)
+    return apply_records(state, records)
 
 
 def missing_record(run_id: str, seq: int, found: int | None) -> CodecError:
@@ -147,8 +146,7 @@ def decode_history(
 ) -> list[StepRecord]:
     """Decode the ``(seq, record bytes)`` of a history read, in one synchronous block.
 
-    The collector is paused while thousands of records are built (see
-    :func:`~phasegraph.codec.collector_paused`), and the loop calls the codec directly.
+    The loop calls the codec directly: a history is read by the thousand records.
 
     Args:
         run_id: The run.
@@ -162,28 +160,25 @@ def decode_history(
     records: list[StepRecord] = []
     append, decode = records.append, codec.decode_record
     expected = start
-    with _envelope.collector_paused():
-        for seq, blob in stored:
-            try:
-                record = decode(blob)
-            except CodecError as exc:
-                raise _unreadable(run_id, seq, "step record", exc) from exc
-            if seq != expected or record.seq != seq:
-                raise missing_record(run_id, expected, seq if seq != expected else record.seq)
-            append(record)
-            expected += 1
+    for seq, blob in stored:
+        try:
+            record = decode(blob)
+        except CodecError as exc:
+            raise _unreadable(run_id, seq, "step record", exc) from exc
+        if seq != expected or record.seq != seq:
+            raise missing_record(run_id, expected, seq if seq != expected else record.seq)
+        append(record)
+        expected += 1
     return records
 
 
 def history_json(run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 0) -> bytes:
     """The JSON ``phasegraph history --json`` prints of a history read, in one synchronous block.
 
-    The text is what :func:`~phasegraph.codec.to_json` makes of the
-    :func:`~phasegraph.views.record_view` of every record :func:`decode_history` decodes,
-    byte for byte (UTF-8), with the same errors; it is made from the stored bytes with no
-    step record built, :data:`_JSON_PAGE` records at a time (what one page of records and
-    their views hold stays in the processor's caches), with the collector paused as in
-    :func:`decode_history`.
+    The text (UTF-8) is the ``StepRecord`` of every record :func:`decode_history` decodes
+    (:mod:`phasegraph.codec`'s history renderer), with the same errors; it is made from
+    the stored bytes with no step record built, :data:`_JSON_PAGE` records at a time
+    (what one page of records and their views hold stays in the processor's caches).
 
     Args:
         run_id: The run.
@@ -196,12 +191,11 @@ def history_json(run_id: str, stored: Sequence[tuple[int, bytes]], start: int = 
     """
     pages: list[bytes] = []
     expected = start
-    with _envelope.collector_paused():
-        for first in range(0, len(stored), _JSON_PAGE):
-            page = stored[first : first + _JSON_PAGE]
-            bodies = _read_bodies(run_id, page, expected)
-            expected += len(page)
-            pages.append(_history.history_page_json(bodies))
+    for first in range(0, len(stored), _JSON_PAGE):
+        page = stored[first : first + _JSON_PAGE]
+        bodies = _read_bodies(run_id, page, expected)
+        expected += len(page)
+        pages.append(_history.history_page_json(bodies))
     return _history.history_json(pages)
 
 

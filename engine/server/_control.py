@@ -20,7 +20,7 @@ from phasegraph.server._support import (
     ok,
     optional_mapping,
     optional_string,
-    run_view,
+    run_json,
 )
 
 __all__ = ["routes"]
@@ -46,13 +46,13 @@ async def reply(request: web.Request) -> web.Response:
         data=frozen_map(optional_mapping(body, "data")),
     )
     state = await request.app[EXECUTOR].reply(run_id, interrupt_id, result)
-    return ok(run_view(state))
+    return ok(run_json(request.app, state))
 
 
 async def resume(request: web.Request) -> web.Response:
     """Drive an unfinished run from its last committed step (in the background)."""
     state = await request.app[EXECUTOR].resume(request.match_info["run_id"])
-    return ok({**run_view(state), "driving": True}, status=202)
+    return ok(run_json(request.app, state, driving=True), status=202)
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -63,7 +63,7 @@ async def cancel(request: web.Request) -> web.Response:
     if len(reason) > _MAX_REASON:
         fail("body.reason", f"at most {_MAX_REASON} characters")
     state = await request.app[EXECUTOR].cancel(request.match_info["run_id"], reason)
-    return ok(run_view(state))
+    return ok(run_json(request.app, state))
 
 
 async def fork(request: web.Request) -> web.Response:
@@ -77,7 +77,7 @@ async def fork(request: web.Request) -> web.Response:
     if at_seq is not None and (type(at_seq) is not int or not 0 <= at_seq < MAX_SEQ):
         fail("body.at_seq", "expected a step number (an integer >= 0)")
     state = await request.app[EXECUTOR].fork(run_id, at_seq, optional_mapping(body, "data"))
-    view = {**run_view(state), "forked_from": run_id}
+    view = {**run_json(request.app, state), "forked_from": run_id}
     return ok(view, status=201, headers={"Location": f"/runs/{state.run_id}"})
 
 

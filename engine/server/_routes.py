@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 from typing import Final
 
@@ -21,16 +22,15 @@ from phasegraph.server._support import (
     fail,
     int_query,
     json_body,
-    meta_view,
     ok,
     optional_mapping,
     optional_string,
     run_id_of,
-    run_view,
+    run_json,
 )
 from phasegraph.server._upload import UPLOAD_FIELD, UploadPolicy, load_upload
-from phasegraph.spec._loader import builtin_graphs
-from phasegraph.views import error_rows, jsonable, run_summary, state_view
+from phasegraph.spec._catalog import builtin_graphs
+from phasegraph.views import errors_view, meta_view, state_view
 
 __all__ = ["routes"]
 
@@ -48,7 +48,9 @@ async def create_run(request: web.Request) -> web.Response:
     run_id = run_id_of(body)
     prepared = await _graph_of(request, body)
     state = await request.app[EXECUTOR].create(prepared, run_input, run_id)
-    return ok(run_view(state), status=201, headers={"Location": f"/runs/{state.run_id}"})
+    return ok(
+        run_json(request.app, state), status=201, headers={"Location": f"/runs/{state.run_id}"}
+    )
 
 
 async def _graph_of(request: web.Request, body: dict[str, object]) -> PreparedGraph:
@@ -113,9 +115,7 @@ async def list_runs(request: web.Request) -> web.Response:
 async def get_run(request: web.Request) -> web.Response:
     """A run at its head: status, nodes and their machine states, interrupts, summary."""
     state = await request.app[ENGINE].get(request.match_info["run_id"])
-    view = run_view(state)
-    view["driving"] = request.app[EXECUTOR].driving(state.run_id)
-    return ok(view)
+    return ok(run_json(request.app, state))
 
 
 async def get_snapshot(request: web.Request) -> web.Response:
@@ -131,12 +131,15 @@ async def get_history(request: web.Request) -> web.Response:
     start = int_query(request, "start", 0, 0, MAX_SEQ) or 0
     limit = int_query(request, "limit", 100, 1, _MAX_PAGE) or 100
     # An unknown run raises RunNotFoundError (404); a start past the head is an empty page.
-    records = await request.app[ENGINE].history(run_id, start=start, stop=start + limit + 1)
+    # The records are rendered as `history --json` renders them (from the stored bytes),
+    # one more than the page asked for, to say whether another page follows.
+    rendered = await request.app[ENGINE].history_json(run_id, start=start, stop=start + limit + 1)
+    records = json.loads(rendered)
     more = len(records) > limit
     return ok(
         {
             "run_id": run_id,
-            "records": [jsonable(record) for record in records[:limit]],
+            "records": records[:limit],
             "next_start": start + limit if more else None,
         }
     )
@@ -145,7 +148,7 @@ async def get_history(request: web.Request) -> web.Response:
 async def get_errors(request: web.Request) -> web.Response:
     """The run's error log: failures, recoveries and emergencies, oldest first."""
     state = await request.app[ENGINE].get(request.match_info["run_id"])
-    return ok({"run_id": state.run_id, "summary": run_summary(state), "errors": error_rows(state)})
+    return ok(errors_view(state))
 
 
 def routes() -> list[web.RouteDef]:

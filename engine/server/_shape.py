@@ -10,65 +10,12 @@ action kind and the triggers it declares.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
-from phasegraph.model import MachineDef
-from phasegraph.run import PreparedGraph
 from phasegraph.server._support import ENGINE, ok
+from phasegraph.views import graph_view
 
-__all__ = ["graph_shape", "routes"]
-
-
-def _machine_view(machine: MachineDef) -> dict[str, Any]:
-    return {
-        "initial": machine.initial,
-        "description": machine.description,
-        "states": [
-            {
-                "name": state.name,
-                "final": state.final,
-                "hook": state.hook,
-                "machine": state.machine,
-                "description": state.description,
-            }
-            for state in machine.states.values()
-        ],
-        "transitions": [
-            {
-                "trigger": transition.trigger,
-                "source": list(transition.source),
-                "dest": transition.dest,
-                "conditions": list(transition.conditions),
-                "unless": list(transition.unless),
-            }
-            for transition in machine.transitions
-        ],
-    }
-
-
-def graph_shape(prepared: PreparedGraph) -> dict[str, Any]:
-    """Layers, nodes (machine, needs, hooks) and machines of a prepared graph, as JSON."""
-    definition = prepared.definition
-    return {
-        "graph": definition.name,
-        "description": definition.description,
-        "digest": definition.digest,
-        "layers": [list(layer) for layer in prepared.workflow.layers],
-        "nodes": {
-            node.id: {
-                "machine": node.machine,
-                "needs": list(node.needs),
-                "hooks": {
-                    hook: {"kind": action.kind, "triggers": list(action.triggers)}
-                    for hook, action in node.bind.items()
-                },
-            }
-            for node in definition.nodes
-        },
-        "machines": {name: _machine_view(m) for name, m in definition.machines.items()},
-    }
+__all__ = ["routes"]
 
 
 async def get_graph(request: web.Request) -> web.Response:
@@ -76,7 +23,7 @@ async def get_graph(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     state = await engine.get(request.match_info["run_id"])
     prepared = engine.prepare(state.graph_source)  # cached by the engine per file and digest
-    shape = graph_shape(prepared)
+    shape = graph_view(prepared.definition, prepared.workflow.layers)
     return ok(
         {
             "run_id": state.run_id,

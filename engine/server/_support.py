@@ -6,7 +6,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -14,13 +13,13 @@ from aiohttp import web
 
 from phasegraph.api import Engine
 from phasegraph.codec import _envelope, _json
-from phasegraph.errors import CodecError, InputError, RequestError
+from phasegraph.errors import CodecError, InputError, PhasegraphError, RequestError
 from phasegraph.model import RunState
 from phasegraph.run import RUN_ID_PATTERN, PreparedGraph
+from phasegraph.run._gates import gate_answers
 from phasegraph.server._exec import Executor
 from phasegraph.server._feed import EventHub
-from phasegraph.store.base import RunMeta
-from phasegraph.views import jsonable, run_summary
+from phasegraph.views import jsonable, run_view
 
 __all__ = [
     "ENGINE",
@@ -35,12 +34,11 @@ __all__ = [
     "fail",
     "int_query",
     "json_body",
-    "meta_view",
     "ok",
     "optional_mapping",
     "optional_string",
     "run_id_of",
-    "run_view",
+    "run_json",
 ]
 
 _RUN_ID: Final = RUN_ID_PATTERN  # the one run-id rule, shared with the CLI and the API
@@ -229,42 +227,20 @@ def ok(
     return web.Response(text=text, status=status, content_type="application/json", headers=headers)
 
 
-def run_view(state: RunState) -> dict[str, Any]:
-    """A run at a glance: status, each node's machine state, pending interrupts, summary."""
-    return {
-        "run_id": state.run_id,
-        "graph": state.graph,
-        "status": state.status,
-        "seq": state.seq,
-        "summary": run_summary(state),
-        "created_at": state.created_at,
-        "updated_at": state.updated_at,
-        "nodes": {
-            node_id: {
-                "status": node.status,
-                "state": node.state,
-                "path": node.path,
-                "outcome": node.outcome,
-                "steps": node.steps,
-                "counters": node.counters,
-                "error": node.error,
-            }
-            for node_id, node in state.nodes.items()
-        },
-        "interrupts": list(state.interrupts.values()),
-        "error_count": len(state.errors),
-    }
+def run_json(
+    app: web.Application, state: RunState, *, driving: bool | None = None
+) -> dict[str, Any]:
+    """The run as the API shows it (:func:`~phasegraph.views.run_view`, as ``status --json``).
 
-
-def meta_view(meta: RunMeta) -> dict[str, Any]:
-    """A listed run: its indexed metadata, with ISO times (or why it cannot be read)."""
-    if meta.unreadable is not None:
-        return {"run_id": meta.run_id, "unreadable": meta.unreadable}
-    return {
-        "run_id": meta.run_id,
-        "graph": meta.graph,
-        "status": meta.status,
-        "seq": meta.seq,
-        "created_at": datetime.fromtimestamp(meta.created_at, UTC),
-        "updated_at": datetime.fromtimestamp(meta.updated_at, UTC),
-    }
+    Each pending interrupt lists the answers its gate accepts (read from the run's graph,
+    which the engine keeps prepared); ``driving`` defaults to whether this server steps it.
+    """
+    prepared = None
+    if state.interrupts:
+        try:
+            prepared = app[ENGINE].prepare(state.graph_source)
+        except PhasegraphError:
+            prepared = None  # the graph file moved or broke: the answers are unknown
+    if driving is None:
+        driving = app[EXECUTOR].driving(state.run_id)
+    return run_view(state, driving=driving, answers=gate_answers(prepared, state))

@@ -1,25 +1,29 @@
 r"""Read YAML documents, within limits, and remember where every node of them is.
 
-With :mod:`._fastyaml`, the only modules that import ``yaml``. A document that needs it
-(anchors, aliases, tags, refusals) is parsed by a SafeLoader subclass that
-records the mark (line and column) of every node and every mapping key by its key path,
-and every key that repeats, so later checks can name ``path:line:col`` for any part of
-the document. Problems of reading and parsing come back as located
-:class:`~phasegraph.errors.Problem` values, never as exceptions.
+The only module that imports ``yaml``. One reader builds a document's data straight from
+the parser's events — libyaml's (PyYAML's C binding), or PyYAML's pure-Python parser
+where a build lacks libyaml — and records, by key path, the mark (line and column) of
+every node and every mapping key, and every key that repeats, so later checks can name
+``path:line:col`` for any part of the document. It resolves and constructs scalars as
+PyYAML's SafeLoader does, and handles anchors and aliases, explicit tags and merge keys
+(``<<``) itself. Problems of reading and parsing come back as located
+:class:`~phasegraph.errors.Problem` values, never as exceptions. Why events rather than
+a composed node tree is written in ``docs/internals.md`` ("YAML: one reader").
 
 Text YAML cannot hold is refused with a located problem too: bytes that are not UTF-8,
 control characters and lone surrogates (YAML allows neither, even escaped in a string),
 and the escapes ``"\ud800"`` … ``"\udfff"``, which name half of a UTF-16 pair, not a
 character (no file or store could keep the string). So is a value YAML reads as something
 it cannot be: an integer longer than Python converts from text (4300 digits), a date
-past the calendar (``2024-02-30``), ``!!bool maybe``.
+past the calendar (``2024-02-30``), ``!!bool maybe``, a tag no constructor knows.
 
 Definitions are small, so a document that is not is refused before it is built
-(:class:`YamlLimits`): nesting is limited while composing (the composer recurses once
-per level), and so are aliases: their number, and the size and depth of the document
-with every alias written out (ten anchors that each repeat the previous one ten times
-are ten billion nodes to whatever walks the data). Aliases stay allowed within the
-limits because graphs share action settings with them.
+(:class:`YamlLimits`): nesting is limited as it is read, and so are aliases: their
+number, and the size and depth of the document with every alias written out (ten
+anchors that each repeat the previous one ten times are ten billion nodes to whatever
+walks the data). Aliases stay allowed within the limits because graphs share action
+settings with them; an alias shares the anchored value (as PyYAML does), so reading one
+never copies it, and the written-out size is summed as the events pass.
 """
 
 from __future__ import annotations
@@ -29,15 +33,22 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import yaml
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
-from phasegraph.errors import Problem, SourceLocation, SpecError
-from phasegraph.spec._fastyaml import FastRead, int_too_long, read_fast
+from phasegraph.errors import Problem, SourceLocation
+
+try:  # libyaml's event parser: PyYAML's wheels ship it
+    from yaml._yaml import CParser as _LIBYAML_PARSER
+except ImportError:  # pragma: no cover - a PyYAML built without libyaml reads ~7x slower
+    _LIBYAML_PARSER = None  # type: ignore[assignment, misc]
 
 __all__ = [
     "Document",
+    "Mark",
     "YamlLimits",
     "YamlPath",
     "location",
@@ -47,6 +58,9 @@ __all__ = [
 
 YamlPath = tuple[Any, ...]
 """A key path into a parsed document: mapping keys and list indexes."""
+
+Mark = tuple[int, int]
+"""Where a node starts: its 0-based line and column, as YAML counts them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,196 +81,518 @@ class YamlLimits:
     max_nodes: int = 200_000
 
 
-_Mark = yaml.Mark | None
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")  # as YAML (and its marks) count lines
 _MAX_CHARACTER_PROBLEMS = 20
+_SYNTAX = "YAML syntax error: {}; check indentation, quotes and brackets"
+_BAD_ESCAPE = "found invalid Unicode character escape code"  # libyaml refuses surrogates so
+_TOO_DEEP = "exceeded maximum nesting depth"  # libyaml's own limit, 1,000 levels
+
+_CORE = "tag:yaml.org,2002:"
+_STR, _MERGE = _CORE + "str", _CORE + "merge"
+_SET, _OMAP, _PAIRS = (_CORE + name for name in ("set", "omap", "pairs"))
+_SCALAR_TAGS = frozenset(_CORE + n for n in ("null", "bool", "int", "float", "binary", "timestamp"))
+# Which node each collection tag belongs on, for the message about a tag on the wrong one.
+_MAPPING_TAGS = {None: None, "!": None, _CORE + "map": None, _SET: _SET}
+_SEQUENCE_TAGS = {None: None, "!": None, _CORE + "seq": None, _OMAP: _OMAP, _PAIRS: _PAIRS}
 # What a scalar of a tag is, for a message about one that is not.
 _KINDS = {"int": "an integer", "float": "a number", "bool": "a boolean", "timestamp": "a date"}
 # What PyYAML's scalar constructors raise for a value their tag cannot hold.
 _UNREADABLE = (ValueError, LookupError, AttributeError, TypeError)
 
+_RESOLVER: Final = Resolver()  # read-only: the implicit tags of plain scalars
+_CONSTRUCTOR: Final = SafeConstructor()  # read-only: its scalar constructors keep no state
+_NO_KEY: Final = object()  # a mapping waits for a key
+_MERGE_KEY: Final = object()  # a mapping waits for the value of its ``<<`` key
+_UNSEEN: Final = object()
 
-def _start(event: yaml.Event) -> _Mark:
-    # The pure-Python parser always gives yaml.Mark; the C one (never used here) another type.
-    mark = event.start_mark
-    return mark if isinstance(mark, yaml.Mark) else None
+
+class _Refusal(Exception):
+    """The document is refused; these are the problems to report."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(problems)
+        self.problems = problems
 
 
-class _MarkedLoader(yaml.SafeLoader):
-    """A SafeLoader that records where every node starts and which keys repeat.
+class _Anchored(NamedTuple):
+    value: Any
+    mark: Mark
+    size: int  # nodes with every alias written out
+    depth: int  # collection nesting with every alias written out
 
-    It also refuses, while composing, documents past the limits: ``refused`` collects
-    alias refusals (composing goes on to find them all); a limit past which composing
-    cannot safely go on raises :class:`SpecError` at once.
-    """
 
-    def __init__(self, stream: str, shown: str, limits: YamlLimits) -> None:
-        super().__init__(stream)
+class _Merge(NamedTuple):
+    value: Any
+    mark: Mark
+    item_marks: list[Mark] | None  # where each item of a written-out list of mappings is
+
+
+class _Frame:
+    """A collection being read: where it is, what it holds so far, how big it is."""
+
+    __slots__ = (
+        "anchor",
+        "container",
+        "depth",
+        "is_list",
+        "item_marks",
+        "key",
+        "key_path",
+        "mark",
+        "merges",
+        "parent_key",
+        "path",
+        "size",
+        "tag",
+    )
+
+    def __init__(self, container: Any, path: YamlPath | None, mark: Mark, tag: str | None) -> None:
+        self.container = container
+        self.is_list = type(container) is list
+        self.path = path  # None inside a merge source: nothing there is located
+        self.mark = mark
+        self.tag = tag  # a tag that changes what the collection becomes (!!set, !!omap)
+        self.anchor: str | None = None
+        self.key: Any = _NO_KEY
+        self.key_path: YamlPath = ()
+        self.parent_key: Any = _NO_KEY
+        self.size = 1
+        self.depth = 0  # of the deepest child
+        self.merges: list[_Merge] = []
+        self.item_marks: list[Mark] | None = None
+
+
+def _mark(event: Any) -> Mark:
+    start = event.start_mark
+    return (start.line, start.column)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict | set):
+        return "mapping"
+    return "sequence" if isinstance(value, list) else "scalar"
+
+
+class _Reader:
+    """Builds one document's data, marks and repeated keys from its parser's events."""
+
+    def __init__(self, text: str, shown: str, limits: YamlLimits) -> None:
+        self.text = text
         self.shown = shown
         self.limits = limits
-        self.node_marks: dict[YamlPath, yaml.Mark] = {}
-        self.key_marks: dict[YamlPath, yaml.Mark] = {}
-        self.duplicates: list[tuple[Any, yaml.Mark]] = []
-        self.refused: list[Problem] = []
-        self.escapes: list[Problem] = []
-        self.unreadable: list[Problem] = []
-        self.aliases: list[tuple[_Mark, yaml.Node]] = []
-        self._walked: set[int] = set()
-        self._depth = 0
-        self._open: set[str] = set()
+        self.node_marks: dict[YamlPath, Mark] = {}
+        self.key_marks: dict[YamlPath, Mark] = {}
+        self.duplicates: list[tuple[Any, Mark]] = []
+        self.stack: list[_Frame] = []
+        self.root: Any = None
+        self.root_size, self.root_depth = 0, 0
+        self.documents = 0
+        self.anchors: dict[str, _Anchored] = {}
+        self.open_anchors: set[str] = set()
+        self.aliases: list[tuple[Mark, int, int]] = []  # each use: where, size, depth
+        self.refused: list[Problem] = []  # aliases past the limit: all are found
+        self.bad_values: list[Problem] = []  # scalars no value of their tag can be
+        self.plain: dict[str, Any] = {}  # plain scalar text -> its value: graphs repeat
+        # Only an escape can put a surrogate in a scalar (the text was checked), and only
+        # the pure-Python parser lets one through.
+        self.check_escapes = "\\u" in text or "\\U" in text
+        self.handlers: dict[type, Callable[[Any], bool | None]] = {
+            yaml.ScalarEvent: self._scalar,
+            yaml.MappingStartEvent: self._mapping_start,
+            yaml.SequenceStartEvent: self._sequence_start,
+            yaml.MappingEndEvent: self._end,
+            yaml.SequenceEndEvent: self._end,
+            yaml.AliasEvent: self._alias,
+            yaml.DocumentStartEvent: self._document_start,
+            yaml.DocumentEndEvent: _ignore,
+            yaml.StreamStartEvent: _ignore,
+            yaml.StreamEndEvent: _stop,
+        }
 
-    def compose_checked(self) -> yaml.Node | None:
-        """Compose the single document and check it against the limits.
-
-        Raises:
-            SpecError: The document passes a limit.
-        """
-        node = self.get_single_node()
-        if self.refused:
-            raise SpecError(self.refused)
-        if node is not None and self.aliases:
-            self._check_expansion(node)
-        return node
-
-    def load_marked(self) -> Any:
-        """Parse the single document, recording marks before constructing it.
-
-        Raises:
-            SpecError: The document passes a limit (nothing is constructed).
-        """
-        node = self.compose_checked()
-        if node is None:
-            return None
-        self._record(node, ())
-        return self.construct_document(node)
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        """Construct a node; a scalar no value of its tag can be is noted, located."""
-        if not isinstance(node, yaml.ScalarNode):
-            return super().construct_object(node, deep)
+    def read(self) -> tuple[Any, list[tuple[Any, Mark]]] | list[Problem]:
+        """Read the single document: its data and repeated keys, or why it is refused."""
+        source: Any = yaml.SafeLoader if _LIBYAML_PARSER is None else _LIBYAML_PARSER
+        events = source(self.text)
+        handlers, next_event = self.handlers, events.get_event
         try:
-            value = super().construct_object(node, deep)
-        except _UNREADABLE as exc:
-            self.recursive_objects.pop(node, None)  # left behind by the failed construction
-            message = _unreadable(node, exc)
+            while True:
+                event = next_event()
+                if handlers[type(event)](event):
+                    break
+            self._check_aliases()
+        except _Refusal as refusal:
+            return refusal.problems
+        except yaml.YAMLError as exc:
+            return self._syntax_problems(exc)
+        finally:
+            events.dispose()
+        if self.bad_values:
+            return sorted(self.bad_values, key=_place)
+        return self.root, self.duplicates
+
+    # ----------------------------------------------------------------- placing values
+
+    def _place(
+        self, value: Any, mark: Mark, item_marks: list[Mark] | None = None
+    ) -> YamlPath | None:
+        """Put a value where the document has reached; its key path if it is located."""
+        if not self.stack:
+            self.root = value
+            self.node_marks[()] = mark
+            return ()
+        frame = self.stack[-1]
+        if frame.is_list:
+            frame.container.append(value)
+            if frame.item_marks is not None:
+                frame.item_marks.append(mark)
+            if frame.path is None:
+                return None
+            path = (*frame.path, len(frame.container) - 1)
+        elif frame.key is _NO_KEY:
+            self._key(frame, value, mark)
+            return None
+        elif frame.key is _MERGE_KEY:
+            frame.merges.append(_Merge(value, mark, item_marks))
+            frame.key = _NO_KEY
+            return None
         else:
-            if type(value) is not int or not int_too_long(value):
+            frame.container[frame.key] = value
+            frame.key = _NO_KEY
+            if frame.path is None:
+                return None
+            path = frame.key_path
+        self.node_marks[path] = mark
+        return path
+
+    def _key(self, frame: _Frame, key: Any, mark: Mark) -> None:
+        try:
+            repeated = key in frame.container  # holds every earlier key of the mapping
+        except TypeError:  # a collection as a key
+            detail = "found unhashable key while constructing a mapping"
+            raise self._malformed(detail, mark) from None
+        frame.key = key
+        if frame.path is None:
+            return
+        if repeated:
+            self.duplicates.append((key, mark))
+        frame.key_path = (*frame.path, key)
+        self.key_marks[frame.key_path] = mark
+
+    def _grow(self, size: int, depth: int) -> None:
+        """Count a finished node (written out) into the collection that holds it."""
+        if not self.stack:
+            self.root_size, self.root_depth = size, depth
+            return
+        frame = self.stack[-1]
+        frame.size += size
+        if depth > frame.depth:
+            frame.depth = depth
+
+    # ----------------------------------------------------------------- events
+
+    def _scalar(self, event: Any) -> None:
+        mark = _mark(event)
+        value = self._scalar_value(event, mark)
+        if self.check_escapes:
+            self._check_escapes(event.value, mark)
+        if value is _MERGE_KEY:
+            self.stack[-1].key = _MERGE_KEY
+        else:
+            if event.anchor is not None:
+                self._anchor(event.anchor, mark)
+                self.anchors[event.anchor] = _Anchored(value, mark, 1, 0)
+            self._place(value, mark)
+        self._grow(1, 0)
+
+    def _scalar_value(self, event: Any, mark: Mark) -> Any:
+        """The value of a scalar, resolved and constructed as SafeLoader does."""
+        tag, text = event.tag, event.value
+        if tag is None:
+            if not event.implicit[0]:  # quoted
+                return text
+            known = self.plain.get(text, _UNSEEN)
+            if known is not _UNSEEN:
+                return known
+        if tag is None or tag == "!":
+            tag = _RESOLVER.resolve(yaml.ScalarNode, text, event.implicit)  # type: ignore[no-untyped-call]
+        if tag == _STR:
+            value: Any = text
+        elif tag == _MERGE:
+            return self._merge_key(mark)
+        else:
+            value = self._construct(tag, text, event.style, mark)
+            if value is _UNSEEN:
+                return None
+        if event.tag is None:
+            self.plain[text] = value
+        return value
+
+    def _construct(self, tag: str, text: str, style: str | None, mark: Mark) -> Any:
+        if tag not in _SCALAR_TAGS:
+            raise self._malformed(_no_constructor(tag, "scalar"), mark)
+        construct = _CONSTRUCTOR.yaml_constructors[tag]
+        try:
+            value = construct(_CONSTRUCTOR, yaml.ScalarNode(tag, text, style=style))
+        except _UNREADABLE as exc:
+            message = _unreadable(tag, text, exc)
+        except yaml.YAMLError as exc:  # !!binary that is not base64
+            raise self._malformed(str(getattr(exc, "problem", exc)), mark) from None
+        else:
+            if type(value) is not int or not _int_too_long(value):
                 return value
             message = _too_long()
-        self.unreadable.append(Problem(message, location(self.shown, node.start_mark)))
-        self.constructed_objects[node] = None  # an alias of it is not reported again
-        return None
+        self.bad_values.append(Problem(message, location(self.shown, mark)))
+        return _UNSEEN
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        """Compose one node, refusing nesting and aliases past the limits."""
-        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent):
-            return self._alias(event, parent, index)
-        if not isinstance(event, yaml.CollectionStartEvent):
-            return super().compose_node(parent, index)
-        self._depth += 1
-        if self._depth > self.limits.max_depth:
-            text = f"YAML collections nest deeper than {self.limits.max_depth} levels here"
-            raise self._refuse(f"{text}; no definition needs that: flatten it", _start(event))
+    def _merge_key(self, mark: Mark) -> Any:
+        """``<<`` means something as a mapping key only."""
+        frame = self.stack[-1] if self.stack else None
+        if frame is not None and not frame.is_list and frame.key is _NO_KEY:
+            return _MERGE_KEY
+        raise self._malformed(_no_constructor(_MERGE, "scalar"), mark)
+
+    def _mapping_start(self, event: Any) -> None:
+        self._start(event, {}, _MAPPING_TAGS)
+
+    def _sequence_start(self, event: Any) -> None:
+        self._start(event, [], _SEQUENCE_TAGS)
+
+    def _start(self, event: Any, container: Any, tags: Mapping[str | None, str | None]) -> None:
+        mark = _mark(event)
+        if len(self.stack) >= self.limits.max_depth:
+            raise self._deep(mark)
+        if event.tag not in tags:
+            raise self._malformed(_no_constructor(event.tag, _kind(container)), mark)
         if event.anchor is not None:
-            self._open.add(event.anchor)
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-            if event.anchor is not None:
-                self._open.discard(event.anchor)
+            self._anchor(event.anchor, mark)
+            self.open_anchors.add(event.anchor)
+        parent = self.stack[-1] if self.stack else None
+        parent_key = parent.key if parent is not None else _NO_KEY
+        # The items of a list of mappings to merge are checked, and named, one by one.
+        item_marks: list[Mark] | None = [] if parent_key is _MERGE_KEY else None
+        # What is merged is its pairs, whatever its tag (PyYAML merges nodes, not values).
+        merged = item_marks is not None or (parent is not None and parent.item_marks is not None)
+        tag = None if merged else tags[event.tag]
+        frame = _Frame(container, self._place(container, mark, item_marks), mark, tag)
+        frame.anchor, frame.parent_key = event.anchor, parent_key
+        if frame.is_list:
+            frame.item_marks = item_marks
+        self.stack.append(frame)
 
-    def _alias(self, event: yaml.AliasEvent, parent: yaml.Node | None, index: int) -> yaml.Node:
-        limit, mark = self.limits.max_aliases, _start(event)
+    def _end(self, event: Any) -> None:
+        frame = self.stack.pop()
+        if frame.merges:
+            self._merge(frame)
+        value = frame.container
+        if frame.tag is not None:
+            value = self._retyped(frame)
+        if frame.anchor is not None:
+            self.open_anchors.discard(frame.anchor)
+            self.anchors[frame.anchor] = _Anchored(value, frame.mark, frame.size, frame.depth + 1)
+        self._grow(frame.size, frame.depth + 1)
+
+    def _alias(self, event: Any) -> None:
+        mark, name, limit = _mark(event), event.anchor, self.limits.max_aliases
         if len(self.aliases) >= limit:
-            self.get_event()  # type: ignore[no-untyped-call]
             if limit == 0:
                 self._note("YAML aliases (*name) are not accepted here: write the value out", mark)
             elif not self.refused:
                 text = f"more than {limit} YAML aliases (*name) in one file"
                 self._note(f"{text}; write some of the values out in full", mark)
-            # Refused: an empty value stands in so that composing finds every refusal.
-            return yaml.ScalarNode("tag:yaml.org,2002:null", "", mark, mark)
-        if event.anchor in self._open:
-            text = f"alias *{event.anchor} is inside the collection it names"
+            # Refused: an empty value stands in so that reading finds every refusal.
+            self._place(None, mark)
+            self._grow(1, 0)
+            return
+        if name in self.open_anchors:
+            text = f"alias *{name} is inside the collection it names"
             raise self._refuse(f"{text}, so it would repeat forever: write the value out", mark)
-        node = super().compose_node(parent, index)
-        if node is None:  # never: an alias always names a composed node
-            return yaml.ScalarNode("tag:yaml.org,2002:null", "", mark, mark)
-        self.aliases.append((mark, node))
-        return node
+        anchored = self.anchors.get(name)
+        if anchored is None:
+            raise self._malformed(f"found undefined alias {name!r}", mark)
+        self.aliases.append((mark, anchored.size, anchored.depth))
+        self._place(anchored.value, anchored.mark)  # located where the anchored value is
+        self._grow(anchored.size, anchored.depth)
 
-    def _note(self, message: str, mark: _Mark) -> None:
+    def _document_start(self, event: Any) -> None:
+        self.documents += 1
+        if self.documents > 1:
+            detail = "expected a single document in the stream, but found another document"
+            raise self._malformed(detail, _mark(event))
+
+    # ----------------------------------------------------------------- anchors, merges, tags
+
+    def _anchor(self, name: str, mark: Mark) -> None:
+        first = self.anchors.get(name)
+        if first is not None or name in self.open_anchors:
+            where = "" if first is None else f" (first at line {first.mark[0] + 1})"
+            raise self._malformed(f"found duplicate anchor {name!r}{where}", mark)
+
+    def _merge(self, frame: _Frame) -> None:
+        """Merge ``<<`` values as SafeLoader does: written keys win, then the earlier source."""
+        if self.refused:  # aliases were refused: their stand-ins are no mappings
+            return
+        sources: list[dict[Any, Any]] = []
+        for merge in frame.merges:
+            if isinstance(merge.value, dict):
+                sources.append(merge.value)
+            elif isinstance(merge.value, list):
+                for index, item in enumerate(merge.value):
+                    if not isinstance(item, dict):
+                        where = merge.item_marks[index] if merge.item_marks else merge.mark
+                        detail = f"expected a mapping for merging, but found {_kind(item)}"
+                        raise self._malformed(f"{detail} while constructing a mapping", where)
+                sources.extend(merge.value)
+            else:
+                detail = "expected a mapping or list of mappings for merging, but found"
+                raise self._malformed(
+                    f"{detail} {_kind(merge.value)} while constructing a mapping", merge.mark
+                )
+        merged: dict[Any, Any] = {}
+        for source in sources:
+            for key, value in source.items():
+                merged.setdefault(key, value)
+        merged.update(frame.container)
+        frame.container.clear()
+        frame.container.update(merged)
+
+    def _retyped(self, frame: _Frame) -> Any:
+        """A ``!!set`` mapping or ``!!omap``/``!!pairs`` list, put where the collection was."""
+        if frame.tag == _SET:
+            value: Any = set(frame.container)
+        else:
+            for index, item in enumerate(frame.container):
+                if not isinstance(item, dict) or len(item) != 1:
+                    where = frame.mark
+                    if frame.path is not None:
+                        where = self.node_marks.get((*frame.path, index), where)
+                    detail = f"expected a mapping of length 1, but found {_kind(item)}"
+                    raise self._malformed(f"{detail} while constructing an ordered map", where)
+            value = [next(iter(item.items())) for item in frame.container]
+        parent = self.stack[-1] if self.stack else None
+        if parent is None:
+            self.root = value
+        elif parent.is_list:
+            parent.container[-1] = value
+        else:
+            parent.container[frame.parent_key] = value
+        return value
+
+    # ----------------------------------------------------------------- refusals
+
+    def _note(self, message: str, mark: Mark) -> None:
         where = location(self.shown, mark)
         last = self.refused[-1].location if self.refused else None
         if last is None or last.line != where.line:  # one per line is enough
             self.refused.append(Problem(message, where))
 
-    def _refuse(self, message: str, mark: _Mark) -> SpecError:
-        return SpecError([*self.refused, Problem(message, location(self.shown, mark))])
+    def _refuse(self, message: str, mark: Mark) -> _Refusal:
+        return _Refusal([*self.refused, Problem(message, location(self.shown, mark))])
 
-    def _check_expansion(self, root: yaml.Node) -> None:
-        """Refuse a document whose aliases, written out, make it too big or too deep."""
+    def _deep(self, mark: Mark) -> _Refusal:
+        text = f"YAML collections nest deeper than {self.limits.max_depth} levels here"
+        return self._refuse(f"{text}; no definition needs that: flatten it", mark)
+
+    def _malformed(self, detail: str, mark: Mark) -> _Refusal:
+        return _Refusal([Problem(_SYNTAX.format(detail), location(self.shown, mark))])
+
+    def _check_aliases(self) -> None:
+        """Refuse aliases past the limits: too many, or written out too big or too deep."""
+        if self.refused:
+            raise _Refusal(self.refused)
+        if not self.aliases:
+            return
         limits = self.limits
-        sizes = _expanded(root, limits.max_nodes + 1)
-        size, depth = sizes[id(root)]
-        if size > limits.max_nodes:
-            mark, _ = max(self.aliases, key=lambda use: sizes[id(use[1])][0])
+        if self.root_size > limits.max_nodes:
+            cap = limits.max_nodes + 1  # the first alias past the limit is the one named
+            mark = max(self.aliases, key=lambda use: min(use[1], cap))[0]
             text = (
                 f"YAML aliases expand this file to more than {limits.max_nodes} values (an "
                 "anchor that repeats other anchors grows exponentially); write the values "
                 "out once, or use fewer aliases"
             )
             raise self._refuse(text, mark)
-        if depth > limits.max_depth:
-            mark, _ = max(self.aliases, key=lambda use: sizes[id(use[1])][1])
+        if self.root_depth > limits.max_depth:
+            mark = max(self.aliases, key=lambda use: use[2])[0]
             text = f"YAML aliases nest this file deeper than {limits.max_depth} levels"
             raise self._refuse(f"{text}; no definition needs that: write the value out", mark)
 
-    def _record(self, node: yaml.Node, path: YamlPath) -> None:
-        self.node_marks[path] = node.start_mark
-        if id(node) in self._walked:  # an alias: walked once, so anchors never loop or explode
-            return
-        self._walked.add(id(node))
-        if isinstance(node, yaml.ScalarNode):
-            self._check_escapes(node)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                self._record(item, (*path, index))
-        elif isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                    continue
-                self._check_escapes(key_node)
-                key = self.construct_object(key_node)
-                if key in seen:
-                    self.duplicates.append((key, key_node.start_mark))
-                seen.add(key)
-                self.key_marks[(*path, key)] = key_node.start_mark
-                self._record(value_node, (*path, key))
-
-    def _check_escapes(self, node: yaml.ScalarNode) -> None:
-        """Note a scalar holding a surrogate: only an escape can put one there.
-
-        The text itself was checked before parsing, and libyaml refuses these escapes
-        outright, so only this loader (PyYAML's pure-Python scanner) lets them through.
-        """
-        found = _SURROGATE.search(node.value)
+    def _check_escapes(self, value: str, mark: Mark) -> None:
+        found = _SURROGATE.search(value)
         if found is not None:
-            message = _surrogate_escape(node.value, found.start())
-            self.escapes.append(Problem(message, location(self.shown, node.start_mark)))
+            at = found.start()
+            low = ord(value[at + 1]) if at + 1 < len(value) else None
+            message = _surrogate_escape(ord(value[at]), low)
+            self.bad_values.append(Problem(message, location(self.shown, mark)))
+
+    def _syntax_problems(self, exc: yaml.YAMLError) -> list[Problem]:
+        """The parser's error, located; the few libyaml words its own way, said plainly."""
+        at = getattr(exc, "problem_mark", None)
+        scalar_at = getattr(exc, "context_mark", None)
+        problem = str(getattr(exc, "problem", None) or exc)
+        if problem == _BAD_ESCAPE and at is not None and scalar_at is not None:
+            escape = _escaped_surrogate(self.text, at.index)
+            if escape is not None:  # located at the scalar, as the other bad values are
+                scalar = location(self.shown, _mark_of(scalar_at))
+                found = Problem(_surrogate_escape(*escape), scalar)
+                return sorted([*self.bad_values, found], key=_place)
+        if problem.startswith(_TOO_DEEP) and at is not None:
+            # libyaml looks far ahead in a flow collection, and stops 1,000 levels down.
+            return [self._deep(_mark_of(at)).problems[-1]]
+        if problem.startswith("did not find expected") and at is not None:
+            # libyaml does not say what it found instead (PyYAML's parser does).
+            found_text = self.text[at.index : at.index + 1] or "<stream end>"
+            problem = f"{problem}, but found {found_text!r}"
+        context = getattr(exc, "context", None)
+        detail = f"{problem} {context}" if context else problem
+        mark = None if at is None else _mark_of(at)
+        return [Problem(_SYNTAX.format(detail), location(self.shown, mark))]
 
 
-def _surrogate_escape(value: str, at: int) -> str:
-    code = ord(value[at])
-    pair = value[at : at + 2]
+def _ignore(event: Any) -> None:
+    return None
+
+
+def _stop(event: Any) -> bool:
+    return True
+
+
+def _mark_of(mark: Any) -> Mark:
+    return (mark.line, mark.column)
+
+
+def _no_constructor(tag: str, kind: str) -> str:
+    needs = "scalar" if tag in _SCALAR_TAGS or tag == _STR else None
+    needs = needs or ("mapping" if tag in _MAPPING_TAGS else None)
+    needs = needs or ("sequence" if tag in _SEQUENCE_TAGS else None)
+    if needs is None:
+        return f"could not determine a constructor for the tag {tag!r}"
+    return f"expected a {needs} node, but found {kind}"
+
+
+def _escaped_surrogate(text: str, at: int) -> tuple[int, int | None] | None:
+    """The surrogate escaped at ``text[at]`` (its hex digits), and the one after it."""
+    digits = 4 if text[at - 1 : at] == "u" else 8
+    try:
+        code = int(text[at : at + digits], 16)
+    except ValueError:
+        return None
+    if not 0xD800 <= code <= 0xDFFF:
+        return None
+    after = at + digits
+    low = None
+    if text[after : after + 2] == "\\u":
+        try:
+            low = int(text[after + 2 : after + 6], 16)
+        except ValueError:
+            low = None
+    return code, low
+
+
+def _surrogate_escape(code: int, low: int | None) -> str:
     hint = "write the character itself, or escape it with \\U and 8 hex digits"
-    if len(pair) == 2 and 0xD800 <= code <= 0xDBFF and 0xDC00 <= ord(pair[1]) <= 0xDFFF:
-        whole = 0x10000 + ((code - 0xD800) << 10) + (ord(pair[1]) - 0xDC00)
+    if 0xD800 <= code <= 0xDBFF and low is not None and 0xDC00 <= low <= 0xDFFF:
+        whole = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
         hint = f"write the character itself, or escape it as \\U{whole:08X}"
     return (
         f"the escape \\u{code:04x} names half of a UTF-16 surrogate pair, not a character, "
@@ -264,17 +600,27 @@ def _surrogate_escape(value: str, at: int) -> str:
     )
 
 
-def _unreadable(node: yaml.ScalarNode, exc: Exception) -> str:
+def _unreadable(tag: str, text: str, exc: Exception) -> str:
     """Why a scalar cannot be read as its tag says, and what to do."""
-    kind = node.tag.rpartition(":")[2]
-    if kind == "int" and sum(map(str.isdigit, node.value)) > sys.get_int_max_str_digits() > 0:
+    kind = tag.rpartition(":")[2]
+    if kind == "int" and sum(map(str.isdigit, text)) > sys.get_int_max_str_digits() > 0:
         return _too_long()
     what = _KINDS.get(kind, f"a !!{kind}")
     dated = kind == "timestamp" and isinstance(exc, ValueError)  # "month must be in 1..12"
     why = f" ({str(exc).rstrip('.')})" if dated else ""
-    return (
-        f"{node.value!r:.60} is not {what}{why}: write one, or quote the value to keep it as text"
-    )
+    return f"{text!r:.60} is not {what}{why}: write one, or quote the value to keep it as text"
+
+
+def _int_too_long(value: int) -> bool:
+    """Whether ``value`` has more decimal digits than Python converts to or from text.
+
+    Past that limit (``sys.get_int_max_str_digits()``, 4300 by default) ``int()`` of its
+    digits raises, and so does ``str()`` of the value (a hexadecimal or octal one still
+    reads): no message, JSON output or store could write it.
+    """
+    limit = sys.get_int_max_str_digits()
+    # 10**limit has about 3.32 * limit bits: only integers near it are compared with it.
+    return limit > 0 and value.bit_length() > 3 * limit and abs(value) >= 10**limit
 
 
 def _too_long() -> str:
@@ -285,51 +631,11 @@ def _too_long() -> str:
     )
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    return []
-
-
-def _expanded(root: yaml.Node, cap: int) -> dict[int, tuple[int, int]]:
-    """Node id -> (size, collection depth) with aliases written out; sizes stop at ``cap``.
-
-    Iterative and memoised by node, so it costs one visit per distinct node however
-    often aliases repeat it. A node met again while it is open (a cycle) counts as
-    ``cap``: too big.
-    """
-    found: dict[int, tuple[int, int]] = {}
-    open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        if id(node) in found:
-            continue
-        children = _children(node)
-        if not children_done:
-            open_nodes.add(id(node))
-            stack.append((node, True))
-            for child in children:
-                if id(child) in open_nodes:
-                    found[id(child)] = (cap, 0)
-                elif id(child) not in found:
-                    stack.append((child, False))
-            continue
-        open_nodes.discard(id(node))
-        size = min(cap, 1 + sum(found[id(child)][0] for child in children))
-        nests = isinstance(node, yaml.CollectionNode)
-        depth = nests + max((found[id(child)][1] for child in children), default=0)
-        found[id(node)] = (size, depth)
-    return found
-
-
-def location(path: str, mark: _Mark) -> SourceLocation:
+def location(path: str, mark: Mark | None) -> SourceLocation:
     """The 1-based location of a YAML ``mark`` in ``path`` (just the path without a mark)."""
     if mark is None:
         return SourceLocation(path)
-    return SourceLocation(path, mark.line + 1, mark.column + 1)
+    return SourceLocation(path, mark[0] + 1, mark[1] + 1)
 
 
 def _same(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
@@ -351,8 +657,8 @@ class Document:
 
     path: str
     data: dict[Any, Any]
-    node_marks: Mapping[YamlPath, yaml.Mark]
-    key_marks: Mapping[YamlPath, yaml.Mark]
+    node_marks: Mapping[YamlPath, Mark]
+    key_marks: Mapping[YamlPath, Mark]
     locate: Callable[[tuple[str | int, ...]], tuple[str | int, ...]] = _same
 
     def at(self, loc: tuple[str | int, ...]) -> SourceLocation:
@@ -455,49 +761,24 @@ def parse_text(
         The document (None when it is not a mapping, not YAML or past a limit) and every
         problem found.
     """
-    limits = limits or YamlLimits()
     refused = _character_problems(text, shown)
     if refused:
         return None, refused
-    fast = read_fast(text, limits.max_depth)
-    if fast is not None:
-        data, node_marks, key_marks, duplicates = fast
-    else:
-        read = _read_marked(text, shown, limits)
-        if isinstance(read, list):
-            return None, read
-        data, node_marks, key_marks, duplicates = read
+    reader = _Reader(text, shown, limits or YamlLimits())
+    read = reader.read()
+    if isinstance(read, list):
+        return None, read
+    data, duplicates = read
     twice = "duplicate key {!r}: it would silently replace the earlier one; keep one"
     problems = [Problem(twice.format(key), location(shown, mark)) for key, mark in duplicates]
     if not isinstance(data, dict):
         found = "an empty file" if data is None else f"a {type(data).__name__}"
         needs = "`initial:` and `states:`" if what == "machine" else "`nodes:`"
         message = f"a {what} file is a mapping with {needs}, not {found}"
-        return None, [*problems, Problem(message, location(shown, node_marks.get(())))]
-    return Document(shown, data, node_marks, key_marks), problems
+        return None, [*problems, Problem(message, location(shown, reader.node_marks.get(())))]
+    return Document(shown, data, reader.node_marks, reader.key_marks), problems
 
 
 def _place(problem: Problem) -> tuple[int, int]:
     where = problem.location
     return (0, 0) if where is None else (where.line or 0, where.column or 0)
-
-
-def _read_marked(text: str, shown: str, limits: YamlLimits) -> FastRead | list[Problem]:
-    """Read with the full loader (anchors, aliases, tags, refusals); problems if it fails."""
-    loader = _MarkedLoader(text, shown, limits)  # the text's characters were checked
-    try:
-        data = loader.load_marked()
-    except SpecError as exc:
-        return list(exc.problems)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        detail = " ".join(
-            str(x) for x in (getattr(exc, "problem", exc), getattr(exc, "context", "")) if x
-        )
-        message = f"YAML syntax error: {detail}; check indentation, quotes and brackets"
-        return [Problem(message, location(shown, mark))]
-    finally:
-        loader.dispose()
-    if loader.escapes or loader.unreadable:
-        return sorted([*loader.escapes, *loader.unreadable], key=_place)
-    return data, loader.node_marks, loader.key_marks, loader.duplicates

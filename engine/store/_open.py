@@ -42,9 +42,11 @@ __all__ = [
     "check_commit",
     "check_page",
     "check_ttl",
+    "is_cluster_url",
     "journal_head_error",
     "lease_held_error",
     "lease_lost_error",
+    "node_url",
     "open_store",
     "redact_url",
     "run_not_found_error",
@@ -201,6 +203,20 @@ def _positive_seconds(url: str, text: str | None) -> float | None:
     if not math.isfinite(seconds) or seconds <= 0:
         raise _bad_url(url, f"ttl must be a positive number of seconds, not {text!r}")
     return seconds
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return url.partition("://")[0].lower() in _CLUSTER_SCHEMES
+
+
+def node_url(url: str) -> str:
+    """A Redis Cluster URL with its node's plain scheme (``redis://``, ``rediss://``)."""
+    scheme, sep, rest = url.partition("://")
+    return _CLUSTER_SCHEMES.get(scheme.lower(), scheme) + sep + rest
+
+
+_CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def redact_url(url: str) -> str:

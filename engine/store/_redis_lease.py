@@ -1,6 +1,6 @@
 """The Redis store's lease line: renewals from the lease keeper's thread, on redis-py.
 
-The store's commands share one asyncio connection (or the cluster client's pool), so a
+The store's commands share one asyncio connection (one per primary on a cluster), so a
 renewal sent there waits behind every commit queued before it and for the event loop to
 run. The keeper renews from a thread of its own instead, on a blocking redis-py client of
 its own (one connection to a server; one per primary on a Redis Cluster): a batch of
@@ -17,8 +17,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from phasegraph.errors import LeaseLostError, StoreError, StoreUnavailableError
-from phasegraph.store._open import lease_lost_error
-from phasegraph.store._redis_cluster import is_cluster_url, node_url
+from phasegraph.store._open import is_cluster_url, lease_lost_error, node_url
 from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA
 from phasegraph.store.base import Lease, LeaseLine
 

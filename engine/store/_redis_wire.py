@@ -16,6 +16,11 @@ the socket timeout aborts the connection (:class:`TimeoutError` for those in fli
 
 Only commands that answer at once belong here: a blocking command (BLPOP, SUBSCRIBE,
 MONITOR) would stall every caller behind it.
+
+:class:`ClusterWire` speaks to a Redis Cluster the same way: one such connection per
+primary, each command sent to the primary serving its key's hash slot (read from
+``CLUSTER SLOTS``), ``MOVED`` repointing the slot and ``ASK`` followed once. Both classes
+take the same calls, so the store is written once for a server and a cluster.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +39,16 @@ import hiredis
 
 from phasegraph.errors import StoreError
 
-__all__ = ["Arg", "RedisWire", "ReplyError", "WireOptions", "pack", "pack_parts"]
+__all__ = [
+    "Arg",
+    "ClusterWire",
+    "RedisWire",
+    "ReplyError",
+    "WireOptions",
+    "key_slot",
+    "pack",
+    "pack_parts",
+]
 
 Arg = bytes | str | int | float
 
@@ -236,6 +251,11 @@ class RedisWire:
         self._connecting: tuple[asyncio.Lock, asyncio.AbstractEventLoop] | None = None
         self._closed = False
 
+    @property
+    def host(self) -> str:
+        """The server's host name or address (as the options give it)."""
+        return self._options.host
+
     async def call(self, *args: Arg) -> Any:
         """Send one command and return its reply (an error reply as a :data:`ReplyError`).
 
@@ -245,8 +265,11 @@ class RedisWire:
         """
         return await self.call_packed(pack(args))
 
-    async def call_packed(self, command: bytes) -> Any:
-        """As :meth:`call`, for a command already packed (:func:`pack`, :func:`pack_parts`)."""
+    async def call_packed(self, command: bytes, key: Arg = b"") -> Any:
+        """As :meth:`call`, for a command already packed (:func:`pack`, :func:`pack_parts`).
+
+        ``key`` is unused: one server serves every key (a cluster's wire routes by it).
+        """
         connection = self._connection
         if (
             connection is None
@@ -342,3 +365,178 @@ def _discard(connection: _Connection, reason: str) -> None:
     """Close a connection whose event loop may have been closed already."""
     with contextlib.suppress(RuntimeError):  # its loop is closed; the socket went with it
         connection.close(ConnectionError(reason))
+
+
+# -- a Redis Cluster: one wire per primary, each command sent to its key's slot's primary
+
+_SLOTS: Final = 16384
+_REDIRECTS: Final = 5  # MOVED / ASK followed per command before the reply is given up on
+_ASKING: Final = pack(("ASKING",))
+# Refusals that mean "this slot is not served right now" (a failover, a slot migrating):
+# raised like a broken connection, so a commit is retried and anything else reported
+# as the cluster being unreachable.
+_NOT_NOW: Final = ("CLUSTERDOWN", "TRYAGAIN")
+_BROKEN: Final = (ConnectionError, TimeoutError, OSError)
+
+
+def _crc16_table() -> tuple[int, ...]:
+    """CRC-16/XMODEM (polynomial 0x1021), the checksum Redis Cluster hashes keys with."""
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return tuple(table)
+
+
+_CRC16: Final = _crc16_table()
+
+
+def key_slot(key: Arg) -> int:
+    """The cluster hash slot of ``key``: of its hash tag (the first ``{...}``) if non-empty."""
+    data = key if isinstance(key, bytes) else str(key).encode()
+    start = data.find(b"{")
+    if start >= 0:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc % _SLOTS
+
+
+@final
+class ClusterWire:
+    """Commands to a Redis Cluster, each on the primary that serves its key's hash slot.
+
+    The slot map is read (``CLUSTER SLOTS``) before the first command and again after a
+    node could not be reached (a failover moves its slots to another node). A ``MOVED``
+    reply repoints its slot and the command is sent there; an ``ASK`` reply (a slot being
+    migrated) sends it once to the node named, after ``ASKING``. Each primary gets one
+    :class:`RedisWire`, opened when a command first goes there. Replicas are not used.
+
+    Args:
+        options: How to connect; ``host`` and ``port`` name any one node of the cluster.
+    """
+
+    def __init__(self, options: WireOptions) -> None:
+        self._options = options
+        self._seed = (options.host, options.port)
+        self._nodes: dict[tuple[str, int], RedisWire] = {}
+        self._slots: list[RedisWire | None] = []  # empty: to be read
+        self._mapping: tuple[asyncio.Lock, asyncio.AbstractEventLoop] | None = None
+        self._closed = False
+
+    async def call(self, *args: Arg) -> Any:
+        """One command on the primary of its key (its first argument after the name)."""
+        return await self.call_packed(pack(args), args[1])
+
+    async def call_packed(self, command: bytes, key: Arg) -> Any:
+        """A packed command on the primary of ``key``'s slot; its reply, as :meth:`RedisWire.call`.
+
+        Raises:
+            ConnectionError: A node could not be reached, no node answered with the slot
+                map, or the cluster does not serve the slot now (``CLUSTERDOWN``,
+                ``TRYAGAIN``).
+            TimeoutError: A node's reply was overdue.
+        """
+        slot = key_slot(key)
+        node = await self._primary(slot)
+        asking = False
+        for _ in range(_REDIRECTS):
+            try:
+                if asking:
+                    reply = (await node.call_many((_ASKING, command)))[1]
+                else:
+                    reply = await node.call_packed(command)
+            except _BROKEN:
+                self._slots = []  # its slots may be another node's now: read the map again
+                raise
+            if not isinstance(reply, ReplyError):
+                return reply
+            kind, _, where = str(reply).partition(" ")
+            if kind in _NOT_NOW:
+                raise ConnectionError(str(reply))
+            if kind not in ("MOVED", "ASK"):
+                return reply
+            node = self._node(*_address(where.rpartition(" ")[2], node))
+            asking = kind == "ASK"
+            if not asking and self._slots:
+                self._slots[slot] = node
+        return reply
+
+    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Commands, each on the primary of its key (its first argument after the name).
+
+        Those of one node share that node's write; replies in order.
+        """
+        return list(await asyncio.gather(*(self.call(*command) for command in commands)))
+
+    async def aclose(self) -> None:
+        """Close every node's connection. Safe to call more than once."""
+        self._closed = True
+        nodes, self._nodes, self._slots = list(self._nodes.values()), {}, []
+        for node in nodes:
+            await node.aclose()
+
+    async def _primary(self, slot: int) -> RedisWire:
+        slots = self._slots or await self._mapped()
+        node = slots[slot]
+        if node is None:
+            raise ConnectionError(f"no node of the cluster serves hash slot {slot}")
+        return node
+
+    async def _mapped(self) -> list[RedisWire | None]:
+        """The slot map, read by one command while the others wait for it."""
+        if self._closed:
+            raise ConnectionError("the connection was closed")
+        loop = asyncio.get_running_loop()
+        if self._mapping is None or self._mapping[1] is not loop:
+            self._mapping = (asyncio.Lock(), loop)
+        async with self._mapping[0]:
+            if not self._slots:
+                self._slots = await self._read_map()
+        return self._slots
+
+    async def _read_map(self) -> list[RedisWire | None]:
+        """Ask the nodes (the URL's first, then those known) for the slot map.
+
+        Raises:
+            ConnectionError: No node answered with one, or the URL's node is not in
+                cluster mode.
+        """
+        failures: list[str] = []
+        for address in dict.fromkeys((self._seed, *self._nodes)):
+            node = self._node(*address)
+            try:
+                reply = await node.call("CLUSTER", "SLOTS")
+            except _BROKEN as exc:
+                failures.append(f"{address[0]}:{address[1]}: {exc}")
+                continue
+            if isinstance(reply, ReplyError):
+                if "cluster support disabled" in str(reply):
+                    raise ConnectionError(f"Cluster mode is not enabled on this node: {reply}")
+                failures.append(f"{address[0]}:{address[1]}: {reply}")
+                continue
+            slots: list[RedisWire | None] = [None] * _SLOTS
+            for first, last, primary, *_replicas in reply:
+                host = primary[0].decode()
+                owner = self._node(host if host not in ("", "?") else address[0], primary[1])
+                slots[first : last + 1] = [owner] * (last + 1 - first)
+            return slots
+        raise ConnectionError("no node of the cluster answered: " + "; ".join(failures))
+
+    def _node(self, host: str, port: int) -> RedisWire:
+        node = self._nodes.get((host, port))
+        if node is None:
+            options = dataclasses.replace(self._options, host=host, port=int(port))
+            node = self._nodes[(host, port)] = RedisWire(options)
+        return node
+
+
+def _address(where: str, asked: RedisWire) -> tuple[str, int]:
+    """``host:port`` of a redirection (an empty host: the node that sent it)."""
+    host, _, port = where.rpartition(":")
+    return host or asked.host, int(port)

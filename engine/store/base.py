@@ -38,19 +38,16 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 from phasegraph.errors import LeaseLostError, StoreUnavailableError
-from phasegraph.model import quick_init
+from phasegraph.model import Value
 
 __all__ = ["Commit", "ForwardingStore", "Lease", "LeaseLine", "RunMeta", "Store", "StoredRun"]
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Lease:
+class Lease(Value, frozen=True, kw_only=True):
     """The right to commit to one run, until ``expires_at``.
 
     Attributes:
@@ -68,9 +65,7 @@ class Lease:
     ttl: float = 30.0
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunMeta:
+class RunMeta(Value, frozen=True, kw_only=True):
     """Indexed facts about a run, updated with every commit.
 
     Attributes:
@@ -107,9 +102,7 @@ class RunMeta:
         )
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Commit:
+class Commit(Value, frozen=True, kw_only=True):
     """Everything one step writes.
 
     Attributes:
@@ -126,9 +119,7 @@ class Commit:
     meta: RunMeta
 
 
-@quick_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredRun:
+class StoredRun(Value, frozen=True, kw_only=True):
     """What a read returns: enough bytes to rebuild the run state at ``seq``.
 
     Attributes:

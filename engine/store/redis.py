@@ -20,11 +20,12 @@ connection, so concurrent runs' commits reach the server pipelined; redis-py par
 URL.
 
 On a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``, naming any one node)
-commands go through redis-py's cluster client (:mod:`phasegraph.store._redis_cluster`),
-which sends each to the primary serving its key's slot. The index is in another slot than
-any run, so the commit script writes the run alone and the index is written with
-commands of its own: before a run's first commit (seq 0) its entry is added if missing,
-so a run is never committed without being listed, even if the process dies right after;
+the same wire keeps one such connection per primary and sends each command to the
+primary serving its key's slot (:class:`~phasegraph.store._redis_wire.ClusterWire`).
+The index is in another slot than any run, so the commit script writes the run alone
+and the index is written with commands of its own: before a run's first commit (seq 0)
+its entry is added if missing, so a run is never committed without being listed, even if
+the process dies right after;
 after every later commit (or a first one whose entry was there already) the entry's score
 is set to the commit's updated_at. A process that
 dies between a later commit and that second write leaves the run listed with the score
@@ -46,14 +47,13 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, Final, Protocol, cast, final
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Final, cast, final
 from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import parse_url
-from redis.exceptions import RedisClusterException
 
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store._holder import holder_gone
@@ -63,19 +63,21 @@ from phasegraph.store._open import (
     check_commit,
     check_page,
     check_ttl,
+    is_cluster_url,
     journal_head_error,
     lease_held_error,
     lease_lost_error,
+    node_url,
     redact_url,
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store._redis_cluster import ClusterLink, cluster_client, is_cluster_url, node_url
 from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner, lease_reply, ms
 from phasegraph.store._redis_queue import RunQueue
 from phasegraph.store._redis_scripts import COMMIT, HEAD, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
     Arg,
+    ClusterWire,
     RedisWire,
     ReplyError,
     WireOptions,
@@ -101,35 +103,6 @@ _HEADS_KEPT: Final = 64
 _QUEUE_CONNECTIONS: Final = 32  # the work queue's pool: enough for a worker's blocking reads
 # Error replies of a server that will answer soon (loading its data after a restart, ...).
 _NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
-
-
-class _Link(Protocol):
-    """How the store's commands reach Redis: one server's wire, or a cluster's nodes.
-
-    Replies come back as they are, an error reply as a :data:`ReplyError` value; a
-    server that cannot be reached raises :class:`ConnectionError`, :class:`TimeoutError`
-    or :class:`OSError`.
-    """
-
-    async def commit(self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]) -> Any:
-        """Commit step ``seq`` of ``run_id`` (the commit script's ARGV ``args``).
-
-        On one server the script also lists the run in the index; on a cluster the link
-        writes the index entry (score ``updated_at``) with commands of its own.
-        """
-        ...
-
-    async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run one of the store's scripts."""
-        ...
-
-    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Plain commands; replies in order."""
-        ...
-
-    async def aclose(self) -> None:
-        """Close the connections."""
-        ...
 
 
 @final
@@ -161,11 +134,13 @@ class RedisStore(Store):
         self._index = f"{prefix}:runs"
         self._retention = "" if ttl is None else str(ms(ttl))
         self._closed = False
-        self._link: _Link
-        if self._cluster:
-            self._link = _cluster_link(url, options, self.run_keys, self._index, self._where)
-        else:
-            self._link = _WireLink(RedisWire(options), self._commit_keys)
+        # One multiplexed connection to the server, or one to each primary of the cluster.
+        self._wire: RedisWire | ClusterWire = (
+            ClusterWire(options) if self._cluster else RedisWire(options)
+        )
+        # run id -> the packed head of its commit command (EVALSHA, digest, keys), and the
+        # key it is routed by
+        self._heads: dict[str, tuple[bytes, str]] = {}
 
     @property
     def prefix(self) -> str:
@@ -186,7 +161,11 @@ class RedisStore(Store):
         queue runs at once (a busy ``serve --queue``).
         """
         if self._cluster:
-            return cluster_client(self._url, decode_responses=False)
+            # A MOVED reply only repoints its slot (redis-py would otherwise drop every
+            # connection, those of commands in flight too, after every fifth one).
+            return RedisCluster.from_url(
+                node_url(self._url), decode_responses=False, reinitialize_steps=0
+            )
         pool = BlockingConnectionPool.from_url(
             self._url, max_connections=_QUEUE_CONNECTIONS, timeout=None
         )
@@ -255,7 +234,7 @@ class RedisStore(Store):
         run_id, seq, updated_at = lease.run_id, commit.seq, commit.meta.updated_at
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                raw = await self._link.commit(run_id, seq, updated_at, args)
+                raw = await self._send_commit(run_id, seq, updated_at, args)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
@@ -341,7 +320,7 @@ class RedisStore(Store):
         if self._closed:
             return
         self._closed = True
-        await asyncio.shield(self._link.aclose())
+        await asyncio.shield(self._wire.aclose())
 
     # ------------------------------------------------------------------ internals
 
@@ -367,17 +346,69 @@ class RedisStore(Store):
             *(lease.run_id, ms(lease.ttl), lease.owner),
         )
 
-    def _commit_keys(self, run_id: str) -> tuple[str, ...]:
-        """The commit script's keys on one server: the run's, then the index."""
-        return (*self.run_keys(run_id), self._index)
+    async def _send_commit(
+        self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]
+    ) -> Any:
+        """The commit script's reply (an error reply as a value), the index updated too.
+
+        On one server the script lists the run in the index itself (the index is among
+        its keys). On a cluster the index is in a slot of its own and written with
+        commands of its own; each may be sent again when the caller retries after a
+        connection error (the commit is idempotent, the index writes too), and the reply
+        is the script's or the first error reply of the three commands.
+        """
+        # Packed by a function of its own: this frame waits for the reply holding only the
+        # command, not the pieces it was made of (thousands of commits may be waiting).
+        command, route = self._commit_command(run_id, args)
+        if not self._cluster:
+            return await self._run_script(COMMIT, command, route)
+        listed = 0
+        if seq == 0:
+            # Listed before it exists, so a crash after the commit cannot leave it unlisted.
+            # NX: a refused seq 0 (the id is taken) never moves a listed run's score.
+            listed = await self._wire.call("ZADD", self._index, "NX", updated_at, run_id)
+            if isinstance(listed, ReplyError):
+                return listed
+        reply = await self._run_script(COMMIT, command, route)
+        # Written (now or before), and not just listed with this very score.
+        if not isinstance(reply, ReplyError) and int(reply[0]) > 0 and listed != 1:
+            moved = await self._wire.call("ZADD", self._index, updated_at, run_id)
+            if isinstance(moved, ReplyError):
+                return moved
+        return reply
+
+    def _commit_command(self, run_id: str, args: Sequence[Arg]) -> tuple[bytes, str]:
+        """The commit's EVALSHA, packed, and its routing key; the part fixed per run is kept."""
+        kept = self._heads.get(run_id)
+        if kept is None:
+            if len(self._heads) >= _HEADS_KEPT:
+                self._heads.clear()  # a bound, not a cache policy: refilled on use
+            # On a cluster the index is not among the keys: it is in another slot.
+            keys = self.run_keys(run_id) if self._cluster else (*self.run_keys(run_id), self._index)
+            count = 3 + len(keys) + _COMMIT_ARGS
+            fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
+            kept = self._heads[run_id] = (b"*%d\r\n%s" % (count, fixed), keys[0])
+        return kept[0] + pack_parts(args), kept[1]
 
     async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
-        """Run a script by its digest, loading it first if the server does not have it.
+        """Run a script by its digest (sent in full if the server does not have it).
 
         Connection errors are raised as they are (the caller decides about retrying);
         an error reply becomes a :class:`StoreError` (see :meth:`_script_reply`).
         """
-        return self._script_reply(await self._link.eval(script, keys, args))
+        command = pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
+        return self._script_reply(await self._run_script(script, command, keys[0]))
+
+    async def _run_script(self, script: str, command: bytes, route: str) -> Any:
+        """The reply to a packed EVALSHA of ``script``, routed by the key ``route``.
+
+        A server that does not have the script (a new one, a restart, SCRIPT FLUSH) gets
+        it once as EVAL, which also keeps it there for the next EVALSHA.
+        """
+        reply = await self._wire.call_packed(command, route)
+        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
+            reply = await self._wire.call_packed(_in_full(script, command), route)
+        return reply
 
     def _script_reply(self, reply: Any) -> list[Any]:
         """A script's reply; an error reply is a :class:`StoreError`.
@@ -400,7 +431,7 @@ class RedisStore(Store):
     async def _call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Plain commands in one write; any refusal is a :class:`StoreError`."""
         with self._errors():
-            replies = await self._link.call_many(commands)
+            replies = await self._wire.call_many(commands)
         for command, reply in zip(commands, replies, strict=True):
             self._refused(command, reply)
         return replies
@@ -458,91 +489,12 @@ class RedisStore(Store):
         return StoreUnavailableError(f"cannot reach Redis at {self._where}: {exc}")
 
 
-@final
-class _WireLink:
-    """The store's commands on one server, over its one multiplexed connection.
-
-    Args:
-        wire: The connection.
-        commit_keys: The keys the commit script gets for a run (with the index).
-    """
-
-    def __init__(self, wire: RedisWire, commit_keys: Callable[[str], tuple[str, ...]]) -> None:
-        self._wire = wire
-        self._commit_keys = commit_keys
-        self._heads: dict[str, bytes] = {}  # run id -> packed EVALSHA, script, keys
-
-    async def commit(self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]) -> Any:
-        """The commit's EVALSHA, packed; the part fixed per run (script, keys) is cached.
-
-        The script lists the run in the index itself (the index is among its keys).
-        """
-        # Packed by a function of its own: this frame waits for the reply holding only the
-        # command, not the pieces it was made of (thousands of commits may be waiting).
-        command = self._command(run_id, args)
-        reply = await self._wire.call_packed(command)
-        if isinstance(reply, ReplyError):
-            return await self._loaded(COMMIT, command, reply)
-        return reply
-
-    def _command(self, run_id: str, args: Sequence[Arg]) -> bytes:
-        head = self._heads.get(run_id)
-        if head is None:
-            if len(self._heads) >= _HEADS_KEPT:
-                self._heads.clear()  # a bound, not a cache policy: refilled on use
-            keys = self._commit_keys(run_id)
-            count = 3 + len(keys) + _COMMIT_ARGS
-            fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
-            head = self._heads[run_id] = b"*%d\r\n%s" % (count, fixed)
-        return head + pack_parts(args)
-
-    async def eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run a script by its digest, loading it first if the server does not have it."""
-        command = pack(("EVALSHA", SCRIPT_SHA[script], len(keys), *keys, *args))
-        reply = await self._wire.call_packed(command)
-        if isinstance(reply, ReplyError):
-            return await self._loaded(script, command, reply)
-        return reply
-
-    async def _loaded(self, script: str, command: bytes, reply: Any) -> Any:
-        """The reply to ``command`` sent again after loading ``script`` if it was missing."""
-        if not str(reply).startswith("NOSCRIPT"):
-            return reply
-        # A new server, a restart or SCRIPT FLUSH: load it and send again.
-        loaded, reply = await self._wire.call_many((("SCRIPT", "LOAD", script), command))
-        return loaded if isinstance(loaded, ReplyError) else reply
-
-    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Plain commands in one write; replies in order."""
-        return await self._wire.call_many(commands)
-
-    async def aclose(self) -> None:
-        """Close the connection."""
-        await self._wire.aclose()
-
-
-def _cluster_link(
-    url: str,
-    options: WireOptions,
-    run_keys: Callable[[str], tuple[str, ...]],
-    index: str,
-    where: str,
-) -> ClusterLink:
-    """The commands of a store on a Redis Cluster (nothing connects yet).
-
-    Raises:
-        InputError: redis-py refuses an option of the URL.
-    """
-    try:
-        return ClusterLink(
-            url,
-            connect_timeout=options.connect_timeout,
-            timeout=options.timeout,
-            commit_keys=run_keys,  # the index is not among them: it is in another slot
-            index=index,
-        )
-    except (ValueError, TypeError, RedisClusterException) as exc:
-        raise _unusable(where, exc) from None
+def _in_full(script: str, command: bytes) -> bytes:
+    """A packed EVALSHA of ``script`` as the same EVAL: the script itself, not its digest."""
+    by_digest = pack_parts(("EVALSHA", SCRIPT_SHA[script]))
+    after_count = command.index(b"\r\n") + 2  # the array header: *<count>\r\n
+    rest = command[after_count + len(by_digest) :]
+    return command[:after_count] + pack_parts(("EVAL", script)) + rest
 
 
 _META_FIELDS: Final = ("graph", "status", "seq", "created_at", "updated_at")

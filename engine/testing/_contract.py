@@ -51,6 +51,7 @@ from phasegraph.errors import (
     SequenceConflictError,
     StoreUnavailableError,
 )
+from phasegraph.model import replace
 from phasegraph.store import Commit, Lease, RunMeta, Store, open_store
 from phasegraph.store._holder import HOLDER_SEPARATOR
 from phasegraph.store.redis import RedisStore
@@ -346,7 +347,7 @@ class StoreContract:
         lease = await store.acquire("r", "w1", _SHORT)
         await asyncio.sleep(_SHORT * 2)
         assert await store.holder("r") is None  # lapsed: a rival could take it now
-        await store.commit(dataclasses.replace(lease, ttl=30), make_commit("r", 0))
+        await store.commit(replace(lease, ttl=30), make_commit("r", 0))
         assert (await store.read("r")).meta.seq == 0
         assert await store.holder("r") == "w1"
         with pytest.raises(LeaseHeldError, match="'w1'"):
@@ -375,7 +376,7 @@ class StoreContract:
         rival = await store.acquire("lost", "w2", 30)
         line = store.lease_line()
         try:
-            renewals = [dataclasses.replace(ours, ttl=30), dataclasses.replace(lost, ttl=30)]
+            renewals = [replace(ours, ttl=30), replace(lost, ttl=30)]
             renewed, refused = await asyncio.to_thread(line.renew, renewals)
         finally:
             await asyncio.to_thread(line.close)

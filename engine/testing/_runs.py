@@ -9,7 +9,6 @@ naming the node and the path it took.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from phasegraph.model import (
     RunStatus,
     StepRecord,
     nested_machines,
+    replace,
 )
 from phasegraph.run import PreparedGraph, RunOptions, prepare
 from phasegraph.spec import load_graph
@@ -86,12 +86,12 @@ def _capped(node: NodeDef, machines: Mapping[str, MachineDef], cap: int | None) 
         for budget in machine.budgets.values():
             overrides[budget.name] = min(int(overrides.get(budget.name, budget.limit)), cap)
     settings = MappingProxyType({**node.settings, "budgets": overrides})
-    return dataclasses.replace(node, settings=settings)
+    return replace(node, settings=settings)
 
 
 def _subject(label: str, definition: GraphDef, errors: list[str], cap: int | None) -> Subject:
     nodes = tuple(_capped(node, definition.machines, cap) for node in definition.nodes)
-    ready = dataclasses.replace(definition, nodes=nodes, middleware=(), input_schema=None)
+    ready = replace(definition, nodes=nodes, middleware=(), input_schema=None)
     bounds = {n.id: step_bound(n.machine, ready.machines, n.settings) for n in nodes}
     return Subject(label, ready, tuple(errors), MappingProxyType(bounds))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from types import MappingProxyType
 
@@ -16,6 +15,7 @@ from phasegraph.model import (
     NodeDef,
     NodeStatus,
     RunStatus,
+    replace,
 )
 from phasegraph.store.memory import MemoryStore
 
@@ -168,12 +168,12 @@ async def test_cancel_waiting_run_cancels_unfinished_nodes():
 
 async def test_a_deadline_the_machine_cannot_take_fails_the_node_and_closes_the_gate():
     base = review_machine()
-    no_timeout = dataclasses.replace(
+    no_timeout = replace(
         base, transitions=tuple(t for t in base.transitions if t.trigger != "timeout")
     )
     gated = review_graph(timeout=30)
     machines = MappingProxyType({**gated.machines, "review": no_timeout})
-    definition = prepared(dataclasses.replace(gated, machines=machines), actions([]))
+    definition = prepared(replace(gated, machines=machines), actions([]))
     clock = FakeClock()
     async with MemoryStore() as store:
         eng = engine(store)

@@ -4,7 +4,6 @@ definitions, the rules on definitions built in code, and the command's output an
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -13,16 +12,19 @@ import pytest
 from builders import TESTS, graph, loop_machine, task_machine
 from phasegraph import cli
 from phasegraph.analysis import Code, Finding, Severity, check
-from phasegraph.analysis._check import (
-    analyze_graph,
-    analyze_machine,
-    machine_family,
-    resolve,
-    step_bound,
-)
+from phasegraph.analysis._check import machine_family, resolve
+from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_bound
 from phasegraph.errors import InputError, SourceLocation
-from phasegraph.model import ActionDef, MachineDef, NodeDef, NodeOutcome, StateDef, TransitionDef
-from phasegraph.spec._loader import builtin_graphs, builtin_machines
+from phasegraph.model import (
+    ActionDef,
+    MachineDef,
+    NodeDef,
+    NodeOutcome,
+    StateDef,
+    TransitionDef,
+    replace,
+)
+from phasegraph.spec._catalog import builtin_graphs, builtin_machines
 
 CHECK = TESTS / "fixtures" / "check"
 BROKEN, FIXED = CHECK / "broken", CHECK / "fixed"

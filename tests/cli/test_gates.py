@@ -35,7 +35,9 @@ def test_waiting_message_lists_the_gates_own_triggers_and_exact_commands(tmp_pat
     assert "--confirm" not in out  # this gate has no `confirm`: never suggest it
     assert "text: hello, world" in out  # what the reviewer is meant to judge
     view = json.loads(_cli(store, "status", "g1", "--json").stdout)
-    assert view["interrupts"]["g1:review:run"]["answers"] == ["ok", "fail"]
+    assert [(i["id"], i["answers"]) for i in view["interrupts"]] == [
+        ("g1:review:run", ["ok", "fail"])
+    ]
     # The suggested command works as printed.
     suggested = next(line.strip() for line in out.splitlines() if "--trigger ok" in line)
     argv = cli_argv(*suggested.split()[1:])
@@ -97,7 +99,7 @@ def test_a_review_without_timeout_gets_thirty_minutes_and_cancel_closes_it(
     store = _store(tmp_path)
     assert _cli(store, "run", str(graph), "--run-id", "long", "-q").returncode == 3
     view = json.loads(_cli(store, "status", "long", "--json").stdout)
-    (interrupt,) = view["interrupts"].values()
+    (interrupt,) = view["interrupts"]
     waited = datetime.fromisoformat(interrupt["deadline"]) - datetime.fromisoformat(
         interrupt["created_at"]
     )

@@ -1,4 +1,4 @@
-"""``phasegraph history --json``: the text ``to_json`` of the record views gave, byte for byte."""
+"""``phasegraph history --json``: the JSON ``Engine.history_json`` renders, as it is."""
 
 from __future__ import annotations
 
@@ -9,23 +9,24 @@ from pathlib import Path
 
 import pytest
 
+from history_checks import assert_holds
 from phasegraph.api import Engine
 from phasegraph.cli import main
-from phasegraph.codec import _json
 from phasegraph.store import open_store
-from phasegraph.views import record_view
 
 
-def _expected(store: str, run_id: str, start: int = 0, stop: int | None = None) -> str:
-    async def read() -> str:
+def _api_json(store: str, run_id: str, start: int = 0, stop: int | None = None) -> bytes:
+    async def read() -> bytes:
         async with open_store(store) as opened:
-            records = await Engine(opened).history(run_id, start=start, stop=stop)
-        return _json.to_json([record_view(record) for record in records]) + "\n"
+            engine = Engine(opened)
+            text = await engine.history_json(run_id, start=start, stop=stop)
+            assert_holds(text, await engine.history(run_id, start=start, stop=stop))
+            return text
 
     return asyncio.run(read())
 
 
-def test_history_json_prints_what_the_record_views_gave(
+def test_history_json_prints_each_window_of_the_records(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
@@ -36,8 +37,9 @@ def test_history_json_prints_what_the_record_views_gave(
         out = capsys.readouterr().out
         start = int(window[1]) if window else 0
         stop = int(window[3]) if len(window) > 2 else None
-        assert out == _expected(store, "r", start, stop)
-    assert len(json.loads(_expected(store, "r"))) > 3
+        assert out.encode() == _api_json(store, "r", start, stop) + b"\n"
+    assert out == "[]\n"  # --from 3 --to 1: no record
+    assert len(json.loads(_api_json(store, "r"))) > 3
 
 
 def test_history_json_to_a_text_only_stdout(
@@ -48,4 +50,4 @@ def test_history_json_to_a_text_only_stdout(
     text = io.StringIO()  # no byte stream behind it
     monkeypatch.setattr("sys.stdout", text)
     assert main(["history", "r", "--json", "--store", store]) == 0
-    assert text.getvalue() == _expected(store, "r")
+    assert text.getvalue().encode() == _api_json(store, "r") + b"\n"

@@ -37,8 +37,8 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (["run", "hello", "--input-file", "input.json"], f"--input-file input.json: {TOO_LONG}"),
         (
             ["run", "hello", "--input", "extra=99999999999999999999"],
-            "phasegraph: the value of key 'extra' cannot be encoded: an int is outside the "
-            "64-bit range",
+            "phasegraph: the value of key 'extra' cannot be encoded: at ['extra']: an int is "
+            "outside the 64-bit range",
         ),
         (["status", "--limit", "9" * 30], "argument --limit: expected a whole number >= 1"),
         (["serve", "--port", "99999"], "argument --port: expected a port number from 0 to 65535"),

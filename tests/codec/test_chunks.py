@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from types import MappingProxyType
 
 from hypothesis import given
@@ -10,8 +9,8 @@ from hypothesis import strategies as st
 
 from payloads import golden_state
 from phasegraph import codec
-from phasegraph.codec import _chunks, _envelope
-from phasegraph.model import ChunkedMap, NodeState, NodeStatus, updated_map
+from phasegraph.codec import _chunks
+from phasegraph.model import ChunkedMap, NodeState, NodeStatus, replace, updated_map
 
 STATUSES = list(NodeStatus)
 
@@ -27,8 +26,8 @@ def test_cached_snapshots_equal_full_encodes(size: int, steps: list[list[tuple]]
     base = golden_state()
     ids = [f"n{index:03d}" for index in range(size)]
     nodes = ChunkedMap.of({node_id: NodeState() for node_id in ids})
-    state = dataclasses.replace(base, nodes=nodes)
-    cache = _envelope.SnapshotCache()
+    state = replace(base, nodes=nodes)
+    cache = codec.SnapshotCache()
     assert codec.encode_snapshot(state, cache) == codec.encode_snapshot(state)
     for changes in steps:
         moved = {
@@ -36,10 +35,10 @@ def test_cached_snapshots_equal_full_encodes(size: int, steps: list[list[tuple]]
             for index, status, count in changes
             if size
         }
-        state = dataclasses.replace(state, nodes=updated_map(state.nodes, moved))
+        state = replace(state, nodes=updated_map(state.nodes, moved))
         spliced = codec.encode_snapshot(state, cache)
         # Byte for byte the canonical encoding of the same nodes in a plain map.
-        plain = dataclasses.replace(state, nodes=MappingProxyType(dict(state.nodes)))
+        plain = replace(state, nodes=MappingProxyType(dict(state.nodes)))
         assert spliced == codec.encode_snapshot(plain)
         assert codec.decode_snapshot(spliced) == state
 

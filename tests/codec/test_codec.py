@@ -12,7 +12,6 @@ as before, keep the old files, and add a migration.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import zlib
@@ -43,7 +42,8 @@ from phasegraph.model import (
     RunState,
     RunStatus,
     StepRecord,
-    apply_record,
+    apply_records,
+    replace,
 )
 
 GOLDEN = TESTS / "golden"
@@ -243,7 +243,7 @@ def test_key_order_never_changes_the_bytes(data: Mapping[str, Any], rnd: random.
 def test_snapshot_bytes_ignore_insertion_order(state: RunState, rnd: random.Random) -> None:
     twin = RunState(
         **{
-            **{name: getattr(state, name) for name in RunState.__dataclass_fields__},
+            **{name: getattr(state, name) for name in RunState.__struct_fields__},
             "data": MappingProxyType(reordered(state.data, rnd)),
             "nodes": MappingProxyType(reordered(state.nodes, rnd)),
             "interrupts": MappingProxyType(reordered(state.interrupts, rnd)),
@@ -306,17 +306,11 @@ def test_golden_bytes(
         assert encode(decode(data)) == data
 
 
-def default_of(field: dataclasses.Field[Any]) -> Any:
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return field.default
-
-
 def test_golden_objects_set_every_field() -> None:
     """Guard the golden objects: a field left at its default would go untested."""
     for value, cls in ((golden_state(), RunState), (golden_record(), StepRecord)):
-        for field in dataclasses.fields(cls):
-            assert getattr(value, field.name) != default_of(field), field.name
+        for field in msgspec.structs.fields(cls):
+            assert getattr(value, field.name) != field.default, field.name
 
 
 WIRE_ONLY = {"lists"}  # a snapshot's list segments: data, in another form
@@ -345,7 +339,7 @@ def test_wire_layout_covers_the_model_and_matches_the_spec(
     wire = {field.encode_name: field.name for field in msgspec.structs.fields(layout)}
     if cls is not None:  # a segment is a form of data, not a model type
         model_only = {name for name in wire.values() if name not in WIRE_ONLY}
-        assert sorted(model_only) == sorted(field.name for field in dataclasses.fields(cls))
+        assert sorted(model_only) == sorted(cls.__struct_fields__)
     assert spec_table(heading) == wire
     assert list(wire) == sorted(wire)  # declared in wire-key order, as the spec lists them
 
@@ -388,8 +382,8 @@ def test_rebuild_from_snapshot_and_records() -> None:
     ]
     state = codec.decode_snapshot(codec.encode_snapshot(start))
     for blob in [codec.encode_record(r) for r in records]:
-        state = apply_record(state, codec.decode_record(blob))
-    expected = apply_record(apply_record(start, records[0]), records[1])
+        state = apply_records(state, [codec.decode_record(blob)])
+    expected = apply_records(start, records[:2])
     assert state == expected
     assert codec.encode_snapshot(state) == codec.encode_snapshot(expected)
 
@@ -654,12 +648,41 @@ def test_encode_record_names_node_field_and_path() -> None:
     assert (caught.value.node_id, caught.value.seq) == ("build", 4)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "path", "reason"),
+    [
+        ("data", {"out": [1, 2**64]}, "data['out'][1]", "64-bit"),
+        ("result", {"payload": {"text": "\ud800"}}, "result['payload']['text']", "UTF-8"),
+        ("events", ({"kind": "k", "n": -(2**63) - 1},), "events[0]['n']", "64-bit"),
+    ],
+)
+def test_encode_record_names_the_path_to_a_value_past_the_format_limits(
+    field: str, value: Any, path: str, reason: str
+) -> None:
+    # msgspec refuses these without saying where; the codec finds the value.
+    record = StepRecord(seq=4, time=T0, kind="transition", node="build", **{field: value})
+    with pytest.raises(CodecError) as caught:
+        codec.encode_record(record)
+    message = str(caught.value)
+    assert message.startswith(f"step 4 of node 'build' cannot be encoded: at {path}: ")
+    assert reason in message
+    assert (caught.value.node_id, caught.value.seq) == ("build", 4)
+
+
+def test_encode_snapshot_names_the_path_to_a_value_past_the_format_limits() -> None:
+    state = replace(golden_state(), data=MappingProxyType({"big": {"n": 2**70}}))
+    with pytest.raises(CodecError, match=r"at data\['big'\]\['n'\]: an int is outside"):
+        codec.encode_snapshot(state)
+    with pytest.raises(CodecError, match=r"at data\['big'\]\['n'\]: an int is outside"):
+        codec.encode_snapshot(state, codec.SnapshotCache())
+
+
 def test_encode_snapshot_names_nested_field() -> None:
     state = golden_state()
     bad = Interrupt(id="i", node="n", kind="k", payload=MappingProxyType({"p": {1, 2}}))
     broken = RunState(
         **{
-            **{name: getattr(state, name) for name in RunState.__dataclass_fields__},
+            **{name: getattr(state, name) for name in RunState.__struct_fields__},
             "interrupts": MappingProxyType({"i": bad}),
         }
     )

@@ -12,7 +12,6 @@ decode to it again.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,6 @@ from test_codec import (
 
 from payloads import golden_record, golden_state, loop_record, shape
 from phasegraph import codec
-from phasegraph.codec import _envelope
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
@@ -221,26 +219,6 @@ def test_a_refused_body_names_the_field_without_msgspec_context() -> None:
     with pytest.raises(CodecError, match=r"^node\.steps must be of type int, not str$") as caught:
         codec.decode_record(envelope(v=1, kind="record", body=body))
     assert caught.value.__context__ is None  # neither refusal of msgspec is chained in
-
-
-# --------------------------------------------------------------------------- bulk decoding
-
-
-def test_collector_paused_restores_the_collector() -> None:
-    assert gc.isenabled()
-    with _envelope.collector_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    with pytest.raises(CodecError), _envelope.collector_paused():
-        codec.decode_record(b"")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with _envelope.collector_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # it was off before: left off
-    finally:
-        gc.enable()
 
 
 @FAST

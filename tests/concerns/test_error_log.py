@@ -174,7 +174,9 @@ def test_errors_command_prints_readably_and_as_json(tmp_path, capsys):
     assert "Analyzer output validation failed: output looks like JSON but does not parse" in out
     assert "Total: 2 records (2 recovered, 0 unrecovered); 9/9 nodes succeeded, 1 recovered" in out
     code, out, _ = _run_cli(capsys, "errors", "r1", "--store", store, "--json")
-    rows = json.loads(out)
+    log = json.loads(out)
+    assert (log["run_id"], log["summary"]) == ("r1", "9/9 nodes succeeded, 1 recovered")
+    rows = log["errors"]
     assert [(r["node"], r["state"], r["severity"], r["recovered"]) for r in rows] == [
         ("analyzer", "main", "error", True),
         ("analyzer", "recovery", "warning", True),

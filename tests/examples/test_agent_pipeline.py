@@ -6,8 +6,6 @@ CLI's success / recovered / unrecovered reports) on the nine-agent sequential pi
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from concern_kit import concern_graph, node, path_trail, run_graph
@@ -17,7 +15,7 @@ from phasegraph.api import Engine
 from phasegraph.concerns import fallback
 from phasegraph.concerns.validation import validate_output
 from phasegraph.graphs import agent_pipeline
-from phasegraph.model import NodeOutcome, NodeStatus, RunStatus
+from phasegraph.model import NodeOutcome, NodeStatus, RunStatus, replace
 from phasegraph.spec import load_graph
 from phasegraph.store.memory import MemoryStore
 from phasegraph.views import run_summary
@@ -40,10 +38,9 @@ async def run_pipeline(run_input=None, **node_settings):
     definition = load_graph("agent_pipeline")
     if node_settings:
         nodes = tuple(
-            dataclasses.replace(n, settings={**n.settings, **node_settings})
-            for n in definition.nodes
+            replace(n, settings={**n.settings, **node_settings}) for n in definition.nodes
         )
-        definition = dataclasses.replace(definition, nodes=nodes)
+        definition = replace(definition, nodes=nodes)
     async with MemoryStore() as store:
         eng = Engine(store)
         state = await eng.run(definition, run_input or {})

@@ -15,7 +15,7 @@ import pytest
 
 from phasegraph.api import Engine
 from phasegraph.cli import main
-from phasegraph.model import NodeStatus, RunStatus, apply_record
+from phasegraph.model import NodeStatus, RunStatus, apply_records
 from phasegraph.run import prepare
 from phasegraph.spec import load_graph
 from phasegraph.store import open_store
@@ -83,7 +83,7 @@ def test_team_pipeline_rolls_back_the_failed_phase_and_skips_its_dependents(tmp_
 
     peak, current = 0, first
     for record in history[1:]:
-        current = apply_record(current, record)
+        current = apply_records(current, [record])
         running = [n for n in current.nodes.values() if n.status is NodeStatus.RUNNING]
         peak = max(peak, len(running))
     assert peak == 2

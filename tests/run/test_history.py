@@ -10,14 +10,13 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from history_checks import assert_holds
 from phasegraph import codec
 from phasegraph.api import Engine
-from phasegraph.codec import _json
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import StepRecord
 from phasegraph.store import Store, open_store
 from phasegraph.testing import make_commit
-from phasegraph.views import record_view
 
 T0 = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
 
@@ -100,10 +99,13 @@ async def test_history_json_renders_a_long_history_page_by_page_as_one(store: St
     blobs = [codec.encode_record(record(seq)) for seq in range(count)]
     await commit_records(store, blobs)
     engine = Engine(store)
+    whole = await engine.history_json("r")
+    assert_holds(whole, [record(seq) for seq in range(count)])
     for start, stop in [(0, None), (250, 530), (256, 512), (511, 513), (699, None)]:
-        records = await engine.history("r", start=start, stop=stop)
-        expected = _json.to_json([record_view(r) for r in records]).encode()
-        assert await engine.history_json("r", start=start, stop=stop) == expected
+        window = await engine.history_json("r", start=start, stop=stop)
+        assert_holds(window, [record(seq) for seq in range(start, stop or count)])
+        # The same items, cut from the whole text: no page boundary shows.
+        assert window.strip(b"[]\n") in whole
     assert gc.isenabled()
 
 
@@ -119,5 +121,4 @@ async def test_history_json_names_an_unreadable_record_far_into_a_history(store:
         await engine.history("r")
     assert str(caught.value) == str(again.value)
     assert gc.isenabled()
-    expected = _json.to_json([record_view(r) for r in await engine.history("r", stop=400)])
-    assert await engine.history_json("r", stop=400) == expected.encode()
+    assert_holds(await engine.history_json("r", stop=400), [record(seq) for seq in range(400)])

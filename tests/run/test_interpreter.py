@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,8 +10,7 @@ from hypothesis import strategies as st
 
 from builders import engine, graph, loop_machine, prepared, returning
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.model import NodeOutcome, NodeStatus, RunStatus
-from phasegraph.run import chain
+from phasegraph.model import NodeOutcome, NodeStatus, RunStatus, replace
 from phasegraph.store.memory import MemoryStore
 
 
@@ -161,7 +159,7 @@ async def test_action_exception_is_recorded_not_raised():
     # The type, the message and the line that raised it (user code: this test).
     message = state.errors[0].message
     assert message.startswith("ValueError: the model said no (raised at ")
-    assert message.endswith("test_interpreter.py:155 in boom)")
+    assert message.endswith("test_interpreter.py:153 in boom)")
 
 
 async def test_unencodable_data_fails_node_and_commits_none_of_it():
@@ -217,6 +215,8 @@ async def test_middleware_runs_as_an_onion():
     async def action(ctx: ActionContext) -> ActionResult:
         order.append("action")
         return ActionResult(trigger="ok")
+
+    from phasegraph.run._middleware import chain
 
     wrapped = chain((layer("outer"), layer("inner")), action)
     definition = graph([("a", [])])

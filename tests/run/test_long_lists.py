@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import engine, graph, prepared
+from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
-from phasegraph.codec import _envelope
-from phasegraph.model import NodeDef, apply_record, apply_records, extension
+from phasegraph.model import NodeDef, apply_records, extension
 from phasegraph.run import PreparedGraph
 from phasegraph.store import Commit, ForwardingStore, Lease, Store, open_store
 from phasegraph.testing import isolated_redis_store
@@ -137,11 +137,11 @@ async def run_and_check(store: Store, ops: list[Op], crash_at: int | None) -> No
     first = state = await eng.get(run_id, 0)
     records = await eng.history(run_id, start=1)
     for record in records:
-        state = apply_record(state, record)
+        state = apply_records(state, [record])
         assert dict(state.data) == expected[record.seq], record.seq
         for key, items in record.appended.items():  # only what the step added
             assert len(items) <= 3, (key, record.seq)
-    assert apply_records(first, records) == state  # the folded way reads the same
+    assert apply_records(first, records) == state  # folded at once, as a head read does
     assert dict(state.writers) == dict(apply_records(first, records).writers)
 
 
@@ -218,7 +218,7 @@ async def test_a_growing_conversation_is_written_about_twice(
                         break
         conversation = (await eng.get(run_id)).data["conv"]
     assert len(conversation) == turns
-    size = len(_envelope.encode_value(conversation))
+    size = len(codec.encode_value(conversation))
     assert store.records < 1.3 * size  # each item once, plus each step's own fields
     assert store.records + store.snapshots < 2.3 * size
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -23,6 +22,7 @@ from phasegraph.model import (
     RunStatus,
     StepRecord,
     TransitionDef,
+    replace,
 )
 from phasegraph.run._replay import differing_fields
 from phasegraph.store.memory import MemoryStore
@@ -234,7 +234,7 @@ async def test_replay_with_changed_dest_reports_first_divergent_step():
         state = await eng.run(plan)
         # In the changed loop machine, `stop` ends in `exhausted` instead of `done`.
         loop = loop_machine()
-        changed_loop = dataclasses.replace(
+        changed_loop = replace(
             loop,
             transitions=tuple(
                 TransitionDef(trigger="stop", source=("work",), dest="exhausted")
@@ -243,7 +243,7 @@ async def test_replay_with_changed_dest_reports_first_divergent_step():
                 for t in loop.transitions
             ),
         )
-        definition = dataclasses.replace(
+        definition = replace(
             plan.definition,
             machines=MappingProxyType({**plan.definition.machines, "loop": changed_loop}),
             digest="digest-changed",
@@ -298,8 +298,8 @@ async def test_replay_without_a_node_diverges_where_the_run_would_end():
 def test_differing_fields_compares_canonically():
     time = StepRecord(seq=1, time=_now(), kind="transition").time
     a = StepRecord(seq=1, time=time, kind="transition", data=MappingProxyType({"k": [1, 2]}))
-    same = dataclasses.replace(a, data=MappingProxyType({"k": (1, 2)}))
-    other = dataclasses.replace(a, data=MappingProxyType({"k": [1, True]}), status=RunStatus.FAILED)
+    same = replace(a, data=MappingProxyType({"k": (1, 2)}))
+    other = replace(a, data=MappingProxyType({"k": [1, True]}), status=RunStatus.FAILED)
     assert differing_fields(a, same) == ()
     assert differing_fields(a, other) == ("status", "data")
 
@@ -355,6 +355,8 @@ def test_cli_fork_set_then_resume(tmp_path, capsys):
     assert fork_id not in ("", "src")
     code, out, err = _cli(capsys, "resume", fork_id, "--json", *run)
     assert code == 0, err
+    assert json.loads(out)["status"] == "completed"
+    code, out, err = _cli(capsys, "show", fork_id, "--json", *run)
     assert json.loads(out)["data"] == {"a": 100, "b": 2, "c": 2, "total": 104}
 
     code, out, _ = _cli(capsys, "fork", "src", "--json", *run)

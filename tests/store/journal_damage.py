@@ -6,13 +6,13 @@ suite's damaged-journal cases use them, and so do the tests that then run the CL
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 from pathlib import Path
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from phasegraph.model import replace
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
 
@@ -31,7 +31,7 @@ class MemoryDamage:
         """Write ``seq`` as the run's head in its metadata; its records stay."""
         run = self._runs[run_id]
         assert run.meta is not None
-        run.meta = dataclasses.replace(run.meta, seq=seq)
+        run.meta = replace(run.meta, seq=seq)
 
 
 class SqliteDamage:

@@ -9,7 +9,7 @@ import pytest
 import phasegraph.store
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store import DEFAULT_STORE_URL, open_store
-from phasegraph.store._redis_cluster import ClusterLink
+from phasegraph.store._redis_wire import ClusterWire
 from phasegraph.store._sqlite_layout import SCHEMA_VERSION
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
@@ -60,7 +60,7 @@ def test_redis_urls(url: str, prefix: str) -> None:
     assert isinstance(store, RedisStore)
     assert store.prefix == prefix
     # A cluster URL talks to the cluster's nodes, any other to one server's connection.
-    assert isinstance(store._link, ClusterLink) is ("+cluster" in url)
+    assert isinstance(store._wire, ClusterWire) is ("+cluster" in url)
 
 
 @pytest.mark.parametrize(

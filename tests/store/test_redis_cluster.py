@@ -3,20 +3,19 @@
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from builders import free_port
 from phasegraph.errors import LeaseLostError, SequenceConflictError, StoreUnavailableError
 from phasegraph.store import Lease, open_store
-from phasegraph.store._redis_cluster import ClusterLink
-from phasegraph.store._redis_queue import RunQueue
 from phasegraph.store._redis_scripts import COMMIT
-from phasegraph.store.redis import RedisStore
+from phasegraph.store._redis_wire import key_slot
+from phasegraph.store.redis import RedisStore, RunQueue
 from phasegraph.testing import isolated_redis_store, make_commit
 
 pytestmark = pytest.mark.redis
@@ -101,17 +100,15 @@ async def test_a_commit_with_a_stale_fencing_token_is_refused(
 async def test_a_run_is_listed_before_its_first_commit_lands(
     store: RedisStore, client: RedisCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    link = store._link  # white-box: look at the index as the commit script is sent
-    assert isinstance(link, ClusterLink)
-    forward = link.eval
+    forward = store._run_script  # white-box: look at the index as the commit script is sent
     listed_when_sent: list[float | None] = []
 
-    async def script(name: str, keys: Any, args: Any) -> Any:
+    async def script(name: str, command: bytes, route: str) -> Any:
         if name == COMMIT:
             listed_when_sent.append(await client.zscore(f"{store.prefix}:runs", "r"))
-        return await forward(name, keys, args)
+        return await forward(name, command, route)
 
-    monkeypatch.setattr(link, "eval", script)
+    monkeypatch.setattr(store, "_run_script", script)
     lease = await store.acquire("r", "w", 30)
     await store.commit(lease, make_commit("r", 0, updated_at=100.0))
     await store.commit(lease, make_commit("r", 1, updated_at=200.0))
@@ -146,6 +143,89 @@ async def test_commits_go_on_after_every_node_forgot_the_scripts(
     await store.commit(lease, make_commit("r", 1))
     lease = await store.renew(lease, 30)
     assert (await store.read("r")).meta.seq == 1
+
+
+async def test_key_slots_are_the_clusters(client: RedisCluster) -> None:
+    keys = ["foo", "pg:{run-1}:meta", "{run-1}", "a{}b", "a{{b}}", "x{y", "ünï{çødé}"]
+    (node,) = client.get_primaries()[:1]
+    direct = redis.asyncio.Redis(host=node.host, port=node.port)
+    try:
+        assert [key_slot(k) for k in keys] == [
+            await direct.execute_command("CLUSTER", "KEYSLOT", k) for k in keys
+        ]
+    finally:
+        await direct.aclose()
+
+
+async def test_commands_follow_a_slot_while_it_moves_and_after(
+    store: RedisStore, client: RedisCluster
+) -> None:
+    lease = await store.acquire("moving", "w", 30)
+    await store.commit(lease, make_commit("moving", 0))
+    keys = store.run_keys("moving")
+    slot = key_slot(keys[0])
+    source = client.get_node_from_key(keys[0])
+    (target, *_) = [node for node in client.get_primaries() if node.name != source.name]
+
+    async def half_moved(src: redis.asyncio.Redis, dst: ClusterNode) -> None:
+        # The lease key is on the target already, the rest still on the source: the
+        # source answers ASK for it, and the store reads it from the target.
+        await src.execute_command("MIGRATE", dst.host, dst.port, keys[4], 0, 5000)
+        assert await store.holder("moving") == "w"
+
+    await _move_slot(client, slot, source, target, midway=half_moved)
+    try:
+        # The store still maps the slot to the source, which answers MOVED.
+        await store.commit(lease, make_commit("moving", 1, snapshot=b"s1"))
+        lease = await store.renew(lease, 30)
+        await store.commit(lease, make_commit("moving", 2))
+        found = await store.read("moving")
+        assert (found.meta.seq, found.snapshot) == (2, b"s1")
+        assert await _keys_of(target, keys) == len(keys)
+    finally:
+        await _move_slot(client, slot, target, source)  # as the other tests expect
+    assert (await store.read("moving")).meta.seq == 2
+
+
+async def _move_slot(
+    client: RedisCluster,
+    slot: int,
+    source: ClusterNode,
+    target: ClusterNode,
+    midway: Callable[[redis.asyncio.Redis, ClusterNode], Awaitable[None]] | None = None,
+) -> None:
+    """Move a hash slot and its keys from ``source`` to ``target``, as resharding does."""
+    src = redis.asyncio.Redis(host=source.host, port=source.port)
+    dst = redis.asyncio.Redis(host=target.host, port=target.port)
+    try:
+        src_id = (await src.execute_command("CLUSTER", "MYID")).decode()
+        dst_id = (await dst.execute_command("CLUSTER", "MYID")).decode()
+        await dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        await src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        if midway is not None:
+            await midway(src, target)
+        while keys := await src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            await src.execute_command(
+                "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys
+            )
+        for node in (target, source, *client.get_primaries()):
+            direct = redis.asyncio.Redis(host=node.host, port=node.port)
+            try:
+                await direct.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+            finally:
+                await direct.aclose()
+    finally:
+        await src.aclose()
+        await dst.aclose()
+
+
+async def _keys_of(node: ClusterNode, keys: tuple[str, ...]) -> int:
+    """How many of ``keys`` ``node`` holds."""
+    direct = redis.asyncio.Redis(host=node.host, port=node.port)
+    try:
+        return int(await direct.exists(*keys))
+    finally:
+        await direct.aclose()
 
 
 async def test_the_work_queue_spreads_its_partitions_over_the_cluster(

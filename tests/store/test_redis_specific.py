@@ -127,13 +127,13 @@ async def test_a_commit_whose_reply_was_lost_is_retried_and_found_written(
     lease = await store.acquire("r", "w", 30)
     await store.commit(lease, make_commit("r", 0))
     # White-box: lose exactly one reply, after the script ran.
-    wire = store._link._wire  # type: ignore[attr-defined]
+    wire = store._wire
     forward = wire.call_packed
     sent: list[str] = []
 
-    async def lose_first_reply(command: bytes) -> Any:
+    async def lose_first_reply(command: bytes, key: str) -> Any:
         sent.append(command.split(b"\r\n")[2].decode())  # *<n>, $<len>, the name
-        reply = await forward(command)
+        reply = await forward(command, key)
         if len(sent) == 1:
             raise ConnectionError("connection lost before the reply")
         return reply

@@ -62,7 +62,8 @@ def test_detached_run_is_driven_by_the_worker_and_answered_detached(
         assert f"phasegraph status {run_id} --store " in started.stdout
 
         waiting = status_of(store_url, run_id, "waiting")
-        (gate,) = waiting["interrupts"]
+        (interrupt,) = waiting["interrupts"]
+        gate = interrupt["id"]
         answered = cli(
             "reply", run_id, "--id", gate, "--trigger", "ok", "--detach",
             "--store", store_url, "--json",
@@ -133,7 +134,7 @@ def _open_gate(store_url: str, run_id: str) -> str:
         view = json.loads(cli("status", run_id, "--store", store_url, "--json").stdout)
         if view["interrupts"] and view["status"] == "running":
             (gate,) = view["interrupts"]
-            return str(gate)
+            return str(gate["id"])
         assert time.monotonic() < deadline, view
         time.sleep(0.05)
 
