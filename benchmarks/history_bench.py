@@ -13,7 +13,7 @@ Builds one ``steps``-step run of ``loop.yaml`` per store (outside the clock), th
 * **JSON, from the bytes** — ``Engine.history_json``, what it does now (the same text);
 
 and prints the median milliseconds of each, then the median microseconds per record of
-``codec.decode_record`` and of ``codec.read_records`` (checked, unbuilt) over the same
+``codec.decode_record`` and of ``_envelope.read_records`` (checked, unbuilt) over the same
 stored bytes. The goal of ``phasegraph history RUN --json`` is 0.3 s for 10,000 steps,
 start-up included: ``benchmarks/read_bench.py`` measures the command itself.
 """
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from phasegraph import Engine, Store, codec, open_store
+from phasegraph.codec import _envelope, _json
 from phasegraph.views import jsonable
 
 GRAPH = Path(__file__).with_name("loop.yaml")
@@ -40,7 +41,7 @@ async def _blobs(store: Store, run_id: str) -> list[bytes]:
 
 async def _json_record_by_record(engine: Engine, run_id: str) -> bytes:
     records = await engine.history(run_id)
-    return codec.to_json([jsonable(record) for record in records]).encode()
+    return _json.to_json([jsonable(record) for record in records]).encode()
 
 
 async def _measure(url: str, steps: int, repeat: int) -> tuple[dict[str, list[float]], int]:
@@ -77,7 +78,7 @@ async def _measure(url: str, steps: int, repeat: int) -> tuple[dict[str, list[fl
                 codec.decode_record(blob)
             keep("decode_record", (time.perf_counter() - started) * 1e6 / len(blobs))
             started = time.perf_counter()
-            codec.read_records(blobs)
+            _envelope.read_records(blobs)
             keep("read_records", (time.perf_counter() - started) * 1e6 / len(blobs))
     return samples, len(blobs)
 

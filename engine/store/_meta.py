@@ -11,15 +11,14 @@ from __future__ import annotations
 import math
 from typing import Final
 
+from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import StoreError
 from phasegraph.store.base import RunMeta
 
 __all__ = ["RUN_STATUSES", "listed_meta", "stored_meta", "stored_seq"]
 
-RUN_STATUSES: Final = frozenset(
-    {"running", "waiting", "parked", "completed", "failed", "cancelled"}
-)
-"""Every status a run can have (``phasegraph.model.RunStatus``'s values)."""
+RUN_STATUSES: Final = frozenset(status.value for status in RunStatus)
+"""Every status a run can have, as stored."""
 
 
 def _text(field: str, value: object) -> str:

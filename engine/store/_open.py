@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from phasegraph._vocabulary import DEFAULT_STORE_URL
+from phasegraph._vocabulary import DEFAULT_STORE_URL, RunStatus
 from phasegraph.errors import (
     InputError,
     JournalHeadError,
@@ -53,7 +53,7 @@ __all__ = [
     "sequence_conflict_error",
 ]
 
-FINISHED_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
+FINISHED_STATUSES: Final = frozenset(status.value for status in RunStatus if status.terminal)
 """Run statuses after which a run never changes again (retention may then expire it)."""
 
 ACCEPTED_URL_FORMS: Final = (

@@ -27,7 +27,7 @@ def test_cached_snapshots_equal_full_encodes(size: int, steps: list[list[tuple]]
     ids = [f"n{index:03d}" for index in range(size)]
     nodes = ChunkedMap.of({node_id: NodeState() for node_id in ids})
     state = replace(base, nodes=nodes)
-    cache = codec.SnapshotCache()
+    cache = _chunks.SnapshotCache()
     assert codec.encode_snapshot(state, cache) == codec.encode_snapshot(state)
     for changes in steps:
         moved = {

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from builders import REPO, TESTS
 from payloads import T0, T1, golden_record, golden_record_v1, golden_state
 from phasegraph import codec
-from phasegraph.codec import _envelope
+from phasegraph.codec import _chunks, _envelope
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
@@ -674,7 +674,7 @@ def test_encode_snapshot_names_the_path_to_a_value_past_the_format_limits() -> N
     with pytest.raises(CodecError, match=r"at data\['big'\]\['n'\]: an int is outside"):
         codec.encode_snapshot(state)
     with pytest.raises(CodecError, match=r"at data\['big'\]\['n'\]: an int is outside"):
-        codec.encode_snapshot(state, codec.SnapshotCache())
+        codec.encode_snapshot(state, _chunks.SnapshotCache())
 
 
 def test_encode_snapshot_names_nested_field() -> None:

@@ -44,6 +44,7 @@ from test_codec_records import (
 from history_checks import assert_holds
 from payloads import T0, golden_record, golden_record_v1, loop_record, shape
 from phasegraph import codec
+from phasegraph.codec import _envelope, _history, _values
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import RunStateError
 from phasegraph.model import (
@@ -58,7 +59,7 @@ from phasegraph.model import (
 
 def built(data: bytes) -> StepRecord:
     """``read_record``, then the record built from the body it kept."""
-    return codec_wire.step_record(codec.read_record(data))
+    return codec_wire.step_record(_envelope.read_record(data))
 
 
 # --------------------------------------------------------------------------- read_record
@@ -69,7 +70,7 @@ def built(data: bytes) -> StepRecord:
 )
 def test_read_record_keeps_the_body_decode_record_builds(record: StepRecord) -> None:
     data = codec.encode_record(record)
-    body = codec.read_record(data)
+    body = _envelope.read_record(data)
     assert body.seq == record.seq
     assert outcome(built, data) == outcome(codec.decode_record, data)
 
@@ -120,7 +121,7 @@ def test_truncated_and_flipped_bytes_are_refused_by_read_record_as_by_decode_rec
 
 def test_user_data_nested_too_deep_is_refused_alike() -> None:
     deep: Any = 1
-    for _ in range(codec.MAX_DEPTH + 2):
+    for _ in range(_values.MAX_DEPTH + 2):
         deep = [deep]
     body = raw_body(codec.encode_record(loop_record(3)))
     for field in ("r", "d", "ev"):
@@ -287,10 +288,10 @@ GOLDEN_RECORD_JSON = {
 
 def rendered(blobs: Sequence[bytes], cuts: Sequence[int] = ()) -> bytes:
     """The history JSON of ``blobs`` rendered in pages cut at ``cuts``."""
-    bodies = [codec.read_record(blob) for blob in blobs]
+    bodies = [_envelope.read_record(blob) for blob in blobs]
     edges = [0, *sorted(cuts), len(bodies)]
-    pages = [codec.history_page_json(bodies[a:b]) for a, b in itertools.pairwise(edges)]
-    return codec.history_json(pages)
+    pages = [_history.history_page_json(bodies[a:b]) for a, b in itertools.pairwise(edges)]
+    return _history.history_json(pages)
 
 
 @FAST

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import engine, graph, prepared
-from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
+from phasegraph.codec import _envelope
 from phasegraph.model import NodeDef, apply_records, extension
 from phasegraph.run import PreparedGraph
 from phasegraph.store import Commit, ForwardingStore, Lease, Store, open_store
@@ -218,7 +218,7 @@ async def test_a_growing_conversation_is_written_about_twice(
                         break
         conversation = (await eng.get(run_id)).data["conv"]
     assert len(conversation) == turns
-    size = len(codec.encode_value(conversation))
+    size = len(_envelope.encode_value(conversation))
     assert store.records < 1.3 * size  # each item once, plus each step's own fields
     assert store.records + store.snapshots < 2.3 * size
 

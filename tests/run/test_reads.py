@@ -31,6 +31,7 @@ from payloads import golden_record_v1, golden_state, loop_record, shape
 from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
+from phasegraph.codec import _envelope
 from phasegraph.errors import CodecError, PhasegraphError
 from phasegraph.model import (
     NodeState,
@@ -65,7 +66,7 @@ async def backend(kind: str, tmp: Path, redis_url: str) -> AsyncIterator[Store]:
 async def replayed(store: Store, run_id: str, seq: int | None = None) -> RunState:
     """The run state at ``seq`` the record-by-record way: every record built and applied."""
     stored = await store.read(run_id, seq)
-    snapshot = codec.read_snapshot(stored.snapshot)
+    snapshot = _envelope.read_snapshot(stored.snapshot)
     referred = {need: (await store.read(run_id, need)).snapshot for need in snapshot.needs}
     state = snapshot.state(referred)
     return apply_records(state, [codec.decode_record(blob) for blob in stored.records])
