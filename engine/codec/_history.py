@@ -23,10 +23,12 @@ from typing import Any, Final
 
 import msgspec
 
+from phasegraph import model
+from phasegraph.codec._envelope import encode_record, read_record
 from phasegraph.codec._json import _ENCODE
 from phasegraph.codec._wire import Error, Interrupt, Node, Record
 
-__all__ = ["history_json", "history_page_json"]
+__all__ = ["history_json", "history_page_json", "record_json"]
 
 _PLAIN: Final = frozenset({str, int, float, bool, NoneType})
 _FORMAT: Final = msgspec.json.format
@@ -118,6 +120,17 @@ def _record(body: Record) -> dict[str, Any]:
         ),
         "events": [_user(event) for event in events] if events else [],
     }
+
+
+def record_json(record: model.StepRecord) -> dict[str, Any]:
+    """One step record's JSON value, as a history renders it (a replay report's records).
+
+    The record goes through its bytes, so the one renderer of records serves here too.
+
+    Raises:
+        CodecError: A value of the record cannot be stored.
+    """
+    return _record(read_record(encode_record(record)))
 
 
 def history_page_json(bodies: Sequence[Record]) -> bytes:

@@ -28,6 +28,7 @@ from typing import Any
 from phasegraph import codec
 from phasegraph.actions import ActionResult
 from phasegraph.codec import _envelope
+from phasegraph.codec._history import record_json
 from phasegraph.errors import PhasegraphError, RunError
 from phasegraph.model import (
     EMPTY,
@@ -318,7 +319,7 @@ def report_view(report: ReplayReport) -> dict[str, Any]:
             "node": divergence.node,
             "reason": divergence.reason,
             "fields": list(divergence.fields),
-            "recorded": jsonable(divergence.recorded),
-            "replayed": jsonable(divergence.replayed) if divergence.replayed else None,
+            "recorded": record_json(divergence.recorded),
+            "replayed": record_json(divergence.replayed) if divergence.replayed else None,
         },
     }

@@ -406,6 +406,10 @@ def test_cli_replay_identical_then_lowered_budget_diverges(tmp_path, capsys):
     assert (divergence["seq"], divergence["node"]) == (expected.seq, "b")
     assert divergence["recorded"]["dest"] == ["work"]
     assert divergence["replayed"]["dest"] == ["exhausted"]
+    # The recorded step reads exactly as `history --json` shows it: one shape of a record.
+    code, out, _ = _cli(capsys, "history", "r", "--json", *run)
+    assert code == 0
+    assert divergence["recorded"] == json.loads(out)[expected.seq]
     # The run status may differ too, depending on how far c had got (threads race).
     assert {"dest", "nodes"} <= set(divergence["fields"])
     assert log.read_text() == executions
