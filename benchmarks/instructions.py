@@ -8,7 +8,9 @@ Run from the repository root (needs valgrind; ``redis`` needs a Redis)::
 Each case runs twice under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``: once
 for a short loop and once for a long one, and reports ``(Ir(long) - Ir(short)) / (long -
 short)`` steps, so start-up, imports and preparation cancel out. ``history`` counts one
-``Engine.history`` of a 2,000-step SQLite run the same way (reads of 1 and 6). With
+``Engine.history`` of a 2,000-step SQLite run the same way (reads of 1 and 6); ``many``,
+one run of 5 steps among 200 or 1,000 driven at once on the memory store (the garbage
+collector's share grows with the objects alive, so this is where it shows). With
 ``--base``, ``DIR`` is another checkout whose ``engine/`` is imported instead, and the
 ratio after ÷ before is printed.
 """
@@ -26,7 +28,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SHORT, LONG = 300, 1300
 READS = (1, 6)
-CASES = ("memory", "sqlite", "redis", "history")
+MANY = (200, 1000)
+CASES = ("memory", "sqlite", "redis", "history", "many")
 
 _CHILD = r"""
 import asyncio, sys, tempfile, uuid
@@ -35,7 +38,9 @@ from phasegraph import Engine, open_store
 
 async def main(case, count, redis):
     with tempfile.TemporaryDirectory() as tmp:
-        url = {{"memory": "memory://", "redis": redis}}.get(case, f"sqlite:///{{tmp}}/r.db")
+        url = {{"memory": "memory://", "many": "memory://", "redis": redis}}.get(
+            case, f"sqlite:///{{tmp}}/r.db"
+        )
         if case == "redis":
             url += ("&" if "?" in url else "?") + "prefix=ins" + uuid.uuid4().hex[:8]
         async with open_store(url) as store:
@@ -45,6 +50,9 @@ async def main(case, count, redis):
                 run_id = (await engine.run(prepared, {{"steps": 2000}})).run_id
                 for _ in range(count):
                     await engine.history(run_id)
+            elif case == "many":
+                runs = (engine.run(prepared, {{"steps": 4}}) for _ in range(count))
+                await asyncio.gather(*runs)
             else:
                 await engine.run(prepared, {{"steps": count}})
 
@@ -85,7 +93,7 @@ def _instructions(python: str, root: Path | None, case: str, count: int, redis: 
 
 
 def _per_unit(python: str, root: Path | None, case: str, redis: str) -> float:
-    low, high = READS if case == "history" else (SHORT, LONG)
+    low, high = {"history": READS, "many": MANY}.get(case, (SHORT, LONG))
     few = _instructions(python, root, case, low, redis)
     many = _instructions(python, root, case, high, redis)
     return (many - few) / (high - low)
@@ -102,7 +110,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
     for case in cases:
-        unit = "read" if case == "history" else "step"
+        unit = {"history": "read", "many": "run of 5 steps"}.get(case, "step")
         after = _per_unit(sys.executable, None, case, args.redis)
         line = f"{case:8} {after:12,.0f} Ir per {unit}"
         if args.base is not None:

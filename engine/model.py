@@ -113,7 +113,7 @@ V = TypeVar("V")
 _T = TypeVar("_T", bound="Value")
 
 
-class Value(msgspec.Struct, frozen=True, kw_only=True):
+class Value(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The base of phasegraph's frozen values: a frozen, keyword-only ``msgspec.Struct``.
 
     Several are built per step (a context, a result, node states, a record, the next run
@@ -122,6 +122,12 @@ class Value(msgspec.Struct, frozen=True, kw_only=True):
     through ``object.__setattr__``. Subclasses repeat ``frozen=True, kw_only=True`` so that
     type checkers see them (the options are inherited at run time, not by the checkers).
     Change a value with :func:`replace`.
+
+    Values are not tracked by the garbage collector (``gc=False``): they hold plain data
+    built before them, so they can never close a reference cycle, and a process with
+    thousands of runs in flight keeps far fewer objects for each collection to walk.
+    Values that hold what a user hands in — an action's context and result — are
+    tracked again (``gc=True``): those may hold anything.
     """
 
 

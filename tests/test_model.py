@@ -161,3 +161,31 @@ def test_replace_copies_a_value_with_fields_changed() -> None:
     assert result.trigger == "done"
     with pytest.raises(TypeError, match="no field 'trigge'"):
         replace(result, trigge="x")
+
+
+def test_values_stay_out_of_the_collector_but_what_users_hand_in_does_not() -> None:
+    """States, records and wire bodies are never walked; a result in a cycle is still freed."""
+    import gc
+    import weakref
+    from datetime import UTC, datetime
+
+    from phasegraph.actions import ActionResult
+    from phasegraph.codec._envelope import encode_record, read_record
+    from phasegraph.model import StepRecord
+
+    record = StepRecord(seq=1, time=datetime.now(UTC), kind="created", data={"k": [1]})
+    assert not gc.is_tracked(record)
+    assert not gc.is_tracked(read_record(encode_record(record)))
+
+    class Probe:
+        pass
+
+    probe = Probe()
+    holder: list[object] = [probe]
+    result = ActionResult(trigger="ok", data={"loop": holder})
+    holder.append(result)  # result -> dict -> list -> result: a cycle through the result
+    assert gc.is_tracked(result)
+    alive = weakref.ref(probe)
+    del probe, holder, result
+    gc.collect()
+    assert alive() is None

@@ -29,7 +29,7 @@ def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
     return ()
 
 
-class ActionResult(Value, frozen=True, kw_only=True):
+class ActionResult(Value, frozen=True, kw_only=True, gc=True):  # may hold anything
     """What an action returns: the trigger to fire and what to change.
 
     Attributes:
@@ -65,7 +65,7 @@ async def _no_tools(name: str, /, **arguments: Any) -> Mapping[str, Any]:
     raise ActionError(f"tool {name!r} called, but this node has no tools configured")
 
 
-class ActionContext(Value, frozen=True, kw_only=True):
+class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anything
     """Everything an action may read, frozen for the duration of the call.
 
     Attributes:
