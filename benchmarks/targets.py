@@ -203,8 +203,10 @@ async def _redis(url: str, prefix: str) -> dict[str, float]:
 
 
 def _tune_collector(phasegraph: Any) -> None:
-    """``phasegraph.tune_collector()``; a tree from before it existed gets the same calls."""
-    tune = getattr(phasegraph, "tune_collector", None)
+    """``phasegraph.cli.tune_collector()``; a tree from before it existed gets the same calls."""
+    import phasegraph.cli
+
+    tune = getattr(phasegraph.cli, "tune_collector", None)
     if tune is not None:
         tune()
         return

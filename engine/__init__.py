@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phasegraph.actions import ActionContext, ActionResult
     from phasegraph.api import Engine
-    from phasegraph.cli import tune_collector
     from phasegraph.errors import (
         ErrorCode,
         IllegalTriggerError,
@@ -70,7 +69,6 @@ __all__ = [
     "load_machine",
     "open_store",
     "replace",
-    "tune_collector",
 ]
 
 _SOURCES = {
@@ -96,8 +94,6 @@ _SOURCES = {
     "load_machine": "phasegraph.spec",
     "Store": "phasegraph.store",
     "open_store": "phasegraph.store",
-    # A process-level opt-in: it lives with the command line, which tunes the same way.
-    "tune_collector": "phasegraph.cli",
 }
 """The module each lazily exported name is imported from (the ``TYPE_CHECKING`` block above)."""
 

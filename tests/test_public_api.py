@@ -47,7 +47,6 @@ PUBLIC = {
         "load_machine",
         "open_store",
         "replace",
-        "tune_collector",
     ],
     "phasegraph.actions": [
         "Action",

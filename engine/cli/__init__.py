@@ -5,7 +5,7 @@ module is imported only when that command runs (see :mod:`phasegraph.cli._comman
 import :mod:`phasegraph.api`, :mod:`phasegraph.analysis` and everything below them.
 
 Process-level settings live here, with the applications, never in the library:
-:func:`tune_collector` (also ``phasegraph.tune_collector``) is what ``serve`` and
+:func:`tune_collector` is what ``serve`` and
 ``worker`` call at start-up, and an embedding application's opt-in.
 """
 

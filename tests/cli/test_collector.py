@@ -1,4 +1,4 @@
-"""``phasegraph.tune_collector``: the process's opt-in, used by ``serve`` and ``worker``."""
+"""``phasegraph.cli.tune_collector``: the process's opt-in, used by ``serve`` and ``worker``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-import phasegraph
 from phasegraph.cli._collector import BUSY_THRESHOLDS
 
 
@@ -27,9 +26,9 @@ def test_tuning_freezes_what_is_alive_and_makes_young_collections_rarer() -> Non
     out = _in_a_fresh_process(
         """
         import gc
-        import phasegraph
+        import phasegraph.cli
         before = gc.get_freeze_count()
-        phasegraph.tune_collector()
+        phasegraph.cli.tune_collector()
         print(before, gc.get_freeze_count() > 0, gc.get_threshold())
         """
     )
@@ -56,7 +55,7 @@ def test_importing_and_driving_a_run_touches_no_collector_setting() -> None:
 
 
 def test_the_opt_in_is_the_one_the_command_line_uses() -> None:
-    from phasegraph.cli import _serve, _worker
+    from phasegraph.cli import _serve, _worker, tune_collector
 
-    assert phasegraph.tune_collector is _serve.tune_collector is _worker.tune_collector
+    assert tune_collector is _serve.tune_collector is _worker.tune_collector
     assert gc.isenabled()  # looking it up tuned nothing

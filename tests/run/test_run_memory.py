@@ -40,7 +40,7 @@ def _live(*kinds: type) -> Counter[str]:
 
 
 async def test_driving_many_runs_leaves_the_collector_alone() -> None:
-    """The library never tunes the collector (``phasegraph.tune_collector`` is opt-in)."""
+    """The library never tunes the collector (``phasegraph.cli.tune_collector`` is opt-in)."""
     thresholds, frozen, enabled = gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()
     seen: list[tuple[tuple[int, ...], int]] = []
     arrived, together = [0], asyncio.Event()
