@@ -9,6 +9,7 @@ these tests skip, except under ``CI=true``, where they fail: CI installs both.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ import pytest
 from test_server import FIXTURES
 
 from builders import REPO, cli_argv
+from phasegraph import Engine, open_store
 
 CHROMIUM = os.environ.get("PHASEGRAPH_TEST_CHROMIUM", "/usr/bin/chromium")
 SHOTS = REPO / "build" / "screenshots"
@@ -53,6 +56,7 @@ class Served:
     """The server under test: its URL and a small client for setting up runs."""
 
     url: str
+    store: str
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -79,6 +83,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("viewer")
+    store = f"sqlite:///{folder / 'runs.db'}"
     argv = cli_argv(
         "serve",
         "--port",
@@ -86,7 +91,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         "--token",
         TOKEN,
         "--store",
-        f"sqlite:///{folder / 'runs.db'}",
+        store,
         "--upload-dir",
         str(folder / "uploads"),
         "--allow-python",
@@ -108,7 +113,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             f"serve printed {line!r}; stderr: {server.stderr.read() if server.stderr else ''}"
         )
         try:
-            yield Served(match[0])
+            yield Served(match[0], store)
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -278,3 +283,106 @@ def test_replay_and_fork_from_a_step_with_a_data_patch(page: Any, served: Served
     snapshot = served.call("GET", f"/runs/{forked}/snapshot?seq=0")
     assert snapshot["data"]["who"] == "bob"
     assert forked != run_id
+
+
+def _created_not_driven(store: str, graph: str) -> str:
+    """A run of ``graph`` created in the server's store (its first step committed), not driven.
+
+    It waits there for the page's Resume button, so the model's streamed text is sent to a
+    page that already follows the run, whatever the machine's speed.
+    """
+
+    async def create() -> str:
+        async with open_store(store) as opened, Engine(opened).start(graph) as run:
+            return run.run_id
+
+    # Playwright's sync API runs an event loop in this thread: create the run in another.
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, create()).result()
+
+
+def test_a_coding_agents_conversation_shows_its_tool_calls(page: Any, served: Served) -> None:
+    run_id = served.call("POST", "/runs", {"graph": "coding_task", "input": {}})["run_id"]
+    served.wait_for(run_id, "waiting")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    # The deadline fires `timeout`; a reviewer is offered the answers only.
+    page.locator(".gate button.trigger").first.wait_for()
+    assert page.locator(".gate button.trigger").all_inner_texts() == ["confirm", "reject"]
+    page.locator(".gate button.trigger", has_text="confirm").click()
+    page.locator("h1 .badge.st-completed").wait_for(timeout=120_000)
+
+    page.locator("g.node[data-node='build']").click()
+    talk = page.locator(".conversation .talk[data-key='conversation']")
+    talk.wait_for()
+    assert "Implement calc.total" in talk.locator(".msg.role-user").first.inner_text()
+    listing = talk.locator(".tool-call[data-tool='list_files']").first
+    assert "calc.py" in listing.locator(".tool-result pre").text_content()  # matched by call id
+    assert "model coder" in talk.locator(".msg.role-assistant .turn-facts").first.inner_text()
+    assert "completion tokens" in talk.locator(".msg.role-assistant .turn-facts").first.inner_text()
+    refused = talk.locator(".tool-call.refused")
+    assert refused.count() == 1
+    assert refused.locator(".tool-name").inner_text() == "write_file"
+    marker = talk.locator(".marker.phase_violation")
+    assert "not allowed in phase 'planning'" in marker.inner_text()
+    shot(page, "conversation-coding-task.png")
+
+    # A tool step's detail shows what it appended to the conversation.
+    seq = int(
+        refused.locator("xpath=ancestor::div[contains(@class,'msg')]").get_attribute("data-seq")
+    )
+    page.click(f"tr[data-seq='{seq + 1}'] button.seq")
+    page.locator("h3:text-is('Appended to lists')").wait_for()
+    assert "phase_violation" in page.locator("h3:text-is('Appended to lists') + pre").inner_text()
+
+    page.select_option("#step-node", "build")  # one node's steps listed alone
+    assert page.locator("table.steps tbody tr[data-node='deliver']").first.is_hidden()
+    assert page.locator("table.steps tbody tr[data-node='build']").first.is_visible()
+
+
+def test_streamed_text_arrives_live_and_compressions_show(page: Any, served: Served) -> None:
+    run_id = _created_not_driven(served.store, "research_agent")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    page.locator(".live.is-live").wait_for()
+    page.locator("g.node[data-node='research']").click()
+    # Every text the live box ever shows is kept: the test reads what arrived, not when.
+    page.evaluate(
+        """() => {
+        window.streamed = [];
+        const box = document.querySelector('.live-text');
+        new MutationObserver(() => window.streamed.push(box.textContent))
+          .observe(box, {childList: true, subtree: true, characterData: true});
+    }"""
+    )
+    page.click("button:text-is('Resume')")
+    page.locator("h1 .badge.st-completed").wait_for(timeout=120_000)
+    streamed = " ".join(page.evaluate("window.streamed"))
+    assert "streaming" in streamed
+    assert "Let me see which machine files there are." in streamed
+    talk = page.locator(".conversation .talk[data-key='conversation']")
+    talk.wait_for()
+    compression = talk.locator(".msg.compression").first
+    assert "summarized" in compression.inner_text()
+    compression.locator("summary").click()
+    assert "Summary of the earlier conversation" in compression.locator(".msg-text").inner_text()
+    assert page.locator(".live-text").is_hidden()  # the committed answers replaced the live text
+    shot(page, "conversation-research-agent.png")
+
+
+def test_a_failed_run_opens_on_its_failed_node(page: Any, served: Served) -> None:
+    # The build calls the planner, whose trigger its machine does not know: build fails.
+    run_id = served.call(
+        "POST",
+        "/runs",
+        {
+            "graph_yaml": VIEWER.replace("gate_actions:build", "gate_actions:plan"),
+            "input": {"topic": "x", "loops": 0},
+        },
+    )["run_id"]
+    view = served.wait_for(run_id, "waiting")
+    (gate,) = view["interrupts"]
+    served.call("POST", f"/runs/{run_id}/reply", {"interrupt_id": gate["id"], "trigger": "confirm"})
+    served.wait_for(run_id, "failed")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    node = page.locator("section[aria-label='Node']")
+    node.locator("h2:has-text('Node build')").wait_for()
+    assert node.locator(".badge").first.inner_text() == "failed"

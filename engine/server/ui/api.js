@@ -75,7 +75,8 @@ function parseBlock(block) {
  * reads the stream with fetch. After a dropped connection it reconnects with
  * Last-Event-ID (the last event seen): the server sends exactly what was missed.
  *
- * on.events(list) gets each batch; on.state(text) "live" | "reconnecting" | "ended" |
+ * on.events(list) gets each batch of committed events; on.live(event) each live one (a
+ * model's streamed text), before the batch it came with; on.state(text) "live" | "reconnecting" | "ended" |
  * "stopped"; on.ended() is awaited when the server ends the stream and answers whether to
  * connect again (a server shutting down ends streams of unfinished runs too).
  */
@@ -115,11 +116,11 @@ export function follow(runId, after, on) {
         const event = parseBlock(buffer.slice(0, end));
         buffer = buffer.slice(end + 2);
         // An event without an id is live (a model's streamed text), never committed:
-        // it moves no cursor, and the views show committed steps only.
+        // it moves no cursor.
         if (event && event.id) {
           batch.push(event.data);
           last = event.id;
-        }
+        } else if (event && on.live) on.live(event.data);
       }
       if (batch.length) on.events(batch);
     }

@@ -6,6 +6,7 @@
 import { api, ApiError, enc, follow } from "./api.js";
 import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.js";
 import { drawDag, drawMachine } from "./layout.js";
+import { conversationsOf, renderConversations } from "./talk.js";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 const FIRST_PAGE = 300; // steps shown at first; older ones on request
@@ -24,6 +25,7 @@ export function showRun(main, runId) {
     errors: [],
     pick: { node: null, seq: null },
     gateKey: null,
+    streamed: {}, // node → the text its model is streaming now (live, not committed)
   };
   let stream = null;
   let closed = false;
@@ -41,7 +43,11 @@ export function showRun(main, runId) {
   const rows = h("tbody");
   const stepsBox = h("div", { class: "table-wrap" });
   const earlier = h("button", { type: "button", class: "link", hidden: true, onclick: loadEarlier }, "Show earlier steps");
+  // A long run's steps interleave its nodes: one node's steps can be listed alone.
+  const stepNode = h("select", { id: "step-node", onchange: () => filterRows() }, h("option", { value: "" }, "all nodes"));
   const nodePanel = h("section", { class: "panel", "aria-label": "Node" });
+  const talkPanel = h("section", { class: "panel conversation", "aria-label": "Conversation", hidden: true });
+  const liveText = h("div", { class: "live-text", "aria-live": "polite", hidden: true });
   const stepPanel = h("section", { class: "panel", "aria-label": "Step" },
     h("h2", {}, "Step"), h("p", { class: "muted" }, "Pick a step to see its action result, the data it changed and the run's snapshot at that step, and to fork a new run from there."));
   const errors = h("div");
@@ -55,9 +61,11 @@ export function showRun(main, runId) {
     gates,
     h("section", { class: "panel", "aria-labelledby": "dag-h" }, h("h2", { id: "dag-h" }, "Graph"), dagNote, dagBox),
     nodePanel,
+    talkPanel,
     h("div", { class: "columns" },
       h("section", { class: "panel timeline", "aria-labelledby": "steps-h" },
         h("h2", { id: "steps-h" }, "Steps"),
+        h("div", { class: "step-filter" }, h("label", { for: "step-node" }, "Node"), stepNode),
         earlier,
         h(stepsBox, {}, h("table", { class: "steps" },
           h("thead", {}, h("tr", {},
@@ -112,6 +120,7 @@ export function showRun(main, runId) {
         ? `The graph's drawing is not available (${problemText(shapeError)}); nodes are shown without their edges.`
         : shape.changed ? "The graph's definition changed since this run started: the drawing shows the current one." : "";
       state.pick.node = defaultNode(run, state.shape);
+      fill(stepNode, h("option", { value: "" }, "all nodes"), state.shape.layers.flat().map((id) => h("option", { value: id }, id)));
       dag = drawDag(state.shape, nodeView, pickNode);
       fill(dagBox, dag.svg);
       renderAll();
@@ -179,6 +188,7 @@ export function showRun(main, runId) {
     else appendRows(added);
     renderErrors();
     renderNode(false);
+    renderTalk();
   }
 
   function renderHead() {
@@ -240,7 +250,17 @@ export function showRun(main, runId) {
     // Follow from the last step shown: the stream sends only what comes after it.
     const last = state.records.length ? state.records[state.records.length - 1].seq : state.run.seq;
     stream = follow(runId, `${last}-${LAST_OF_STEP}`, {
-      events: () => refresh(),
+      events: (batch) => {
+        // A committed step of a node ends the text its model was streaming.
+        for (const event of batch) if (event.node) delete state.streamed[event.node];
+        refresh();
+      },
+      live: (event) => {
+        const text = event.fields && event.fields.text;
+        if (event.kind !== "llm_delta" || !event.node || typeof text !== "string") return;
+        state.streamed[event.node] = (state.streamed[event.node] || "") + text;
+        if (event.node === state.pick.node) showStreamed();
+      },
       state: (what, error) => {
         showLive(what, error);
         if (what === "ended" || what === "stopped") stream = null;
@@ -275,30 +295,6 @@ export function showRun(main, runId) {
 
   // --------------------------------------------------------------------- gates
 
-  function legalTriggers(node) {
-    const shape = state.shape;
-    const view = state.run.nodes[node];
-    if (!shape.nodes[node] || !view || !view.path.length) return null;
-    let machine = shape.machines[shape.nodes[node].machine];
-    for (const name of view.path.slice(0, -1)) {
-      const nested = machine && machine.states.find((st) => st.name === name);
-      machine = nested && nested.machine ? shape.machines[nested.machine] : null;
-    }
-    if (!machine) return null;
-    const here = view.path[view.path.length - 1];
-    return [...new Set(machine.transitions.filter((t) => t.source.includes(here)).map((t) => t.trigger))];
-  }
-
-  function gateTriggers(interrupt) {
-    const hook = interrupt.id.split(":").pop();
-    const bound = state.shape.nodes[interrupt.node];
-    const declared = (bound && bound.hooks[hook] && bound.hooks[hook].triggers) || [];
-    const legal = legalTriggers(interrupt.node);
-    if (!legal) return declared;
-    const both = declared.filter((t) => legal.includes(t));
-    return both.length ? both : legal;
-  }
-
   function renderGates() {
     const open = state.run.interrupts;
     const key = open.map((i) => i.id).join("|");
@@ -327,7 +323,7 @@ export function showRun(main, runId) {
       }
     };
     const buttons = [];
-    for (const trigger of gateTriggers(interrupt)) {
+    for (const trigger of interrupt.answers || []) {
       buttons.push(h("button", { type: "button", class: "trigger", "data-trigger": trigger, onclick: () => answer(trigger, buttons) }, trigger));
     }
     return h("article", { class: `gate${interrupt.parked ? " parked" : ""}`, "aria-labelledby": `gate-h-${n}` },
@@ -349,7 +345,7 @@ export function showRun(main, runId) {
     const move = record.trigger || record.source.length || record.dest.length
       ? [path(record.source), h("span", { class: "trig" }, ` → ${record.trigger || record.kind} → `), path(record.dest)]
       : h("span", { class: "muted" }, record.kind);
-    const tr = h("tr", { "data-seq": record.seq, class: record.seq === state.pick.seq ? "picked" : "" },
+    const tr = h("tr", { "data-seq": record.seq, "data-node": record.node || "", class: record.seq === state.pick.seq ? "picked" : "" },
       h("td", { class: "num" }, h("button", { type: "button", class: "link seq", onclick: () => pickStep(record.seq) }, String(record.seq))),
       h("td", { class: "mono" }, clock(record.time)),
       h("td", {}, record.node || "—"),
@@ -367,8 +363,14 @@ export function showRun(main, runId) {
     return state.records[index - 1];
   }
 
+  function filterRows() {
+    const only = stepNode.value;
+    for (const tr of rows.children) tr.hidden = Boolean(only) && tr.dataset.node !== only;
+  }
+
   function renderTimeline() {
     fill(rows, ...state.records.map((r, i) => row(r, previousOf(i))));
+    filterRows();
     earlier.hidden = state.first === 0;
     stepsBox.scrollTop = stepsBox.scrollHeight;
   }
@@ -378,6 +380,7 @@ export function showRun(main, runId) {
     const atEnd = stepsBox.scrollTop + stepsBox.clientHeight >= stepsBox.scrollHeight - 30;
     const before = state.records.length - added.length;
     added.forEach((record, i) => rows.append(row(record, previousOf(before + i))));
+    filterRows();
     if (atEnd) stepsBox.scrollTop = stepsBox.scrollHeight;
   }
 
@@ -389,6 +392,29 @@ export function showRun(main, runId) {
     for (const tr of rows.querySelectorAll("tr.picked")) tr.classList.remove("picked");
     dag.select(id);
     renderNode(true);
+    renderTalk();
+  }
+
+  function showStreamed() {
+    const text = state.streamed[state.pick.node] || "";
+    liveText.hidden = !text;
+    if (text) fill(liveText, h("div", { class: "msg-head" }, h("strong", {}, "assistant"), h("span", { class: "muted small" }, " streaming…")), h("div", { class: "msg-text" }, text));
+    if (text) talkPanel.hidden = false;
+  }
+
+  function renderTalk() {
+    const id = state.pick.node;
+    const last = state.records.length ? state.records[state.records.length - 1].seq : -1;
+    const key = `${id}|${state.first}|${last}`;
+    if (talkPanel.dataset.key === key) return;
+    talkPanel.dataset.key = key;
+    const talks = conversationsOf(state.records, id);
+    // The live box stays in the page (hidden while empty): streamed text may come first.
+    talkPanel.hidden = !talks.size && !state.streamed[id];
+    fill(talkPanel, h("h2", {}, "Model conversation of ", h("span", { class: "mono" }, id)),
+      state.first > 0 ? h("p", { class: "muted small" }, "Messages of steps before those loaded are not shown: use “Show earlier steps”.") : "",
+      renderConversations(talks, liveText));
+    showStreamed();
   }
 
   function renderNode(focus) {
@@ -443,6 +469,7 @@ export function showRun(main, runId) {
       dag.select(record.node);
     }
     renderNode(false);
+    renderTalk();
     for (const tr of rows.querySelectorAll("tr")) tr.classList.toggle("picked", Number(tr.dataset.seq) === seq);
     const snapshot = h("div", {}, h("p", { class: "muted" }, "Loading the snapshot…"));
     const patch = h("textarea", { id: "fork-patch", rows: 3, placeholder: '{"key": "new value"}', spellcheck: "false" });
@@ -457,6 +484,7 @@ export function showRun(main, runId) {
         h("dt", {}, "run after"), h("dd", {}, badge(record.status))),
       h("h3", {}, "Action result"), Object.keys(record.result).length ? json(record.result) : h("p", { class: "muted" }, "none"),
       h("h3", {}, "Data changed"), Object.keys(record.data).length ? json(record.data) : h("p", { class: "muted" }, "nothing"),
+      Object.keys(record.appended || {}).length ? [h("h3", {}, "Appended to lists"), json(record.appended)] : [],
       record.errors.length ? [h("h3", {}, "Errors logged"), json(record.errors)] : [],
       record.events.length ? [h("h3", {}, "Events"), json(record.events)] : [],
       h("details", { open: true }, h("summary", {}, `Snapshot at step ${seq}`), snapshot),
@@ -554,5 +582,6 @@ function flatShape(run) {
 function defaultNode(run, shape) {
   if (run.interrupts.length) return run.interrupts[0].node;
   const ids = shape.layers.flat();
-  return ids.find((id) => run.nodes[id] && run.nodes[id].status === "running") || ids[0] || null;
+  const first = (status) => ids.find((id) => run.nodes[id] && run.nodes[id].status === status);
+  return first("failed") || first("running") || ids[0] || null;
 }
