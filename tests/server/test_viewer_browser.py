@@ -17,11 +17,11 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from test_server import FIXTURES
@@ -29,6 +29,7 @@ from test_server import FIXTURES
 from builders import REPO, cli_argv
 from phasegraph import Engine, open_store
 
+T = TypeVar("T")
 CHROMIUM = os.environ.get("PHASEGRAPH_TEST_CHROMIUM", "/usr/bin/chromium")
 SHOTS = REPO / "build" / "screenshots"
 TOKEN = "viewer-token"
@@ -285,6 +286,12 @@ def test_replay_and_fork_from_a_step_with_a_data_patch(page: Any, served: Served
     assert forked != run_id
 
 
+def _in_thread(work: Coroutine[Any, Any, T]) -> T:
+    # Playwright's sync API runs an event loop in this thread: run the work in another.
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, work).result()
+
+
 def _created_not_driven(store: str, graph: str) -> str:
     """A run of ``graph`` created in the server's store (its first step committed), not driven.
 
@@ -296,9 +303,7 @@ def _created_not_driven(store: str, graph: str) -> str:
         async with open_store(store) as opened, Engine(opened).start(graph) as run:
             return run.run_id
 
-    # Playwright's sync API runs an event loop in this thread: create the run in another.
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, create()).result()
+    return _in_thread(create())
 
 
 def test_a_coding_agents_conversation_shows_its_tool_calls(page: Any, served: Served) -> None:
@@ -386,3 +391,31 @@ def test_a_failed_run_opens_on_its_failed_node(page: Any, served: Served) -> Non
     node = page.locator("section[aria-label='Node']")
     node.locator("h2:has-text('Node build')").wait_for()
     assert node.locator(".badge").first.inner_text() == "failed"
+
+
+def test_a_gate_of_a_changed_graph_says_how_to_answer_it(
+    page: Any, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))  # the graph's actions, as the server has them
+    # A run started from a graph file (on the command line, in the server's store)...
+    graph = tmp_path / "gated.yaml"
+    graph.write_text((FIXTURES / "gated.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+
+    async def wait_at_the_gate() -> str:
+        async with open_store(served.store) as opened:
+            state = await Engine(opened).run(graph, {"topic": "changed"})
+            return state.run_id
+
+    run_id = _in_thread(wait_at_the_gate())
+    graph.write_text(graph.read_text(encoding="utf-8").replace("Server test graph", "Changed"))
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    gate = page.locator(".gate")
+    gate.locator("button.trigger", has_text="confirm").click()
+    # ... whose file then changed: the server refuses, the page says how to answer anyway.
+    hint = gate.locator("code.changed-hint")
+    hint.wait_for()
+    assert "changed since the run started" in gate.locator(".message.error").inner_text()
+    assert hint.inner_text() == (
+        f"phasegraph reply {run_id} --id {run_id}:spec:spec_review --confirm --allow-changed"
+    )
+    assert gate.locator("button.trigger", has_text="confirm").is_enabled()

@@ -319,6 +319,12 @@ export function showRun(main, runId) {
       } catch (error) {
         status.textContent = error instanceof ApiError ? problemText(error) : String(error);
         status.className = "message error";
+        if (/changed since the run started/.test(status.textContent)) {
+          // The server drives runs with the graph they started with; the command line
+          // answers with the changed one (after replaying the history against it).
+          const command = `phasegraph reply ${runId} --id ${interrupt.id} ${trigger === "confirm" ? "--confirm" : `--trigger ${trigger}`} --allow-changed`;
+          status.append(h("br"), "To answer with the changed graph, run against this server's store: ", h("code", { class: "changed-hint" }, command));
+        }
         buttons.forEach((b) => (b.disabled = false));
       }
     };
