@@ -404,7 +404,8 @@ def test_a_gate_of_a_changed_graph_says_how_to_answer_it(
     async def wait_at_the_gate() -> str:
         async with open_store(served.store) as opened:
             state = await Engine(opened).run(graph, {"topic": "changed"})
-            return state.run_id
+            run_id: str = state.run_id
+            return run_id
 
     run_id = _in_thread(wait_at_the_gate())
     graph.write_text(graph.read_text(encoding="utf-8").replace("Server test graph", "Changed"))

@@ -417,9 +417,16 @@ export function showRun(main, runId) {
     const talks = conversationsOf(state.records, id);
     // The live box stays in the page (hidden while empty): streamed text may come first.
     talkPanel.hidden = !talks.size && !state.streamed[id];
+    // Keep the reader's place: a conversation read at its end follows new messages.
+    const shown = talkPanel.querySelector(".talk");
+    const place = shown && talkPanel.dataset.node === id ? shown.scrollTop : null;
+    const atEnd = shown && shown.scrollTop + shown.clientHeight >= shown.scrollHeight - 30;
+    talkPanel.dataset.node = id;
     fill(talkPanel, h("h2", {}, "Model conversation of ", h("span", { class: "mono" }, id)),
       state.first > 0 ? h("p", { class: "muted small" }, "Messages of steps before those loaded are not shown: use “Show earlier steps”.") : "",
       renderConversations(talks, liveText));
+    const talk = talkPanel.querySelector(".talk");
+    if (talk && place !== null) talk.scrollTop = atEnd ? talk.scrollHeight : place;
     showStreamed();
   }
 
