@@ -36,7 +36,8 @@ class Event:
         seq: The step that carried it.
         time: When that step was committed.
         node: The node concerned, if any.
-        fields: Kind-specific details.
+        fields: Kind-specific details. ``transition`` (a reply fires one too) and
+            ``node_started`` carry the node's ``counters`` and ``payload`` when it has them.
         live: Published while an action runs and never committed (``id`` is empty and
             ``seq`` is the last committed step).
     """
@@ -76,23 +77,33 @@ def ends_run(event: Event) -> bool:
     return event.node is None and event.kind in _RUN_END_EVENTS
 
 
+def _spent(record: StepRecord, fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with the moved node's counters and payload, when it has them.
+
+    What a progress display shows: budget units spent, the model's turn (an ``llm:``
+    action's payload carries ``turn``).
+    """
+    node = record.nodes.get(record.node) if record.node is not None else None
+    if node is not None:
+        if node.counters:
+            fields["counters"] = dict(node.counters)
+        if node.payload:
+            fields["payload"] = dict(node.payload)
+    return fields
+
+
 def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Event]:
     """The events a committed record stands for, in order."""
     raw: list[tuple[str, str | None, Mapping[str, Any]]] = []
     if record.kind == "start":
-        raw.append(("node_started", record.node, {"state": "/".join(record.dest)}))
-    elif record.kind == "transition":
-        raw.append(
-            (
-                "transition",
-                record.node,
-                {
-                    "source": "/".join(record.source),
-                    "trigger": record.trigger,
-                    "dest": "/".join(record.dest),
-                },
-            )
-        )
+        raw.append(("node_started", record.node, _spent(record, {"state": "/".join(record.dest)})))
+    elif record.kind in ("transition", "reply"):  # a reply fires its trigger too
+        fields = {
+            "source": "/".join(record.source),
+            "trigger": record.trigger,
+            "dest": "/".join(record.dest),
+        }
+        raw.append(("transition", record.node, _spent(record, fields)))
     raw.extend((str(e.get("kind", "event")), record.node, e) for e in record.events)
     for node_id, node in record.nodes.items():
         kind = _NODE_EVENT.get(node.status)

@@ -98,6 +98,12 @@ def _serve() -> Handlers:
     return module.HANDLERS
 
 
+def _model_server() -> Handlers:
+    from phasegraph.cli import _model_server as module
+
+    return module.HANDLERS
+
+
 def _worker() -> Handlers:
     from phasegraph.cli import _worker as module
 
@@ -400,6 +406,67 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _KeepsBrokenLines(argparse.HelpFormatter):
+    """Wraps a one-line text (the description), keeps a text broken into lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" not in text:
+            return super()._fill_text(text, width, indent)
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+_SCRIPT_FORMAT: Final = """\
+The base URL is printed on stdout: point llm: actions at it with
+PHASEGRAPH_LLM_BASE_URL=URL (or a node's with: {llm: {base_url: URL}}).
+
+The script is a JSON list of answers, one object each:
+  {"content": TEXT}                  an assistant message
+  {"tool_calls": [{"name": NAME, "arguments": {...}}, ...], "content": TEXT}
+                                     tool calls (content optional)
+  {"error": 429, "message": TEXT, "retry_after": SECONDS}
+                                     an error status: any HTTP status, Retry-After sent
+                                     when given (message optional)
+  {"error": "context_length"}        the provider's context-length refusal (400,
+                                     code context_length_exceeded)
+Any entry may add "delay": SECONDS (a slow answer), "usage": {"prompt_tokens": N,
+"completion_tokens": N} (default: about four characters a token) and "model": NAME
+(the entry answers only requests for that model, e.g. an auxiliary_model's; requests
+for other models skip it; an entry without "model" answers any model).
+
+Which entry answers, by turn (the default, as a node's with.llm.script): a request
+whose conversation holds N assistant messages (a compression summary counts for the
+answers it summarizes) gets the N-th entry (from 0) that fits its model; asking again
+for a turn gets the same answer, and any number of runs can share the server. Nothing
+is matched against what the request says: a run that takes another path still gets
+the scripted answer of its turn. --in-order answers each request with the next unused
+entry instead. A request with no entry left gets a 400 error (code script_exhausted).
+A streaming request ("stream": true) gets the same answer as server-sent chunks, text
+word by word; errors and delays apply to it alike.
+"""
+
+
+def _model_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = _KeepsBrokenLines
+    parser.epilog = _SCRIPT_FORMAT
+    parser.add_argument("--script", required=True, metavar="FILE", help="the response script")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    parser.add_argument(
+        "--port", type=_port, default=0, help="port (default %(default)s: any free one)"
+    )
+    parser.add_argument(
+        "--in-order",
+        action="store_true",
+        help="answer each request with the next unused entry, not by the turn it asks for",
+    )
+    parser.add_argument(
+        "--max-context",
+        type=_count,
+        default=None,
+        metavar="TOKENS",
+        help="refuse requests over about this many tokens with the context-length error",
+    )
+
+
 def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency", type=_count, default=16, help="runs driven at once (default %(default)s)"
@@ -482,6 +549,13 @@ COMMANDS = (
         "serve the HTTP API: runs, events, replies (until Ctrl-C)",
         _serve_arguments,
         _serve,
+    ),
+    Command(
+        "model-server",
+        "serve a response script as an OpenAI-compatible model at a printed base URL, for "
+        "llm: actions to call offline (until Ctrl-C)",
+        _model_server_arguments,
+        _model_server,
     ),
     Command(
         "worker",

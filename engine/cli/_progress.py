@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Self
 
@@ -20,9 +21,10 @@ from rich.table import Table
 from rich.text import Text
 
 from phasegraph.events import Event, EventBus
-from phasegraph.model import NodeStatus, RunState
+from phasegraph.model import PATH_SEPARATOR, NodeState, NodeStatus, RunState
+from phasegraph.run._prepare import PreparedGraph
 
-__all__ = ["Progress", "progress_for"]
+__all__ = ["Progress", "budget_limits", "progress_for"]
 
 _NODE_LINES = {
     "node_started": "started in {state}",
@@ -38,6 +40,7 @@ _DONE = frozenset(
 
 
 _SAID_CHARS = 60
+_TOKENS = "tokens"  # the counter an ``llm:`` action spends its usage on
 
 
 def _line(event: Event) -> str | None:
@@ -97,18 +100,67 @@ class _Plain(Progress):
             print(line, file=self._stream, flush=True)
 
 
-class _Board:
-    """Every node's status, state and steps, in DAG order, kept from events."""
+@dataclass(slots=True)
+class _Row:
+    """One node's line of the table, kept from the committed state and the events."""
 
-    def __init__(self, run_id: str, order: Sequence[str], state: RunState | None) -> None:
+    status: str = "pending"
+    state: str = ""
+    steps: int = 0
+    counters: Mapping[str, int] = field(default_factory=dict)
+    turn: int | None = None  # the model's answers so far, as the llm action records them
+
+    def moved(self, node: NodeState) -> None:
+        """Take what ``node`` (a committed state) says."""
+        self.status, self.state, self.steps = str(node.status), node.state, node.steps
+        self.counters = node.counters
+        self.turn = _turn(node.payload) or self.turn
+
+    def tokens(self) -> int | None:
+        """Tokens spent, summed over the node's levels (``tokens``, ``outer/tokens``)."""
+        spent = [n for key, n in self.counters.items() if key.rpartition("/")[2] == _TOKENS]
+        return sum(spent) if spent else None
+
+    def left(self, limits: Mapping[str, int]) -> str:
+        """What is left of each budget, out of its limit."""
+        return ", ".join(
+            f"{key} {_count(limit - self.counters.get(key, 0))}/{_count(limit)}"
+            for key, limit in limits.items()
+        )
+
+
+def _turn(payload: Mapping[str, Any]) -> int | None:
+    turn = payload.get("turn")
+    return turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+
+
+def _count(number: int) -> str:
+    """A count in a few characters: 950, 12.3k, 100M."""
+    for size, unit in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if abs(number) >= size:
+            return f"{number / size:.3g}{unit}"
+    return str(number)
+
+
+class _Board:
+    """Every node's status, state, steps, model turns and budgets, in DAG order."""
+
+    def __init__(
+        self,
+        run_id: str,
+        order: Sequence[str],
+        state: RunState | None,
+        limits: Mapping[str, Mapping[str, int]],
+    ) -> None:
         self.run_id = run_id
         self.seq = state.seq if state else 0
         self.started = time.monotonic()
-        self.nodes: dict[str, list[str]] = {node: ["pending", "", "0"] for node in order}
+        self.limits = limits
+        self.nodes: dict[str, _Row] = {node: _Row() for node in order}
         self.said: dict[str, str] = {}  # the tail of what a model is typing, per node
         if state is not None:
             for node_id, node in state.nodes.items():
-                self.nodes[node_id] = [str(node.status), node.state, str(node.steps)]
+                self.nodes.setdefault(node_id, _Row()).moved(node)
 
     def update(self, event: Event) -> None:
         if event.live:
@@ -121,21 +173,42 @@ class _Board:
         self.seq = event.seq
         if event.node is None:
             return
-        status, state, steps = self.nodes.get(event.node, ["pending", "", "0"])
-        if event.kind == "transition":
-            state, steps = str(event.fields.get("dest", "")), str(int(steps) + 1)
+        row = self.nodes.setdefault(event.node, _Row())
+        if event.kind in {"transition", "node_started"}:
+            row.counters = event.fields.get("counters", {})
+            row.turn = _turn(event.fields.get("payload", {})) or row.turn
+        if event.kind == "transition":  # a reply fires one too: the gate's state is left
+            row.state, row.steps = str(event.fields.get("dest", "")), row.steps + 1
         elif event.kind == "node_started":
-            status, state = "running", str(event.fields.get("state", ""))
+            row.status, row.state = "running", str(event.fields.get("state", ""))
         elif event.kind.endswith("_request"):  # a human gate opened
-            status = "waiting"
+            row.status = "waiting"
         elif event.kind.endswith("_reply"):
-            status = "running"
+            row.status = "running"
         elif event.kind.startswith("node_"):
-            status = event.kind.removeprefix("node_")
-        self.nodes[event.node] = [status, state, steps]
+            row.status = event.kind.removeprefix("node_")
+
+    def table(self) -> Table:
+        """The table: the model and budget columns only when some node has them."""
+        rows = self.nodes.items()
+        said = self.said
+        extra = {
+            "turns": {n: str(r.turn) for n, r in rows if r.turn is not None},
+            "tokens": {n: _count(t) for n, r in rows if (t := r.tokens()) is not None},
+            "budget left": {n: r.left(self.limits[n]) for n, r in rows if self.limits.get(n)},
+            "model": {n: " ".join(said[n].split()) for n in said},
+        }
+        shown = {column: cells for column, cells in extra.items() if cells}
+        table = Table(box=None)
+        for column in ("node", "status", "state", "steps", *shown):
+            table.add_column(column)
+        for node, row in rows:
+            cells = [cells.get(node, "") for cells in shown.values()]
+            table.add_row(node, row.status, row.state, str(row.steps), *cells)
+        return table
 
     def title(self) -> str:
-        done = sum(status in _DONE for status, _, _ in self.nodes.values())
+        done = sum(row.status in _DONE for row in self.nodes.values())
         elapsed = time.monotonic() - self.started
         return (
             f"run {self.run_id} · step {self.seq} · {done}/{len(self.nodes)} nodes done · "
@@ -156,15 +229,8 @@ class _Live(Progress):
         self._live.start(refresh=True)  # the first frame at once: every node, before any step
 
     def __rich__(self) -> Group:
-        table = Table(box=None)
-        said = self._board.said
-        for column in ("node", "status", "state", "steps", *(["model"] if said else [])):
-            table.add_column(column)
-        for node, (status, state, steps) in self._board.nodes.items():
-            typing = [" ".join(said.get(node, "").split())] if said else []
-            table.add_row(node, status, state, steps, *typing)
         # The summary above the table, not its title: a title wraps at the table's width.
-        return Group(Text(self._board.title(), style="italic", no_wrap=True), table)
+        return Group(Text(self._board.title(), style="italic", no_wrap=True), self._board.table())
 
     def on_event(self, event: Event) -> None:
         self._board.update(event)
@@ -185,6 +251,7 @@ def progress_for(
     order: Sequence[str] = (),
     state: RunState | None = None,
     opening: str = "",
+    limits: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Progress:
     """A live display on a terminal, plain lines when piped, nothing when quiet.
 
@@ -196,10 +263,35 @@ def progress_for(
         order: Every node of the graph, in DAG order.
         state: The run as committed before this command drives it (resume, reply).
         opening: The first line (which run, how to stop and resume it).
+        limits: Node → counter key → its budget's limit (see :func:`budget_limits`).
     """
     stream = stream or sys.stderr
     if quiet:
         return Progress(bus)
     if stream.isatty():
-        return _Live(bus, Console(file=stream), _Board(run_id, order, state), opening)
+        return _Live(bus, Console(file=stream), _Board(run_id, order, state, limits or {}), opening)
     return _Plain(bus, stream, opening)
+
+
+def budget_limits(prepared: PreparedGraph) -> dict[str, dict[str, int]]:
+    """Node → counter key → limit, for every budget of its machine and nested machines.
+
+    A nested machine's counters are keyed ``state/budget`` (``execute/turns``), as the
+    node's counters are.
+    """
+    return {
+        node.id: _limits(prepared, node.machine, node.settings, "")
+        for node in prepared.definition.nodes
+    }
+
+
+def _limits(
+    prepared: PreparedGraph, machine: str, settings: Mapping[str, Any], prefix: str
+) -> dict[str, int]:
+    compiled = prepared.machines[machine]
+    limits = {prefix + name: limit for name, limit in compiled.limits(settings).items()}
+    for name, state in compiled.definition.states.items():
+        if state.machine is not None:  # the loader refuses cycles of nested machines
+            nested = prefix + name + PATH_SEPARATOR
+            limits.update(_limits(prepared, state.machine, settings, nested))
+    return limits

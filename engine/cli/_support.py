@@ -372,7 +372,7 @@ async def progress(
         graph: The graph: what ``run`` starts, or a replacement for the recorded one.
         state: The run as committed now (default: read from the store).
     """
-    from phasegraph.cli._progress import progress_for  # here: see the imports
+    from phasegraph.cli._progress import budget_limits, progress_for  # here: see the imports
 
     if args.quiet or args.json:
         return progress_for(engine.bus, quiet=True)
@@ -382,12 +382,14 @@ async def progress(
         prepared = engine.prepare(source)
         order: tuple[str, ...] = prepared.workflow.order
         name = prepared.definition.name
+        limits = budget_limits(prepared)
     except PhasegraphError:
         order, name = tuple(state.nodes), state.graph  # the graph file moved: show what ran
+        limits = {}
     where = f" from step {state.seq}" if state.seq else ""
     opening = (
         f"run {run_id} ({name}, {len(order)} nodes){where}: Ctrl-C stops it at its last "
         f"committed step; '{resume_command(args, run_id)}' continues it"
     )
     return progress_for(engine.bus, quiet=False, run_id=run_id, order=order, state=state,
-                        opening=opening)  # fmt: skip
+                        opening=opening, limits=limits)  # fmt: skip
