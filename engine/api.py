@@ -58,6 +58,9 @@ class Engine:
         clock: The time source (tests pass a fake one).
         ids: The run-id source (tests pass a counting one).
         bus: Receives every event of the runs this engine drives.
+        tracer_provider: An OpenTelemetry ``TracerProvider``: trace the runs this engine
+            drives to it (needs the ``otel`` extra; off when ``None``). The engine never
+            installs a global provider.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class Engine:
         clock: Clock | None = None,
         ids: IdFactory | None = None,
         bus: EventBus | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         self.store = store
         self.options = options or RunOptions()
@@ -76,6 +80,13 @@ class Engine:
         self.bus = bus or EventBus()
         self.leases = LeaseKeeper(store, self.options)
         """Takes, renews and gives back the leases of the runs this engine drives."""
+        self._middleware: tuple[runs.Middleware, ...] = ()
+        if tracer_provider is not None:
+            from phasegraph.run._tracing import Tracing  # only then: opentelemetry is optional
+
+            tracing = Tracing(tracer_provider)
+            self.bus.subscribe(tracing.listen)
+            self._middleware = (tracing.middleware,)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
 
@@ -105,7 +116,9 @@ class Engine:
         key = (source, definition.digest)
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = _remember(self._prepared, key, runs.prepare(definition, source))
+            prepared = _remember(
+                self._prepared, key, runs.prepare(definition, source, middleware=self._middleware)
+            )
         if not isinstance(graph, GraphDef):
             _remember(self._loaded, str(graph), (prepared, _stamp(definition)))
         return prepared

@@ -148,6 +148,17 @@ def _run(parser: argparse.ArgumentParser) -> None:
         "gate accepts is used)",
     )
     _detach(parser, "create the run (its first step committed), hand it to")
+    _otel(parser)
+
+
+def _otel(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        default=os.environ.get("PHASEGRAPH_OTEL", "") not in ("", "0"),
+        help="export OpenTelemetry traces of the runs over OTLP/HTTP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT (env PHASEGRAPH_OTEL=1; needs phasegraph[otel])",
+    )
 
 
 def _detach(parser: argparse.ArgumentParser, what: str) -> None:
@@ -163,6 +174,7 @@ def _resume(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", help="use this graph file instead of the recorded one")
     _allow_changed(parser, "continue")
     _detach(parser, "hand the run to")
+    _otel(parser)
 
 
 def _allow_changed(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -404,6 +416,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="--queue, and drive queued runs in this process too (--max-runs at once), "
         "alongside any other workers",
     )
+    _otel(parser)
 
 
 class _KeepsBrokenLines(argparse.HelpFormatter):
@@ -496,6 +509,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a run's lease outlives a killed worker (default: env "
         "PHASEGRAPH_LEASE_TTL, else 30)",
     )
+    _otel(parser)
 
 
 COMMANDS = (

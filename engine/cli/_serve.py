@@ -28,7 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._support import EXIT_OK, lease_ttl
+from phasegraph.cli._support import EXIT_OK, lease_ttl, tracer_provider
 from phasegraph.cli._worker import (
     default_worker_name,
     log_to_stderr,
@@ -107,7 +107,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
                 "--queue and --with-worker hand runs to",
                 ", or serve without them to drive runs here",
             )
-        engine = Engine(store, options=options)
+        engine = Engine(store, options=options, tracer_provider=tracer_provider(args))
         app = create_app(engine, settings=settings)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()

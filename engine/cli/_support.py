@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shlex
@@ -336,7 +337,28 @@ async def with_engine(
         run_id = getattr(args, "run", None)
         raise RunNotFoundError(f"no run {run_id!r}: the store does not exist", run_id=run_id)
     async with open_store(args.store, read_only=read_only) as store:
-        return await body(Engine(store, options=RunOptions(lease_ttl=lease_ttl())))
+        options = RunOptions(lease_ttl=lease_ttl())
+        return await body(Engine(store, options=options, tracer_provider=tracer_provider(args)))
+
+
+def tracer_provider(args: argparse.Namespace) -> Any:
+    """The OTLP tracer provider when the command's ``--otel`` asks for traces, else None.
+
+    Raises:
+        InputError: The ``otel`` extra is not installed.
+    """
+    return _otlp_provider() if getattr(args, "otel", False) else None
+
+
+@functools.cache  # one per process: it exports (and flushes at exit) every engine's spans
+def _otlp_provider() -> Any:
+    try:
+        from phasegraph.run._tracing import otlp_provider
+    except ImportError as exc:
+        raise InputError(
+            f"--otel needs OpenTelemetry ({exc.name} is missing): pip install 'phasegraph[otel]'"
+        ) from exc
+    return otlp_provider()
 
 
 def lease_ttl() -> float:

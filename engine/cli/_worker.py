@@ -23,7 +23,7 @@ from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._support import EXIT_OK, emit, lease_ttl
+from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tracer_provider
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
@@ -57,7 +57,8 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     log_to_stderr(args.quiet)
     tune_collector()
     async with open_store(args.store) as store, worker_queue(store, args.partitions) as queue:
-        engine = Engine(store, options=RunOptions(lease_ttl=ttl, owner=f"worker {name}"))
+        run_options = RunOptions(lease_ttl=ttl, owner=f"worker {name}")
+        engine = Engine(store, options=run_options, tracer_provider=tracer_provider(args))
         worker = Worker(engine, queue, name=name, options=options)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

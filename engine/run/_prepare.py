@@ -7,7 +7,7 @@ first step, so bad names fail fast and the per-step path does no lookups by stri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +29,7 @@ from phasegraph.model import (
     frozen_map,
     nested_machines,
 )
-from phasegraph.run._middleware import build_middleware, chain
+from phasegraph.run._middleware import Middleware, build_middleware, chain
 from phasegraph.tools._registry import ToolFactory, build_tools
 
 __all__ = ["REDUCERS", "PreparedGraph", "initial_state", "prepare"]
@@ -78,6 +78,8 @@ def prepare(
     definition: GraphDef,
     source: str,
     actions: Mapping[tuple[str, str], Action] | None = None,
+    *,
+    middleware: Sequence[Middleware] = (),
 ) -> PreparedGraph:
     """Compile ``definition`` and build every bound action once.
 
@@ -86,6 +88,8 @@ def prepare(
         source: Built-in name or file path, recorded in runs so they can be resumed.
         actions: Callables to bind in code, by ``(node id, hook)``; they take precedence
             over the YAML bindings and are wrapped in the same middleware.
+        middleware: Layers around every action, outside the graph's own ``middleware:``
+            (the engine's tracing).
 
     Raises:
         SpecError: Anything that cannot be prepared, every problem at once.
@@ -102,10 +106,9 @@ def prepare(
     base_dir = Path(definition.location.path).parent if definition.location else None
     bound: dict[tuple[str, str], Action] = {}
     try:
-        middleware = build_middleware(definition.middleware)
+        middleware = (*middleware, *build_middleware(definition.middleware))
     except SpecError as exc:
         problems += exc.problems
-        middleware = ()
     in_code = dict(actions or {})
     gates: dict[tuple[str, str], HumanGate] = {}
     for node in definition.nodes:
