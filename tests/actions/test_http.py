@@ -244,7 +244,7 @@ async def test_a_refused_connection_is_one_clear_error() -> None:
     assert "q-secret" not in error
     with pytest.raises(ActionError) as caught:
         await call({"http": {"url": url}}, key="k")
-    assert classify_error(caught.value)["error_code"] == "llm_failure"
+    assert classify_error(caught.value)["error_code"] == "action_failed"
 
 
 async def test_a_template_naming_a_missing_value_fails_the_step(server: Server) -> None:

@@ -45,6 +45,9 @@ class ProviderError(ActionError):
         context_length: The request was over the model's context window.
     """
 
+    failure_code = "llm_failure"
+    """How the ``error`` trigger classifies it (other action errors are ``action_failed``)."""
+
     def __init__(
         self,
         message: str,
