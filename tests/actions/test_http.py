@@ -130,6 +130,13 @@ async def test_the_status_picks_the_trigger(server: Server, status: int, trigger
     result = await call(action)
     assert result.trigger == trigger  # a code, else its class, else default; 3xx not followed
     assert result.output["status"] == status
+    if status < 400:
+        assert dict(result.payload) == {"status": status}
+    else:  # what a fallback chain needs to say why: the call, the status, the body
+        assert result.payload["error_code"] == "action_failed"
+        assert result.payload["action"] == "http"
+        url = server.url + f"/status/{status}"
+        assert result.payload["message"].startswith(f"GET {url} answered {status}")
 
 
 async def test_an_unmapped_status_fails_naming_what_is_mapped(server: Server) -> None:
