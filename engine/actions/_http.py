@@ -289,17 +289,18 @@ def build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
             raise ActionTimeoutError(message, run_id=ctx.run_id, node_id=ctx.node_id) from exc
         trigger = _trigger(on_status, response.status, request)
         data = {str(capture): _captured(response, request)} if capture else {}
+        # Mask before cutting: a cut could leave part of a secret unmasked.
+        body = request.mask(response.text)[:BODY_CHARS]
         output = {
             "method": request.method,
             "url": request.shown_url,
             "status": response.status,
-            # Mask before cutting: a cut could leave part of a secret unmasked.
-            "body": request.mask(response.text)[:BODY_CHARS],
+            "body": body,
         }
         return ActionResult(
             trigger=trigger,
             data=frozen_map(data),
-            payload=frozen_map(_payload(request, response.status, output["body"])),
+            payload=frozen_map(_payload(request, response.status, body)),
             output=frozen_map(output),
         )
 
