@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from phasegraph.errors import ActionError
 from phasegraph.model import EMPTY, Value
@@ -16,6 +16,9 @@ __all__ = [
     "EventSink",
     "ToolCall",
     "ToolOffer",
+    "carry_writes",
+    "declared_writes",
+    "writes_data",
 ]
 
 EventSink = Callable[[str, Mapping[str, Any]], None]
@@ -132,3 +135,37 @@ Action = Callable[[ActionContext], Awaitable[ActionResult]]
 
 CallNext = Action
 """The rest of the middleware chain (and finally the action itself)."""
+
+
+KeysFor = Callable[[Mapping[str, Any]], Sequence[str]]
+"""The data keys an action writes, given its node's ``with`` settings."""
+
+_WRITES: Final = "phasegraph_writes"
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def writes_data(keys: KeysFor) -> Callable[[_Function], _Function]:
+    """Declare the data keys an action function writes (given its node's ``with``).
+
+    A node that binds it may write those keys whatever its ``writes:`` says, and the
+    write-conflict rule counts them among the node's writes wherever ``writes:`` is
+    declared, so ``check`` and ``run`` judge the node alike.
+    """
+
+    def mark(function: _Function) -> _Function:
+        setattr(function, _WRITES, keys)
+        return function
+
+    return mark
+
+
+def declared_writes(action: object, settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys ``action`` declared with :func:`writes_data` (none if it declared none)."""
+    keys: KeysFor | None = getattr(action, _WRITES, None)
+    return () if keys is None else tuple(str(key) for key in keys(settings))
+
+
+def carry_writes(source: object, wrapper: _Function) -> _Function:
+    """Give ``wrapper`` (an action built around ``source``) the keys ``source`` declared."""
+    keys = getattr(source, _WRITES, None)
+    return wrapper if keys is None else writes_data(keys)(wrapper)

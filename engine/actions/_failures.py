@@ -30,9 +30,12 @@ optional ``severity`` (``error``, ``warning``, ``critical``), ``recovered`` and 
 def classify_error(error: BaseException) -> dict[str, Any]:
     """Describe an action failure as the payload of the ``error`` trigger.
 
-    Timeouts are ``timeout``, action/provider failures ``llm_failure`` (both retryable,
-    unless the error says it is not: a model provider's ``4xx`` other than 429);
-    anything else is ``internal_error`` and not retryable. A provider's requested wait
+    Timeouts are ``timeout``; a model provider's failures ``llm_failure`` (an error whose
+    ``failure_code`` says so); other action failures (:class:`ActionError`, ``OSError``)
+    ``action_failed`` -- all retryable unless the error says it is not (a provider's
+    ``4xx`` other than 429); anything else is ``internal_error`` and not retryable. The
+    message is :func:`describe_error`'s: an unexpected exception's type, message and the
+    line of the user's code that raised it. A provider's requested wait
     is kept as ``retry_after`` (seconds). Callers never pass cancellation: it cancels the
     run, or propagates, instead of being classified.
     """
@@ -41,10 +44,11 @@ def classify_error(error: BaseException) -> dict[str, Any]:
     elif isinstance(error, LoopDetectedError):
         code, retryable = "loop_detected", True
     elif isinstance(error, ActionError | OSError):
-        code, retryable = "llm_failure", getattr(error, "retryable", True) is not False
+        code = str(getattr(error, "failure_code", "action_failed"))
+        retryable = getattr(error, "retryable", True) is not False
     else:
         code, retryable = "internal_error", False
-    message = str(error) or type(error).__name__
+    message = describe_error(error)
     described = {
         "error_code": code,
         "error_type": type(error).__name__,

@@ -63,6 +63,8 @@ __all__ = ["BODY_CHARS", "DEFAULT_TIMEOUT", "MAX_RESPONSE_BYTES", "build_http_ac
 DEFAULT_TIMEOUT: Final = 30.0
 """Seconds an http action may take when its binding sets no ``timeout``."""
 BODY_CHARS: Final = 2000
+FAILURE_BODY_CHARS: Final = 300
+"""How much of an error status's body its failure message quotes."""
 """How much of the response body the step record keeps."""
 MAX_RESPONSE_BYTES: Final = 8 * 1024 * 1024
 """A larger response fails the action: run data is committed with every step."""
@@ -287,18 +289,29 @@ def build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
             raise ActionTimeoutError(message, run_id=ctx.run_id, node_id=ctx.node_id) from exc
         trigger = _trigger(on_status, response.status, request)
         data = {str(capture): _captured(response, request)} if capture else {}
+        # Mask before cutting: a cut could leave part of a secret unmasked.
+        body = request.mask(response.text)[:BODY_CHARS]
         output = {
             "method": request.method,
             "url": request.shown_url,
             "status": response.status,
-            # Mask before cutting: a cut could leave part of a secret unmasked.
-            "body": request.mask(response.text)[:BODY_CHARS],
+            "body": body,
         }
         return ActionResult(
             trigger=trigger,
             data=frozen_map(data),
-            payload=frozen_map({"status": response.status}),
+            payload=frozen_map(_payload(request, response.status, body)),
             output=frozen_map(output),
         )
 
     return call
+
+
+def _payload(request: _Request, status: int, body: str) -> dict[str, Any]:
+    """The status; for an error status also what a fallback chain needs to say why."""
+    if status < 400:
+        return {"status": status}
+    excerpt = " ".join(body.split())[:FAILURE_BODY_CHARS]
+    said = f": {excerpt}" if excerpt else " with an empty body"
+    message = f"{request.shown} answered {status}{said}"
+    return {"status": status, "error_code": "action_failed", "action": "http", "message": message}

@@ -26,7 +26,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phasegraph.actions._base import Action, ActionContext, ActionResult
+from phasegraph.actions._base import (
+    Action,
+    ActionContext,
+    ActionResult,
+    carry_writes,
+)
 from phasegraph.errors import ActionError, ActionTimeoutError, Problem, SpecError
 from phasegraph.model import ActionDef, frozen_map
 
@@ -194,4 +199,4 @@ def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
             return value
         return coerce_result(value, where)
 
-    return call
+    return carry_writes(function, call)

@@ -111,6 +111,10 @@ def _argv(command: str | Sequence[str], values: Mapping[str, Any]) -> list[str]:
     return [render(token, values) for token in tokens]
 
 
+FAILURE_STDERR_CHARS = 500
+"""How much of a failed command's stderr its failure message quotes."""
+
+
 def _tail(data: bytes) -> str:
     text = data.decode("utf-8", errors="replace")
     return text[-TAIL_CHARS:]
@@ -183,11 +187,31 @@ def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
         if timed_out:
             output["timed_out"] = timeout
         data = {str(capture): stdout.decode("utf-8", errors="replace").strip()} if capture else {}
+        payload: dict[str, Any] = {"exit": status, "timed_out": timed_out}
+        if timed_out or status != 0:
+            payload |= _failure(argv[0], status, timeout if timed_out else None, stderr)
         return ActionResult(
             trigger=trigger,
             data=frozen_map(data),
-            payload=frozen_map({"exit": status, "timed_out": timed_out}),
+            payload=frozen_map(payload),
             output=frozen_map(output),
         )
 
     return call
+
+
+def _failure(
+    program: str, status: int | None, timed_out: float | None, stderr: bytes
+) -> dict[str, Any]:
+    """What a failed command tells a fallback chain: exit status and the end of stderr."""
+    if timed_out is not None:
+        what = f"command {program!r} ran past its timeout of {timed_out:g} s"
+    else:
+        what = f"command {program!r} exited with status {status}"
+    tail = stderr.decode("utf-8", errors="replace").strip()[-FAILURE_STDERR_CHARS:]
+    return {
+        "error_code": "action_failed",
+        "action": "shell",
+        "message": f"{what}: {tail}" if tail else f"{what} (stderr empty)",
+        "stderr": tail,
+    }

@@ -16,8 +16,9 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.actions._base import writes_data
 from phasegraph.concerns.errorlog import log_error, spent
-from phasegraph.errors import ActionError, LoopDetectedError, RunError
+from phasegraph.errors import ActionError, ActionTimeoutError, LoopDetectedError, RunError
 from phasegraph.model import PATH_SEPARATOR
 
 __all__ = [
@@ -30,7 +31,7 @@ DATA_KEY = "error"
 the ``recovery`` and ``emergency`` blocks of ``with`` hold only their ``enabled`` switch)."""
 
 _RERAISE_STATE = "reraise"
-_SOFT_FAILURE = "llm_failure"  # a reported failure is an action failure
+_SOFT_FAILURE = "action_failed"  # a reported failure, unless its payload says more
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,8 +62,16 @@ RULES: Mapping[str, Rule] = MappingProxyType(
             retryable=True,
         ),
         "llm_failure": Rule(
-            message="The model or an action failed.",
+            message="The model provider failed.",
             suggestions=("Try again later.", "Switch to another model."),
+            retryable=True,
+        ),
+        "action_failed": Rule(
+            message="The main work failed.",
+            suggestions=(
+                "Read the original error: it names the cause.",
+                "Fix what it names, then run again.",
+            ),
             retryable=True,
         ),
         "internal_error": Rule(
@@ -74,13 +83,33 @@ RULES: Mapping[str, Rule] = MappingProxyType(
 )
 """Error code → rule. A node may replace suggestions with ``with: {suggestions: {CODE: [...]}}``."""
 
+ACTION_SUGGESTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "shell": (
+            "Read the command's exit status and stderr in the original error.",
+            "Run the command by hand in the same directory to reproduce it.",
+        ),
+        "python": (
+            "Read the exception and the line it was raised at in the original error.",
+            "Fix the function, then run again.",
+        ),
+        "http": (
+            "Read the status and the response in the original error.",
+            "Check the URL and that the service is up.",
+        ),
+    }
+)
+"""Suggestions for ``action_failed`` by the failing action's kind (its payload's ``action``)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmergencyError:
     """The structured error a fallback chain ends with.
 
     Attributes:
-        error_code: ``timeout``, ``loop_detected``, ``llm_failure`` or ``internal_error``.
+        error_code: ``timeout``, ``loop_detected``, ``llm_failure`` (the model provider),
+            ``action_failed`` (an action reported or raised a failure of its own) or
+            ``internal_error`` (an unexpected exception).
         message: What went wrong, for people.
         suggestions: What the user can do about it.
         retryable: Whether trying again later may succeed.
@@ -117,7 +146,7 @@ def structured_error(
 
     Args:
         failure: The ``error`` trigger's payload, or a reported failure's payload (no
-            ``error_code``: treated as ``llm_failure``).
+            ``error_code``: treated as ``action_failed``).
         settings: The node's ``with``; ``suggestions.CODE`` overrides a rule's suggestions.
     """
     code = str(failure.get("error_code") or _SOFT_FAILURE)
@@ -125,7 +154,10 @@ def structured_error(
         code = "internal_error"
     rule = RULES[code]
     overrides = dict((settings or {}).get("suggestions") or {})
-    suggestions = tuple(str(s) for s in overrides.get(code, rule.suggestions))
+    default = rule.suggestions
+    if code == "action_failed":
+        default = ACTION_SUGGESTIONS.get(str(failure.get("action")), default)
+    suggestions = tuple(str(s) for s in overrides.get(code, default))
     return EmergencyError(
         error_code=code,
         message=rule.message,
@@ -139,18 +171,18 @@ def reraised(failure: Mapping[str, Any]) -> Exception:
     """An exception that the ``error`` trigger classifies as ``failure`` was classified.
 
     The original exception object is not part of the snapshot, so it is rebuilt from its
-    code and message: ``timeout`` → :class:`TimeoutError`, ``loop_detected`` →
-    :class:`LoopDetectedError`, ``llm_failure`` → :class:`ActionError`, anything else →
-    :class:`RunError` (``internal_error``).
+    code and message: ``timeout`` → :class:`ActionTimeoutError`, ``loop_detected`` →
+    :class:`LoopDetectedError`, ``llm_failure`` and ``action_failed`` →
+    :class:`ActionError`, anything else → :class:`RunError` (``internal_error``).
     """
     message = _describe(failure)
     code = failure.get("error_code") or _SOFT_FAILURE
-    if code == "timeout":
-        return TimeoutError(message)
+    if code == "timeout":  # a phasegraph error: its message is shown as it is
+        return ActionTimeoutError(message)
     if code == "loop_detected":
         return LoopDetectedError(message)
-    if code == _SOFT_FAILURE:
-        return ActionError(message)
+    if code in ("llm_failure", "action_failed"):
+        return _ReraisedActionError(message, failure_code=str(code))
     return RunError(message)
 
 
@@ -178,6 +210,16 @@ async def recover(ctx: ActionContext) -> ActionResult:
     return ActionResult(trigger="retry", payload=payload)
 
 
+def error_key(settings: Mapping[str, Any]) -> tuple[str]:
+    """The data key the emergency writes: ``with.error_key``, else :data:`DATA_KEY`.
+
+    Declared with :func:`~phasegraph.actions._base.writes_data`, so a node whose
+    ``writes:`` leaves it out may still record its structured error.
+    """
+    return (str(settings.get("error_key", DATA_KEY)),)
+
+
+@writes_data(error_key)
 async def emergency(ctx: ActionContext) -> ActionResult:
     """End the chain: the structured error into data and the error log, trigger ``fail``.
 
@@ -194,12 +236,20 @@ async def emergency(ctx: ActionContext) -> ActionResult:
     error = structured_error(failure, ctx.settings)
     details = error.to_dict()
     log_error(ctx, error.to_message(), severity="critical", details=details)
-    key = str(ctx.settings.get("error_key", DATA_KEY))
+    (key,) = error_key(ctx.settings)
     return ActionResult(trigger="fail", data={key: details}, payload=details)
+
+
+class _ReraisedActionError(ActionError):
+    """A rebuilt action failure that keeps its code (``llm_failure`` or ``action_failed``)."""
+
+    def __init__(self, message: str, *, failure_code: str) -> None:
+        super().__init__(message)
+        self.failure_code = failure_code
 
 
 def _describe(failure: Mapping[str, Any]) -> str:
     message = failure.get("message") or failure.get("original_error")
     if message:
         return str(message)
-    return "the main work reported a failure without a message"
+    return "the main work returned 'fail' without a message (add 'message' to its payload)"

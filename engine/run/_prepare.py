@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.actions import Action
+from phasegraph.actions._base import declared_writes
 from phasegraph.actions._build import build_action
 from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, build_gate
 from phasegraph.core._graph import WorkflowGraph, compile_graph
@@ -28,6 +29,7 @@ from phasegraph.model import (
     RunStatus,
     frozen_map,
     nested_machines,
+    replace,
 )
 from phasegraph.run._middleware import Middleware, build_middleware, chain
 from phasegraph.tools._registry import ToolFactory, build_tools
@@ -94,9 +96,7 @@ def prepare(
     Raises:
         SpecError: Anything that cannot be prepared, every problem at once.
     """
-    workflow = compile_graph(definition)
-    problems = _check_writes(definition, workflow)
-    problems += [
+    problems = [
         Problem(
             f"unknown reducer {name!r} for key {key!r} (known: append, merge)", definition.location
         )
@@ -104,16 +104,16 @@ def prepare(
         if name not in REDUCERS
     ]
     base_dir = Path(definition.location.path).parent if definition.location else None
-    bound: dict[tuple[str, str], Action] = {}
     try:
         middleware = (*middleware, *build_middleware(definition.middleware))
     except SpecError as exc:
         problems += exc.problems
-    in_code = dict(actions or {})
+        middleware = ()
+    built: dict[tuple[str, str], Action] = dict(actions or {})
     gates: dict[tuple[str, str], HumanGate] = {}
     for node in definition.nodes:
         for hook, action_def in node.bind.items():
-            if (node.id, hook) in in_code:
+            if (node.id, hook) in built:
                 continue
             try:
                 if action_def.kind == "human":
@@ -123,13 +123,14 @@ def prepare(
                         accepts_timeout=_accepts_timeout(definition, node.machine, hook),
                     )
                 else:
-                    bound[(node.id, hook)] = chain(middleware, build_action(action_def, base_dir))
+                    built[(node.id, hook)] = build_action(action_def, base_dir)
             except SpecError as exc:
                 problems += exc.problems
-    for key, action in in_code.items():
-        bound[key] = chain(middleware, action)
+    workflow = compile_graph(_with_action_writes(definition, built))
+    problems[:0] = _check_writes(workflow.definition, workflow)
     if problems:
         raise SpecError(problems)
+    bound = {key: chain(middleware, action) for key, action in built.items()}
     return PreparedGraph(
         definition=definition,
         source=source,
@@ -159,6 +160,32 @@ def initial_state(
         created_at=now,
         updated_at=now,
     )
+
+
+def _with_action_writes(
+    definition: GraphDef, actions: Mapping[tuple[str, str], Action]
+) -> GraphDef:
+    """``definition`` with each declared ``writes:`` widened by the keys its actions declare.
+
+    A concern action such as the fallback chain's ``emergency`` writes a key of its own
+    (:func:`~phasegraph.actions._base.writes_data`): the node may write it without listing
+    it, and the write-conflict rule counts it like a listed key. A node without
+    ``writes:`` may write anything already.
+    """
+    widened = []
+    for node in definition.nodes:
+        keys = [
+            key
+            for (node_id, _), action in actions.items()
+            if node_id == node.id
+            for key in declared_writes(action, node.settings)
+        ]
+        if node.writes is not None and set(keys) - set(node.writes):
+            node = replace(node, writes=tuple(dict.fromkeys((*node.writes, *keys))))
+        widened.append(node)
+    if widened == list(definition.nodes):
+        return definition
+    return replace(definition, nodes=tuple(widened))
 
 
 def _accepts_timeout(definition: GraphDef, machine: str, hook: str) -> bool:

@@ -130,6 +130,13 @@ async def test_the_status_picks_the_trigger(server: Server, status: int, trigger
     result = await call(action)
     assert result.trigger == trigger  # a code, else its class, else default; 3xx not followed
     assert result.output["status"] == status
+    if status < 400:
+        assert dict(result.payload) == {"status": status}
+    else:  # what a fallback chain needs to say why: the call, the status, the body
+        assert result.payload["error_code"] == "action_failed"
+        assert result.payload["action"] == "http"
+        url = server.url + f"/status/{status}"
+        assert result.payload["message"].startswith(f"GET {url} answered {status}")
 
 
 async def test_an_unmapped_status_fails_naming_what_is_mapped(server: Server) -> None:
@@ -244,7 +251,7 @@ async def test_a_refused_connection_is_one_clear_error() -> None:
     assert "q-secret" not in error
     with pytest.raises(ActionError) as caught:
         await call({"http": {"url": url}}, key="k")
-    assert classify_error(caught.value)["error_code"] == "llm_failure"
+    assert classify_error(caught.value)["error_code"] == "action_failed"
 
 
 async def test_a_template_naming_a_missing_value_fails_the_step(server: Server) -> None:

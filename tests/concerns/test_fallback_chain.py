@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 from builders import TESTS, engine, prepared
 from concern_kit import concern_graph, node, path_trail, run_graph, script
 from phasegraph.actions import ActionContext, ActionResult
+from phasegraph.actions._failures import describe_error
+from phasegraph.actions.llm._client import ProviderError
+from phasegraph.analysis import Code, Severity, check
 from phasegraph.api import Engine
 from phasegraph.concerns import fallback
-from phasegraph.errors import ActionError, LoopDetectedError
+from phasegraph.errors import ActionError, LoopDetectedError, PhasegraphError
 from phasegraph.model import NodeOutcome, NodeStatus, RunStatus
 from phasegraph.spec import load_machine
 from phasegraph.store.memory import MemoryStore
@@ -51,8 +54,9 @@ def chain_actions(main, calls=None):
     [
         (TimeoutError("model call timed out after 30s"), "timeout", True),
         (LoopDetectedError("read_file repeated"), "loop_detected", True),
-        (ActionError("provider returned 503"), "llm_failure", True),
-        (ConnectionResetError("connection reset by peer"), "llm_failure", True),
+        (ProviderError("provider returned 503"), "llm_failure", True),
+        (ActionError("cannot start 'make'"), "action_failed", True),
+        (ConnectionResetError("connection reset by peer"), "action_failed", True),
         (ValueError("unexpected None"), "internal_error", False),
     ],
 )
@@ -63,7 +67,10 @@ async def test_each_error_type_maps_to_its_emergency_code(error, code, retryable
     structured = state.data["error"]
     assert structured["error_code"] == code
     assert structured["retryable"] is retryable
-    assert structured["original_error"] == str(error)
+    assert structured["original_error"] == describe_error(error)
+    if not isinstance(error, PhasegraphError):  # the user's exception: type, message, line
+        assert structured["original_error"].startswith(f"{type(error).__name__}: {error} (")
+        assert "(raised at tests/concern_kit.py:" in structured["original_error"]
     assert structured["suggestions"]
     assert set(structured) == {
         "error_code",
@@ -108,7 +115,7 @@ def test_unknown_code_and_reported_failures_are_classified():
     assert fallback.structured_error({"error_code": "weird"}).error_code == "internal_error"
     soft = fallback.structured_error({"message": "empty answer"})
     assert (soft.error_code, soft.retryable, soft.original_error) == (
-        "llm_failure",
+        "action_failed",
         True,
         "empty answer",
     )
@@ -172,7 +179,7 @@ async def test_timeout_recovery_exhausted_goes_to_emergency():
     assert path_trail(history, "work") == ["main", "recovery", "retry", "emergency", "failed"]
     assert state.data["error"]["error_code"] == "timeout"
     assert state.data["error"]["retryable"] is True
-    assert state.data["error"]["original_error"] == "slow again"
+    assert state.data["error"]["original_error"].startswith("TimeoutError: slow again (raised at ")
 
 
 async def test_reported_failure_is_recovered_like_a_raised_one():
@@ -180,7 +187,7 @@ async def test_reported_failure_is_recovered_like_a_raised_one():
     main = script([ActionResult(trigger="fail", payload={"message": "empty answer"}), "ok"])
     state, history = await run_graph(chain_graph(), chain_actions(main))
     assert path_trail(history, "work") == ["main", "recovery", "retry", "recovered"]
-    assert state.errors[0].message == "retry 1 of 1 after llm_failure: empty answer"
+    assert state.errors[0].message == "retry 1 of 1 after action_failed: empty answer"
 
 
 async def test_retries_budget_bounds_recovery():
@@ -194,7 +201,7 @@ async def test_retries_budget_bounds_recovery():
     assert state.data["error"]["original_error"] == "attempt 3"
     assert [ctx.payload["message"] for ctx in recovered] == ["attempt 0", "attempt 1", "attempt 2"]
     retries = [r.message for r in state.errors if r.state == "recovery"]
-    assert retries == [f"retry {n} of 3 after llm_failure: attempt {n - 1}" for n in (1, 2, 3)]
+    assert retries == [f"retry {n} of 3 after action_failed: attempt {n - 1}" for n in (1, 2, 3)]
     state, _ = await run_graph(
         chain_graph(budgets={"retries": 3}), chain_actions(script([*failures[:3], "ok"]))
     )
@@ -249,7 +256,7 @@ async def test_both_tiers_disabled_reraise_at_once():
     )
     assert path_trail(history, "work")[:2] == ["main", "reraise"]
     assert state.nodes["work"].error == "503 from provider"
-    assert history[-1].result["error"]["error_code"] == "llm_failure"
+    assert history[-1].result["error"]["error_code"] == "action_failed"
 
 
 async def test_recovery_and_emergency_write_error_log_records():
@@ -317,9 +324,10 @@ async def test_nested_quality_loop_in_the_main_state_recovers(tmp_path):
 _FAILURES = {
     "timeout": (lambda: TimeoutError("t"), "timeout"),
     "loop": (lambda: LoopDetectedError("l"), "loop_detected"),
-    "llm": (lambda: ActionError("a"), "llm_failure"),
+    "llm": (lambda: ProviderError("a"), "llm_failure"),
+    "action": (lambda: ActionError("a"), "action_failed"),
     "internal": (lambda: RuntimeError("i"), "internal_error"),
-    "soft": (lambda: ActionResult(trigger="fail", payload={"message": "s"}), "llm_failure"),
+    "soft": (lambda: ActionResult(trigger="fail", payload={"message": "s"}), "action_failed"),
 }
 
 
@@ -404,3 +412,73 @@ def test_shipped_machine_loads_with_its_budget():
     machine = load_machine("fallback_chain")
     assert machine.budgets["retries"].limit == 1
     assert {"main", "recover", "emergency"} == {s.hook for s in machine.states.values() if s.hook}
+
+
+# ------------------------------------------------- the emergency's key and `writes:`
+
+SHELL_CHAIN = """
+graph: shell_chain
+nodes:
+  - id: build
+    machine: fallback_chain
+    writes: [result]
+    {settings}
+    bind:
+      main:
+        shell: ["sh", "-c", "echo no compiler here >&2; exit 3"]
+        on_exit: {{0: ok, default: fail}}
+      recover: {{python: "phasegraph.concerns.fallback:recover"}}
+      emergency: {{python: "phasegraph.concerns.fallback:emergency"}}
+"""
+
+
+def _shell_chain(tmp_path, settings=""):
+    path = tmp_path / "shell_chain.yaml"
+    path.write_text(SHELL_CHAIN.format(settings=settings))
+    return path
+
+
+@pytest.mark.parametrize(("settings", "key"), [("", "error"), ("with: {error_key: why}", "why")])
+async def test_emergency_records_its_error_on_a_node_that_declares_writes(tmp_path, settings, key):
+    """The emergency's key is declared by the concern, so `writes: [result]` does not refuse
+    it, and `check` passes the graph `run` accepts."""
+    path = _shell_chain(tmp_path, settings)
+    assert check(path).findings == ()
+    state = await engine(MemoryStore()).run(str(path), {})
+    assert state.nodes["build"].error is None
+    structured = state.data[key]
+    assert structured["error_code"] == "action_failed"
+    assert structured["original_error"] == "command 'sh' exited with status 3: no compiler here"
+    assert structured["suggestions"] == list(fallback.ACTION_SUGGESTIONS["shell"])
+    assert state.errors[0].message == (
+        "retry 1 of 1 after action_failed: command 'sh' exited with status 3: no compiler here"
+    )
+
+
+async def test_a_python_action_reporting_fail_is_an_action_failure_not_a_model_one():
+    """Nothing here called a model: the error must not blame one."""
+    state, _ = await run_graph(chain_graph(), chain_actions(script(["fail", "fail"])))
+    structured = state.data["error"]
+    assert structured["error_code"] == "action_failed"
+    assert structured["original_error"].startswith("the main work returned 'fail' without a")
+    assert not any("model" in text for text in structured["suggestions"])
+    assert "llm_failure" not in state.errors[0].message
+
+
+def test_check_refuses_two_parallel_chains_whose_emergencies_write_one_key(tmp_path):
+    """Both emergencies write `error`: a conflict `run` would meet, so `check` reports it."""
+    text = SHELL_CHAIN.format(settings="")
+    second = (
+        text.split("nodes:\n", 1)[1]
+        .replace("id: build", "id: test")
+        .replace("[result]", "[report]")
+    )
+    path = tmp_path / "two.yaml"
+    path.write_text(text + second)
+    errors = [f for f in check(path).findings if f.severity is Severity.ERROR]
+    assert [f.code for f in errors] == [Code.NOT_RUNNABLE]
+    assert "nodes 'build' and 'test' may run at the same time and both write 'error'" in (
+        errors[0].message
+    )
+    assert errors[0].location is not None
+    assert errors[0].location.line == 14

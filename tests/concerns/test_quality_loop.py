@@ -197,7 +197,7 @@ async def test_failing_reflection_is_skipped_and_the_work_retried():
         "verify",
         "completed",
     ]
-    assert executes[1].payload["error_code"] == "llm_failure"
+    assert executes[1].payload["error_code"] == "action_failed"
     assert state.nodes["work"].outcome is NodeOutcome.SUCCESS
     assert state.errors[0].message == "reflection model unavailable"
 
@@ -209,7 +209,7 @@ async def test_error_in_execute_ends_errored():
     )
     assert state.nodes["work"].path == ("errored",)
     assert state.nodes["work"].outcome is NodeOutcome.FAILED
-    assert state.errors[0].details["error_code"] == "llm_failure"
+    assert state.errors[0].details["error_code"] == "action_failed"
 
 
 @pytest.mark.parametrize("checkpoint_every", [1, 64])
@@ -283,7 +283,7 @@ async def test_gave_up_loop_inside_fallback_chain_is_recovered_once():
     assert len(recoveries) == 1
     assert len(reflections) == 2  # one per loop entry (reflect limit 1)
     assert state.nodes["work"].path == ("failed",)
-    assert state.data["error"]["error_code"] == "llm_failure"
+    assert state.data["error"]["error_code"] == "action_failed"
     assert state.data["error"]["original_error"] == "2 tests failed"
 
 

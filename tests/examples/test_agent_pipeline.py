@@ -94,7 +94,7 @@ async def test_unrecovered_failure_halts_the_pipeline():
     assert [a for a in AGENTS if state.nodes[a].status is NodeStatus.SKIPPED] == AGENTS[6:]
     assert run_summary(state) == "5/9 nodes succeeded, 1 failed, 3 skipped"
     assert path_trail(history, "fixer") == ["main", "recovery", "retry", "emergency", "failed"]
-    assert state.data["error"]["error_code"] == "llm_failure"
+    assert state.data["error"]["error_code"] == "action_failed"
     assert "Fixer output validation failed" in state.data["error"]["original_error"]
     assert [r.severity for r in state.errors] == ["error", "warning", "error", "critical", "error"]
 

@@ -9,13 +9,19 @@ good at: ``429``, ``408``, ``409``, ``5xx``, dropped connections and timeouts ar
 - ``429``, ``5xx``, ``408``, timeouts, lost connections: retryable (``llm_failure``), with
   ``retry_after`` when the provider said how long to wait;
 - a context-length refusal: ``context_length`` is set (the action compresses instead);
-- any other ``4xx``: not retryable, with the provider's message.
+- any other ``4xx``: not retryable, with the provider's message;
+- an answer that is not a chat completion (invalid JSON, an HTML page with status 200,
+  a choice without a message, no choices, a ``data:`` line that is not JSON) or a stream
+  cut before the model finished: ``llm_failure`` naming the model, the endpoint and an
+  excerpt of what came back, retried here (the client does not) ``retries`` times like a
+  lost connection.
 
 The API key never appears in a message: every text taken from the provider is masked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import ssl
@@ -33,6 +39,9 @@ __all__ = ["ChatRequest", "Completion", "Endpoint", "ProviderError", "complete"]
 _MASK: Final = "***"
 _CONTEXT_CODES: Final = frozenset({"context_length_exceeded", "string_above_max_length"})
 _CONTEXT_WORDS: Final = ("maximum context length", "context length", "context window")
+_EXCERPT_CHARS: Final = 200
+_RETRY_WAIT: Final = 0.25
+"""Seconds before the first retry of a malformed answer; doubled for each next one."""
 
 
 class ProviderError(ActionError):
@@ -44,6 +53,9 @@ class ProviderError(ActionError):
         retry_after: Seconds the provider asked to wait, when it said.
         context_length: The request was over the model's context window.
     """
+
+    failure_code = "llm_failure"
+    """How the ``error`` trigger classifies it (other action errors are ``action_failed``)."""
 
     def __init__(
         self,
@@ -148,6 +160,20 @@ async def complete(
     Raises:
         ProviderError: The provider refused or failed the request (after retries).
     """
+    for attempt in range(request.retries + 1):
+        try:
+            return await _attempt(endpoint, request, on_delta)
+        except MalformedAnswerError:
+            if attempt == request.retries:
+                raise
+            await asyncio.sleep(_RETRY_WAIT * 2**attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def _attempt(
+    endpoint: Endpoint, request: ChatRequest, on_delta: Callable[[str], None] | None
+) -> Completion:
+    where = f"model {request.model!r} at {endpoint.shown}"
     try:
         async with openai.AsyncOpenAI(
             base_url=endpoint.base_url,
@@ -159,43 +185,65 @@ async def complete(
             # Posted as it is: `chat.completions.create` first walks the whole body through
             # its type-driven transform, which for plain JSON messages changes nothing and
             # costs about 2 ms per message on a loaded machine (0.2 s a call at 80 messages,
-            # growing with the conversation), against under 1 ms to encode it all.
-            answer = await client.post(
-                "/chat/completions",
-                body=_arguments(request),
-                cast_to=ChatCompletion,
-                stream=request.stream,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
-            )
+            # growing with the conversation), against under 1 ms to encode it all. The
+            # answer is read as text and checked here, so whatever came back can be quoted.
             if request.stream:
-                return await _collect(answer, request.model, on_delta)
-            return _completion(answer)
+                stream = await client.post(
+                    "/chat/completions",
+                    body=_arguments(request),
+                    cast_to=ChatCompletion,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                )
+                return await _collect(stream, request.model, on_delta, endpoint, where)
+            text = await client.post("/chat/completions", body=_arguments(request), cast_to=str)
+            return _completion(text, endpoint, where)
     except openai.APIError as exc:
         raise _provider_error(exc, endpoint, request.model) from None
 
 
-def _completion(answer: Any) -> Completion:
-    if not answer.choices:
-        raise ProviderError("the provider answered with no choices", retryable=True)
-    choice = answer.choices[0]
-    message = choice.message.model_dump(exclude_none=True)
-    message = {k: message[k] for k in ("role", "content", "tool_calls") if k in message}
-    message.setdefault("content", None)
-    message["role"] = "assistant"
-    return Completion(
-        message=message,
-        finish_reason=str(choice.finish_reason or "stop"),
-        usage=_usage(answer.usage),
-        model=str(answer.model or ""),
-        id=str(answer.id or ""),
+class MalformedAnswerError(ProviderError):
+    """The provider answered, but not with a chat completion: retried like a lost connection."""
+
+
+def _malformed(endpoint: Endpoint, where: str, what: str, text: str) -> MalformedAnswerError:
+    excerpt = " ".join(endpoint.mask(text).split())[:_EXCERPT_CHARS]
+    return MalformedAnswerError(
+        f"{where} answered with {what}, not a chat completion: {excerpt!r}", retryable=True
     )
 
 
-def _usage(usage: Any) -> dict[str, int]:
-    if usage is None:
+def _completion(text: str, endpoint: Endpoint, where: str) -> Completion:
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        what = "an HTML page" if text.lstrip().startswith("<") else "invalid JSON"
+        raise _malformed(endpoint, where, what, text) from None
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise _malformed(endpoint, where, "no choices", text)
+    choice = choices[0]
+    raw = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(raw, dict):
+        raise _malformed(endpoint, where, "a choice without a message", text)
+    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+    if raw.get("tool_calls") is not None:
+        message["tool_calls"] = raw["tool_calls"]
+    return Completion(
+        message=message,
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+        usage=_usage(answer.get("usage")),
+        model=str(answer.get("model") or ""),
+        id=str(answer.get("id") or ""),
+    )
+
+
+def _usage(usage: Mapping[str, Any] | None) -> dict[str, int]:
+    if not isinstance(usage, Mapping):
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    prompt, completion = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
-    total = int(usage.total_tokens or prompt + completion)
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    total = int(usage.get("total_tokens") or prompt + completion)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
 
 
@@ -205,8 +253,8 @@ class _Assembly:
 
     text: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str = "stop"
-    usage: Any = None
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] | None = None
     model: str = ""
     id: str = ""
 
@@ -228,20 +276,27 @@ class _Assembly:
             message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
         return Completion(
             message=message,
-            finish_reason=self.finish_reason,
+            finish_reason=self.finish_reason or "stop",
             usage=_usage(self.usage),
             model=self.model,
             id=self.id,
         )
 
 
-async def _collect(stream: Any, model: str, on_delta: Callable[[str], None] | None) -> Completion:
+async def _collect(
+    stream: Any,
+    model: str,
+    on_delta: Callable[[str], None] | None,
+    endpoint: Endpoint,
+    where: str,
+) -> Completion:
     assembly = _Assembly(model=model)
-    async for chunk in stream:
+    chunks = aiter(stream)
+    while (chunk := await _next_chunk(chunks, endpoint, where)) is not None:
         assembly.id = chunk.id or assembly.id
         assembly.model = chunk.model or assembly.model
         if chunk.usage is not None:
-            assembly.usage = chunk.usage
+            assembly.usage = chunk.usage.model_dump()
         for choice in chunk.choices:
             delta = choice.delta
             if delta.content:
@@ -252,7 +307,29 @@ async def _collect(stream: Any, model: str, on_delta: Callable[[str], None] | No
                 assembly.add_call(call)
             if choice.finish_reason:
                 assembly.finish_reason = str(choice.finish_reason)
+    if assembly.finish_reason is None:  # ended without the model saying why: cut short
+        said = "".join(assembly.text)
+        raise _malformed(endpoint, where, "a stream that ended before the answer did", said)
     return assembly.completion()
+
+
+async def _next_chunk(chunks: Any, endpoint: Endpoint, where: str) -> Any:
+    """The stream's next chunk, ``None`` at its end; a broken stream is a malformed answer."""
+    try:
+        return await anext(chunks)
+    except StopAsyncIteration:
+        return None
+    except openai.APIConnectionError as exc:  # the connection broke (or stalled) mid-answer
+        what = f"a stream cut mid-answer ({type(exc).__name__})"
+        raise _malformed(endpoint, where, what, str(exc.__cause__ or exc)) from None
+    except openai.APIError:
+        raise
+    except ValueError as exc:  # the SSE decoder met a `data:` line that is not JSON
+        line = str(getattr(exc, "doc", exc))  # a JSONDecodeError keeps the text it read
+        raise _malformed(endpoint, where, "a stream line that is not JSON", line) from None
+    except Exception as exc:  # the transport's own error: the connection broke mid-answer
+        what = f"a stream cut mid-answer ({type(exc).__name__})"
+        raise _malformed(endpoint, where, what, str(exc)) from None
 
 
 def _retry_after(response: Any) -> float | None:

@@ -9,6 +9,12 @@ offline examples answer from a shipped script. Each entry of the script is one a
   (``Retry-After`` sent when given);
 - ``{error: context_length}``: the provider's context-length refusal (400,
   ``context_length_exceeded``);
+- ``{fault: MODE}``: an answer that is not a chat completion, for testing what the
+  client does with one: ``invalid_json`` and ``html`` (status 200), ``no_message`` (a
+  choice without a message), ``no_choices``, ``garbage_line`` (a streamed answer with
+  a ``data:`` line that is not JSON) and ``cut_stream`` (the connection closed
+  mid-answer); the last two, asked without streaming, send invalid JSON and a body cut
+  short;
 - any entry may add ``delay: SECONDS`` (a slow answer), ``usage: {prompt_tokens,
   completion_tokens}`` (default: about four characters a token) and ``model: NAME``
   (the entry answers only requests for that model; others skip it).
@@ -181,6 +187,8 @@ class ScriptedModelServer:
             return _failure(entry)
         self._ids += 1
         answer = _Answer.of(entry, body, model, f"chatcmpl-{self._ids}")
+        if "fault" in entry:
+            return await _fault(str(entry["fault"]), answer, request, bool(body.get("stream")))
         if body.get("stream"):
             return await answer.stream(request, body)
         return web.json_response(answer.completion())
@@ -228,6 +236,53 @@ def _failure(entry: Mapping[str, Any]) -> web.Response:
     kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "error"
     message = str(entry.get("message") or f"scripted {status} error")
     return _json(status, _error_body(message, kind, None), headers)
+
+
+_HTML = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+
+
+async def _fault(
+    mode: str, answer: _Answer, request: web.Request, stream: bool
+) -> web.StreamResponse:
+    """Answer with ``mode``'s kind of broken answer (see the module docstring)."""
+    completion = answer.completion()
+    if mode == "html":
+        return web.Response(body=_HTML, content_type="text/html")
+    if mode == "no_message":
+        del completion["choices"][0]["message"]
+        return web.json_response(completion)
+    if mode == "no_choices":
+        return web.json_response({**completion, "choices": []})
+    if mode == "invalid_json" or not stream:
+        body = json.dumps(completion).encode()[:40]  # cut_stream: a body cut short
+        if mode == "cut_stream":
+            return await _cut(request, body, headers={"Content-Length": str(len(body) * 2)})
+        return web.Response(body=body, content_type="application/json")
+    first, second, *_ = answer.deltas()
+    if mode == "garbage_line":
+        return await _cut(request, first + b"data: <html>upstream hiccup</html>\n\n", end=True)
+    if mode == "cut_stream":
+        return await _cut(request, first + second)
+    raise ValueError(f"unknown scripted fault {mode!r}")
+
+
+async def _cut(
+    request: web.Request,
+    body: bytes,
+    *,
+    headers: Mapping[str, str] | None = None,
+    end: bool = False,
+) -> web.StreamResponse:
+    """Send ``body``, then end the answer properly (``end``) or drop the connection."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **(headers or {})})
+    await response.prepare(request)
+    await response.write(body)
+    if end:
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+    elif request.transport is not None:
+        request.transport.close()
+    return response
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +350,7 @@ class _Answer:
         }
         return f"data: {json.dumps(chunk)}\n\n".encode()
 
-    def _deltas(self) -> list[bytes]:
+    def deltas(self) -> list[bytes]:
         parts = [self._chunk({"role": "assistant", "content": ""})]
         # Word by word, spaces kept, so the deltas join back into the exact text.
         for word in _pieces(self.content or ""):
@@ -314,7 +369,7 @@ class _Answer:
     async def stream(self, request: web.Request, body: Mapping[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for part in self._deltas():
+        for part in self.deltas():
             await response.write(part)
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {
