@@ -393,6 +393,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "queue for 'phasegraph worker' processes",
     )
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="the server's log lines on stderr (one per request, and per run started, gate "
+        "opened, reply, cancel and run end): text for people, json for one object a line "
+        "(default %(default)s; --quiet keeps warnings only)",
+    )
+    parser.add_argument(
         "--with-worker",
         action="store_true",
         help="--queue, and drive queued runs in this process too (--max-runs at once), "
