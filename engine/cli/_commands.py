@@ -174,6 +174,12 @@ def _status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", nargs="?", help="the run id (omit to list runs)")
     parser.add_argument("--status", choices=RUN_STATUSES, help="list only these")
     parser.add_argument("--limit", type=_count, default=20, help="how many runs to list")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="print the run's progress (as 'run' does) until it ends or waits for a person, "
+        "then report it; the exit status is run's. Ctrl-C stops following, not the run",
+    )
 
 
 def _history(parser: argparse.ArgumentParser) -> None:
