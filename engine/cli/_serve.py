@@ -99,7 +99,6 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
     settings = _settings(args, ttl)
     logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
-    configure_logging(args.log_format, quiet=args.quiet)
     options = RunOptions(lease_ttl=ttl)
     async with open_store(args.store) as store:
         if settings.queue:
@@ -115,6 +114,8 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
         await runner.setup()
         try:
             await _listen(web.TCPSite(runner, args.host, args.port), args.host, args.port)
+            # Only once listening: a port refused is one line, with no log lines before it.
+            configure_logging(args.log_format, quiet=args.quiet)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
