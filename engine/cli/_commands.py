@@ -192,6 +192,12 @@ def _status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", nargs="?", help="the run id (omit to list runs)")
     parser.add_argument("--status", choices=RUN_STATUSES, help="list only these")
     parser.add_argument("--limit", type=_count, default=20, help="how many runs to list")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="print the run's progress (as 'run' does) until it ends or waits for a person, "
+        "then report it; the exit status is run's. Ctrl-C stops following, not the run",
+    )
 
 
 def _history(parser: argparse.ArgumentParser) -> None:
@@ -409,6 +415,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drive no run here: put new, answered and resumed runs in the Redis store's "
         "queue for 'phasegraph worker' processes",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="the server's log lines on stderr (one per request, and per run started, gate "
+        "opened, reply, cancel and run end): text for people, json for one object a line "
+        "(default %(default)s; --quiet keeps warnings only)",
     )
     parser.add_argument(
         "--with-worker",

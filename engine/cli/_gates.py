@@ -7,6 +7,7 @@ import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from phasegraph.api import Engine
@@ -71,8 +72,31 @@ def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trig
         words += ["--trigger", trigger]
     if args.store != DEFAULT_STORE_URL:
         words += ["--store", args.store]
+    if hands_to_workers(args):
+        words.append("--detach")  # else answering would drive the whole run right here
     text = shlex.join(words)
     return text.replace("'FEEDBACK'", "FEEDBACK")
+
+
+def hands_to_workers(args: argparse.Namespace) -> bool:
+    """Whether the run shown is the workers' (``--detach`` given, or said by the caller)."""
+    return bool(getattr(args, "detach", False) or getattr(args, "workers_drive", False))
+
+
+def _due(args: argparse.Namespace, run_id: str, deadline: datetime) -> str:
+    """When the gate times out; a deadline already passed says what fires it, and when."""
+    if deadline > datetime.now(UTC):
+        return f"; times out at {deadline:%Y-%m-%d %H:%M:%S %Z}"
+    command = ["phasegraph", "resume", run_id]
+    if args.store != DEFAULT_STORE_URL:
+        command += ["--store", args.store]
+    if hands_to_workers(args):
+        command.append("--detach")
+    return (
+        f"; its deadline passed at {deadline:%Y-%m-%d %H:%M:%S %Z}: the timeout fires when a "
+        f"process next drives the run (a server or worker on this store, or "
+        f"'{shlex.join(command)}')"
+    )
 
 
 def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGate]) -> str:
@@ -80,11 +104,7 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
     lines = []
     for gate in gates:
         interrupt = gate.interrupt
-        due = (
-            f"; times out at {interrupt.deadline:%Y-%m-%d %H:%M:%S %Z}"
-            if interrupt.deadline
-            else ""
-        )
+        due = _due(args, state.run_id, interrupt.deadline) if interrupt.deadline else ""
         lines.append(
             f"\n  node {interrupt.node} waits for a {interrupt.kind} (id {interrupt.id}{due})"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import sys
@@ -26,12 +27,15 @@ from phasegraph.cli._support import (
     with_engine,
 )
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
+from phasegraph.events import events_for
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
 
 __all__ = ["HANDLERS"]
+
+_FOLLOW_POLL = 0.2  # seconds between looks at a followed run's new steps
 
 # The read-only commands (status, history, show) import none of what drives a run: the
 # live progress display and the YAML loader are imported by the commands that use them.
@@ -134,7 +138,12 @@ async def _cmd_status(args: argparse.Namespace) -> int:
         emit(args, [], f"no runs: there is no store at {path.resolve()} (yet)")
         return EXIT_OK
 
+    if args.follow and not args.run:
+        raise InputError("--follow follows one run: name it ('phasegraph status RUN --follow')")
+
     async def body(engine: Engine) -> int:
+        if args.follow:
+            return await _follow(args, engine)
         await (_status_of_run(args, engine) if args.run else _status_of_runs(args, engine))
         return EXIT_OK
 
@@ -155,14 +164,20 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
         lines.append(
             f"  {node_id:<20} {node.status:<10} {node.state}" + (f"  ({error})" if error else "")
         )
+    from phasegraph.cli._worker import queued_runs  # only a status command asks workers
+    from phasegraph.worker import has_work_queue
+
+    # On a store with a work queue the workers drive runs: the hints hand answers to them.
+    args.workers_drive = has_work_queue(engine.store)
     gates = await open_gates(engine, state)
     nodes = "\n".join(lines) + gate_lines(args, state, gates)
     head = f"run {state.run_id} ({state.graph}) {state.status} at step {state.seq}"
     driving = False
-    if state.status is RunStatus.RUNNING:
-        from phasegraph.cli._worker import queued_runs  # only a status command asks workers
-
-        known, holder = await live_holder(engine, state.run_id)
+    known, holder = (False, None) if state.status.terminal else await live_holder(engine, args.run)
+    if state.status is not RunStatus.RUNNING and holder is not None:
+        driving = True  # a gate opened while other nodes work: its driver is still on it
+        head += f" (a live process drives it: {owner_label(holder)!r})"
+    elif state.status is RunStatus.RUNNING:
         abandoned = known and holder is None
         if abandoned and await queued_runs(engine, [state.run_id]):
             head += " (queued: the next free 'phasegraph worker' drives it)"
@@ -176,6 +191,45 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
             head += f" (a live process drives it: {owner_label(holder)!r})"
     view = run_json(state, gates, driving=driving)
     emit(args, view, f"{head}: {run_summary(state)}\n{nodes}", plain=True)
+
+
+async def _follow(args: argparse.Namespace, engine: Engine) -> int:
+    """Show a run's progress from the store until it ends or waits; report it as ``run`` does.
+
+    Whoever drives the run (a worker, a server, another terminal) commits its steps; the
+    events of each new record are derived as the driver's own bus would publish them
+    (:func:`~phasegraph.events.events_for`), so the lines are the ones ``run`` prints.
+    """
+    from phasegraph.cli._progress import progress_for  # here: only this command shows it
+    from phasegraph.worker import has_work_queue
+
+    args.workers_drive = has_work_queue(engine.store)
+    state = await engine.get(args.run)
+    order = tuple(_dag_order(engine, state)) or tuple(state.nodes)
+    opening = (
+        f"following run {state.run_id} ({state.graph}) from step {state.seq}: Ctrl-C stops "
+        "following, not the run"
+    )
+    display = progress_for(
+        engine.bus,
+        quiet=args.quiet or args.json,
+        run_id=state.run_id,
+        order=order,
+        state=state,
+        opening=opening,
+    )
+    with display:
+        while state.status is RunStatus.RUNNING:
+            await asyncio.sleep(_FOLLOW_POLL)
+            records = await engine.history(state.run_id, start=state.seq + 1)
+            previous: RunStatus = state.status
+            for record in records:
+                for event in events_for(state.run_id, record, previous):
+                    engine.bus.publish(event)
+                previous = record.status
+            if records:
+                state = await engine.get(state.run_id)
+    return await finished(args, engine, state)
 
 
 async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:

@@ -21,6 +21,7 @@ import signal
 import sys
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -28,10 +29,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
+from phasegraph.cli._logs import configure_logging
 from phasegraph.cli._support import EXIT_OK, lease_ttl, tracer_provider
 from phasegraph.cli._worker import (
     default_worker_name,
-    log_to_stderr,
     require_queue,
     worker_queue,
 )
@@ -113,6 +114,8 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
         await runner.setup()
         try:
             await _listen(web.TCPSite(runner, args.host, args.port), args.host, args.port)
+            # Only once listening: a port refused is one line, with no log lines before it.
+            configure_logging(args.log_format, quiet=args.quiet)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,6 +126,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
                 print(f"phasegraph serving http://{shown}:{port}", flush=True)
             if not args.quiet:
                 print(f"  store {redact_url(args.store)}", file=sys.stderr, flush=True)
+                _say_viewer(runner.addresses, settings.token is not None)
             if args.with_worker:
                 await _embedded_worker(args, engine, ttl, stop)
             else:
@@ -138,8 +142,7 @@ async def _embedded_worker(
     args: argparse.Namespace, engine: Engine, ttl: float, stop: asyncio.Event
 ) -> None:
     """Drive queued runs in this process (as ``phasegraph worker`` would) until ``stop``."""
-    log_to_stderr(args.quiet)
-    name = default_worker_name()
+    name = default_worker_name()  # its lines go to the server's log (configure_logging)
     options = WorkerOptions(concurrency=args.max_runs, reclaim_after=ttl)
     async with worker_queue(engine.store) as queue:
         if not args.quiet:
@@ -150,6 +153,20 @@ async def _embedded_worker(
                 flush=True,
             )
         await Worker(engine, queue, name=name, options=options).run(stop)
+
+
+def _say_viewer(addresses: list[Any], needs_token: bool) -> None:
+    """Where the run viewer is, and how it gets the token (never printed: it was given)."""
+    for host, port, *_ in addresses:
+        shown = f"[{host}]" if ":" in host else host
+        print(f"  viewer http://{shown}:{port}/ui", file=sys.stderr, flush=True)
+    if needs_token:
+        print(
+            "  the viewer asks for the token given with --token or PHASEGRAPH_TOKEN "
+            "(API clients send it as 'Authorization: Bearer TOKEN')",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 async def _listen(site: web.TCPSite, host: str, port: int) -> None:

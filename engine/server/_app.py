@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
@@ -45,6 +46,7 @@ from phasegraph.worker import work_queue_of
 __all__ = ["PUBLIC_PATHS", "STATUS_FOR", "ServerSettings", "create_app", "problem"]
 
 _log = logging.getLogger("phasegraph.server")
+_requests = logging.getLogger("phasegraph.server.requests")
 
 STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.PHASEGRAPH: 500,
@@ -95,6 +97,49 @@ def problem(
     response = ok(body, status=status)
     response.content_type = "application/problem+json"
     return response
+
+
+@web.middleware
+async def _request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One line per request: method, path, status, duration, client (never a header).
+
+    The path is logged without its query string, and no header is: the bearer token
+    travels in one and must never reach a log.
+    """
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:  # a redirect or a refusal raised past the problems
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away first (nginx's code for it)
+        raise
+    finally:
+        if _requests.isEnabledFor(logging.INFO):
+            duration_ms = round((time.perf_counter() - started) * 1000, 1)
+            client = request.remote or "-"
+            _requests.info(
+                "%s %s %d %.1fms client=%s",
+                request.method,
+                request.path,
+                status,
+                duration_ms,
+                client,
+                extra={
+                    "fields": {
+                        "event": "request",
+                        "method": request.method,
+                        "path": request.path,
+                        "status": status,
+                        "duration_ms": duration_ms,
+                        "client": client,
+                    }
+                },
+            )
 
 
 @web.middleware
@@ -206,7 +251,7 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
     """
     config = settings or ServerSettings()
     guard = browser_guard(config.host, config.allowed_hosts, config.allowed_origins)
-    middlewares = [_problems, guard] + ([_auth(config.token)] if config.token else [])
+    middlewares = [_request_log, _problems, guard] + ([_auth(config.token)] if config.token else [])
     app = web.Application(middlewares=middlewares, client_max_size=config.max_body_bytes)
     app[ENGINE] = engine
     app[SETTINGS] = config

@@ -116,12 +116,20 @@ class Executor:
             state = run.state
         if self._options.queue is not None:
             await self._options.queue.enqueue(state.run_id)
+            _log_run("started", state, outcome="queued for the workers")
             return state
+        _log_run("started", state)
         self._graphs[state.run_id] = graph
         self.submit(state.run_id)
         return state
 
     async def reply(self, run_id: str, interrupt_id: str, result: ActionResult) -> RunState:
+        """Answer a pending interrupt and log it; see :meth:`_reply`."""
+        state = await self._reply(run_id, interrupt_id, result)
+        _log_run("reply", state, outcome=result.trigger, interrupt_id=interrupt_id)
+        return state
+
+    async def _reply(self, run_id: str, interrupt_id: str, result: ActionResult) -> RunState:
         """Answer a pending interrupt; return the state right after the reply's step.
 
         The run then goes on in the background.
@@ -171,6 +179,12 @@ class Executor:
         return state
 
     async def cancel(self, run_id: str, reason: str) -> RunState:
+        """Cancel the run and log it; see :meth:`_cancel`."""
+        state = await self._cancel(run_id, reason)
+        _log_run("cancel", state, outcome=reason)
+        return state
+
+    async def _cancel(self, run_id: str, reason: str) -> RunState:
         """Stop driving the run (at its last committed step) and commit it as cancelled.
 
         Raises:
@@ -254,6 +268,8 @@ class Executor:
         state = None
         try:
             state = (await self._driver.drive(run_id, graph=self._graphs.get(run_id))).state
+            if state is not None:
+                _log_idle(state)
         except Exception:  # a background task has nobody to raise to: log it
             _log.exception("driving run %s failed", run_id)
         finally:
@@ -295,6 +311,49 @@ class Executor:
             if meta.unreadable:
                 _log.warning("run %s is left alone: %s", meta.run_id, meta.unreadable)
         return [meta.run_id for meta in pages if not meta.unreadable]
+
+
+def _log_run(event: str, state: RunState, node: str | None = None, **more: str) -> None:
+    """One line about a run: its id, graph, node and outcome (``fields`` for JSON logs)."""
+    if not _log.isEnabledFor(logging.INFO):
+        return
+    fields = {"event": f"run_{event}", "run_id": state.run_id, "graph": state.graph}
+    fields |= {"node": node} if node is not None else {}
+    fields |= {"status": str(state.status), **more}
+    where = f" at {node}" if node is not None else ""
+    outcome = more.get("outcome")
+    said = f": {outcome}" if outcome else ""
+    _log.info(
+        "run %s (%s) %s%s, now %s%s",
+        state.run_id,
+        state.graph,
+        event,
+        where,
+        state.status,
+        said,
+        extra={"fields": fields},
+    )
+
+
+def _log_idle(state: RunState) -> None:
+    """Say how a drive left the run: ended (and how), or which gates it waits at."""
+    if state.status.terminal:
+        failure = state.errors[-1] if state.errors and state.status is RunStatus.FAILED else None
+        if failure is None:
+            _log_run(str(state.status), state)
+        else:
+            _log_run(str(state.status), state, failure.node, outcome=failure.message)
+        return
+    for interrupt in state.interrupts.values():
+        deadline = interrupt.deadline.isoformat() if interrupt.deadline else ""
+        _log_run(
+            "gate_open",
+            state,
+            interrupt.node,
+            outcome=f"{interrupt.kind} {interrupt.id}",
+            interrupt_id=interrupt.id,
+            deadline=deadline,
+        )
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

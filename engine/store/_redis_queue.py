@@ -324,6 +324,47 @@ class RunQueue:
             QueueEntry(e.partition, e.entry_id, e.run_id, times.get(e.entry_id, 1)) for e in claimed
         ]
 
+    async def stale(
+        self, partition: int, consumer: str, idle_ms: int, count: int
+    ) -> list[QueueEntry]:
+        """Other consumers' entries idle for ``idle_ms`` or more (oldest first), unclaimed.
+
+        A worker asks which runs they are for, and claims (:meth:`claim`) those whose
+        lease is free: a dead worker's runs move as soon as its lease allows.
+        """
+        await self.join(partition)
+        key = self.work_key(partition)
+        items = await self._client.xpending_range(
+            key, GROUP, min="-", max="+", count=count, idle=idle_ms
+        )
+        entries: list[QueueEntry] = []
+        for item in items:
+            if item["consumer"] == consumer.encode():
+                continue  # its own: being driven here
+            found = await self._client.xrange(key, min=item["message_id"], max=item["message_id"])
+            for entry_id, fields in found:
+                times = int(item["times_delivered"])
+                entries.append(
+                    QueueEntry(partition, entry_id, _entry(0, b"", fields).run_id, times)
+                )
+        return entries
+
+    async def claim(
+        self, consumer: str, idle_ms: int, entries: Sequence[QueueEntry]
+    ) -> list[QueueEntry]:
+        """Take over ``entries`` still idle for ``idle_ms`` (a heartbeat since keeps one)."""
+        claimed: list[QueueEntry] = []
+        for entry in entries:
+            key = self.work_key(entry.partition)
+            ids = await self._client.xclaim(
+                key, GROUP, consumer, idle_ms, [entry.entry_id], justid=True
+            )
+            if ids:
+                claimed.append(
+                    QueueEntry(entry.partition, entry.entry_id, entry.run_id, entry.deliveries + 1)
+                )
+        return claimed
+
     async def touch(self, consumer: str, entries: Sequence[QueueEntry]) -> None:
         """Reset the idle time of entries ``consumer`` is working on (its heartbeat)."""
         by_partition: dict[int, list[bytes]] = {}

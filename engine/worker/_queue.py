@@ -76,6 +76,18 @@ class WorkQueue(Protocol):
         """Entries other consumers left idle."""
         ...
 
+    async def stale(
+        self, partition: int, consumer: str, idle_ms: int, count: int
+    ) -> Sequence[QueueEntry]:
+        """Other consumers' entries idle for a while (not claimed by asking)."""
+        ...
+
+    async def claim(
+        self, consumer: str, idle_ms: int, entries: Sequence[QueueEntry]
+    ) -> Sequence[QueueEntry]:
+        """Take over entries still that idle."""
+        ...
+
     async def touch(self, consumer: str, entries: Sequence[QueueEntry]) -> None:
         """Heartbeat for entries being worked on."""
         ...

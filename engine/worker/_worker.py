@@ -14,8 +14,10 @@ What makes it safe:
   reclaimed from a worker that is merely slow finds the lease held and is retried later.
 * **Run at least once.** An entry is acknowledged only after its run is idle and its
   lease released. A worker that dies leaves its entries pending; their idle time grows
-  (the heartbeat stopped) and after ``reclaim_after`` any worker takes them over
-  (``XAUTOCLAIM``) and resumes the runs from their last committed step. The action
+  (the heartbeat stopped); once an entry missed a few heartbeats and its run's lease is
+  free (expired, or its holder provably died on this host) any worker takes it over, and
+  after ``reclaim_after`` any worker takes it regardless (``XAUTOCLAIM``), then resumes
+  the run from its last committed step. The action
   that was in flight runs again, with the same :attr:`ActionContext.idempotency_key`.
 * **Nothing lost in between.** A second entry for a run this worker is driving (a reply
   landing while the drive ends) is looked at by the drive, or drives the run once more
@@ -43,6 +45,7 @@ from typing import Final, final
 
 from phasegraph.api import Engine
 from phasegraph.errors import InputError, PhasegraphError, StoreUnavailableError
+from phasegraph.store._holder import holder_gone
 from phasegraph.worker._driver import RunDriver
 from phasegraph.worker._mail import QueueMailbox
 from phasegraph.worker._outage import Outage
@@ -54,6 +57,8 @@ _log = logging.getLogger("phasegraph.worker")
 
 _TRIM_EVERY: Final = 60.0  # seconds between trims of acknowledged entries
 _DUE_POLL_MAX: Final = 1.0  # seconds: a deadline set by another process is seen this soon
+_BEAT_MAX: Final = 1.0  # seconds between heartbeats at most
+_MISSED_BEATS: Final = 3  # an entry this many heartbeats silent lost its worker (or soon will)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,9 +68,10 @@ class WorkerOptions:
     Attributes:
         concurrency: Runs driven at once.
         reclaim_after: Seconds an entry may go without a heartbeat before another worker
-            takes it over (a dead worker's runs move after about this long). Keep it at
-            least the lease length where workers run on several hosts: a dead holder on
-            another host keeps its lease until it expires.
+            takes it over even though its run's lease is held (a run whose lease is free
+            moves sooner, after a few missed heartbeats). Keep it at least the lease
+            length where workers run on several hosts: a dead holder on another host
+            keeps its lease until it expires.
         block: Seconds one read waits for new entries.
     """
 
@@ -131,6 +137,7 @@ class Worker:
         self._name = name
         self._options = options or WorkerOptions()
         self._driver = RunDriver(engine, QueueMailbox(queue), log=_log)
+        self._store = engine.store
         self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
@@ -180,6 +187,9 @@ class Worker:
                     entries = await self._queue.reclaim(partition, self._name, idle_ms, free)
                     self.stats.reclaimed += len(entries)
                 if not entries:
+                    entries = await self._unleased(partition, free)
+                    self.stats.reclaimed += len(entries)
+                if not entries:
                     entries = await self._queue.take(partition, self._name, free, block_ms)
             except StoreUnavailableError as exc:
                 self._outage.failed(exc)
@@ -192,6 +202,23 @@ class Worker:
             self._outage.answered()
             for entry in entries:
                 self._start(entry)
+
+    async def _unleased(self, partition: int, count: int) -> Sequence[QueueEntry]:
+        """Take over entries that missed a heartbeat and whose run's lease is free.
+
+        Their worker died (or is between two drives): the lease, not a fixed wait, says
+        when the run may move, so a dead worker's run moves once its lease expired, or at
+        once when its holder provably died on this host. A claim that races a live
+        worker costs nothing but a retry: the run's lease decides who commits.
+        """
+        missed_ms = round(_MISSED_BEATS * self._beat() * 1000)
+        stale = await self._queue.stale(partition, self._name, missed_ms, count)
+        free = []
+        for entry in stale:
+            holder = await self._store.holder(entry.run_id)
+            if holder is None or holder_gone(holder):
+                free.append(entry)
+        return await self._queue.claim(self._name, missed_ms, free) if free else ()
 
     async def _wait_for_room(self) -> int:
         """How many more runs may start now (waits until at least one may)."""
@@ -260,9 +287,13 @@ class Worker:
 
     # -- keeping work -------------------------------------------------------------------
 
+    def _beat(self) -> float:
+        """Seconds between heartbeats: often, so a silent entry is noticed soon."""
+        return min(self._options.reclaim_after / 3, _BEAT_MAX)
+
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         """Keep the entries being worked on from looking abandoned."""
-        every = self._options.reclaim_after / 3
+        every = self._beat()
         while not stop.is_set():
             await asyncio.sleep(every)
             entries = [e for a in self._active.values() for e in a.entries[a.acked :]]

@@ -71,6 +71,13 @@ def test_a_timed_out_review_keeps_its_id_and_a_reply_with_it_resumes_the_parked_
     assert started.returncode == 3, started.stderr
     assert "id sr:spec:spec_review" in started.stdout
     time.sleep(0.01)  # past the review's 1 ms deadline (with: {review_timeout: 0.001})
+    # Nothing drives the run now: its status says the deadline passed and what fires it.
+    shown = _cli(store, "status", "sr").stdout
+    assert "times out at" not in shown
+    assert "its deadline passed at " in shown
+    assert "fires when a process next drives the run" in shown
+    assert f"'phasegraph resume sr --store {store}'" in shown
+    assert "--detach" not in shown  # no workers share a SQLite store
     parked = _cli(store, "resume", "sr", "-q")
     assert parked.returncode == 3
     assert parked.stdout.startswith("run sr parked")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -218,3 +219,63 @@ def test_a_worker_without_a_reachable_queue_says_so_in_one_line(url: str, tmp_pa
             "phasegraph: workers share runs through Redis",
         )
     )
+
+
+def _progress_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("[")]
+
+
+def test_follow_shows_a_detached_run_as_run_would_and_the_hint_stays_detached(
+    store_url: str, tmp_path: Path
+) -> None:
+    # The same run driven in this terminal (to its gate) prints the lines to expect.
+    here = cli("run", str(LOOP_GATE), "--input", "n=3", "--store", f"sqlite:///{tmp_path}/a.db")
+    assert here.returncode == 3, here.stderr
+    expected = _progress_lines(here.stderr)
+    assert expected
+
+    started = cli("run", str(LOOP_GATE), "--input", "n=3", "--detach", "--store", store_url)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LOOP_GATE.parent)])}
+    follow = subprocess.Popen(
+        cli_argv("status", run_id, "--follow", "--store", store_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert follow.stderr is not None
+        opening = follow.stderr.readline()  # it reads the run before any worker exists
+        assert opening.startswith(f"following run {run_id} (loop_gate) from step 0"), opening
+        with workers(store_url, 1, tmp_path / "marks.txt"):
+            out, err = follow.communicate(timeout=60)
+            assert follow.returncode == 3, err  # waiting: as 'run' exits
+            assert _progress_lines(err) == expected
+            assert f"run {run_id} waiting" in out
+            reply_hint = next(line for line in out.splitlines() if "phasegraph reply" in line)
+            assert reply_hint.rstrip().endswith("--detach"), reply_hint
+            shown = cli("status", run_id, "--store", store_url)
+            assert "phasegraph reply" in shown.stdout
+            assert all(
+                line.rstrip().endswith("--detach")
+                for line in shown.stdout.splitlines()
+                if "phasegraph reply" in line
+            )
+
+            answered = cli(*shlex.split(reply_hint)[1:])
+            assert answered.returncode == 0, answered.stderr
+            ended = cli("status", run_id, "--follow", "--store", store_url)
+            assert ended.returncode == 0, ended.stderr
+            assert f"run {run_id} completed" in ended.stdout
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+
+
+def test_follow_needs_a_run(store_url: str) -> None:
+    refused = cli("status", "--follow", "--store", store_url)
+    assert refused.returncode == 2
+    assert "--follow follows one run" in refused.stderr

@@ -43,6 +43,7 @@ def workers(
     concurrency: int = 8,
     quiet: bool = True,
     env: Mapping[str, str] | None = None,
+    reclaim_after: float = RECLAIM_AFTER,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``count`` worker processes on ``url``; each action call appends a line to ``marks``.
 
@@ -62,7 +63,7 @@ def workers(
                 "--concurrency",
                 str(concurrency),
                 "--reclaim-after",
-                str(RECLAIM_AFTER),
+                str(reclaim_after),
                 *(["--quiet"] if quiet else []),
             ),
             env=env,
@@ -219,6 +220,29 @@ async def test_three_workers_survive_a_sigkill_and_end_as_an_uninterrupted_run(
     runs_repeating = collections.Counter(key.rsplit(":", 2)[0] for key in repeated)
     assert all(count == 1 for count in runs_repeating.values())
     assert_no_errors_logged(tmp_path)
+
+
+async def test_a_killed_workers_run_moves_once_its_lease_allows_not_after_reclaim_after(
+    store_url: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks.txt"
+    run_input = {"n": 3, "nap": 0.3}
+    # The fixed wait is far beyond the test: only the free lease can move the run.
+    env = {"PHASEGRAPH_LEASE_TTL": "2"}
+    async with open_store(store_url) as store:
+        engine = Engine(store)
+        with workers(store_url, 2, marks, env=env, reclaim_after=3600) as procs:
+            (run_id,) = await submit(engine, LOOP_GATE, run_input, 1)
+            deadline = time.monotonic() + 60
+            while not any(started_by(marks, proc.pid) for proc in procs):
+                assert time.monotonic() < deadline, "no worker got going"
+                await asyncio.sleep(0.05)
+            driver, other = procs if started_by(marks, procs[0].pid) else procs[::-1]
+            driver.send_signal(signal.SIGKILL)
+            driver.wait()
+            before = started_by(marks, other.pid)
+            await wait_for(store, [run_id], RunStatus.WAITING, [other])
+            assert started_by(marks, other.pid) > before  # the living worker finished it
 
 
 async def test_a_deadline_fires_in_whichever_worker_is_alive(

@@ -1,0 +1,51 @@
+"""Where the long-running commands (``serve``) send the ``phasegraph`` loggers' lines.
+
+The library only logs (G27); this module, used by the commands, decides the handler and
+the format: plain text for a person, or one JSON object a line for a log collector. A
+record's ``fields`` (passed by the library as ``extra={"fields": {...}}``) become the JSON
+object's keys beside ``time``, ``level``, ``logger`` and ``message``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Final
+
+__all__ = ["LOG_FORMATS", "JsonLines", "configure_logging"]
+
+LOG_FORMATS: Final = ("text", "json")
+"""The values of ``--log-format``."""
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record: time, level, logger, message and the record's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
+        line: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line.update({k: v for k, v in fields.items() if k not in line})
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+def configure_logging(log_format: str, *, quiet: bool) -> None:
+    """Send the ``phasegraph`` loggers to stderr in ``log_format``; warnings only if quiet."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("phasegraph")
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
