@@ -277,6 +277,10 @@ class Executor:
             self._drivers.pop(run_id, None)
             if state is None or state.status.terminal:
                 self._graphs.pop(run_id, None)
+            if self._mail.has_mail(run_id):
+                # Posted while the drive was finishing, after it last read its mail: the
+                # sender would wait for ever without a drive to answer it.
+                self.submit(run_id)
 
     # -- start-up -------------------------------------------------------------------
 

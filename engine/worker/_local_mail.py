@@ -56,6 +56,11 @@ class LocalMailbox:
         """Queue a cancel request; the future receives the run once cancelled."""
         return self._post(self._cancels, run_id, reason)
 
+    def has_mail(self, run_id: str) -> bool:
+        """Whether a reply or cancel request of the run still waits for an answer."""
+        letters = [*self._replies.get(run_id, ()), *self._cancels.get(run_id, ())]
+        return any(not letter.done.done() for letter in letters)
+
     @property
     def wake_ups(self) -> int:
         """How many wake-ups are armed."""
