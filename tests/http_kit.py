@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +14,20 @@ from aiohttp import web
 
 TOKEN_ENV = "PHASEGRAPH_TEST_API_TOKEN"
 """The environment variable the ``/auth`` route compares the bearer token with."""
+
+
+@asynccontextmanager
+async def served(app: web.Application, **runner_options: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on ``127.0.0.1`` and a free port; yield its base URL; stop on exit."""
+    runner = web.AppRunner(app, **runner_options)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
 
 
 @dataclass

@@ -14,6 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from http_kit import served
+
 
 @dataclass(frozen=True)
 class ReceivedSpan:
@@ -90,13 +92,5 @@ async def otlp_receiver() -> AsyncIterator[Receiver]:
     receiver = Receiver()
     app = web.Application()
     app.router.add_post("/v1/traces", receiver.traces)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    receiver.url = f"http://{host}:{port}"
-    try:
+    async with served(app, access_log=None) as receiver.url:
         yield receiver
-    finally:
-        await runner.cleanup()

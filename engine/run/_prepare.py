@@ -172,12 +172,14 @@ def _with_action_writes(
     it, and the write-conflict rule counts it like a listed key. A node without
     ``writes:`` may write anything already.
     """
+    by_node: dict[str, list[Action]] = {}
+    for (node_id, _), action in actions.items():  # once: a graph may have 20,000 nodes
+        by_node.setdefault(node_id, []).append(action)
     widened = []
     for node in definition.nodes:
         keys = [
             key
-            for (node_id, _), action in actions.items()
-            if node_id == node.id
+            for action in by_node.get(node.id, ())
             for key in declared_writes(action, node.settings)
         ]
         if node.writes is not None and set(keys) - set(node.writes):
