@@ -1,4 +1,4 @@
-"""Where the long-running commands (``serve``) send the ``phasegraph`` loggers' lines.
+"""Where the long-running commands (``serve``, ``worker``) send the ``phasegraph`` loggers' lines.
 
 The library only logs (G27); this module, used by the commands, decides the handler and
 the format: plain text for a person, or one JSON object a line for a log collector. A
@@ -39,13 +39,13 @@ class JsonLines(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
-def configure_logging(log_format: str, *, quiet: bool) -> None:
-    """Send the ``phasegraph`` loggers to stderr in ``log_format``; warnings only if quiet."""
+def configure_logging(log_format: str, *, quiet: bool, logger_name: str = "phasegraph") -> None:
+    """Send ``logger_name``'s lines to stderr in ``log_format``; warnings only if quiet."""
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonLines())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger = logging.getLogger("phasegraph")
+    logger = logging.getLogger(logger_name)
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)

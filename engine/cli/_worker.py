@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import shlex
 import signal
@@ -23,6 +22,7 @@ from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
+from phasegraph.cli._logs import configure_logging
 from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tracer_provider
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
@@ -39,7 +39,6 @@ __all__ = [
     "default_worker_name",
     "detached",
     "hand_over",
-    "log_to_stderr",
     "queued_runs",
     "reply_by_worker",
     "require_queue",
@@ -54,7 +53,8 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         reclaim_after=args.reclaim_after if args.reclaim_after is not None else ttl,
     )
-    log_to_stderr(args.quiet)
+    # Worker lines (runs taken over, drives given up) as text on stderr.
+    configure_logging("text", quiet=args.quiet, logger_name="phasegraph.worker")
     tune_collector()
     async with open_store(args.store) as store, worker_queue(store, args.partitions) as queue:
         run_options = RunOptions(lease_ttl=ttl, owner=f"worker {name}")
@@ -87,15 +87,6 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
 def default_worker_name() -> str:
     """``HOST:PID``: unique among live workers, and says where to look for one."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def log_to_stderr(quiet: bool) -> None:
-    """Worker lines (runs taken over, drives given up) on stderr; warnings only if quiet."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger = logging.getLogger("phasegraph.worker")
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 @contextlib.asynccontextmanager
