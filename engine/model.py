@@ -26,15 +26,18 @@ __all__ = [
     "ActionDef",
     "BudgetDef",
     "ChunkedMap",
+    "Effect",
     "ErrorRecord",
     "GraphDef",
     "Interrupt",
+    "LedgerEntry",
     "MachineDef",
     "MiddlewareDef",
     "NodeDef",
     "NodeOutcome",
     "NodeState",
     "NodeStatus",
+    "OnUnknown",
     "RunState",
     "RunStatus",
     "StateDef",
@@ -311,6 +314,35 @@ class NodeOutcome(StrEnum):
     CANCELLED = "cancelled"
 
 
+class Effect(StrEnum):
+    """What running a tool call or an action again does to the world.
+
+    ``none`` only reads; ``idempotent`` gives the same outcome for the same effect id
+    (``write_file``); ``once`` must not happen twice (``run_command``, an ``http:`` POST).
+    Before a ``once`` effect runs, its intent is committed, so a crash between the intent
+    and its result leaves an **outcome unknown** that the binding's :class:`OnUnknown`
+    policy resolves.
+    """
+
+    NONE = "none"
+    IDEMPOTENT = "idempotent"
+    ONCE = "once"
+
+
+class OnUnknown(StrEnum):
+    """What resuming does with a ``once`` effect whose intent has no committed result.
+
+    ``ask`` parks the run on a gate naming the call; ``retry`` runs it again with the same
+    effect id; ``fail`` fails the node; ``reconcile`` asks the binding's reconciler
+    (a ``python:`` function that looks the effect up).
+    """
+
+    ASK = "ask"
+    RETRY = "retry"
+    FAIL = "fail"
+    RECONCILE = "reconcile"
+
+
 # --------------------------------------------------------------------------- definitions
 
 
@@ -487,6 +519,33 @@ class GraphDef(Value, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------- run state
 
 
+class LedgerEntry(Value, frozen=True, kw_only=True):
+    """One effect of a node's step in flight: a tool call, or the action itself.
+
+    Committed as the step runs (an intent before a ``once`` effect, the result as each
+    call completes) and dropped when the step itself commits, so a resumed step runs only
+    what has no committed result.
+
+    Attributes:
+        id: The effect id: ``run:node:step`` for the action, ``run:node:step:index`` for
+            a tool call; the same for every attempt at the step.
+        index: The call's position in the model's message (-1: the action itself).
+        tool: The tool called ("" for the action).
+        arguments: The call's arguments as the model gave them.
+        effect: The effect kind the tool or action declares.
+        on_unknown: What a resume does if this intent has no result.
+        result: The call's result, or ``None`` while only the intent is committed.
+    """
+
+    id: str
+    index: int = -1
+    tool: str = ""
+    arguments: Mapping[str, Any] = EMPTY
+    effect: Effect = Effect.ONCE
+    on_unknown: OnUnknown = OnUnknown.ASK
+    result: Mapping[str, Any] | None = None
+
+
 class NodeState(Value, frozen=True, kw_only=True):
     """Where one node is.
 
@@ -499,6 +558,8 @@ class NodeState(Value, frozen=True, kw_only=True):
         error: Why the node failed, when it did.
         payload: The payload of the trigger that entered the current state (what the
             next action sees as ``ctx.payload``, e.g. a reviewer's feedback).
+        ledger: The effects of the step in flight committed so far (see
+            :class:`LedgerEntry`); empty between steps.
     """
 
     status: NodeStatus = NodeStatus.PENDING
@@ -508,6 +569,7 @@ class NodeState(Value, frozen=True, kw_only=True):
     steps: int = 0
     error: str | None = None
     payload: Mapping[str, Any] = EMPTY
+    ledger: tuple[LedgerEntry, ...] = ()
 
     @property
     def state(self) -> str:

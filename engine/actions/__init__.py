@@ -16,6 +16,8 @@ from phasegraph.actions._base import (
     CallNext,
     EventSink,
     ToolCall,
+    declare_effect,
+    effect_of,
 )
 
 __all__ = [
@@ -25,4 +27,6 @@ __all__ = [
     "CallNext",
     "EventSink",
     "ToolCall",
+    "declare_effect",
+    "effect_of",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
 from phasegraph.errors import ActionError
-from phasegraph.model import EMPTY, Value
+from phasegraph.model import EMPTY, Effect, Value
 
 __all__ = [
     "Action",
@@ -17,7 +17,9 @@ __all__ = [
     "ToolCall",
     "ToolOffer",
     "carry_writes",
+    "declare_effect",
     "declared_writes",
+    "effect_of",
     "writes_data",
 ]
 
@@ -115,15 +117,21 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     attempt: int = 0
 
     @property
-    def idempotency_key(self) -> str:
+    def effect_id(self) -> str:
         """``run:node:step``, the same for every attempt at this step, new for the next.
 
         A step's action runs at least once (again after a crash before its commit), and
-        its result is committed exactly once: pass this key to a side effect that can
+        its result is committed exactly once: pass this id to a side effect that can
         deduplicate (a payment API's idempotency key, a unique row) so it happens once.
         ``step`` is the number of transitions the node had taken when the action started.
+        A tool call's id adds its index in the model's message (``Scope.effect_id``).
         """
         return f"{self.run_id}:{self.node_id}:{self.steps}"
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same as :attr:`effect_id` (its earlier name)."""
+        return self.effect_id
 
     def values(self) -> Mapping[str, Any]:
         """Input and data merged (data wins), as templates see them."""
@@ -137,11 +145,34 @@ CallNext = Action
 """The rest of the middleware chain (and finally the action itself)."""
 
 
+_EFFECT: Final = "phasegraph_effect"
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def declare_effect(kind: Effect | str) -> Callable[[_Function], _Function]:
+    """Declare what calling a tool or action function again does (see :class:`Effect`).
+
+    A tool or action that declares nothing is taken as ``once``: it must not run twice.
+    """
+    declared = Effect(kind)
+
+    def mark(function: _Function) -> _Function:
+        setattr(function, _EFFECT, declared)
+        return function
+
+    return mark
+
+
+def effect_of(function: object, default: Effect = Effect.ONCE) -> Effect:
+    """The effect kind ``function`` declared with :func:`declare_effect` (else ``default``)."""
+    declared = getattr(function, _EFFECT, None)
+    return declared if isinstance(declared, Effect) else default
+
+
 KeysFor = Callable[[Mapping[str, Any]], Sequence[str]]
 """The data keys an action writes, given its node's ``with`` settings."""
 
 _WRITES: Final = "phasegraph_writes"
-_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 def writes_data(keys: KeysFor) -> Callable[[_Function], _Function]:

@@ -15,10 +15,10 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import ActionContext
+from phasegraph.actions import ActionContext, declare_effect
 from phasegraph.actions._shell import DEFAULT_COMMAND_TIMEOUT, build_shell_action
 from phasegraph.errors import ActionError
-from phasegraph.model import EMPTY, ActionDef
+from phasegraph.model import EMPTY, ActionDef, Effect
 from phasegraph.tools._symbols import find_symbols
 
 __all__ = [
@@ -53,9 +53,13 @@ class Scope:
 
     Attributes:
         root: An absolute, resolved folder.
+        effect_id: The call's effect id (``run:node:step:index``), the same for every
+            attempt at it: hand it to a service that deduplicates (see
+            :class:`~phasegraph.model.Effect`).
     """
 
     root: Path
+    effect_id: str = ""
 
     def locate(self, path: str) -> Path:
         """Resolve ``path`` (relative to the root) and refuse it if it leaves the root."""
@@ -119,6 +123,7 @@ def _read(scope: Scope, path: str, wanted: _Lines) -> Any:
     return {**result, "end_line": end, **extra}
 
 
+@declare_effect(Effect.NONE)
 async def read_file(
     scope: Scope,
     *,
@@ -144,6 +149,7 @@ def _write(scope: Scope, path: str, text: str) -> Any:
     return {"path": path, "bytes": len(text.encode("utf-8"))}
 
 
+@declare_effect(Effect.IDEMPOTENT)
 async def write_file(scope: Scope, *, path: str, text: str) -> Mapping[str, Any]:
     """Create or replace a UTF-8 text file (parent folders are created)."""
     return await _guarded(_write, scope, path, text)
@@ -162,6 +168,7 @@ def _list(scope: Scope, path: str, recursive: bool) -> Any:
     return {"path": path, "files": names}
 
 
+@declare_effect(Effect.NONE)
 async def list_files(
     scope: Scope, *, path: str = ".", recursive: bool = False
 ) -> Mapping[str, Any]:
@@ -174,6 +181,7 @@ def _literal(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
+@declare_effect(Effect.ONCE)
 async def run_command(
     scope: Scope,
     *,
