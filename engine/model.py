@@ -659,7 +659,8 @@ class StepRecord(Value, frozen=True, kw_only=True):
         time: When the step was committed.
         kind: ``created`` (seq 0), ``start`` (node entered its initial state),
             ``transition``, ``fail``, ``wait`` (a human gate opened), ``reply``,
-            ``cancel`` or ``status`` (run-level change).
+            ``cancel``, ``status`` (run-level change), ``intent`` (a ``once`` effect is
+            about to run) or ``effect`` (a tool call's result).
         node: The node that moved, if any.
         source: State path before the step.
         trigger: The trigger fired, if any.
@@ -677,6 +678,9 @@ class StepRecord(Value, frozen=True, kw_only=True):
         interrupts: The complete pending-interrupt map after the step, when it changed.
         events: Events raised while the step ran (loop detected, phase violation, ...),
             kept with the step so the history doubles as the run's event log.
+        ledger: For an ``intent`` or ``effect`` step (a ``once`` effect about to run, a
+            tool call's result) the ledger entry it commits to its node's step in
+            flight; the node itself does not move.
     """
 
     seq: int
@@ -694,6 +698,7 @@ class StepRecord(Value, frozen=True, kw_only=True):
     errors: tuple[ErrorRecord, ...] = ()
     interrupts: Mapping[str, Interrupt] | None = None
     events: tuple[Mapping[str, Any], ...] = ()
+    ledger: LedgerEntry | None = None
 
 
 def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
@@ -732,6 +737,9 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         if last.nodes:
             # One record's node map is used as it is; several are merged.
             nodes = last.nodes if not nodes else {**nodes, **last.nodes}
+        if last.ledger is not None and last.node is not None:
+            node = nodes.get(last.node) or state.nodes[last.node]
+            nodes = {**nodes, last.node: _entered(node, last.ledger)}
         if last.errors:
             errors += last.errors
         if last.interrupts is not None:
@@ -754,6 +762,12 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         created_at=state.created_at,
         updated_at=last.time,
     )
+
+
+def _entered(node: NodeState, entry: LedgerEntry) -> NodeState:
+    """``node`` with ``entry`` in its ledger (replacing the entry of the same id)."""
+    kept = tuple(e for e in node.ledger if e.id != entry.id)
+    return replace(node, ledger=(*kept, entry))
 
 
 def _new_writers(

@@ -14,11 +14,14 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.model import (
+    Effect,
     ErrorRecord,
     Interrupt,
+    LedgerEntry,
     NodeOutcome,
     NodeState,
     NodeStatus,
+    OnUnknown,
     RunState,
     RunStatus,
     StepRecord,
@@ -30,8 +33,27 @@ T0 = datetime(2025, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
 T1 = datetime(2025, 3, 1, 11, 0, tzinfo=timezone(timedelta(hours=2)))  # non-UTC offset
 
 
+CALL = LedgerEntry(
+    id="run-0001:review:2:1",
+    index=1,
+    tool="run_command",
+    arguments=MappingProxyType({"argv": ["make", "deploy"]}),
+    effect=Effect.IDEMPOTENT,
+    on_unknown=OnUnknown.RETRY,
+    result=MappingProxyType({"exit": 0, "stdout": "ok"}),
+)
+"""A ledger entry with every field set to something other than its default."""
+
+
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
+    state = golden_state_v2()
+    review = replace(state.nodes["review"], ledger=(CALL,))
+    return replace(state, nodes=MappingProxyType({**state.nodes, "review": review}))
+
+
+def golden_state_v2() -> RunState:
+    """The golden run state of formats 1 and 2, which had no ledgers."""
     return RunState(
         run_id="run-0001",
         graph="review",
@@ -100,12 +122,18 @@ def golden_state() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
+    node = NodeState(status=NodeStatus.RUNNING, path=("executing",), ledger=(CALL,))
+    return replace(golden_record_v2(), ledger=CALL, nodes=MappingProxyType({"review": node}))
+
+
+def golden_record_v2() -> StepRecord:
+    """The golden record of format 2, which had no ledgers."""
     return replace(golden_record_v1(), appended=MappingProxyType({"plan": ["ship", {"by": "ana"}]}))
 
 
 def golden_record_v1() -> StepRecord:
     """The golden record of format 1, which had no ``appended`` (its default: empty)."""
-    state = golden_state()
+    state = golden_state_v2()
     return StepRecord(
         seq=8,
         time=T1 + timedelta(seconds=1),

@@ -84,7 +84,7 @@ __all__ = [
 RecordBody: TypeAlias = Record
 """A step record as :func:`read_record` reads it: checked, in its wire form (``seq`` is its seq)."""
 
-FORMAT_VERSION: Final = 2
+FORMAT_VERSION: Final = 3
 """The format version this phasegraph writes, and the newest it reads."""
 
 _Migration = Callable[[str, Any], Any]
@@ -99,7 +99,23 @@ def _one_to_two(kind: str, body: Any) -> Any:
     return {**body, "a": {}} if kind == "record" else {**body, "ls": {}}
 
 
-_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({1: _one_to_two})
+def _with_ledgers(nodes: Any) -> Any:
+    if type(nodes) is not dict:
+        return nodes
+    return {k: {**n, "l": []} if type(n) is dict else n for k, n in nodes.items()}
+
+
+def _two_to_three(kind: str, body: Any) -> Any:
+    """Format 3 adds each node's ledger (empty) and a record's ledger entry (nil)."""
+    if type(body) is not dict:
+        return body
+    body = {**body, "ns": _with_ledgers(body.get("ns"))} if "ns" in body else body
+    return {**body, "l": None} if kind == "record" else body
+
+
+_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
+    {1: _one_to_two, 2: _two_to_three}
+)
 """Version ``n`` → the migration from ``n`` to ``n + 1``."""
 
 _B = TypeVar("_B")

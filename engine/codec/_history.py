@@ -26,7 +26,7 @@ import msgspec
 from phasegraph import model
 from phasegraph.codec._envelope import encode_record, read_record
 from phasegraph.codec._json import _ENCODE
-from phasegraph.codec._wire import Error, Interrupt, Node, Record
+from phasegraph.codec._wire import Error, Interrupt, Ledger, Node, Record
 
 __all__ = ["history_json", "history_page_json", "record_json"]
 
@@ -68,6 +68,20 @@ def _node(node: Node) -> dict[str, Any]:
         "steps": node.steps,
         "error": node.error,
         "payload": _user(payload) if payload else payload,
+        "ledger": [_entry(entry) for entry in node.ledger] if node.ledger else [],
+    }
+
+
+def _entry(entry: Ledger) -> dict[str, Any]:
+    result = entry.result
+    return {
+        "id": entry.id,
+        "index": entry.index,
+        "tool": entry.tool,
+        "arguments": _user(entry.arguments),
+        "effect": entry.effect,
+        "on_unknown": entry.on_unknown,
+        "result": None if result is None else _user(result),
     }
 
 
@@ -119,6 +133,7 @@ def _record(body: Record) -> dict[str, Any]:
             None if interrupts is None else {k: _interrupt(v) for k, v in interrupts.items()}
         ),
         "events": [_user(event) for event in events] if events else [],
+        "ledger": None if body.ledger is None else _entry(body.ledger),
     }
 
 

@@ -26,6 +26,7 @@ from phasegraph.errors import CodecError
 __all__ = [
     "Error",
     "Interrupt",
+    "Ledger",
     "Node",
     "Record",
     "Segment",
@@ -54,11 +55,24 @@ class Wire(Struct, forbid_unknown_fields=True, gc=False):
         return cls.__name__.lower()
 
 
+class Ledger(Wire):
+    """A :class:`~phasegraph.model.LedgerEntry` (spec: *Ledger entry*)."""
+
+    arguments: dict[str, Any] = field(name="a")
+    effect: model.Effect = field(name="ef")
+    index: int = field(name="i")
+    id: str = field(name="id")
+    result: dict[str, Any] | None = field(name="r")
+    tool: str = field(name="t")
+    on_unknown: model.OnUnknown = field(name="u")
+
+
 class Node(Wire):
     """A :class:`~phasegraph.model.NodeState` (spec: *Node state*)."""
 
     counters: dict[str, int] = field(name="c")
     error: str | None = field(name="e")
+    ledger: list[Ledger] = field(name="l")
     steps: int = field(name="n")
     outcome: model.NodeOutcome | None = field(name="o")
     path: tuple[str, ...] = field(name="p")
@@ -135,6 +149,7 @@ class Record(Wire):
     events: list[dict[str, Any]] = field(name="ev")
     interrupts: dict[str, Interrupt] | None = field(name="i")
     kind: str = field(name="k")
+    ledger: Ledger | None = field(name="l")
     node: str | None = field(name="n")
     nodes: dict[str, Node] = field(name="ns")
     seq: int = field(name="q")
@@ -187,10 +202,24 @@ def _time(value: datetime | None, label: str) -> datetime | None:
     return None if value is None else aware(value, label)
 
 
+def _ledger_wire(entry: model.LedgerEntry) -> Ledger:
+    result = entry.result
+    return Ledger(
+        arguments=_user(entry.arguments, ".arguments"),
+        effect=entry.effect,
+        index=entry.index,
+        id=entry.id,
+        result=None if result is None else _user(result, ".result"),
+        tool=entry.tool,
+        on_unknown=entry.on_unknown,
+    )
+
+
 def _node_wire(node: model.NodeState) -> Node:
     return Node(
         counters=dict(node.counters),
         error=node.error,
+        ledger=_list(node.ledger, _ledger_wire, ".ledger") if node.ledger else [],
         steps=node.steps,
         outcome=node.outcome,
         path=node.path,
@@ -284,6 +313,7 @@ def record_wire(record: model.StepRecord) -> Record:
         events=_list(record.events, _event_wire, ".events") if record.events else [],
         interrupts=None if interrupts is None else _map(interrupts, _interrupt_wire, ".interrupts"),
         kind=record.kind,
+        ledger=None if record.ledger is None else _ledger_wire(record.ledger),
         node=record.node,
         nodes=_map(record.nodes, _node_wire, ".nodes"),
         seq=record.seq,
@@ -343,8 +373,21 @@ def _when_or_none(value: Any, label: str) -> datetime | None:
     return value
 
 
+def _ledger(wire: Ledger) -> model.LedgerEntry:
+    result = wire.result
+    return model.LedgerEntry(
+        id=wire.id,
+        index=wire.index,
+        tool=wire.tool,
+        arguments=_frozen(wire.arguments, "ledger.arguments"),
+        effect=wire.effect,
+        on_unknown=wire.on_unknown,
+        result=None if result is None else _frozen(result, "ledger.result"),
+    )
+
+
 def _node_state(wire: Node) -> model.NodeState:
-    counters, payload = wire.counters, wire.payload
+    counters, payload, ledger = wire.counters, wire.payload, wire.ledger
     return model.NodeState(
         status=wire.status,
         path=wire.path,
@@ -353,6 +396,7 @@ def _node_state(wire: Node) -> model.NodeState:
         steps=wire.steps,
         error=wire.error,
         payload=_frozen(payload, "node.payload") if payload else _EMPTY,
+        ledger=tuple(map(_ledger, ledger)) if ledger else (),
     )
 
 
@@ -452,6 +496,7 @@ def step_record(wire: Record) -> model.StepRecord:
         errors=tuple(map(_error, errors)) if errors else (),
         interrupts=None if interrupts is None else _interrupts(interrupts),
         events=tuple(_frozen(event, "record.events") for event in events) if events else (),
+        ledger=None if wire.ledger is None else _ledger(wire.ledger),
     )
 
 
@@ -485,8 +530,19 @@ def check_record(wire: Record) -> None:
     for node in wire.nodes.values():
         if node.payload:
             _check_user(node.payload, "node.payload")
+        for entry in node.ledger:
+            _check_ledger(entry)
+    if wire.ledger is not None:
+        _check_ledger(wire.ledger)
     if wire.errors or wire.interrupts or wire.events:
         _check_logged(wire)
+
+
+def _check_ledger(entry: Ledger) -> None:
+    """What :func:`_ledger` checks: the call's arguments and result hold only plain values."""
+    _check_user(entry.arguments, "ledger.arguments")
+    if entry.result:
+        _check_user(entry.result, "ledger.result")
 
 
 def _check_logged(wire: Record) -> None:

@@ -27,18 +27,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import REPO, TESTS
-from payloads import T0, T1, golden_record, golden_record_v1, golden_state
+from payloads import (
+    T0,
+    T1,
+    golden_record,
+    golden_record_v1,
+    golden_record_v2,
+    golden_state,
+    golden_state_v2,
+)
 from phasegraph import codec
 from phasegraph.codec import _chunks, _envelope
 from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import (
+    Effect,
     ErrorRecord,
     Interrupt,
+    LedgerEntry,
     NodeOutcome,
     NodeState,
     NodeStatus,
+    OnUnknown,
     RunState,
     RunStatus,
     StepRecord,
@@ -100,6 +111,19 @@ def paths() -> st.SearchStrategy[tuple[str, ...]]:
     return st.lists(texts(6), max_size=3).map(tuple)
 
 
+def ledger_entries() -> st.SearchStrategy[LedgerEntry]:
+    return st.builds(
+        LedgerEntry,
+        id=texts(),
+        index=st.integers(-1, 2**31),
+        tool=texts(),
+        arguments=user_maps(2),
+        effect=st.sampled_from(Effect),
+        on_unknown=st.sampled_from(OnUnknown),
+        result=st.none() | user_maps(2),
+    )
+
+
 def node_states() -> st.SearchStrategy[NodeState]:
     return st.builds(
         NodeState,
@@ -112,6 +136,7 @@ def node_states() -> st.SearchStrategy[NodeState]:
         steps=st.integers(0, 2**63 - 1),
         error=st.none() | texts(),
         payload=user_maps(2),
+        ledger=st.lists(ledger_entries(), max_size=2).map(tuple),
     )
 
 
@@ -185,6 +210,7 @@ def step_records(kinds: st.SearchStrategy[str] | None = None) -> st.SearchStrate
         errors=error_records(),
         interrupts=st.none() | interrupts(),
         events=st.lists(user_maps(2), max_size=2).map(tuple),
+        ledger=st.none() | ledger_entries(),
     )
 
 
@@ -277,10 +303,12 @@ def test_every_map_on_the_wire_is_key_sorted(state: RunState, record: StepRecord
 GOLDEN_CASES: list[
     tuple[int, str, Callable[[], Any], Callable[[Any], bytes], Callable[[bytes], Any]]
 ] = [
-    (1, "snapshot_v1.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (1, "snapshot_v1.bin", golden_state_v2, codec.encode_snapshot, codec.decode_snapshot),
     (1, "record_v1.bin", golden_record_v1, codec.encode_record, codec.decode_record),
-    (2, "snapshot_v2.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
-    (2, "record_v2.bin", golden_record, codec.encode_record, codec.decode_record),
+    (2, "snapshot_v2.bin", golden_state_v2, codec.encode_snapshot, codec.decode_snapshot),
+    (2, "record_v2.bin", golden_record_v2, codec.encode_record, codec.decode_record),
+    (3, "snapshot_v3.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (3, "record_v3.bin", golden_record, codec.encode_record, codec.decode_record),
 ]
 
 
@@ -319,6 +347,7 @@ LAYOUTS = [
     (codec_wire.Record, StepRecord, "## Step record body"),
     (codec_wire.Node, NodeState, "### Node state"),
     (codec_wire.Interrupt, Interrupt, "### Interrupt"),
+    (codec_wire.Ledger, LedgerEntry, "### Ledger entry"),
     (codec_wire.Error, ErrorRecord, "### Error record"),
     (codec_wire.Segment, None, "### List segment"),
 ]
@@ -778,7 +807,7 @@ def test_nesting_deeper_than_the_stack_is_a_codec_error() -> None:
         ("n", 3, "record.node must be of type str or nil, not int"),
         ("s", "sleeping", "record.status must be one of running, waiting, parked, completed"),
         ("src", ["a", 1], "record.source must be a list of str, found int in it"),
-        ("ns", {"n": {"s": "pending"}}, "record.nodes must be a node map of c, e, n, o, p, pl"),
+        ("ns", {"n": {"s": "pending"}}, "record.nodes must be a node map of c, e, l, n, o, p, pl"),
         ("ns", [], "record.nodes must be a map of str to node maps, not list"),
         ("ev", [1], "record.events must be a list of maps, found int in it"),
         ("e", [1], "record.errors must be an error map of m, n, r, s, sv, t, x, not int"),
@@ -788,7 +817,7 @@ def test_nesting_deeper_than_the_stack_is_a_codec_error() -> None:
             "record.interrupts must be an interrupt map of ca, dl, id, k, n, p, pk; missing",
         ),
         ("r", {1: 2}, "record.result has a map key that is not a str"),
-        ("zz", 1, "the record body must be a record map of a, d, dst, e, ev, i, k, n, ns, q, r"),
+        ("zz", 1, "the record body must be a record map of a, d, dst, e, ev, i, k, l, n, ns, q"),
     ],
 )
 def test_refused_record_fields_are_named_by_their_model_field(

@@ -42,7 +42,7 @@ from test_codec_records import (
 )
 
 from history_checks import assert_holds
-from payloads import T0, golden_record, golden_record_v1, loop_record, shape
+from payloads import T0, golden_record, golden_record_v1, golden_record_v2, loop_record, shape
 from phasegraph import codec
 from phasegraph.codec import _envelope, _history, _values
 from phasegraph.codec import _wire as codec_wire
@@ -246,6 +246,17 @@ def test_the_golden_state_folds_the_golden_records_of_both_formats() -> None:
 
 # --------------------------------------------------------------------------- history JSON
 
+CALL_JSON = {
+    "arguments": {"argv": ["make", "deploy"]},
+    "effect": "idempotent",
+    "id": "run-0001:review:2:1",
+    "index": 1,
+    "on_unknown": "retry",
+    "result": {"exit": 0, "stdout": "ok"},
+    "tool": "run_command",
+}
+"""The golden ledger entry's JSON."""
+
 GOLDEN_RECORD_JSON = {
     "appended": {"plan": ["ship", {"by": "ana"}]},
     "data": {"approved": True, "reviewer": "ana"},
@@ -264,11 +275,13 @@ GOLDEN_RECORD_JSON = {
     "events": [{"id": "run-0001:review:spec_review", "type": "spec_review_reply"}],
     "interrupts": {},
     "kind": "transition",
+    "ledger": CALL_JSON,
     "node": "review",
     "nodes": {
         "review": {
             "counters": {},
             "error": None,
+            "ledger": [CALL_JSON],
             "outcome": None,
             "path": ["executing"],
             "payload": {},
@@ -316,11 +329,23 @@ def test_history_json_of_the_golden_record_is_indented_and_sorted() -> None:
     assert rendered([]) == b"[]"
 
 
+def _without_ledgers(record: dict[str, Any]) -> dict[str, Any]:
+    nodes = {key: {**node, "ledger": []} for key, node in record["nodes"].items()}
+    return {**record, "ledger": None, "nodes": nodes}
+
+
 def test_history_json_of_a_format_1_record() -> None:
-    """Format 1 had no ``appended``: it reads as empty."""
+    """Format 1 had no ``appended`` and no ledgers: they read as empty."""
     blob = (GOLDEN / "record_v1.bin").read_bytes()
     items = assert_holds(rendered([blob]), [golden_record_v1()])
-    assert items == [{**GOLDEN_RECORD_JSON, "appended": {}}]
+    assert items == [{**_without_ledgers(GOLDEN_RECORD_JSON), "appended": {}}]
+
+
+def test_history_json_of_a_format_2_record() -> None:
+    """Format 2 had no ledgers: a node's reads as empty, a record's as null."""
+    blob = (GOLDEN / "record_v2.bin").read_bytes()
+    items = assert_holds(rendered([blob]), [golden_record_v2()])
+    assert items == [_without_ledgers(GOLDEN_RECORD_JSON)]
 
 
 def as_json(value: Any) -> Any:

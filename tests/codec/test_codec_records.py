@@ -35,7 +35,18 @@ from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import StepRecord
 
-KINDS = ["created", "start", "transition", "fail", "wait", "reply", "cancel", "status"]
+KINDS = [
+    "created",
+    "start",
+    "transition",
+    "fail",
+    "wait",
+    "reply",
+    "cancel",
+    "status",
+    "intent",
+    "effect",
+]
 """Every step-record kind the engine writes (``StepRecord.kind``)."""
 
 
