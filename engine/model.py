@@ -737,11 +737,9 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         if last.nodes:
             # One record's node map is used as it is; several are merged.
             nodes = last.nodes if not nodes else {**nodes, **last.nodes}
-        if last.ledger is not None and last.node is not None:
-            node = nodes.get(last.node) or state.nodes[last.node]
-            nodes = {**nodes, last.node: _entered(node, last.ledger)}
-        if last.errors:
-            errors += last.errors
+        elif last.ledger is not None:  # an intent or effect step: the node does not move
+            nodes = _entered(state.nodes, nodes, last)
+        errors += last.errors
         if last.interrupts is not None:
             interrupts = last.interrupts
     if last is None:
@@ -764,10 +762,16 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
     )
 
 
-def _entered(node: NodeState, entry: LedgerEntry) -> NodeState:
-    """``node`` with ``entry`` in its ledger (replacing the entry of the same id)."""
+def _entered(
+    before: Mapping[str, NodeState], moved: Mapping[str, NodeState], record: StepRecord
+) -> Mapping[str, NodeState]:
+    """``moved`` with the record's ledger entry in its node's ledger (same id: replaced)."""
+    entry, node_id = record.ledger, record.node
+    if entry is None or node_id is None:
+        return moved
+    node = moved.get(node_id) or before[node_id]
     kept = tuple(e for e in node.ledger if e.id != entry.id)
-    return replace(node, ledger=(*kept, entry))
+    return {**moved, node_id: replace(node, ledger=(*kept, entry))}
 
 
 def _new_writers(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, Final, Protocol, TypeVar
 
 from phasegraph.errors import ActionError
-from phasegraph.model import EMPTY, Effect, Value
+from phasegraph.model import EMPTY, Effect, LedgerEntry, Value
 
 __all__ = [
     "Action",
@@ -28,6 +29,24 @@ EventSink = Callable[[str, Mapping[str, Any]], None]
 
 ToolOffer = Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
 """Describes the named tools the node may call in its current state (for a model)."""
+
+CALL_EFFECT_ID: ContextVar[str] = ContextVar("phasegraph_call_effect_id", default="")
+"""The effect id of the tool call being made (``Scope.effect_id``), set around the call so
+that its arguments, which middleware reads and hashes, stay the model's own."""
+
+EffectSink = Callable[[LedgerEntry], Awaitable[None]]
+"""Commits a ledger entry (an intent, or a call's result) to the node's step in flight."""
+
+EffectKinds = Callable[[str], Effect]
+"""The effect kind of a tool, by name."""
+
+
+async def _keep_nothing(entry: LedgerEntry) -> None:
+    """What ``record_effect`` does in a context built outside a run: nothing."""
+
+
+def _once(name: str) -> Effect:
+    return Effect.ONCE
 
 
 def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
@@ -96,6 +115,11 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         attempt: Which attempt at this step this call is: the fencing token of the lease
             it runs under, larger for every process that took the run over (after a
             crash, a lost lease or a worker's death), so two attempts never share it.
+        ledger: The effects of this step already committed by an earlier attempt (see
+            :class:`~phasegraph.model.LedgerEntry`): a call with a result must not run
+            again; an intent without one is an outcome nobody knows.
+        record_effect: Commits a ledger entry now, before the step itself commits.
+        tool_effect: The effect kind of a tool, by name.
     """
 
     run_id: str
@@ -115,6 +139,9 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     offer: ToolOffer = _offer_nothing
     stream: EventSink = _drop_event
     attempt: int = 0
+    ledger: tuple[LedgerEntry, ...] = ()
+    record_effect: EffectSink = _keep_nothing
+    tool_effect: EffectKinds = _once
 
     @property
     def effect_id(self) -> str:

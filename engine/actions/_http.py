@@ -137,6 +137,10 @@ def _secret_headers(templates: Mapping[str, str]) -> tuple[dict[str, str], tuple
     return headers, tuple(secrets)
 
 
+IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+"""The header that carries the step's effect id (``ctx.effect_id``) unless the binding sets it."""
+
+
 def _without_secrets(url: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
@@ -150,8 +154,13 @@ def _url(template: str, values: Mapping[str, Any]) -> str:
     return url
 
 
-def _render_request(config: Mapping[str, Any], values: Mapping[str, Any]) -> _Request:
+def _render_request(
+    config: Mapping[str, Any], values: Mapping[str, Any], effect_id: str
+) -> _Request:
     headers = {name: render(v, values) for name, v in (config.get("headers") or {}).items()}
+    if not any(name.lower() == IDEMPOTENCY_HEADER.lower() for name in headers):
+        # A receiver that deduplicates sees one effect per step, whatever the attempts.
+        headers[IDEMPOTENCY_HEADER] = effect_id
     secret, secrets = _secret_headers(config.get("headers_from_env") or {})
     for name, value in {**headers, **secret}.items():
         if "\r" in value or "\n" in value:  # would end the header early: refuse, never split
@@ -277,7 +286,7 @@ def build_http_action(definition: ActionDef, base_dir: Path | None) -> Action:
     capture = config.get("capture")
 
     async def call(ctx: ActionContext) -> ActionResult:
-        request = _render_request(config["http"], ctx.values())
+        request = _render_request(config["http"], ctx.values(), ctx.effect_id)
         try:
             async with asyncio.timeout(timeout):
                 response = await _exchange(request)

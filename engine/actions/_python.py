@@ -35,10 +35,10 @@ from phasegraph.actions._base import (
 from phasegraph.errors import ActionError, ActionTimeoutError, Problem, SpecError
 from phasegraph.model import ActionDef, frozen_map
 
-__all__ = ["build_python_action", "coerce_result"]
+__all__ = ["build_python_action", "coerce_result", "import_target"]
 
 
-def _import_target(target: str, base_dir: Path | None) -> Callable[..., Any]:
+def import_target(target: str, base_dir: Path | None) -> Callable[..., Any]:
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -176,7 +176,7 @@ def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
     """
     target = str(definition.config["python"])
     try:
-        function = _import_target(target, base_dir)
+        function = import_target(target, base_dir)
     except Exception as exc:  # any import-time failure is a definition problem
         raise SpecError(
             [Problem(f"cannot import python action {target!r}: {exc}", definition.location)]

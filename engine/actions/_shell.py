@@ -20,7 +20,10 @@ from phasegraph.actions._orphans import ChildRecord, reap_orphans
 from phasegraph.errors import ActionError
 from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, frozen_map, template_parts
 
-__all__ = ["DEFAULT_COMMAND_TIMEOUT", "build_shell_action", "render"]
+__all__ = ["DEFAULT_COMMAND_TIMEOUT", "EFFECT_ID_ENV", "build_shell_action", "render"]
+
+EFFECT_ID_ENV = "PHASEGRAPH_EFFECT_ID"
+"""The environment variable that hands a command its effect id (``ctx.effect_id``)."""
 
 DEFAULT_COMMAND_TIMEOUT = 60.0
 """Seconds a command that phasegraph runs for you may take when nothing says otherwise:
@@ -142,6 +145,7 @@ def build_shell_action(definition: ActionDef, base_dir: Path | None) -> Action:
         cwd = render(str(config["cwd"]), values) if config.get("cwd") else None
         env = {
             **os.environ,
+            EFFECT_ID_ENV: ctx.effect_id,
             **{k: render(str(v), values) for k, v in (config.get("env") or {}).items()},
         }
         # A copy of this command that a dead driver left running ends before this one.

@@ -113,9 +113,7 @@ def _two_to_three(kind: str, body: Any) -> Any:
     return {**body, "l": None} if kind == "record" else body
 
 
-_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
-    {1: _one_to_two, 2: _two_to_three}
-)
+_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({1: _one_to_two, 2: _two_to_three})
 """Version ``n`` → the migration from ``n`` to ``n + 1``."""
 
 _B = TypeVar("_B")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.model import RunState
+from phasegraph.run._effects import ANSWERS, OUTCOME_UNKNOWN
 from phasegraph.run._prepare import PreparedGraph
 
 __all__ = ["gate_answers"]
@@ -15,10 +16,14 @@ def gate_answers(prepared: PreparedGraph | None, state: RunState) -> dict[str, t
     A gate's declared triggers that its state accepts, else every trigger the state
     accepts; ``timeout`` is left out (the deadline fires it) unless it is the only one.
     Empty for every interrupt when the graph could not be read (``prepared`` is ``None``)
-    and for one whose node the graph no longer has.
+    and for one whose node the graph no longer has. A gate that asks whether an
+    uncertain effect happened takes its own answers (``happened``, ``run_again``, ``fail``).
     """
     answers: dict[str, tuple[str, ...]] = {}
     for interrupt_id, interrupt in state.interrupts.items():
+        if interrupt.kind == OUTCOME_UNKNOWN:
+            answers[interrupt_id] = ANSWERS
+            continue
         node = state.nodes.get(interrupt.node)
         workflow_node = None if prepared is None else prepared.workflow.nodes.get(interrupt.node)
         if prepared is None or node is None or workflow_node is None:

@@ -27,6 +27,8 @@ from phasegraph.actions import (
     EventSink,
     ToolCall,
 )
+from phasegraph.actions._effects import ACTION_INDEX, EffectPolicy
+from phasegraph.actions._python import coerce_result
 from phasegraph.errors import (
     CodecError,
     LeaseLostError,
@@ -35,7 +37,15 @@ from phasegraph.errors import (
     StoreUnavailableError,
 )
 from phasegraph.events import events_for, live_event
-from phasegraph.model import NodeState, NodeStatus, RunState, StepRecord
+from phasegraph.model import (
+    Effect,
+    LedgerEntry,
+    NodeState,
+    NodeStatus,
+    OnUnknown,
+    RunState,
+    StepRecord,
+)
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
@@ -71,6 +81,7 @@ class _Site(NamedTuple):
     limits: Mapping[str, int]
     offer: Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
     bind_tool: Callable[[EventSink], ToolCall]
+    policy: EffectPolicy
 
 
 def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site:
@@ -83,14 +94,17 @@ def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site
     definition = prepared.workflow.nodes[node_id]
     where = NodeState(path=path).state
     hook = machines.hook(definition.machine, path) or ""
+    action = prepared.actions[(node_id, hook)]
+    policy = prepared.effects.get((node_id, hook)) or EffectPolicy()
     site = _Site(
-        action=prepared.actions[(node_id, hook)],
+        action=action,
         where=where,
         hook=hook,
         settings=definition.settings,
         limits=machines[definition.machine].limits(definition.settings),
         offer=functools.partial(tools.offered, definition, where),
         bind_tool=tools.binder(definition, where),
+        policy=policy,
     )
     prepared.sites[(node_id, path)] = site
     return site
@@ -175,6 +189,7 @@ class Run:
         "_bus",
         "_checkpoints",
         "_hold",
+        "_lock",
         "_prepared",
         "_state",
         "_steps",
@@ -204,6 +219,9 @@ class Run:
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
         self._uncertain: int | None = None  # a commit cut off on its way to the store
+        # Actions in tasks of their own commit ledger entries while the loop commits steps:
+        # each step is built from the run state and committed under this lock.
+        self._lock = asyncio.Lock()
 
     @property
     def state(self) -> RunState:
@@ -275,8 +293,7 @@ class Run:
             DataConflictError: The reply's data writes a key the node may not write.
             CodecError: The reply's data cannot be stored.
         """
-        step = _reply_step(self._steps, self._state, interrupt_id, result)
-        return await self._leased(self._commit(*step))
+        return await self._leased(self._reply(interrupt_id, result))
 
     async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
         """Stop in-flight actions and commit the run as cancelled.
@@ -316,20 +333,27 @@ class Run:
           a guard per step.
         """
         record: StepRecord | None = None
-        while (decided := self._steps.decide(self._state, self._to_launch)) is not None:
-            if isinstance(decided, StepRecord):
-                if decided.node in self._to_launch:  # a gate opened (or failed to render)
-                    self._to_launch.remove(decided.node)
-                step = _encode(decided)
-            elif len(self._to_launch) == 1 and not self._tasks:
-                node_id = self._to_launch.pop()
-                step = await self._outcome_step(node_id, await _invoke(*self._call(node_id)))
-            else:
-                step = await self._first_outcome()
-            record = await self._commit(*step)
+        lock = self._lock
+        while True:
+            async with lock:
+                decided = self._steps.decide(self._state, self._to_launch)
+                if decided is None:
+                    return None
+                if isinstance(decided, StepRecord):
+                    if decided.node in self._to_launch:  # a gate opened (or failed to render)
+                        self._to_launch.remove(decided.node)
+                    record = await self._commit(*_encode(decided))
+            if not isinstance(decided, StepRecord):
+                if len(self._to_launch) == 1 and not self._tasks:
+                    node_id = self._to_launch.pop()
+                    outcome = await _invoke(*self._call(node_id))
+                else:
+                    node_id, outcome = await self._first_outcome()
+                # Built under the lock: an action in a task may have committed meanwhile.
+                async with lock:
+                    record = await self._commit(*await self._outcome_step(node_id, outcome))
             if once:
                 return record
-        return None
 
     async def _leased(self, work: Coroutine[Any, Any, T]) -> T:
         """Await ``work`` while the lease is ours.
@@ -355,14 +379,20 @@ class Run:
         finally:
             hold.leave()
 
+    async def _reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
+        async with self._lock:
+            step = _reply_step(self._steps, self._state, interrupt_id, result)
+            return await self._commit(*step)
+
     async def _cancel(self, reason: str) -> StepRecord:
-        await self._stop_actions()
-        return await self._commit(*_encode(self._steps.cancel(self._state, reason)))
+        async with self._lock:
+            await self._stop_actions()
+            return await self._commit(*_encode(self._steps.cancel(self._state, reason)))
 
     # -- actions -----------------------------------------------------------------------
 
-    async def _first_outcome(self) -> tuple[StepRecord, bytes]:
-        """Start each due action in a task, wait for one to finish: its outcome's step.
+    async def _first_outcome(self) -> tuple[str, _Outcome]:
+        """Start each due action in a task, wait for one to finish: its node and outcome.
 
         Raises:
             RunError: A node is running but none of its actions is due or in flight.
@@ -382,7 +412,7 @@ class Run:
         position = self._prepared.workflow.position
         finished = (node_id for node_id, task in self._tasks.items() if task.done())
         node_id = min(finished, key=position.__getitem__)
-        return await self._outcome_step(node_id, self._tasks.pop(node_id).result())
+        return node_id, self._tasks.pop(node_id).result()
 
     async def _stop_actions(self) -> None:
         """Cancel the in-flight actions and forget the due ones: their results are dropped."""
@@ -424,8 +454,39 @@ class Run:
             # Bound per call rather than cached per node: no extra map on every run in flight.
             stream=functools.partial(self._stream, node_id),
             attempt=self._hold.lease.token,
+            ledger=node.ledger,
+            record_effect=functools.partial(self._record_effect, node_id),
+            tool_effect=self._prepared.tools.effect,
         )
+        if site.policy.effect is Effect.ONCE:
+            return functools.partial(self._once, site), context, events
         return site.action, context, events
+
+    async def _record_effect(self, node_id: str, entry: LedgerEntry) -> None:
+        """Commit a ledger entry of the node's step in flight (the node does not move).
+
+        Raises:
+            LeaseLostError: As :meth:`_commit`; the action fails with it.
+        """
+        async with self._lock:
+            await self._commit(*_encode(self._steps.ledger_step(self._state, node_id, entry)))
+
+    async def _once(self, site: _Site, ctx: ActionContext) -> ActionResult:
+        """Run a ``once`` action: its intent committed first, or its uncertainty settled.
+
+        An intent with no result is here only under ``retry`` or ``reconcile`` (``ask``
+        and ``fail`` are decided before the action starts).
+        """
+        entry = next((e for e in ctx.ledger if e.index == ACTION_INDEX), None)
+        policy = site.policy
+        if entry is None:
+            intent = LedgerEntry(id=ctx.effect_id, effect=Effect.ONCE, on_unknown=policy.on_unknown)
+            await ctx.record_effect(intent)
+        elif policy.reconcile is not None and entry.on_unknown is OnUnknown.RECONCILE:
+            found = await policy.reconcile(ctx, entry)
+            if found is not None:
+                return coerce_result(found, f"reconciler of node {ctx.node_id!r}")
+        return await site.action(ctx)
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:
         """Publish a live event of an action now; it is never committed (see live_event)."""
@@ -519,7 +580,7 @@ class Run:
             for event in events_for(state.run_id, record, previous):
                 self._bus.publish(event)
         node = record.node
-        if node is not None:
+        if node is not None and record.ledger is None:  # a ledger step moves no node
             # The record holds the node's new state (the run state's map is slower to read).
             moved = record.nodes.get(node) or state.nodes[node]
             if moved.status is NodeStatus.RUNNING:

@@ -14,15 +14,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import Action
+from phasegraph.actions import Action, effect_of
 from phasegraph.actions._base import declared_writes
 from phasegraph.actions._build import build_action
+from phasegraph.actions._effects import EffectPolicy, effect_policy
 from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, build_gate
 from phasegraph.core._graph import WorkflowGraph, compile_graph
 from phasegraph.core._machine import MachineSet, compile_machines
 from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SpecError
 from phasegraph.model import (
+    Effect,
     GraphDef,
     NodeState,
     RunState,
@@ -52,6 +54,8 @@ class PreparedGraph:
         actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
         tools: Binds ``ctx.tool`` for each action call.
         gates: ``(node id, hook)`` → the human gate bound there.
+        effects: ``(node id, hook)`` → what the bound action declares about its side
+            effects (see :mod:`phasegraph.actions._effects`).
         sites: A cache the interpreter fills: ``(node id, state path)`` → what an action
             call there needs that never changes (see ``phasegraph.run._interpreter``).
     """
@@ -63,6 +67,7 @@ class PreparedGraph:
     actions: Mapping[tuple[str, str], Action]
     tools: ToolFactory
     gates: Mapping[tuple[str, str], HumanGate]
+    effects: Mapping[tuple[str, str], EffectPolicy] = field(default_factory=dict)
     sites: dict[tuple[str, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -111,6 +116,10 @@ def prepare(
         middleware = ()
     built: dict[tuple[str, str], Action] = dict(actions or {})
     gates: dict[tuple[str, str], HumanGate] = {}
+    effects = {
+        key: EffectPolicy(effect=effect_of(action, Effect.IDEMPOTENT))
+        for key, action in built.items()
+    }
     for node in definition.nodes:
         for hook, action_def in node.bind.items():
             if (node.id, hook) in built:
@@ -124,6 +133,7 @@ def prepare(
                     )
                 else:
                     built[(node.id, hook)] = build_action(action_def, base_dir)
+                    effects[(node.id, hook)] = effect_policy(action_def, base_dir)
             except SpecError as exc:
                 problems += exc.problems
     workflow = compile_graph(_with_action_writes(definition, built))
@@ -139,6 +149,7 @@ def prepare(
         actions=MappingProxyType(bound),
         tools=build_tools(definition),
         gates=MappingProxyType(gates),
+        effects=MappingProxyType(effects),
     )
 
 

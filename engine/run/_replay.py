@@ -56,6 +56,7 @@ __all__ = [
 
 COMPARED_FIELDS = (
     *("kind", "node", "source", "trigger", "dest", "nodes", "status", "data", "appended"),
+    "ledger",
 )
 """The step-record fields a replayed step must reproduce exactly."""
 
@@ -208,6 +209,9 @@ class _Replayer:
         """The step the interpreter would take here, given the recorded outside inputs."""
         if recorded.kind == "reply":
             return self._reply(recorded)
+        if recorded.ledger is not None and recorded.node is not None:
+            # What an action committed while it ran is fed as it was, like its outcome.
+            return self._steps.ledger_step(self._state, recorded.node, recorded.ledger)
         if recorded.kind == "cancel":
             reason = next((str(e["message"]) for e in recorded.events if "message" in e), "")
             return self._steps.cancel(self._state, reason)

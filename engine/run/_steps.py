@@ -26,6 +26,7 @@ from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, render_payload
 from phasegraph.core._graph import Frontier
 from phasegraph.core._machine import Position, StepResult
 from phasegraph.errors import (
+    ActionError,
     BudgetExhaustedError,
     RunError,
     RunStateError,
@@ -35,9 +36,11 @@ from phasegraph.model import (
     PATH_SEPARATOR,
     ErrorRecord,
     Interrupt,
+    LedgerEntry,
     NodeOutcome,
     NodeState,
     NodeStatus,
+    OnUnknown,
     RunState,
     RunStatus,
     StepRecord,
@@ -45,6 +48,7 @@ from phasegraph.model import (
     extension,
     replace,
 )
+from phasegraph.run._effects import OUTCOME_UNKNOWN, describe, effect_gate, settle, uncertain
 from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
 from phasegraph.run._prepare import PreparedGraph
@@ -107,7 +111,9 @@ class StepBuilder:
         1. a human gate whose deadline has passed fires ``timeout``;
         2. a run that is not running stops here (``None``);
         3. a ready node starts, if a concurrency slot is free;
-        4. a node that reached a human gate starts waiting;
+        4. a node that reached a human gate starts waiting, or one whose step was cut
+           short after a ``once`` effect's intent asks about it or fails
+           (:meth:`unknown_outcome`);
         5. if any node is running, its action's outcome is next (:data:`ACTION_DUE`): the
            interpreter runs the action, replay feeds the recorded outcome;
         6. otherwise the run's status settles (``None`` if it does not change).
@@ -141,6 +147,8 @@ class StepBuilder:
         record = self.start_next(state)
         if record is None and self._prepared.gates:  # the usual graph has no gates
             record = next(filter(None, (self.open_gate(state, n) for n in due)), None)
+        if record is None:
+            record = self._first_unknown_outcome(state, due)
         if record is not None:
             return record
         if self._frontier_for(state).running:
@@ -424,6 +432,93 @@ class StepBuilder:
                 return timed_out
         return prefix + hook
 
+    # -- the effect ledger -----------------------------------------------------------
+
+    def ledger_step(self, state: RunState, node_id: str, entry: LedgerEntry) -> StepRecord:
+        """Commit ``entry`` to the node's step in flight: an ``intent`` or an ``effect`` step."""
+        path = state.nodes[node_id].path
+        return StepRecord(
+            seq=state.seq + 1,
+            time=self._now(),
+            kind="intent" if entry.result is None else "effect",
+            node=node_id,
+            source=path,
+            dest=path,
+            status=state.status,
+            ledger=entry,
+        )
+
+    def _first_unknown_outcome(self, state: RunState, due: Iterable[str]) -> StepRecord | None:
+        nodes = state.nodes
+        for node_id in due:
+            if nodes[node_id].ledger:  # a step cut short: an effect's outcome may be unknown
+                record = self.unknown_outcome(state, node_id)
+                if record is not None:
+                    return record
+        return None
+
+    def unknown_outcome(self, state: RunState, node_id: str) -> StepRecord | None:
+        """Ask about, or fail on, a ``once`` effect of the node whose outcome nobody knows.
+
+        ``None`` when the node's policy lets its action deal with it (``retry``,
+        ``reconcile``) or when every committed effect has its result.
+        """
+        entry = uncertain(state.nodes[node_id])
+        if entry is None or entry.on_unknown not in (OnUnknown.ASK, OnUnknown.FAIL):
+            return None
+        if entry.on_unknown is OnUnknown.FAIL:
+            error = ActionError(f"{describe(entry)} (on_unknown: fail)", node_id=node_id)
+            return self.node_failed(state, node_id, error, ())
+        interrupt = effect_gate(entry, node_id, self._now())
+        node = replace(state.nodes[node_id], status=NodeStatus.WAITING)
+        request = {
+            "kind": f"{interrupt.kind}_request",
+            "id": interrupt.id,
+            "payload": {**interrupt.payload},
+        }
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="wait",
+            source=node.path,
+            dest=node.path,
+            events=(request,),
+            interrupts=MappingProxyType({**state.interrupts, interrupt.id: interrupt}),
+        )
+
+    def _settle_effect(
+        self,
+        state: RunState,
+        interrupt: Interrupt,
+        result: ActionResult,
+        reply: Mapping[str, Any],
+        remaining: Mapping[str, Interrupt],
+    ) -> StepRecord:
+        """Answer an uncertain effect: it happened (with its result), run it again, or fail."""
+        node_id = interrupt.node
+        current = state.nodes[node_id]
+        settled = settle(current, interrupt, result)
+        if isinstance(settled, RunError):
+            return self.node_failed(state, node_id, settled, (reply,), interrupts=remaining)
+        if isinstance(settled, ActionResult):  # the action's own effect happened
+            return self.transition(
+                state, node_id, settled, (reply,), kind="reply", interrupts=remaining
+            )
+        node = replace(current, status=NodeStatus.RUNNING, ledger=settled)
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="reply",
+            source=current.path,
+            trigger=result.trigger,
+            dest=current.path,
+            result={"trigger": result.trigger, "payload": result.payload},
+            events=(reply,),
+            interrupts=remaining,
+        )
+
     def answer(self, state: RunState, interrupt_id: str, result: ActionResult) -> StepRecord:
         """Fire a reply's trigger on the waiting node and close its interrupt.
 
@@ -448,6 +543,8 @@ class StepBuilder:
             "trigger": result.trigger,
             "payload": dict(result.payload),
         }
+        if interrupt.kind == OUTCOME_UNKNOWN:
+            return self._settle_effect(state, interrupt, result, reply, remaining)
         return self.transition(
             state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining
         )

@@ -235,7 +235,45 @@ class _ActionBase(_Spec):
         return next(kind for kind in ACTION_KINDS if kind in type(self).model_fields)
 
 
-class PythonAction(_ActionBase):
+class _Effects(_Spec):
+    """What running the action (or a tool call) again does, and what a resume does about it."""
+
+    on_unknown: Literal["ask", "retry", "fail", "reconcile"] = Field(
+        "ask",
+        description="A once effect whose intent has no committed result after a crash: ask a "
+        "person (a gate), retry with the same effect id, fail the node, or reconcile.",
+    )
+    reconcile: str | None = Field(
+        None,
+        pattern=TARGET_PATTERN,
+        description='"module:function" that looks an uncertain effect up (on_unknown: '
+        "reconcile): returns its result if it happened, None if it did not.",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _reconciler_named(self) -> _Effects:
+        if (self.on_unknown == "reconcile") != (self.reconcile is not None):
+            raise PydanticCustomError(
+                "reconcile_pair",
+                "on_unknown: reconcile needs reconcile: module:function, and reconcile is only "
+                "read with on_unknown: reconcile",
+            )
+        return self
+
+
+_EffectKind = Literal["none", "idempotent", "once"]
+
+
+class _ActionEffects(_Effects):
+    effect: _EffectKind | None = Field(
+        None,
+        description="none (reads), idempotent (same effect id, same outcome) or once (must not "
+        "happen twice: its intent is committed first). Default: once for an http POST or "
+        "PATCH, idempotent otherwise.",
+    )
+
+
+class PythonAction(_ActionBase, _ActionEffects):
     """Call "module:function" (sync or async) with the action context."""
 
     python: str = Field(pattern=TARGET_PATTERN, description='The callable, "module:function".')
@@ -250,7 +288,7 @@ _Command = Annotated[
 ]
 
 
-class ShellAction(_ActionBase):
+class ShellAction(_ActionBase, _ActionEffects):
     """Run a command without a shell: an argv list, or one string split like a shell does."""
 
     shell: Annotated[_Command, _Templates] = Field(
@@ -305,7 +343,7 @@ class HttpRequest(_Spec):
         return self
 
 
-class HttpAction(_ActionBase):
+class HttpAction(_ActionBase, _ActionEffects):
     """Send an HTTP request (redirects are not followed); the response status picks the trigger."""
 
     timeout: float = Field(
@@ -390,7 +428,7 @@ class LlmAction(_ActionBase):
         return found
 
 
-class ToolsAction(_ActionBase):
+class ToolsAction(_ActionBase, _Effects):
     """Run the tool calls of the conversation's last assistant message; fires observed."""
 
     tools: _NonEmpty = Field(description="Data key of the conversation.")

@@ -16,7 +16,11 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.actions import ActionContext, declare_effect
-from phasegraph.actions._shell import DEFAULT_COMMAND_TIMEOUT, build_shell_action
+from phasegraph.actions._shell import (
+    DEFAULT_COMMAND_TIMEOUT,
+    EFFECT_ID_ENV,
+    build_shell_action,
+)
 from phasegraph.errors import ActionError
 from phasegraph.model import EMPTY, ActionDef, Effect
 from phasegraph.tools._symbols import find_symbols
@@ -203,7 +207,10 @@ async def run_command(
         "shell": [_literal(str(a)) for a in argv],
         "cwd": _literal(str(scope.root)),
         "timeout": timeout,
-        "env": {k: _literal(str(v)) for k, v in (env or {}).items()},
+        "env": {
+            **{k: _literal(str(v)) for k, v in (env or {}).items()},
+            EFFECT_ID_ENV: _literal(scope.effect_id),
+        },
     }
     action = build_shell_action(ActionDef(kind="shell", config=config), None)
     context = ActionContext(run_id="", node_id="", state="", hook="", input=EMPTY, data=EMPTY)

@@ -47,9 +47,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from phasegraph.actions import EventSink, ToolCall
+from phasegraph.actions import EventSink, ToolCall, declare_effect, effect_of
+from phasegraph.actions._base import CALL_EFFECT_ID
 from phasegraph.errors import ActionError, Problem, SpecError
-from phasegraph.model import PATH_SEPARATOR, GraphDef, NodeDef, empty_field, nested_machines
+from phasegraph.model import PATH_SEPARATOR, Effect, GraphDef, NodeDef, empty_field, nested_machines
 from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
 from phasegraph.tools._schemas import describe_tool
 
@@ -241,6 +242,11 @@ class ToolFactory:
         """The known tool names, sorted."""
         return tuple(sorted(self._tools))
 
+    def effect(self, name: str) -> Effect:
+        """What calling tool ``name`` again does (``once`` for a tool not known)."""
+        tool = self._tools.get(name)
+        return Effect.ONCE if tool is None else effect_of(tool)
+
     def offered(self, node: NodeDef, state: str, wanted: Sequence[str]) -> list[Mapping[str, Any]]:
         """Descriptions of the ``wanted`` tools that ``node`` may call in ``state``.
 
@@ -297,7 +303,9 @@ class ToolFactory:
         except TypeError as exc:
             raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
         try:
-            scope = await asyncio.to_thread(_scope, caller.policy.workspace, cwd)
+            scope = await asyncio.to_thread(
+                _scope, caller.policy.workspace, cwd, CALL_EFFECT_ID.get()
+            )
         except ToolRefused as exc:
             return error_result(exc.code, str(exc))
         return await tool(scope, **arguments)
@@ -328,19 +336,20 @@ class _Caller:
         return self.factory._call(self, name, arguments)
 
 
+@declare_effect(Effect.NONE)
 async def _advance(scope: Scope) -> Mapping[str, Any]:
     """Finish the current phase and move on to the next one (call it alone, when done)."""
     return {"advance": True}
 
 
-def _scope(workspace: str | None, cwd: str | None) -> Scope:
+def _scope(workspace: str | None, cwd: str | None, effect_id: str) -> Scope:
     base = Path(workspace or ".").resolve()
     root = (base / cwd).resolve() if cwd else base
     if workspace is not None and not root.is_relative_to(base):
         raise ToolRefused("outside_workspace", f"cwd {cwd!r} is outside {str(base)!r}")
     if not root.is_dir():
         raise ToolRefused("not_found", f"cwd {str(root)!r} is not a folder")
-    return Scope(root)
+    return Scope(root, effect_id)
 
 
 # --------------------------------------------------------------------------- settings

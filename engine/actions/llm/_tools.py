@@ -24,10 +24,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from phasegraph.actions._base import Action, ActionContext, ActionResult
+from phasegraph.actions._base import CALL_EFFECT_ID, Action, ActionContext, ActionResult
+from phasegraph.actions._effects import EffectPolicy, effect_policy
 from phasegraph.actions._shell import render
 from phasegraph.errors import ActionError, LoopDetectedError
-from phasegraph.model import ActionDef, frozen_map
+from phasegraph.model import ActionDef, Effect, LedgerEntry, frozen_map, replace
 
 __all__ = ["ADVANCE_TRIGGER", "OBSERVED_TRIGGER", "build_tools_action"]
 
@@ -51,18 +52,71 @@ def _arguments(call: Mapping[str, Any]) -> tuple[str, dict[str, Any] | str]:
 
 
 async def _dispatch(
-    ctx: ActionContext, name: str, arguments: dict[str, Any] | str, cwd: str | None
+    ctx: ActionContext,
+    name: str,
+    arguments: dict[str, Any] | str,
+    cwd: str | None,
+    effect_id: str,
 ) -> dict[str, Any]:
     if isinstance(arguments, str):
         return {"error": "bad_arguments", "message": arguments}
     if cwd is not None:
         arguments = {**arguments, "cwd": cwd}
+    token = CALL_EFFECT_ID.set(effect_id)
     try:
         return dict(await ctx.tool(name, **arguments))
     except LoopDetectedError:
         raise
     except ActionError as exc:  # unknown tool, arguments it does not take
         return {"error": "bad_call", "message": exc.message}
+    finally:
+        CALL_EFFECT_ID.reset(token)
+
+
+async def _ledgered(
+    ctx: ActionContext,
+    index: int,
+    tool_call: Mapping[str, Any],
+    cwd: str | None,
+    policy: EffectPolicy,
+) -> dict[str, Any]:
+    """Run one call at most as its kind allows, its result committed before the next call.
+
+    A call whose result an earlier attempt committed is not run again: its result is
+    reused. An intent without a result is here only under ``retry`` (it runs again, with
+    the same effect id) or ``reconcile`` (the reconciler says whether it happened).
+    """
+    effect_id = f"{ctx.effect_id}:{index}"
+    done = next((e for e in ctx.ledger if e.id == effect_id), None)
+    if done is not None and done.result is not None:
+        return dict(done.result)
+    name, arguments = _arguments(tool_call)
+    effect = ctx.tool_effect(name)
+    entry = LedgerEntry(
+        id=effect_id,
+        index=index,
+        tool=name,
+        arguments=frozen_map(arguments if isinstance(arguments, dict) else {}),
+        effect=effect,
+        on_unknown=policy.on_unknown,
+    )
+    found: Any = None
+    if done is None and effect is Effect.ONCE:
+        await ctx.record_effect(entry)  # the intent: a crash from here on leaves it uncertain
+    elif done is not None and policy.reconcile is not None:
+        found = await policy.reconcile(ctx, done)
+    if found is None:
+        result = await _dispatch(ctx, name, arguments, cwd, effect_id)
+    elif isinstance(found, Mapping):
+        result = dict(found)
+    else:
+        raise ActionError(
+            f"the reconciler of tool call {name!r} returned {type(found).__name__}: "
+            "expected the call's result (a mapping) or None (it did not happen)",
+            node_id=ctx.node_id,
+        )
+    await ctx.record_effect(replace(entry, result=frozen_map(result)))
+    return result
 
 
 def _last_calls(ctx: ActionContext, key: str) -> tuple[list[Any], list[Mapping[str, Any]]]:
@@ -79,17 +133,18 @@ def _last_calls(ctx: ActionContext, key: str) -> tuple[list[Any], list[Mapping[s
 
 
 def build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
-    """Return the action that runs the model's tool calls (``base_dir`` is unused).
+    """Return the action that runs the model's tool calls, each committed as it completes.
 
     Args:
         definition: A ``tools:`` binding; ``tools`` is the conversation's data key.
-        base_dir: Unused.
+        base_dir: The graph file's folder (a ``reconcile:`` module may live beside it).
     """
     key = str(definition.config["tools"])
     folder = definition.config.get("cwd")
     renamed = dict(definition.config.get("on_outcome") or {})
     observed = renamed.get(OBSERVED_TRIGGER, OBSERVED_TRIGGER) or OBSERVED_TRIGGER
     advancing = renamed.get(ADVANCE_TRIGGER, ADVANCE_TRIGGER)
+    policy = effect_policy(definition, base_dir)
 
     async def call(ctx: ActionContext) -> ActionResult:
         conversation, calls = _last_calls(ctx, key)
@@ -97,12 +152,12 @@ def build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
         results: list[Mapping[str, Any]] = []
         warnings: list[str] = []
         advance = False
-        for tool_call in calls:
-            name, arguments = _arguments(tool_call)
-            result = await _dispatch(ctx, name, arguments, cwd)
+        for index, tool_call in enumerate(calls):
+            result = await _ledgered(ctx, index, tool_call, cwd, policy)
             warning = result.pop(_WARNING_KEY, None)
             if warning:
                 warnings.append(str(warning))
+            name = _arguments(tool_call)[0]
             advance = advance or (name == _ADVANCE_TOOL and result.get("advance") is True)
             results.append(
                 {
