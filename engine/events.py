@@ -106,8 +106,8 @@ def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Eve
         raw.append(("transition", record.node, _spent(record, fields)))
     elif record.ledger is not None:  # an effect's intent, or a tool call's result
         entry = record.ledger
-        kind = "effect_intent" if entry.result is None else "effect_result"
-        raw.append((kind, record.node, {"effect_id": entry.id, "tool": entry.tool}))
+        what = "effect_intent" if entry.result is None else "effect_result"
+        raw.append((what, record.node, {"effect_id": entry.id, "tool": entry.tool}))
     raw.extend((str(e.get("kind", "event")), record.node, e) for e in record.events)
     for node_id, node in record.nodes.items():
         kind = _NODE_EVENT.get(node.status)

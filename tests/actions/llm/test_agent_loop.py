@@ -113,7 +113,9 @@ async def test_advance_is_a_tool_where_the_phase_lists_it(serve, tmp_path: Path)
         "advance",
     ]
     assert state.nodes["agent"].path == ("done",)
-    assert [r.trigger for r in history if r.source == ("act",) and r.kind == "transition"] == ["advance"]
+    assert [r.trigger for r in history if r.source == ("act",) and r.kind == "transition"] == [
+        "advance"
+    ]
 
 
 async def test_streamed_text_is_live_and_only_the_message_is_committed(serve) -> None:

@@ -132,5 +132,7 @@ async def test_a_machine_without_advance_binds_tools_with_advance_off(
         state = await engine.run(graph, {"task": "go"})
         history = await engine.history(state.run_id)
     assert state.status is RunStatus.COMPLETED
-    assert [r.trigger for r in history if r.source == ("run",) and r.kind == "transition"] == ["observed"]
+    assert [r.trigger for r in history if r.source == ("run",) and r.kind == "transition"] == [
+        "observed"
+    ]
     assert server.request_count == 2
