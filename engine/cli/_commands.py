@@ -232,6 +232,12 @@ def _reply(parser: argparse.ArgumentParser) -> None:
     _repeatable_pairs(
         parser, "--data", "a data update sent with the reply (JSON if it parses); repeatable"
     )
+    _repeatable_pairs(
+        parser,
+        "--payload",
+        "a payload value the next action reads (JSON if it parses), e.g. result={...} "
+        "answering whether an effect happened; repeatable",
+    )
     _allow_changed(parser, "answer")
     _detach(parser, "commit the answer, then hand the run to")
 

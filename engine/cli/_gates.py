@@ -68,6 +68,8 @@ def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trig
         words.append("--confirm")
     elif trigger == "reject":
         words += ["--reject", "FEEDBACK"]
+    elif trigger == "happened" and interrupt_id.endswith(":outcome"):  # an uncertain effect
+        words += ["--trigger", trigger, "--payload", "result=RESULT_JSON"]
     else:
         words += ["--trigger", trigger]
     if args.store != DEFAULT_STORE_URL:
@@ -75,7 +77,7 @@ def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trig
     if hands_to_workers(args):
         words.append("--detach")  # else answering would drive the whole run right here
     text = shlex.join(words)
-    return text.replace("'FEEDBACK'", "FEEDBACK")
+    return text.replace("'FEEDBACK'", "FEEDBACK").replace("result=RESULT_JSON", "result=JSON")
 
 
 def hands_to_workers(args: argparse.Namespace) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from types import MappingProxyType
+from typing import Any
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
@@ -17,12 +18,13 @@ from phasegraph.model import frozen_map
 __all__ = ["HANDLERS"]
 
 
-def _trigger_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+def _trigger_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    payload = parse_inputs(args.payload, None)
     if args.confirm:
-        return "confirm", {}
+        return "confirm", payload
     if args.reject is not None:
-        return "reject", {"feedback": args.reject}
-    return str(args.trigger), {}
+        return "reject", {**payload, "feedback": args.reject}
+    return str(args.trigger), payload
 
 
 async def _cmd_reply(args: argparse.Namespace) -> int:

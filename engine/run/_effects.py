@@ -126,14 +126,16 @@ def settle(
         if not isinstance(trigger, str) or not trigger:
             raise RunStateError(
                 f"gate {interrupt.id!r}: happened needs the trigger the action would have "
-                'returned, e.g. --payload \'{"trigger": "ok"}\''
+                "returned, as the payload's trigger (phasegraph reply ... --trigger happened "
+                "--payload trigger=NAME)"
             )
         return ActionResult(trigger=trigger, data=frozen_map(payload.get("data")))
     result = payload.get("result", {})
     if not isinstance(result, Mapping):
         raise RunStateError(
             f"gate {interrupt.id!r}: happened takes the call's result as a JSON object, "
-            'e.g. --payload \'{"result": {"exit": 0}}\''
+            "the payload's result (phasegraph reply ... --trigger happened --payload "
+            "'result={\"exit\": 0}')"
         )
     done = replace(entry, result=frozen_map(result))
     return tuple(done if e.id == entry.id else e for e in node.ledger)
