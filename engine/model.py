@@ -333,8 +333,9 @@ class OnUnknown(StrEnum):
     """What resuming does with a ``once`` effect whose intent has no committed result.
 
     ``ask`` parks the run on a gate naming the call; ``retry`` runs it again with the same
-    effect id; ``fail`` fails the node; ``reconcile`` asks the binding's reconciler
-    (a ``python:`` function that looks the effect up).
+    effect id; ``fail`` fails the step as an action error (the state's ``error`` trigger if
+    it takes one); ``reconcile`` asks the binding's reconciler (a ``python:`` function that
+    looks the effect up).
     """
 
     ASK = "ask"

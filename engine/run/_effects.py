@@ -3,7 +3,8 @@
 The process that committed the intent stopped (a crash, a lost lease) before the effect's
 result was committed, so nobody knows whether it happened. The binding's policy
 (:class:`~phasegraph.model.OnUnknown`) decides: ``retry`` and ``reconcile`` are left to
-the action, which sees the entry in ``ctx.ledger``; ``fail`` fails the node; ``ask`` opens
+the action, which sees the entry in ``ctx.ledger``; ``fail`` fails the step as an action
+error would (the state's ``error`` trigger if it takes one, else the node fails); ``ask`` opens
 an ``outcome_unknown`` gate naming the call, its arguments and its effect id, answered
 with one of :data:`ANSWERS`:
 
@@ -12,7 +13,7 @@ with one of :data:`ANSWERS`:
   on. For the action itself, the payload ``trigger`` (and optional ``data``) is what the
   action returned, and fires as if it had.
 * ``run_again``: run it again, with the same effect id.
-* ``fail``: fail the node, saying why.
+* ``fail``: fail the step as an action error, saying why.
 """
 
 from __future__ import annotations

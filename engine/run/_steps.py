@@ -318,17 +318,22 @@ class StepBuilder:
         node_id: str,
         error: BaseException,
         events: tuple[Mapping[str, Any], ...],
+        *,
+        interrupts: Mapping[str, Interrupt] | None = None,
     ) -> StepRecord:
-        """Route a raised error to the state's ``error`` trigger, or fail the node."""
+        """Route a raised error to the state's ``error`` trigger, or fail the node.
+
+        ``interrupts`` is the complete pending set after the step (default: unchanged).
+        """
         node = state.nodes[node_id]
         root = self._prepared.workflow.nodes[node_id].machine
         if ERROR_TRIGGER in self._prepared.machines.legal_triggers(root, node.path):
             failure = ActionResult(trigger=ERROR_TRIGGER, payload=classify_error(error))
             try:
-                return self.transition(state, node_id, failure, events)
+                return self.transition(state, node_id, failure, events, interrupts=interrupts)
             except RunError as exc:
                 error = exc
-        return self.node_failed(state, node_id, error, events)
+        return self.node_failed(state, node_id, error, events, interrupts=interrupts)
 
     def node_failed(
         self,
@@ -467,8 +472,9 @@ class StepBuilder:
         if entry is None or entry.on_unknown not in (OnUnknown.ASK, OnUnknown.FAIL):
             return None
         if entry.on_unknown is OnUnknown.FAIL:
+            # Failed as its action would have: the state's error handling applies.
             error = ActionError(f"{describe(entry)} (on_unknown: fail)", node_id=node_id)
-            return self.node_failed(state, node_id, error, ())
+            return self.action_failed(state, node_id, error, ())
         interrupt = effect_gate(entry, node_id, self._now())
         node = replace(state.nodes[node_id], status=NodeStatus.WAITING)
         request = {
@@ -500,7 +506,7 @@ class StepBuilder:
         current = state.nodes[node_id]
         settled = settle(current, interrupt, result)
         if isinstance(settled, RunError):
-            return self.node_failed(state, node_id, settled, (reply,), interrupts=remaining)
+            return self.action_failed(state, node_id, settled, (reply,), interrupts=remaining)
         if isinstance(settled, ActionResult):  # the action's own effect happened
             return self.transition(
                 state, node_id, settled, (reply,), kind="reply", interrupts=remaining

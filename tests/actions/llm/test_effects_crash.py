@@ -227,7 +227,7 @@ async def test_retry_runs_it_again_with_the_same_id_and_a_deduplicating_receiver
     every_call_once(receiver)
 
 
-async def test_fail_fails_the_node_naming_the_call_and_its_effect_id(
+async def test_fail_fails_the_step_as_an_action_error_naming_the_call_and_its_effect_id(
     serve, tmp_path: Path, receiver: Receiver
 ) -> None:
     server = await serve(_script(receiver.url))
@@ -237,7 +237,8 @@ async def test_fail_fails_the_node_naming_the_call_and_its_effect_id(
     assert code == 1, err
     state, _ = await scenario.state()
     assert state.status is RunStatus.FAILED
-    error = state.nodes["agent"].error or ""
+    assert state.nodes["agent"].path == ("errored",)  # failed as its action would have
+    error = state.errors[0].message
     assert "'run_command'" in error
     assert effect_id(1) in error
     assert "is unknown" in error

@@ -160,6 +160,7 @@ def test_a_crash_at_any_ledger_commit_keeps_each_effect_kinds_promise(
     if policy == "ask":
         assert all(ran[ids[i]] == 1 for i in once)
     if state.status is RunStatus.FAILED:  # only fail gives up, and only on an uncertain call
+        # (as its action would have: the task machine has no error trigger, so it fails)
         assert policy == "fail"
         assert "is unknown" in (state.nodes["act"].error or "")
         return
