@@ -19,11 +19,11 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from phasegraph.errors import LeaseLostError, StoreError, StoreUnavailableError
 from phasegraph.store._open import is_cluster_url, lease_lost_error, node_url
 from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA
+from phasegraph.store._redis_wire import CONNECT_TIMEOUT
 from phasegraph.store.base import Lease, LeaseLine
 
 __all__ = ["RedisLeaseLine", "lease_owner", "lease_reply", "ms"]
 
-_CONNECT_TIMEOUT: Final = 2.0  # seconds, unless the URL says otherwise
 _TIMEOUT: Final = 5.0
 
 
@@ -90,7 +90,7 @@ class RedisLeaseLine(LeaseLine):
     def _connected(self) -> Redis | RedisCluster:
         if self._client is None:
             options = {
-                "socket_connect_timeout": _CONNECT_TIMEOUT,
+                "socket_connect_timeout": CONNECT_TIMEOUT,
                 "socket_timeout": _TIMEOUT,
                 "protocol": 2,
             }  # the URL's own options override these

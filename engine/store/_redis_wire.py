@@ -40,6 +40,7 @@ import hiredis
 from phasegraph.errors import StoreError
 
 __all__ = [
+    "CONNECT_TIMEOUT",
     "Arg",
     "ClusterWire",
     "RedisWire",
@@ -54,6 +55,12 @@ Arg = bytes | str | int | float
 
 ReplyError: Final = hiredis.ReplyError
 """What an error reply (``-ERR ...``) is returned as: a value, not raised by the wire."""
+
+
+CONNECT_TIMEOUT: Final = 5.0
+"""Seconds a connection may take to open, unless the URL says (``socket_connect_timeout``):
+as long as a reply may take, so a loop kept busy by thousands of runs is not taken for a
+Redis that is away (an unreachable port is refused at once, whatever this is)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class WireOptions:
     username: str | None = None
     password: str | None = None
     client_name: str | None = None
-    connect_timeout: float = 2.0
+    connect_timeout: float = CONNECT_TIMEOUT
     timeout: float = 5.0
     tls: ssl.SSLContext | None = None
 
@@ -337,7 +344,10 @@ class RedisWire:
                 server_hostname=options.host if options.tls else None,
             )
         try:
-            _, connection = await asyncio.wait_for(opening, options.connect_timeout)
+            # Not wait_for: a connection that opens just as it times out would be lost
+            # there with its socket still open.
+            async with asyncio.timeout(options.connect_timeout):
+                _, connection = await opening
         except TimeoutError:
             raise TimeoutError(f"could not connect within {options.connect_timeout:g} s") from None
         await self._handshake(connection)

@@ -76,6 +76,7 @@ from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner, lease_rep
 from phasegraph.store._redis_queue import RunQueue
 from phasegraph.store._redis_scripts import COMMIT, HEAD, LEASE, READ, SCRIPT_SHA
 from phasegraph.store._redis_wire import (
+    CONNECT_TIMEOUT,
     Arg,
     ClusterWire,
     RedisWire,
@@ -522,7 +523,7 @@ def _wire_options(url: str, where: str) -> WireOptions:
         username=found.get("username"),
         password=found.get("password"),
         client_name=found.get("client_name"),
-        connect_timeout=float(found.get("socket_connect_timeout", 2.0)),
+        connect_timeout=float(found.get("socket_connect_timeout", CONNECT_TIMEOUT)),
         timeout=float(found.get("socket_timeout", 5.0)),
         tls=tls,
     )
