@@ -87,7 +87,8 @@ async def _ledgered(
     the same effect id) or ``reconcile`` (the reconciler says whether it happened).
     """
     effect_id = f"{ctx.effect_id}:{index}"
-    done = next((e for e in ctx.ledger if e.id == effect_id), None)
+    # By index, not id: a fork's ledger holds its parent's entries, under the parent's ids.
+    done = next((e for e in ctx.ledger if e.index == index), None)
     if done is not None and done.result is not None:
         return dict(done.result)
     name, arguments = _arguments(tool_call)

@@ -167,3 +167,22 @@ def test_a_crash_at_any_ledger_commit_keeps_each_effect_kinds_promise(
     assert state.status is RunStatus.COMPLETED
     assert all(ran[effect_id] >= 1 for effect_id in ids)
     assert state.data["conversation"] == whole.data["conversation"]
+
+
+def test_a_fork_from_inside_a_step_runs_only_the_calls_left() -> None:
+    async def scenario() -> tuple[Counter[str], RunState, str]:
+        ran: Counter[str] = Counter()
+        plan = _prepared(["send", "send", "send"], "ask", ran)
+        store = MemoryStore()
+        runs = engine(store)
+        await runs.run(plan, run_id="r")
+        history = await runs.history("r")
+        [at] = [r.seq for r in history if r.kind == "effect" and r.ledger and r.ledger.index == 1]
+        fork = await runs.fork("r", at)
+        return ran, await runs.resume(fork, graph=plan), fork
+
+    ran, state, fork = asyncio.run(scenario())
+    assert state.status is RunStatus.COMPLETED
+    assert ran == Counter({"r:act:0:0": 1, "r:act:0:1": 1, "r:act:0:2": 1, f"{fork}:act:0:2": 1})
+    messages = [m for m in state.data["conversation"] if m["role"] == "tool"]
+    assert [json.loads(m["content"])["x"] for m in messages] == [0, 1, 2]
