@@ -33,6 +33,7 @@ from phasegraph.api import Engine
 from phasegraph.errors import IllegalTriggerError
 from phasegraph.model import StepRecord
 from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
+from phasegraph.run._effects import OUTCOME_UNKNOWN, RUN_AGAIN
 from phasegraph.spec import load_graph
 from phasegraph.store import Commit, ForwardingStore, Lease, Store
 from phasegraph.store.memory import MemoryStore
@@ -43,7 +44,9 @@ _RUN_ID = "crash-equivalence"
 _MAX_COMMITS = 500  # a graph that commits more than this in one run is cut short
 
 
-class _InjectedCrash(Exception):
+# Not an Exception: the process dies here, so nothing may take it for an action's error
+# (a commit made while an action runs, such as a tool call's result, is in its task).
+class _InjectedCrash(BaseException):
     """Raised instead of the commit a crash is injected before."""
 
 
@@ -132,7 +135,7 @@ class CrashReport:
 def _steps(records: list[StepRecord]) -> dict[str, list[str]]:
     steps: dict[str, list[str]] = {}
     for record in records:
-        if record.node is None or record.kind == "created":
+        if record.node is None or record.kind == "created" or _settling_an_effect(record):
             continue
         text = f"{record.kind}"
         if record.trigger is not None:
@@ -143,6 +146,13 @@ def _steps(records: list[StepRecord]) -> dict[str, list[str]]:
             text += f" writes {json.dumps(_plain(record.data), sort_keys=True, default=repr)}"
         steps.setdefault(record.node, []).append(text)
     return steps
+
+
+def _settling_an_effect(record: StepRecord) -> bool:
+    """A step only a crash makes: a ledger entry, or a question about an uncertain effect."""
+    if record.ledger is not None:
+        return True
+    return any(str(e.get("kind", "")).startswith(OUTCOME_UNKNOWN) for e in record.events)
 
 
 async def _to_end(run: Run) -> None:
@@ -176,6 +186,14 @@ async def _drive(
         try:
             async with engine.open(_RUN_ID, graph=prepare_graph()) as run:
                 await _to_end(run)
+                uncertain = [
+                    i.id for i in run.state.interrupts.values() if i.kind == OUTCOME_UNKNOWN
+                ]
+                if uncertain:
+                    # The crash came after the effect, before its result was committed: at
+                    # least once, as for any action whose step was lost.
+                    await run.reply(uncertain[0], ActionResult(trigger=RUN_AGAIN))
+                    await _to_end(run)
                 pending = sorted(run.state.interrupts)
                 if not approve or not pending or run.state.status.terminal:
                     return engine
