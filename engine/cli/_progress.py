@@ -33,6 +33,10 @@ _NODE_LINES = {
     "node_skipped": "{error}",
     "node_cancelled": "cancelled",
 }
+_EFFECT_LINES = {
+    "effect_intent": "about to run {what} (effect id {effect_id}): intent committed",
+    "effect_result": "{what} done (effect id {effect_id}): result committed",
+}
 _DONE = frozenset(
     str(s)
     for s in (NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.SKIPPED, NodeStatus.CANCELLED)
@@ -51,6 +55,12 @@ def _line(event: Event) -> str | None:
         fields: dict[str, Any] = {"state": "", "outcome": "", "error": "", **event.fields}
         fields["reason"] = fields["error"] or f"ended with outcome {fields['outcome']}"
         return f"[{event.seq:>4}] {event.node}: {template.format(**fields)}"
+    effect = _EFFECT_LINES.get(event.kind)
+    if effect is not None:
+        tool = event.fields.get("tool")
+        what = f"tool call {tool}" if tool else "its action"
+        line = effect.format(what=what, effect_id=event.fields.get("effect_id", ""))
+        return f"[{event.seq:>4}] {event.node}: {line}"
     if event.kind in {"transition", "run_completed", "run_failed", "run_waiting", "run_parked"}:
         return None
     detail = event.fields.get("message", "")

@@ -300,6 +300,10 @@ async def _cmd_history(args: argparse.Namespace) -> int:
         lines = []
         for r in records:
             move = f"{'/'.join(r.source) or '-'} --{r.trigger}--> " if r.trigger else ""
+            if r.ledger is not None:  # where the node is stays put: say which effect
+                entry = r.ledger
+                what = f"{entry.tool} #{entry.index}" if entry.tool else "the action"
+                move = f"{what} ({entry.effect}, id {entry.id}) in "
             lines.append(
                 f"{r.seq:>5}  {r.time:%H:%M:%S}  {r.kind:<10} {r.node or '-':<16} "
                 f"{move}{'/'.join(r.dest)}  [{r.status}]"

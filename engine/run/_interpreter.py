@@ -1,11 +1,14 @@
 """The step loop: readiness, concurrency, run action → fire trigger → commit → emit.
 
 A :class:`Run` owns one run while it holds the run's lease. Each :meth:`Run.next` commits
-exactly one step — a node starting, or a node's action result firing a trigger — and
-returns its :class:`~phasegraph.model.StepRecord`; it returns ``None`` once the run is
-finished or waiting on a human. Actions run as tasks the run owns (up to ``concurrency``
-nodes at once); their results are applied one at a time, in a deterministic order when
-several finish together, so every transition is committed before the next is computed.
+one step — a node starting, or a node's action result firing a trigger — and returns its
+:class:`~phasegraph.model.StepRecord`; it returns ``None`` once the run is finished or
+waiting on a human. Actions run as tasks the run owns (up to ``concurrency`` nodes at
+once); their results are applied one at a time, in a deterministic order when several
+finish together, so every transition is committed before the next is computed. While an
+action runs, it may commit ledger steps of its own (an effect's intent, a tool call's
+result: ``ctx.record_effect``), which move no node; a lock keeps each step built from
+the state it is committed on.
 
 The loop itself is :meth:`Run._advance`; everything else here is plain.
 """
@@ -261,9 +264,10 @@ class Run:
         return record
 
     async def next(self) -> StepRecord | None:
-        """Commit exactly one step and return it, or ``None`` if nothing more can happen.
+        """Commit one step and return it, or ``None`` if nothing more can happen.
 
         What the step is comes from :meth:`StepBuilder.decide`, which replay asks too.
+        An action that ran for it may have committed ledger steps first (not returned).
 
         Raises:
             LeaseLostError: Another holder took the run, or the store did not answer for
