@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from phasegraph.actions._base import ActionContext
-from phasegraph.actions._python import import_target
-from phasegraph.errors import Problem, SpecError
+from phasegraph.actions._python import import_bound
 from phasegraph.model import ActionDef, Effect, LedgerEntry, OnUnknown
 
 __all__ = ["ACTION_INDEX", "EffectPolicy", "Reconciler", "effect_policy"]
@@ -66,12 +65,7 @@ def _default_effect(definition: ActionDef) -> Effect:
 
 
 def _reconciler(target: str, definition: ActionDef, base_dir: Path | None) -> Reconciler:
-    try:
-        function = import_target(target, base_dir)
-    except Exception as exc:  # any import-time failure is a definition problem
-        raise SpecError(
-            [Problem(f"cannot import reconciler {target!r}: {exc}", definition.location)]
-        ) from exc
+    function = import_bound(target, definition, base_dir, "reconciler")
 
     async def reconcile(ctx: ActionContext, entry: LedgerEntry) -> Any:
         if inspect.iscoroutinefunction(function):

@@ -35,7 +35,23 @@ from phasegraph.actions._base import (
 from phasegraph.errors import ActionError, ActionTimeoutError, Problem, SpecError
 from phasegraph.model import ActionDef, frozen_map
 
-__all__ = ["build_python_action", "coerce_result", "import_target"]
+__all__ = ["build_python_action", "coerce_result", "import_bound", "import_target"]
+
+
+def import_bound(
+    target: str, definition: ActionDef, base_dir: Path | None, what: str
+) -> Callable[..., Any]:
+    """Import a binding's ``module:function`` (``what`` names it in the error).
+
+    Raises:
+        SpecError: It cannot be imported; names the binding's location.
+    """
+    try:
+        return import_target(target, base_dir)
+    except Exception as exc:  # any import-time failure is a definition problem
+        raise SpecError(
+            [Problem(f"cannot import {what} {target!r}: {exc}", definition.location)]
+        ) from exc
 
 
 def import_target(target: str, base_dir: Path | None) -> Callable[..., Any]:
@@ -175,12 +191,7 @@ def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
         SpecError: The target cannot be imported (names the binding's location).
     """
     target = str(definition.config["python"])
-    try:
-        function = import_target(target, base_dir)
-    except Exception as exc:  # any import-time failure is a definition problem
-        raise SpecError(
-            [Problem(f"cannot import python action {target!r}: {exc}", definition.location)]
-        ) from exc
+    function = import_bound(target, definition, base_dir, "python action")
     limit = definition.config.get("timeout")
     invoke: Callable[[ActionContext], Awaitable[Any]]
     if inspect.iscoroutinefunction(function):

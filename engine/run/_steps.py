@@ -410,17 +410,25 @@ class StepBuilder:
             created_at=now,
             parked=gate.park,
         )
-        request = {"kind": f"{gate.kind}_request", "id": interrupt_id, "payload": payload}
-        node = replace(state.nodes[node_id], status=NodeStatus.WAITING)
+        return self._waiting(state, interrupt)
+
+    def _waiting(self, state: RunState, interrupt: Interrupt) -> StepRecord:
+        """The ``wait`` step that opens ``interrupt``: its node waits where it is."""
+        request = {
+            "kind": f"{interrupt.kind}_request",
+            "id": interrupt.id,
+            "payload": {**interrupt.payload},
+        }
+        node = replace(state.nodes[interrupt.node], status=NodeStatus.WAITING)
         return self._record(
             state,
-            node_id,
+            interrupt.node,
             node,
             kind="wait",
             source=node.path,
             dest=node.path,
             events=(request,),
-            interrupts=MappingProxyType({**state.interrupts, interrupt_id: interrupt}),
+            interrupts=MappingProxyType({**state.interrupts, interrupt.id: interrupt}),
         )
 
     def _interrupt_id(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> str:
@@ -475,23 +483,7 @@ class StepBuilder:
             # Failed as its action would have: the state's error handling applies.
             error = ActionError(f"{describe(entry)} (on_unknown: fail)", node_id=node_id)
             return self.action_failed(state, node_id, error, ())
-        interrupt = effect_gate(entry, node_id, self._now())
-        node = replace(state.nodes[node_id], status=NodeStatus.WAITING)
-        request = {
-            "kind": f"{interrupt.kind}_request",
-            "id": interrupt.id,
-            "payload": {**interrupt.payload},
-        }
-        return self._record(
-            state,
-            node_id,
-            node,
-            kind="wait",
-            source=node.path,
-            dest=node.path,
-            events=(request,),
-            interrupts=MappingProxyType({**state.interrupts, interrupt.id: interrupt}),
-        )
+        return self._waiting(state, effect_gate(entry, node_id, self._now()))
 
     def _settle_effect(
         self,
