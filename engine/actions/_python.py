@@ -35,7 +35,7 @@ from phasegraph.actions._base import (
 from phasegraph.errors import ActionError, ActionTimeoutError, Problem, SpecError
 from phasegraph.model import ActionDef, frozen_map
 
-__all__ = ["build_python_action", "coerce_result", "import_bound", "import_target"]
+__all__ = ["build_python_action", "coerce_result", "import_bound"]
 
 
 def import_bound(
@@ -47,14 +47,14 @@ def import_bound(
         SpecError: It cannot be imported; names the binding's location.
     """
     try:
-        return import_target(target, base_dir)
+        return _import_target(target, base_dir)
     except Exception as exc:  # any import-time failure is a definition problem
         raise SpecError(
             [Problem(f"cannot import {what} {target!r}: {exc}", definition.location)]
         ) from exc
 
 
-def import_target(target: str, base_dir: Path | None) -> Callable[..., Any]:
+def _import_target(target: str, base_dir: Path | None) -> Callable[..., Any]:
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
