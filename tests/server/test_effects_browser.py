@@ -1,0 +1,151 @@
+"""Uncertain effects in the run viewer, in a real Chromium over a real ``phasegraph serve``.
+
+Each run is killed at a point of a ``run_command`` call's timeline and parked by the
+server on its ``outcome_unknown`` gate (see ``effects_kit``; no timing). The page shows
+the question, the call and three labelled answers; what a person types there is what the
+history records, and the file the calls append to counts what really ran.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from effects_kit import TOKEN, EffectsServer, effect_id, effects_server
+from test_viewer_browser import WAIT_MS, browser
+
+__all__ = ["browser"]  # the module's Chromium, shared with the viewer's tests
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EffectsServer]:
+    with effects_server(tmp_path_factory.mktemp("effects-viewer")) as served:
+        yield served
+
+
+@pytest.fixture
+def page(browser: Any, server: EffectsServer) -> Iterator[Any]:
+    """A tab that gave the token; every POST it sends to a ``/reply`` route is kept."""
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    tab = context.new_page()
+    tab.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.replies = []
+    tab.on(
+        "request",
+        lambda r: tab.replies.append(r.post_data) if r.url.endswith("/reply") else None,
+    )
+    tab.goto(server.url + "/ui")
+    tab.fill("#token", TOKEN)
+    tab.click("text=Use token")
+    tab.wait_for_selector("table.runs")
+    try:
+        yield tab
+    finally:
+        context.close()
+    assert errors == [], errors
+
+
+def shot(tab: Any, folder: Path, name: str) -> Path:
+    path = folder / name
+    tab.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def open_gate(page: Any, server: EffectsServer, run_id: str) -> Any:
+    page.goto(f"{server.url}/ui#/runs/{run_id}")
+    gate = page.locator(".gate.effect-gate")
+    gate.wait_for()
+    return gate
+
+
+def test_it_happened_commits_the_result_typed_in_the_page(
+    page: Any, server: EffectsServer, tmp_path: Path
+) -> None:
+    run_id = "page-happened"
+    server.park(run_id, "effect:1:before")  # call 1 ran; its result was never committed
+    gate = open_gate(page, server, run_id)
+    assert "run_command" in gate.locator(".question").inner_text()
+    assert "is unknown" in gate.locator(".question").inner_text()
+    facts = gate.locator("dl.facts").inner_text()
+    assert "run_command #1" in facts
+    assert effect_id(run_id, 1) in facts
+    assert "once" in facts
+    assert str(server.effects_file) in gate.locator("pre.json").inner_text()  # the arguments
+    labels = gate.locator("button.trigger").all_inner_texts()
+    assert labels == ["It happened", "Run it again", "Fail"]
+    # The node's ledger: call 0 committed, call 1 an intent whose outcome is unknown.
+    entry = page.locator("table.ledger tr[data-effect]")
+    assert "result committed" in entry.nth(0).inner_text()
+    assert "outcome unknown" in entry.nth(1).inner_text()
+    assert entry.nth(1).get_attribute("data-effect") == effect_id(run_id, 1)
+    steps = page.locator("table.steps tbody").inner_text()
+    assert f"intent · run_command #0 · id {effect_id(run_id, 0)}" in steps
+    assert "result · run_command #0" in steps
+    assert "outcome unknown · run_command #1 · asked" in steps
+    shot(page, tmp_path, "effect-gate.png")
+
+    happened = gate.locator("button[data-answer='happened']")
+    gate.locator("textarea").fill('{"exit": 0, "stdout": ')
+    happened.click()
+    assert "is not JSON" in gate.locator(".message.error").inner_text()
+    assert page.replies == []  # refused in the page: nothing was sent
+
+    gate.locator("textarea").fill("[0]")  # JSON, but not what happened takes
+    happened.click()
+    refusal = gate.locator(".message.error", has_text="as a JSON object")
+    refusal.wait_for()
+    assert "happened takes the call's result" in refusal.inner_text()
+    shot(page, tmp_path, "effect-gate-refused.png")
+
+    result = {"exit": 0, "stdout": "typed in the page"}
+    gate.locator("textarea").fill(json.dumps(result))
+    happened.click()
+    page.locator("h1 .badge.st-completed").wait_for()
+    assert [json.loads(sent) for sent in page.replies][-1] == {
+        "interrupt_id": f"{effect_id(run_id, 1)}:outcome",
+        "trigger": "happened",
+        "payload": {"result": result},
+    }
+    history = server.history(run_id)
+    [reply] = [r for r in history if r["kind"] == "reply"]
+    assert reply["result"]["payload"] == {"result": result}
+    messages = [m for r in history for m in r["appended"].get("conversation", [])]
+    assert [json.loads(m["content"]) for m in messages if m["role"] == "tool"][1] == result
+    assert server.effects()[effect_id(run_id, 1)] == 1  # not run again
+    answered = f"answered happened · id {effect_id(run_id, 1)}"
+    page.locator("table.steps tbody", has_text=answered).wait_for()
+    shot(page, tmp_path, "effect-answered.png")
+
+
+def test_run_it_again_runs_the_call_once_more(
+    page: Any, server: EffectsServer, tmp_path: Path
+) -> None:
+    run_id = "page-again"
+    server.park(run_id, "intent:1:after")  # call 1's intent committed; it never ran
+    assert server.effects()[effect_id(run_id, 1)] == 0
+    gate = open_gate(page, server, run_id)
+    gate.locator("button[data-answer='run_again']").click()
+    page.locator("h1 .badge.st-completed").wait_for()
+    assert server.effects()[effect_id(run_id, 1)] == 1  # ran, with the same effect id
+    assert server.effects()[effect_id(run_id, 0)] == 1
+    [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
+    assert reply["trigger"] == "run_again"
+
+
+def test_fail_fails_the_node_with_the_reason_given(page: Any, server: EffectsServer) -> None:
+    run_id = "page-fail"
+    server.park(run_id, "intent:1:after")
+    gate = open_gate(page, server, run_id)
+    gate.locator("input[id^='fail-reason']").fill("the receiver was down")
+    gate.locator("button[data-answer='fail']").click()
+    page.locator("h1 .badge.st-failed").wait_for()
+    error = server.get(f"/runs/{run_id}")["nodes"]["agent"]["error"]
+    assert "answered fail: the receiver was down" in error
+    assert effect_id(run_id, 1) in error
+    assert server.effects()[effect_id(run_id, 1)] == 0
