@@ -5,8 +5,10 @@ appending its effect id (``PHASEGRAPH_EFFECT_ID``) to a file: the file counts th
 effects. ``tests/fixtures/effects/drive.py`` runs the graph against the server's SQLite
 store and SIGKILLs itself at a point of call 1's timeline found in the records it commits
 (never by timing); ``POST /runs/ID/resume`` then has the server drive the run, which parks
-on the gate. The model is ``phasegraph model-server`` answering by turn (tool calls, then
-"all done"), so every run of the module shares it.
+on the gate. A second graph's ``once`` shell action makes its effect, then (the first time)
+kills the ``phasegraph run`` that runs it: the action's own effect is left uncertain. The
+model is ``phasegraph model-server`` answering by turn (tool calls, then "all done"), so
+every run of the module shares it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class EffectsServer:
     url: str
     store: str
     graph: Path
+    action_graph: Path
     effects_file: Path
     env: Mapping[str, str]
 
@@ -111,7 +114,15 @@ class EffectsServer:
         Returns the open ``outcome_unknown`` gate (the run's only interrupt).
         """
         argv = [sys.executable, str(DRIVE), self.store, str(self.graph), run_id, "{}", point]
-        killed = subprocess.run(argv, env=dict(self.env), capture_output=True, text=True)
+        return self._resumed(run_id, argv)
+
+    def park_action(self, run_id: str) -> dict[str, Any]:
+        """Run the ``once`` shell action, killed after its effect; the server resumes it."""
+        argv = cli_argv("run", str(self.action_graph), "--run-id", run_id, "--store", self.store)
+        return self._resumed(run_id, argv)
+
+    def _resumed(self, run_id: str, killed_argv: list[str]) -> dict[str, Any]:
+        killed = subprocess.run(killed_argv, env=dict(self.env), capture_output=True, text=True)
         assert killed.returncode == -9, killed.stderr
         status, body = self.call("POST", f"/runs/{run_id}/resume", {})
         assert status in (200, 202), body
@@ -141,6 +152,20 @@ def _graph(folder: Path) -> Path:
     return path
 
 
+def _action_graph(folder: Path, effects_file: Path) -> Path:
+    """A ``once`` shell action whose first attempt kills its runner after the effect."""
+    flag = f"{folder}/crashed-$PHASEGRAPH_EFFECT_ID"
+    command = (
+        f'echo "$PHASEGRAPH_EFFECT_ID" >> {effects_file}; '
+        f'if [ ! -e "{flag}" ]; then touch "{flag}"; kill -9 $PPID; fi'
+    )
+    run = {"shell": ["sh", "-c", command], "effect": "once", "cwd": str(folder)}
+    node = {"id": "pay", "machine": "task", "bind": {"run": run}}
+    path = folder / "pay.yaml"
+    path.write_text(json.dumps({"graph": "pay_once", "nodes": [node]}), encoding="utf-8")
+    return path
+
+
 def _script(folder: Path, effects_file: Path) -> Path:
     argv = [sys.executable, "-S", "-c", COUNT, str(effects_file)]  # -S: a quicker start
     calls = [call("run_command", argv=argv) for _ in range(CALLS)]
@@ -163,4 +188,5 @@ def effects_server(folder: Path) -> Iterator[EffectsServer]:
             "--upload-dir", str(folder / "uploads"),
         )  # fmt: skip
         with printing_url(argv, env) as url:
-            yield EffectsServer(url, store, _graph(folder), effects_file, env)
+            graphs = _graph(folder), _action_graph(folder, effects_file)
+            yield EffectsServer(url, store, *graphs, effects_file, env)

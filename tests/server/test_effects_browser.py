@@ -149,3 +149,31 @@ def test_fail_fails_the_node_with_the_reason_given(page: Any, server: EffectsSer
     assert "answered fail: the receiver was down" in error
     assert effect_id(run_id, 1) in error
     assert server.effects()[effect_id(run_id, 1)] == 0
+
+
+def test_it_happened_for_an_actions_own_effect_takes_the_trigger_it_returned(
+    page: Any, server: EffectsServer, tmp_path: Path
+) -> None:
+    run_id = "page-action"
+    server.park_action(run_id)  # the shell action's effect happened; its step never committed
+    gate = open_gate(page, server, run_id)
+    assert "the action's own effect" in gate.locator("dl.facts").inner_text()
+    assert f"{run_id}:pay:0" in gate.locator("dl.facts").inner_text()
+    offered = gate.locator("datalist option")
+    assert [offered.nth(i).get_attribute("value") for i in range(offered.count())] == [
+        "ok",
+        "fail",
+    ]  # the triggers the node's state takes
+    happened = gate.locator("button[data-answer='happened']")
+    happened.click()
+    assert "Name the trigger" in gate.locator(".message.error").inner_text()
+    assert page.replies == []  # refused in the page: nothing was sent
+    shot(page, tmp_path, "effect-gate-action.png")
+
+    gate.locator("input[list]").fill("ok")
+    happened.click()
+    page.locator("h1 .badge.st-completed").wait_for()
+    [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
+    assert (reply["trigger"], reply["dest"]) == ("ok", ["done"])  # fired as if returned
+    assert reply["events"][0]["payload"] == {"trigger": "ok"}
+    assert server.effects()[f"{run_id}:pay:0"] == 1  # not run again
