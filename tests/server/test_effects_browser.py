@@ -84,11 +84,18 @@ def test_it_happened_commits_the_result_typed_in_the_page(
     assert "result committed" in entry.nth(0).inner_text()
     assert "outcome unknown" in entry.nth(1).inner_text()
     assert entry.nth(1).get_attribute("data-effect") == effect_id(run_id, 1)
+    # The conversation has no tool message yet: each call says what its ledger holds.
+    calls = page.locator(".conversation .tool-call[data-tool='run_command']")
+    assert f"result committed (effect {effect_id(run_id, 0)})" in calls.nth(0).inner_text()
+    assert f"intent committed (effect {effect_id(run_id, 1)})" in calls.nth(1).inner_text()
     steps = page.locator("table.steps tbody").inner_text()
     assert f"intent · run_command #0 · id {effect_id(run_id, 0)}" in steps
     assert "result · run_command #0" in steps
     assert "outcome unknown · run_command #1 · asked" in steps
     shot(page, tmp_path, "effect-gate.png")
+    page.click("tr:has-text('intent · run_command #1') button.seq")  # the step's detail
+    detail = page.locator("section[aria-label='Step'] pre.json").first
+    assert json.loads(detail.inner_text())["id"] == effect_id(run_id, 1)
 
     happened = gate.locator("button[data-answer='happened']")
     gate.locator("textarea").fill('{"exit": 0, "stdout": ')

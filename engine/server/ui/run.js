@@ -439,7 +439,7 @@ export function showRun(main, runId) {
     talkPanel.dataset.node = id;
     fill(talkPanel, h("h2", {}, "Model conversation of ", h("span", { class: "mono" }, id)),
       state.first > 0 ? h("p", { class: "muted small" }, "Messages of steps before those loaded are not shown: use “Show earlier steps”.") : "",
-      renderConversations(talks, liveText));
+      renderConversations(talks, liveText, ledgerOf(state.records, id)));
     const talk = talkPanel.querySelector(".talk");
     if (talk && place !== null) talk.scrollTop = atEnd ? talk.scrollHeight : place;
     showStreamed();
