@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from builders import TESTS, cli_argv
-from model_kit import ENDPOINT_VARIABLES, call, graph_text
+from model_kit import ENDPOINT_VARIABLES, agent_node, call, graph_text
 
 TOKEN = "effects-token"
 CALLS = 2
@@ -138,15 +138,9 @@ def effect_id(run_id: str, index: int) -> str:
 
 
 def _graph(folder: Path) -> Path:
-    node = {
-        "id": "agent",
-        "machine": "agent",
-        "with": {"workspace": str(folder)},
-        "bind": {
-            "think": {"llm": {"model": "main", "prompt": "go", "tools": ["run_command"]}},
-            "act": {"tools": "conversation"},
-        },
-    }
+    node = agent_node(
+        {"prompt": "go", "tools": ["run_command"]}, settings={"workspace": str(folder)}
+    )
     path = folder / "effects.yaml"
     path.write_text(graph_text(node), encoding="utf-8")
     return path

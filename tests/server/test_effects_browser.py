@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from effects_kit import TOKEN, EffectsServer, effect_id, effects_server
-from test_viewer_browser import WAIT_MS, browser
+from test_viewer_browser import browser, signed_in
 
 __all__ = ["browser"]  # the module's Chromium, shared with the viewer's tests
 
@@ -29,25 +29,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EffectsServer]:
 @pytest.fixture
 def page(browser: Any, server: EffectsServer) -> Iterator[Any]:
     """A tab that gave the token; every POST it sends to a ``/reply`` route is kept."""
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    tab = context.new_page()
-    tab.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.replies = []
-    tab.on(
-        "request",
-        lambda r: tab.replies.append(r.post_data) if r.url.endswith("/reply") else None,
-    )
-    tab.goto(server.url + "/ui")
-    tab.fill("#token", TOKEN)
-    tab.click("text=Use token")
-    tab.wait_for_selector("table.runs")
-    try:
+    with signed_in(browser, server.url, TOKEN, height=1000) as tab:
+        tab.replies = []
+        tab.on(
+            "request",
+            lambda r: tab.replies.append(r.post_data) if r.url.endswith("/reply") else None,
+        )
         yield tab
-    finally:
-        context.close()
-    assert errors == [], errors
 
 
 def shot(tab: Any, folder: Path, name: str) -> Path:
