@@ -125,6 +125,9 @@ def test_run_it_again_runs_the_call_once_more(
     server.park(run_id, "intent:1:after")  # call 1's intent committed; it never ran
     assert server.effects()[effect_id(run_id, 1)] == 0
     gate = open_gate(page, server, run_id)
+    page.set_viewport_size({"width": 420, "height": 900})  # a phone: nothing spills sideways
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, tmp_path, "effect-gate-narrow.png")
     gate.locator("button[data-answer='run_again']").click()
     page.locator("h1 .badge.st-completed").wait_for()
     assert server.effects()[effect_id(run_id, 1)] == 1  # ran, with the same effect id

@@ -56,3 +56,6 @@ def test_happened_with_a_result_commits_it_as_the_calls_result(server: EffectsSe
     assert server.effects()[effect_id(run_id, 1)] == 1  # not run again
     assert server.effects()[effect_id(run_id, 0)] == 1
     assert [r["kind"] for r in history].count("wait") == 1
+    status, replayed = server.call("POST", f"/runs/{run_id}/replay")
+    assert status == 200, replayed
+    assert replayed["identical"], replayed["divergence"]  # the answer replays as recorded
