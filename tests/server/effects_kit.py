@@ -108,12 +108,13 @@ class EffectsServer:
             return Counter()
         return Counter(self.effects_file.read_text(encoding="utf-8").split())
 
-    def park(self, run_id: str, point: str) -> dict[str, Any]:
+    def park(self, run_id: str, point: str, graph: Path | None = None) -> dict[str, Any]:
         """Kill a run at ``point`` of call 1's timeline, then have the server resume it.
 
         Returns the open ``outcome_unknown`` gate (the run's only interrupt).
         """
-        argv = [sys.executable, str(DRIVE), self.store, str(self.graph), run_id, "{}", point]
+        path = str(graph or self.graph)
+        argv = [sys.executable, str(DRIVE), self.store, path, run_id, "{}", point]
         return self._resumed(run_id, argv)
 
     def park_action(self, run_id: str) -> dict[str, Any]:

@@ -9,6 +9,9 @@ history records, and the file the calls append to counts what really ran.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,3 +178,32 @@ def test_it_happened_for_an_actions_own_effect_takes_the_trigger_it_returned(
     assert (reply["trigger"], reply["dest"]) == ("ok", ["done"])  # fired as if returned
     assert reply["events"][0]["payload"] == {"trigger": "ok"}
     assert server.effects()[f"{run_id}:pay:0"] == 1  # not run again
+
+
+def test_a_changed_graph_is_answered_with_the_command_the_page_gives(
+    page: Any, server: EffectsServer, tmp_path: Path
+) -> None:
+    run_id = "page-changed"
+    graph = tmp_path / "changed.yaml"
+    graph.write_text(server.graph.read_text(encoding="utf-8"), encoding="utf-8")
+    server.park(run_id, "effect:1:before", graph)
+    changed = json.loads(graph.read_text(encoding="utf-8")) | {"description": "changed"}
+    graph.write_text(json.dumps(changed), encoding="utf-8")
+    gate = open_gate(page, server, run_id)
+    result = {"exit": 0, "stdout": "it's done"}  # a quote the command must keep
+    gate.locator("textarea").fill(json.dumps(result))
+    gate.locator("button[data-answer='happened']").click()
+    hint = gate.locator("code.changed-hint")
+    hint.wait_for()  # the server drives runs with their own graph: it refuses, and says how
+    assert "changed since the run started" in gate.locator(".message.error").inner_text()
+    command = hint.inner_text()
+    assert command.startswith(f"phasegraph reply {run_id} --id {effect_id(run_id, 1)}:outcome")
+
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**server.env, "PATH": path, "PHASEGRAPH_STORE": server.store}
+    done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    server.wait_for(run_id, "completed")
+    [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
+    assert reply["result"]["payload"] == {"result": result}
+    assert server.effects()[effect_id(run_id, 1)] == 1

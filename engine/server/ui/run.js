@@ -315,6 +315,7 @@ export function showRun(main, runId) {
     if (interrupt.kind === OUTCOME_UNKNOWN) {
       const node = state.run.nodes[interrupt.node];
       return effectGateCard(interrupt, n, {
+        runId,
         triggers: triggersAt(state.shape, interrupt.node, node && node.path),
         send: (trigger, payload) => sendReply(interrupt, trigger, payload),
         describe: (error) => (error instanceof ApiError ? problemText(error) : String(error)),
