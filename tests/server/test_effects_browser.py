@@ -207,3 +207,19 @@ def test_a_changed_graph_is_answered_with_the_command_the_page_gives(
     [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
     assert reply["result"]["payload"] == {"result": result}
     assert server.effects()[effect_id(run_id, 1)] == 1
+
+
+def test_a_cancelled_gate_is_closed_by_a_step_named_cancel(
+    page: Any, server: EffectsServer
+) -> None:
+    run_id = "page-cancel"
+    server.park(run_id, "intent:1:after")
+    open_gate(page, server, run_id)
+    page.click("text=Cancel run…")
+    page.fill("#cancel-reason", "nobody can tell")
+    page.click("button:text-is('Cancel the run')")
+    page.locator("h1 .badge.st-cancelled").wait_for()
+    assert page.locator(".gate").count() == 0
+    last = page.locator("table.steps tbody tr").last
+    assert last.locator("td").nth(3).inner_text() == "cancel"
+    assert server.effects()[effect_id(run_id, 1)] == 0

@@ -23,6 +23,7 @@ export function ledgerWords(record) {
   const entry = record.ledger;
   if (entry && record.kind === "intent") return `intent · ${callName(entry)} · id ${entry.id}`;
   if (entry && record.kind === "effect") return `result · ${callName(entry)}`;
+  if (record.kind === "cancel") return null; // it closes every gate: a cancel, named as such
   for (const event of record.events || []) {
     if (event.kind === `${OUTCOME_UNKNOWN}_request`) {
       return `outcome unknown · ${callName(event.payload || {})} · asked`;
@@ -55,7 +56,6 @@ export function ledgerOf(records, node) {
 
 function outcomeText(entry) {
   if (entry.result) return "result committed";
-  if (entry.effect !== "once") return "running";
   return entry.on_unknown === "retry" ? "no result: runs again (same id)" : "intent only: outcome unknown until its result is committed";
 }
 
