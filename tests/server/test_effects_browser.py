@@ -72,6 +72,9 @@ def test_it_happened_commits_the_result_typed_in_the_page(
     assert labels == ["It happened", "Run it again", "Fail"]
     # The node's ledger: call 0 committed, call 1 an intent whose outcome is unknown.
     entry = page.locator("table.ledger tr[data-effect]")
+    snapshot = server.get(f"/runs/{run_id}/snapshot")  # the engine's own fold of the steps
+    in_flight = [e["id"] for e in snapshot["nodes"]["agent"]["ledger"]]
+    assert [entry.nth(i).get_attribute("data-effect") for i in range(entry.count())] == in_flight
     assert "result committed" in entry.nth(0).inner_text()
     assert "outcome unknown" in entry.nth(1).inner_text()
     assert entry.nth(1).get_attribute("data-effect") == effect_id(run_id, 1)
