@@ -91,7 +91,7 @@ class EffectsServer:
 
     def wait_for(self, run_id: str, status: str) -> dict[str, Any]:
         # Polls the server; the bound is a failure guard for a stuck run, not a speed limit.
-        for _ in range(3000):
+        for _ in range(12_000):
             view: dict[str, Any] = self.get(f"/runs/{run_id}")
             if view["status"] == status:
                 return view
@@ -123,7 +123,9 @@ class EffectsServer:
         return self._resumed(run_id, argv)
 
     def _resumed(self, run_id: str, killed_argv: list[str]) -> dict[str, Any]:
-        killed = subprocess.run(killed_argv, env=dict(self.env), capture_output=True, text=True)
+        killed = subprocess.run(
+            killed_argv, env=dict(self.env), capture_output=True, text=True, timeout=300
+        )
         assert killed.returncode == -9, killed.stderr
         status, body = self.call("POST", f"/runs/{run_id}/resume", {})
         assert status in (200, 202), body

@@ -21,6 +21,7 @@ from effects_kit import TOKEN, EffectsServer, effect_id, effects_server
 from test_viewer_browser import browser, signed_in
 
 __all__ = ["browser"]  # the module's Chromium, shared with the viewer's tests
+DONE_MS = 120_000  # a failure guard for what the server does next, on a machine under load
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def shot(tab: Any, folder: Path, name: str) -> Path:
 def open_gate(page: Any, server: EffectsServer, run_id: str) -> Any:
     page.goto(f"{server.url}/ui#/runs/{run_id}")
     gate = page.locator(".gate.effect-gate")
-    gate.wait_for()
+    gate.wait_for(timeout=DONE_MS)
     return gate
 
 
@@ -100,14 +101,14 @@ def test_it_happened_commits_the_result_typed_in_the_page(
     gate.locator("textarea").fill("[0]")  # JSON, but not what happened takes
     happened.click()
     refusal = gate.locator(".message.error", has_text="as a JSON object")
-    refusal.wait_for()
+    refusal.wait_for(timeout=DONE_MS)
     assert "happened takes the call's result" in refusal.inner_text()
     shot(page, tmp_path, "effect-gate-refused.png")
 
     result = {"exit": 0, "stdout": "typed in the page"}
     gate.locator("textarea").fill(json.dumps(result))
     happened.click()
-    page.locator("h1 .badge.st-completed").wait_for()
+    page.locator("h1 .badge.st-completed").wait_for(timeout=DONE_MS)
     assert [json.loads(sent) for sent in page.replies][-1] == {
         "interrupt_id": f"{effect_id(run_id, 1)}:outcome",
         "trigger": "happened",
@@ -120,7 +121,7 @@ def test_it_happened_commits_the_result_typed_in_the_page(
     assert [json.loads(m["content"]) for m in messages if m["role"] == "tool"][1] == result
     assert server.effects()[effect_id(run_id, 1)] == 1  # not run again
     answered = f"answered happened · id {effect_id(run_id, 1)}"
-    page.locator("table.steps tbody", has_text=answered).wait_for()
+    page.locator("table.steps tbody", has_text=answered).wait_for(timeout=DONE_MS)
     shot(page, tmp_path, "effect-answered.png")
 
 
@@ -135,7 +136,7 @@ def test_run_it_again_runs_the_call_once_more(
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, tmp_path, "effect-gate-narrow.png")
     gate.locator("button[data-answer='run_again']").click()
-    page.locator("h1 .badge.st-completed").wait_for()
+    page.locator("h1 .badge.st-completed").wait_for(timeout=DONE_MS)
     assert server.effects()[effect_id(run_id, 1)] == 1  # ran, with the same effect id
     assert server.effects()[effect_id(run_id, 0)] == 1
     [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
@@ -148,7 +149,7 @@ def test_fail_fails_the_node_with_the_reason_given(page: Any, server: EffectsSer
     gate = open_gate(page, server, run_id)
     gate.locator("input[id^='fail-reason']").fill("the receiver was down")
     gate.locator("button[data-answer='fail']").click()
-    page.locator("h1 .badge.st-failed").wait_for()
+    page.locator("h1 .badge.st-failed").wait_for(timeout=DONE_MS)
     error = server.get(f"/runs/{run_id}")["nodes"]["agent"]["error"]
     assert "answered fail: the receiver was down" in error
     assert effect_id(run_id, 1) in error
@@ -176,7 +177,7 @@ def test_it_happened_for_an_actions_own_effect_takes_the_trigger_it_returned(
 
     gate.locator("input[list]").fill("ok")
     happened.click()
-    page.locator("h1 .badge.st-completed").wait_for()
+    page.locator("h1 .badge.st-completed").wait_for(timeout=DONE_MS)
     [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
     assert (reply["trigger"], reply["dest"]) == ("ok", ["done"])  # fired as if returned
     assert reply["events"][0]["payload"] == {"trigger": "ok"}
@@ -204,7 +205,9 @@ def test_a_changed_graph_is_answered_with_the_command_the_page_gives(
 
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**server.env, "PATH": path, "PHASEGRAPH_STORE": server.store}
-    done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     server.wait_for(run_id, "completed")
     [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
@@ -221,7 +224,7 @@ def test_a_cancelled_gate_is_closed_by_a_step_named_cancel(
     page.click("text=Cancel run…")
     page.fill("#cancel-reason", "nobody can tell")
     page.click("button:text-is('Cancel the run')")
-    page.locator("h1 .badge.st-cancelled").wait_for()
+    page.locator("h1 .badge.st-cancelled").wait_for(timeout=DONE_MS)
     assert page.locator(".gate").count() == 0
     last = page.locator("table.steps tbody tr").last
     assert last.locator("td").nth(3).inner_text() == "cancel"
