@@ -61,15 +61,17 @@ def run_json(state: RunState, gates: Sequence[OpenGate], *, driving: bool) -> di
     return run_view(state, driving=driving, answers=answers)
 
 
-def reply_command(args: argparse.Namespace, run_id: str, interrupt_id: str, trigger: str) -> str:
-    """The exact ``phasegraph reply`` command that answers with ``trigger``."""
-    words = ["phasegraph", "reply", run_id, "--id", interrupt_id]
+def reply_command(args: argparse.Namespace, run_id: str, interrupt: Interrupt, trigger: str) -> str:
+    """The exact ``phasegraph reply`` command that answers ``interrupt`` with ``trigger``."""
+    words = ["phasegraph", "reply", run_id, "--id", interrupt.id]
     if trigger == "confirm":
         words.append("--confirm")
     elif trigger == "reject":
         words += ["--reject", "FEEDBACK"]
-    elif trigger == "happened" and interrupt_id.endswith(":outcome"):  # an uncertain effect
-        words += ["--trigger", trigger, "--payload", "result=RESULT_JSON"]
+    elif trigger == "happened" and interrupt.id.endswith(":outcome"):  # an uncertain effect
+        # A tool call's answer is its result; an action's own effect, the trigger it returned.
+        said = "result=RESULT_JSON" if interrupt.payload.get("tool") else "trigger=NAME"
+        words += ["--trigger", trigger, "--payload", said]
     else:
         words += ["--trigger", trigger]
     if args.store != DEFAULT_STORE_URL:
@@ -116,13 +118,13 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
         if gate.answers:
             lines.append(f"\n    it accepts {', '.join(gate.answers)}; answer with one of:")
             lines += [
-                f"\n      {reply_command(args, state.run_id, interrupt.id, trigger)}"
+                f"\n      {reply_command(args, state.run_id, interrupt, trigger)}"
                 for trigger in gate.answers
             ]
         else:
             lines.append(
                 "\n    answer with: "
-                + reply_command(args, state.run_id, interrupt.id, "NAME").replace(
+                + reply_command(args, state.run_id, interrupt, "NAME").replace(
                     "--trigger NAME", "--trigger NAME (a trigger its state accepts)"
                 )
             )

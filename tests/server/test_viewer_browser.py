@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -137,16 +138,16 @@ def browser() -> Iterator[Any]:
             launched.close()
 
 
-@pytest.fixture
-def page(browser: Any, served: Served) -> Iterator[Any]:
-    """A fresh tab (empty sessionStorage) at 1280 by 800 that has given the token."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+@contextmanager
+def signed_in(browser: Any, url: str, token: str, height: int = 800) -> Iterator[Any]:
+    """A fresh tab (empty sessionStorage), 1280 wide, that gave ``token`` to the viewer."""
+    context = browser.new_context(viewport={"width": 1280, "height": height})
     tab = context.new_page()
     tab.set_default_timeout(WAIT_MS)
     errors: list[str] = []
     tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.goto(served.url + "/ui")
-    tab.fill("#token", TOKEN)
+    tab.goto(url + "/ui")
+    tab.fill("#token", token)
     tab.click("text=Use token")
     tab.wait_for_selector("table.runs")
     try:
@@ -154,6 +155,13 @@ def page(browser: Any, served: Served) -> Iterator[Any]:
     finally:
         context.close()
     assert errors == [], errors  # no script error on any page the test visited
+
+
+@pytest.fixture
+def page(browser: Any, served: Served) -> Iterator[Any]:
+    """A fresh tab at 1280 by 800 that has given the token."""
+    with signed_in(browser, served.url, TOKEN) as tab:
+        yield tab
 
 
 def shot(tab: Any, name: str) -> Path:
@@ -331,11 +339,16 @@ def test_a_coding_agents_conversation_shows_its_tool_calls(page: Any, served: Se
     assert "not allowed in phase 'planning'" in marker.inner_text()
     shot(page, "conversation-coding-task.png")
 
-    # A tool step's detail shows what it appended to the conversation.
+    # A tool step's detail shows what it appended to the conversation (after the steps
+    # that committed each call's result).
     seq = int(
         refused.locator("xpath=ancestor::div[contains(@class,'msg')]").get_attribute("data-seq")
     )
-    page.click(f"tr[data-seq='{seq + 1}'] button.seq")
+    records = served.call("GET", f"/runs/{run_id}/history?limit=1000")["records"]
+    act = next(r["seq"] for r in records if r["seq"] > seq and r["appended"])
+    assert records[act - 1]["kind"] == "effect"  # the last call's result, named as such
+    assert page.locator(f"tr[data-seq='{act - 1}']").inner_text().count("result · ") == 1
+    page.click(f"tr[data-seq='{act}'] button.seq")
     page.locator("h3:text-is('Appended to lists')").wait_for()
     assert "phase_violation" in page.locator("h3:text-is('Appended to lists') + pre").inner_text()
 

@@ -5,6 +5,7 @@
 
 import { api, ApiError, enc, follow } from "./api.js";
 import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.js";
+import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
 import { drawDag, drawMachine } from "./layout.js";
 import { conversationsOf, renderConversations } from "./talk.js";
 
@@ -303,7 +304,23 @@ export function showRun(main, runId) {
     fill(gates, ...open.map((interrupt, n) => gateCard(interrupt, n)));
   }
 
+  async function sendReply(interrupt, trigger, payload) {
+    await api(`${base}/reply`, { method: "POST", body: { interrupt_id: interrupt.id, trigger, payload } });
+    say(`Gate ${interrupt.id} answered with ${trigger}.`);
+    await refresh();
+    restartStream();
+  }
+
   function gateCard(interrupt, n) {
+    if (interrupt.kind === OUTCOME_UNKNOWN) {
+      const node = state.run.nodes[interrupt.node];
+      return effectGateCard(interrupt, n, {
+        runId,
+        triggers: triggersAt(state.shape, interrupt.node, node && node.path),
+        send: (trigger, payload) => sendReply(interrupt, trigger, payload),
+        describe: (error) => (error instanceof ApiError ? problemText(error) : String(error)),
+      });
+    }
     const feedback = h("textarea", { id: `feedback-${n}`, rows: 2, placeholder: "optional: sent as payload.feedback" });
     const status = h("p", { class: "message", role: "status" });
     const answer = async (trigger, buttons) => {
@@ -311,11 +328,8 @@ export function showRun(main, runId) {
       status.textContent = `Sending ${trigger}…`;
       const text = feedback.value.trim();
       try {
-        await api(`${base}/reply`, { method: "POST", body: { interrupt_id: interrupt.id, trigger, payload: text ? { feedback: text } : {} } });
+        await sendReply(interrupt, trigger, text ? { feedback: text } : {});
         status.textContent = `Answered ${trigger}.`;
-        say(`Gate ${interrupt.id} answered with ${trigger}.`);
-        await refresh();
-        restartStream();
       } catch (error) {
         status.textContent = error instanceof ApiError ? problemText(error) : String(error);
         status.className = "message error";
@@ -348,9 +362,11 @@ export function showRun(main, runId) {
     // How long the step took: since the node's previous step (its action ran in between),
     // or since the run's previous step for a node's first one.
     const took = previous ? new Date(record.time) - new Date(previous.time) : NaN;
-    const move = record.trigger || record.source.length || record.dest.length
-      ? [path(record.source), h("span", { class: "trig" }, ` → ${record.trigger || record.kind} → `), path(record.dest)]
-      : h("span", { class: "muted" }, record.kind);
+    const words = ledgerWords(record);
+    const move = words ? h("span", { class: "effect-step" }, words)
+      : record.trigger || record.source.length || record.dest.length
+        ? [path(record.source), h("span", { class: "trig" }, ` → ${record.trigger || record.kind} → `), path(record.dest)]
+        : h("span", { class: "muted" }, record.kind);
     const tr = h("tr", { "data-seq": record.seq, "data-node": record.node || "", class: record.seq === state.pick.seq ? "picked" : "" },
       h("td", { class: "num" }, h("button", { type: "button", class: "link seq", onclick: () => pickStep(record.seq) }, String(record.seq))),
       h("td", { class: "mono" }, clock(record.time)),
@@ -424,7 +440,7 @@ export function showRun(main, runId) {
     talkPanel.dataset.node = id;
     fill(talkPanel, h("h2", {}, "Model conversation of ", h("span", { class: "mono" }, id)),
       state.first > 0 ? h("p", { class: "muted small" }, "Messages of steps before those loaded are not shown: use “Show earlier steps”.") : "",
-      renderConversations(talks, liveText));
+      renderConversations(talks, liveText, ledgerOf(state.records, id)));
     const talk = talkPanel.querySelector(".talk");
     if (talk && place !== null) talk.scrollTop = atEnd ? talk.scrollHeight : place;
     showStreamed();
@@ -442,7 +458,9 @@ export function showRun(main, runId) {
     const picked = state.records.find((r) => r.seq === state.pick.seq);
     const past = picked && picked.node === id && picked.dest.length ? picked : null;
     const shownPath = past ? past.dest : view.path;
-    const key = `${id}|${view.state}|${view.status}|${view.steps}|${past ? past.seq : ""}`;
+    const ledger = ledgerOf(state.records, id);
+    const ledgerKey = ledger.map((e) => `${e.id}${e.result ? "+" : ""}${e.on_unknown}`).join(",");
+    const key = `${id}|${view.state}|${view.status}|${view.steps}|${past ? past.seq : ""}|${ledgerKey}`;
     if (!focus && nodePanel.dataset.key === key) return;
     nodePanel.dataset.key = key;
     const diagrams = past ? [h("p", { class: "past" }, `As step ${past.seq} left it (now: ${path(view.path)}).`)] : [];
@@ -469,7 +487,7 @@ export function showRun(main, runId) {
         Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
         view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
       h("p", { class: "muted small" }, "In the diagram: the current state (or the picked step's) is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
-    h("div", { class: "machines" }, diagrams)));
+    h("div", { class: "machines" }, diagrams)), ledgerTable(ledger));
     if (focus) heading.focus();
   }
 
@@ -495,6 +513,7 @@ export function showRun(main, runId) {
         h("dt", {}, "node"), h("dd", {}, record.node || "—"),
         h("dt", {}, "move"), h("dd", { class: "mono" }, `${path(record.source)} → ${record.trigger || record.kind} → ${path(record.dest)}`),
         h("dt", {}, "run after"), h("dd", {}, badge(record.status))),
+      record.ledger ? [h("h3", {}, `Ledger entry (${ledgerWords(record)})`), json(record.ledger)] : [],
       h("h3", {}, "Action result"), Object.keys(record.result).length ? json(record.result) : h("p", { class: "muted" }, "none"),
       h("h3", {}, "Data changed"), Object.keys(record.data).length ? json(record.data) : h("p", { class: "muted" }, "nothing"),
       Object.keys(record.appended || {}).length ? [h("h3", {}, "Appended to lists"), json(record.appended)] : [],

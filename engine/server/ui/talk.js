@@ -106,7 +106,16 @@ function turnFacts(turn) {
   return parts.join(" · ");
 }
 
-function callBox(call) {
+// A call of the step in flight has no tool message yet; its ledger entry (if any) says
+// whether its result is committed already or only its intent.
+function pending(entry) {
+  if (!entry) return h("p", { class: "muted small" }, "no result yet");
+  if (!entry.result) return h("p", { class: "muted small pending-call" }, `intent committed (effect ${entry.id}): no result yet`);
+  return h("details", { class: "tool-result committed" },
+    h("summary", {}, `result committed (effect ${entry.id}); the step is not committed yet`), h("pre", {}, pretty(entry.result)));
+}
+
+function callBox(call, entry) {
   const result = call.result ? parsed(call.result.content) : undefined;
   const refused = result && typeof result === "object" && result.error === "phase_violation";
   const warned = result && typeof result === "object" && result.loop_warning;
@@ -119,17 +128,17 @@ function callBox(call) {
     call.result
       ? h("details", { class: "tool-result", open: refused || undefined },
         h("summary", {}, `result (step ${call.resultSeq})`), h("pre", {}, pretty(result)))
-      : h("p", { class: "muted small" }, "no result yet"));
+      : pending(entry));
 }
 
-function messageBox(entry) {
+function messageBox(entry, ledger) {
   const m = entry.message;
   const text = typeof m.content === "string" ? m.content : m.content == null ? "" : pretty(m.content);
   return h("div", { class: `msg role-${m.role}`, "data-seq": entry.seq },
     h("div", { class: "msg-head" }, h("strong", {}, m.role), h("span", { class: "muted small" }, ` step ${entry.seq}`),
       entry.turn ? h("span", { class: "muted small turn-facts" }, ` · ${turnFacts(entry.turn)}`) : ""),
     text ? h("div", { class: "msg-text" }, text) : "",
-    (entry.calls || []).map(callBox));
+    (entry.calls || []).map((call, index) => callBox(call, ledger.find((e) => e.index === index && e.tool === call.name))));
 }
 
 function compressionBox(entry) {
@@ -149,13 +158,19 @@ function eventBox(entry) {
     h("strong", {}, label), ` at step ${entry.seq}: `, e.message || JSON.stringify(e));
 }
 
-/** The conversation panel's content: each conversation, then the text streaming now. */
-export function renderConversations(talks, liveText) {
+/**
+ * The conversation panel's content: each conversation, then the text streaming now.
+ * `ledger` is the node's step in flight's (see effects.js): its entries belong to the calls
+ * of the latest assistant message that made some.
+ */
+export function renderConversations(talks, liveText, ledger = []) {
   const parts = [];
   for (const [key, t] of talks) {
+    const calling = t.entries.findLast((e) => e.type === "message" && e.calls && e.calls.length);
     parts.push(h("h3", {}, "Conversation ", h("span", { class: "mono" }, key)),
       h("div", { class: "talk", "data-key": key }, t.entries.map((entry) =>
-        entry.type === "message" ? messageBox(entry) : entry.type === "compression" ? compressionBox(entry) : eventBox(entry))));
+        entry.type === "message" ? messageBox(entry, entry === calling ? ledger : [])
+          : entry.type === "compression" ? compressionBox(entry) : eventBox(entry))));
   }
   parts.push(liveText);
   return parts;
