@@ -17,6 +17,7 @@ __all__ = [
     "EventSink",
     "ToolCall",
     "ToolOffer",
+    "carry_effect",
     "carry_writes",
     "declare_effect",
     "declared_writes",
@@ -179,7 +180,9 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 def declare_effect(kind: Effect | str) -> Callable[[_Function], _Function]:
     """Declare what calling a tool or action function again does (see :class:`Effect`).
 
-    A tool or action that declares nothing is taken as ``once``: it must not run twice.
+    A tool that declares nothing is taken as ``once``: it must not run twice. An action
+    that declares nothing is ``idempotent`` (an ``http:`` POST or PATCH, ``once``); a
+    binding's own ``effect:`` wins over what its function declares.
     """
     declared = Effect(kind)
 
@@ -188,6 +191,12 @@ def declare_effect(kind: Effect | str) -> Callable[[_Function], _Function]:
         return function
 
     return mark
+
+
+def carry_effect(source: object, wrapper: _Function) -> _Function:
+    """Give ``wrapper`` (an action built around ``source``) the effect ``source`` declared."""
+    declared = getattr(source, _EFFECT, None)
+    return wrapper if declared is None else declare_effect(declared)(wrapper)
 
 
 def effect_of(function: object, default: Effect = Effect.ONCE) -> Effect:

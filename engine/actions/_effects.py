@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from phasegraph.actions._base import ActionContext
+from phasegraph.actions._base import ActionContext, effect_of
 from phasegraph.actions._python import import_bound
 from phasegraph.model import ActionDef, Effect, LedgerEntry, OnUnknown
 
@@ -75,8 +75,16 @@ def _reconciler(target: str, definition: ActionDef, base_dir: Path | None) -> Re
     return reconcile
 
 
-def effect_policy(definition: ActionDef, base_dir: Path | None = None) -> EffectPolicy:
+def effect_policy(
+    definition: ActionDef, base_dir: Path | None = None, action: object = None
+) -> EffectPolicy:
     """The effect policy a binding declares (defaults filled in).
+
+    Args:
+        definition: The binding.
+        base_dir: The graph file's folder (a ``reconcile:`` module may live beside it).
+        action: The built action: what its function declared (``declare_effect``) counts
+            when the binding names no ``effect:``.
 
     Raises:
         SpecError: The reconciler cannot be imported.
@@ -84,8 +92,10 @@ def effect_policy(definition: ActionDef, base_dir: Path | None = None) -> Effect
     config: Mapping[str, Any] = definition.config
     declared = config.get("effect")
     target = config.get("reconcile")
+    if declared is None:
+        declared = effect_of(action, _default_effect(definition))
     return EffectPolicy(
-        effect=_default_effect(definition) if declared is None else Effect(declared),
+        effect=Effect(declared),
         on_unknown=OnUnknown(config.get("on_unknown", OnUnknown.ASK)),
         reconcile=None if target is None else _reconciler(str(target), definition, base_dir),
     )

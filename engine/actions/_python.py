@@ -30,6 +30,7 @@ from phasegraph.actions._base import (
     Action,
     ActionContext,
     ActionResult,
+    carry_effect,
     carry_writes,
 )
 from phasegraph.errors import ActionError, ActionTimeoutError, Problem, SpecError
@@ -210,4 +211,4 @@ def build_python_action(definition: ActionDef, base_dir: Path | None) -> Action:
             return value
         return coerce_result(value, where)
 
-    return carry_writes(function, call)
+    return carry_effect(function, carry_writes(function, call))

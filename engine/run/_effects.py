@@ -75,7 +75,8 @@ def effect_gate(entry: LedgerEntry, node_id: str, now: datetime) -> Interrupt:
         "arguments": dict(entry.arguments),
         "effect": entry.effect.value,
         "question": (
-            f"{describe(entry)}. Did it happen? Answer happened (with its result), "
+            f"{describe(entry)}. Did it happen? Answer happened (with "
+            f"{'its result' if entry.tool else 'the trigger the action returned'}), "
             "run_again (same effect id) or fail."
         ),
     }

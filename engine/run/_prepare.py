@@ -132,8 +132,8 @@ def prepare(
                         accepts_timeout=_accepts_timeout(definition, node.machine, hook),
                     )
                 else:
-                    built[(node.id, hook)] = build_action(action_def, base_dir)
-                    effects[(node.id, hook)] = effect_policy(action_def, base_dir)
+                    action = built[(node.id, hook)] = build_action(action_def, base_dir)
+                    effects[(node.id, hook)] = effect_policy(action_def, base_dir, action)
             except SpecError as exc:
                 problems += exc.problems
     workflow = compile_graph(_with_action_writes(definition, built))

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from builders import TESTS
 from http_kit import Server
 from phasegraph.actions._effects import effect_policy
 from phasegraph.api import Engine
@@ -146,3 +147,15 @@ async def test_an_uncertain_action_is_asked_about_then_answered(
     assert state.status is RunStatus.COMPLETED
     assert state.nodes["call"].path == ("done",)
     assert len(server.seen) == posts
+
+
+async def test_what_a_python_function_declares_counts_unless_the_binding_says() -> None:
+    here = str(TESTS / "fixtures" / "effects" / "graph.yaml")  # modules found beside it
+    for binding, intents in (({}, 1), ({"effect": "idempotent"}, 0)):
+        text = _graph({"run": {"python": "declared:charge", **binding}})
+        definition = load_graph_text(text, name=here)
+        async with MemoryStore() as store:
+            state = await Engine(store).run(definition, {}, run_id="fx")
+            kinds = [r.kind for r in await Engine(store).history("fx")]
+        assert state.status is RunStatus.COMPLETED
+        assert kinds.count("intent") == intents
