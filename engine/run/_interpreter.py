@@ -223,7 +223,8 @@ class Run:
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
         self._uncertain: int | None = None  # a commit cut off on its way to the store
         # Actions in tasks of their own commit ledger entries while the loop commits steps:
-        # each step is built from the run state and committed under this lock.
+        # while any is in flight, each step is built from the run state and committed
+        # under this lock.
         self._lock = asyncio.Lock()
 
     @property
@@ -339,7 +340,12 @@ class Run:
         record: StepRecord | None = None
         lock = self._lock
         while True:
-            async with lock:
+            # Only an action in a task of its own can commit beside this loop (a ledger
+            # step): with none in flight, no lock is needed (and none is paid for).
+            guarded = bool(self._tasks)
+            if guarded:
+                await lock.acquire()
+            try:
                 decided = self._steps.decide(self._state, self._to_launch)
                 if decided is None:
                     return None
@@ -347,17 +353,25 @@ class Run:
                     if decided.node in self._to_launch:  # a gate opened (or failed to render)
                         self._to_launch.remove(decided.node)
                     record = await self._commit(*_encode(decided))
+            finally:
+                if guarded:
+                    lock.release()
             if not isinstance(decided, StepRecord):
                 if len(self._to_launch) == 1 and not self._tasks:
                     node_id = self._to_launch.pop()
                     outcome = await _invoke(*self._call(node_id))
                 else:
                     node_id, outcome = await self._first_outcome()
-                # Built under the lock: an action in a task may have committed meanwhile.
-                async with lock:
-                    record = await self._commit(*await self._outcome_step(node_id, outcome))
+                record = await self._commit_outcome(node_id, outcome)
             if once:
                 return record
+
+    async def _commit_outcome(self, node_id: str, outcome: _Outcome) -> StepRecord:
+        """Commit the step an action's outcome makes, built from the state it lands on."""
+        if not self._tasks:
+            return await self._commit(*await self._outcome_step(node_id, outcome))
+        async with self._lock:  # an action still in flight may be committing a ledger step
+            return await self._commit(*await self._outcome_step(node_id, outcome))
 
     async def _leased(self, work: Coroutine[Any, Any, T]) -> T:
         """Await ``work`` while the lease is ours.
@@ -472,6 +486,9 @@ class Run:
         Raises:
             LeaseLostError: As :meth:`_commit`; the action fails with it.
         """
+        if not self._tasks:  # the action was awaited by the loop itself: nothing else commits
+            await self._commit(*_encode(self._steps.ledger_step(self._state, node_id, entry)))
+            return
         async with self._lock:
             await self._commit(*_encode(self._steps.ledger_step(self._state, node_id, entry)))
 

@@ -20,9 +20,12 @@ import asyncio
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +36,10 @@ from phasegraph.codec import decode_record
 from phasegraph.model import ActionDef, Effect, NodeDef, RunState, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.store import Commit, ForwardingStore, Lease
+from phasegraph.store.base import Store
 from phasegraph.store.memory import MemoryStore
+from phasegraph.store.sqlite import SqliteStore
+from phasegraph.testing import isolated_redis_store
 from phasegraph.tools._builtins import Scope
 from phasegraph.tools._registry import build_tools
 
@@ -63,7 +69,7 @@ class KillingStore(ForwardingStore):
             raise _Killed
 
 
-def _plan(names: list[str]) -> ActionResult:
+def _message(names: list[str]) -> dict[str, Any]:
     calls = [
         {
             "id": f"c{i}",
@@ -72,36 +78,46 @@ def _plan(names: list[str]) -> ActionResult:
         }
         for i, n in enumerate(names)
     ]
-    message = {"role": "assistant", "content": None, "tool_calls": calls}
-    return ActionResult(trigger="ok", data={"conversation": [message]})
+    return {"role": "assistant", "content": None, "tool_calls": calls}
 
 
-def _prepared(names: list[str], policy: str, ran: Counter[str]) -> PreparedGraph:
+def _prepared(
+    names: list[str],
+    policy: str,
+    ran: Counter[str],
+    *,
+    acts: tuple[str, ...] = ("act",),
+    yields: int = 0,
+) -> PreparedGraph:
+    """``plan`` writes the model's message; each of ``acts`` runs its calls (in parallel)."""
+
+    def key(act: str) -> str:
+        return "conversation" if acts == ("act",) else f"conversation_{act}"
+
     def tool(kind: Effect) -> Any:
         @declare_effect(kind)
         async def counted(scope: Scope, *, x: int) -> Mapping[str, Any]:
+            for _ in range(yields):  # let the other step's calls in between
+                await asyncio.sleep(0)
             ran[scope.effect_id] += 1
             return {"x": x, "id": scope.effect_id}
 
         return counted
 
     async def plan(ctx: ActionContext) -> ActionResult:
-        return _plan(names)
+        return ActionResult(trigger="ok", data={key(a): [_message(names)] for a in acts})
 
-    act = build_tools_action(
-        ActionDef(
-            kind="tools",
-            config={
-                "tools": "conversation",
-                "on_outcome": {"observed": "ok"},
-                "on_unknown": policy,
-            },
-        ),
-        None,
-    )
-    nodes = [NodeDef(id="plan", machine="task"), NodeDef(id="act", machine="task", needs=("plan",))]
+    def act(name: str) -> Any:
+        config = {"tools": key(name), "on_outcome": {"observed": "ok"}, "on_unknown": policy}
+        return build_tools_action(ActionDef(kind="tools", config=config), None)
+
+    nodes = [
+        NodeDef(id="plan", machine="task"),
+        *(NodeDef(id=a, machine="task", needs=("plan",)) for a in acts),
+    ]
     definition = graph(nodes)
-    built = prepared(definition, {("plan", "run"): plan, ("act", "run"): act})
+    bound = {("plan", "run"): plan, **{(a, "run"): act(a) for a in acts}}
+    built = prepared(definition, bound)
     tools = build_tools(definition, {name: tool(kind) for name, kind in KINDS.items()})
     return dataclasses.replace(built, tools=tools)
 
@@ -186,3 +202,45 @@ def test_a_fork_from_inside_a_step_runs_only_the_calls_left() -> None:
     assert ran == Counter({"r:act:0:0": 1, "r:act:0:1": 1, "r:act:0:2": 1, f"{fork}:act:0:2": 1})
     messages = [m for m in state.data["conversation"] if m["role"] == "tool"]
     assert [json.loads(m["content"])["x"] for m in messages] == [0, 1, 2]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_parallel_steps_commit_their_calls_between_each_others_steps(
+    kind: str, tmp_path: Path, redis_url: str
+) -> None:
+    """Two act nodes at once, their tools yielding: ledger steps interleave, none is lost.
+
+    On Redis a commit waits on the network: a step built while another commit is in
+    flight would have the wrong seq (the commit lock is what prevents it).
+    """
+    ran: Counter[str] = Counter()
+    plan = _prepared(["send", "put", "send"], "ask", ran, acts=("a1", "a2"), yields=3)
+
+    @asynccontextmanager
+    async def opened() -> AsyncIterator[Store]:
+        if kind == "redis":
+            async with isolated_redis_store(redis_url) as store:
+                yield store
+        else:
+            async with SqliteStore(tmp_path / "runs.db") as store:
+                yield store
+
+    async def scenario() -> tuple[RunState, list[Any]]:
+        async with opened() as store:
+            state = await engine(store).run(plan, run_id="r")
+            return state, await engine(store).history("r")
+
+    state, history = asyncio.run(scenario())
+    assert state.status is RunStatus.COMPLETED
+    assert [r.seq for r in history] == list(range(len(history)))
+    assert ran == Counter({f"r:{a}:0:{i}": 1 for a in ("a1", "a2") for i in range(3)})
+    ledger = [(r.node, r.kind) for r in history if r.ledger is not None]
+    assert sorted(ledger).count(("a1", "effect")) == 3
+    assert sorted(ledger).count(("a2", "intent")) == 2
+    # the two steps' calls interleave in the journal: both ran at once
+    nodes = [node for node, _ in ledger]
+    assert nodes != sorted(nodes)
+    for act in ("a1", "a2"):
+        results = [json.loads(m["content"]) for m in state.data[f"conversation_{act}"][1:]]
+        assert [r["id"] for r in results] == [f"r:{act}:0:{i}" for i in range(3)]
