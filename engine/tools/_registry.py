@@ -259,6 +259,11 @@ class ToolFactory:
         self._names = tuple(sorted([*self._tools, *served]))
 
     @property
+    def servers(self) -> McpServers | None:
+        """The graph's MCP servers and their sessions (None: the graph has no ``mcp:``)."""
+        return self._servers
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The known tool names (built-in, given and from MCP servers), sorted."""
         return self._names

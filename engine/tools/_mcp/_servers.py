@@ -36,7 +36,7 @@ from phasegraph.tools._schemas import function_entry
 
 __all__ = ["Connection", "McpServers", "Session", "call_result"]
 
-_STDERR_TAIL: Final = 2000
+_STDERR_TAIL: Final = 1000
 """Characters of a server's stderr quoted when it fails to start or dies."""
 _IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 _REAP_WAIT: Final = 10.0
@@ -95,22 +95,25 @@ class Connection:
                 ``start_timeout`` (naming the server and the tail of its stderr).
         """
         self._task = asyncio.create_task(self._hold(), name=f"mcp:{self.server.name}")
+        failed: BaseException | None = None
+        problem = None
         try:
             async with asyncio.timeout(self.server.start_timeout):
                 await asyncio.shield(self._ready)
         except TimeoutError:
-            await self.close()
-            raise self._failure(f"did not answer within {self.server.start_timeout:g} s") from None
+            problem = f"did not answer within {self.server.start_timeout:g} s"
         except Exception as exc:
-            await self.close()
-            raise self._failure(self._reason(_leaf(exc))) from None
+            failed = _leaf(exc)
         missing = [tool for tool in self.server.tools if tool not in self.listing]
-        if missing:
-            await self.close()
+        if failed is None and problem is None and missing:
             offered = ", ".join(sorted(self.listing)) or "none"
-            raise self._failure(
-                f"has no tool {', '.join(map(repr, missing))} (it offers: {offered})"
-            )
+            problem = f"has no tool {', '.join(map(repr, missing))} (it offers: {offered})"
+        if failed is None and problem is None:
+            return
+        await self._stop()  # first, so its exit status and all of its stderr are known
+        error = self._failure(self._reason(failed) if failed is not None else str(problem))
+        await self.close()
+        raise error
 
     def _reason(self, exc: BaseException) -> str:
         status = None if self.process is None else exit_status(self.process)
@@ -178,11 +181,14 @@ class Connection:
             await asyncio.wait_for(asyncio.shield(self.process.wait()), _REAP_WAIT)
         return exit_status(self.process) or "its output closed"
 
-    async def close(self) -> None:
-        """Close the session and stop the server (idempotent)."""
+    async def _stop(self) -> None:
         self._closing.set()
         if self._task is not None:
             await asyncio.shield(asyncio.gather(self._task, return_exceptions=True))
+
+    async def close(self) -> None:
+        """Close the session and stop the server (idempotent)."""
+        await self._stop()
         if not self._stderr.closed:
             self._stderr.close()
 
@@ -229,7 +235,11 @@ class Session:
             if self._live is not None:
                 await self._live.close()
                 self._live = None
-            started = Connection(self._settings.rendered(self._values))
+            try:
+                settings = self._settings.rendered(self._values)
+            except ActionError as exc:
+                raise ActionError(f"MCP server {self._settings.name!r}: {exc.message}") from None
+            started = Connection(settings)
             await started.open()
             self._listed.update(started.listing)
             self._live = started
