@@ -499,6 +499,8 @@ class NodeSpec(_Spec):
 
 
 _Effect = Literal["none", "idempotent", "once"]
+_ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+"""An MCP tool the graph takes: a name chat APIs accept for a function."""
 
 
 class McpServerSpec(_Spec):
@@ -523,8 +525,8 @@ class McpServerSpec(_Spec):
     start_timeout: float = Field(
         30.0, gt=0, description="Seconds to start the server and list its tools."
     )
-    tools: list[_Name] = Field(min_length=1, description="The tools taken from this server.")
-    effects: dict[_Name, _Effect] = Field(
+    tools: list[_ToolName] = Field(min_length=1, description="The tools taken from this server.")
+    effects: dict[_ToolName, _Effect] = Field(
         {},
         description="Tool -> what calling it again does; default: the server's hints "
         "(readOnlyHint: none, idempotentHint: idempotent), else once.",

@@ -90,6 +90,7 @@ TIME_MCP = "  time: {command: [mcp-server-time], tools: [get_current_time, conve
         ("  t: {command: [x], tools: [a], effects: {a: twice}}", "twice", 3),
         ("  t: {command: [x], tools: [a], timeout: 0}", "greater than 0", 3),
         ("  t: {command: ['{unclosed'], tools: [a]}", "not a valid template", 3),
+        ("  t: {command: [x], tools: [a.b]}", "'a.b' is not a valid name", 3),
         (
             "  t: {command: [x], tools: [a, b]}\n  u: {command: [y], tools: [c, b]}",
             "MCP servers 't' and 'u' both offer tool 'b'",
@@ -318,6 +319,31 @@ async def test_server_tools_pass_the_phase_rules_and_close_with_the_run() -> Non
     assert seen["described"][0]["function"]["parameters"]["required"] == ["timezone"]
     assert seen["process"] is not None
     assert seen["process"].returncode is not None  # the run let go: its server ended
+
+
+async def test_loop_detection_watches_server_tools() -> None:
+    text = graph_text(TIME_MCP, ", get_current_time")
+    text = text.replace("nodes:", "middleware: [loop_detection]\nnodes:")
+    definition = load_graph_text(text, name="g.yaml")
+    results: list[Mapping[str, Any]] = []
+
+    async def think(ctx: ActionContext) -> ActionResult:
+        if not results:
+            for _ in range(2):
+                results.append(await ctx.tool("get_current_time", timezone="UTC"))
+        return ActionResult(trigger="answer")
+
+    actions = {
+        ("agent", "think"): think,
+        ("agent", "act"): returning("observed"),
+        ("agent", "verify"): returning("pass"),
+        ("agent", "reflect"): returning("retry"),
+    }
+    store = MemoryStore()
+    async with store:
+        await engine(store).run(prepared(definition, actions))
+    assert "loop_warning" not in results[0]
+    assert "get_current_time" in results[1]["loop_warning"]
 
 
 # --------------------------------------------------------------------------- HTTP
