@@ -42,7 +42,7 @@ import asyncio
 import functools
 import inspect
 import shlex
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -403,7 +403,29 @@ def _run_values(run: RunState | None) -> tuple[str, Mapping[str, Any]]:
     """The run's id and what its templates see (input and data, data winning)."""
     if run is None:  # a caller bound outside a run: one shared session, no values
         return "", EMPTY
-    return run.run_id, {**run.input, **run.data}
+    return run.run_id, _RunValues(run)
+
+
+class _RunValues(Mapping[str, Any]):
+    """A run's input and data as templates see them (data wins), looked up, not copied.
+
+    Only a session's first use renders templates from them.
+    """
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: RunState) -> None:
+        self._run = run
+
+    def __getitem__(self, key: str) -> Any:
+        data = self._run.data
+        return data[key] if key in data else self._run.input[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._run.input, **self._run.data})
+
+    def __len__(self) -> int:
+        return len({**self._run.input, **self._run.data})
 
 
 @declare_effect(Effect.NONE)

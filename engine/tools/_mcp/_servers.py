@@ -76,7 +76,10 @@ class Connection:
         self.session: ClientSession | None = None
         self.process: asyncio.subprocess.Process | None = None
         self.listing: dict[str, mcp_types.Tool] = {}
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        # Where a stdio server's stderr goes, quoted when it fails; closed in close().
+        self._stderr: IO[bytes] | None = (
+            tempfile.TemporaryFile() if server.command is not None else None  # noqa: SIM115
+        )
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -132,7 +135,7 @@ class Connection:
 
     def stderr_tail(self) -> str:
         """The last lines the server wrote to its stderr (a stdio server)."""
-        if self._stderr.closed:
+        if self._stderr is None or self._stderr.closed:
             return ""
         size = self._stderr.seek(0, 2)
         self._stderr.seek(max(0, size - _STDERR_TAIL))
@@ -162,6 +165,7 @@ class Connection:
     async def _streams(self) -> AsyncIterator[tuple[Any, Any]]:
         server = self.server
         if server.command is not None:
+            assert self._stderr is not None  # opened for every stdio server
             env = {**get_default_environment(), **server.env}
             async with stdio_server(server.command, env, server.cwd, self._stderr) as started:
                 self.process = started.process
@@ -189,7 +193,7 @@ class Connection:
     async def close(self) -> None:
         """Close the session and stop the server (idempotent)."""
         await self._stop()
-        if not self._stderr.closed:
+        if self._stderr is not None:
             self._stderr.close()
 
 
