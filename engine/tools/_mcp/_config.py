@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+import pydantic
+
 from phasegraph.actions._shell import render
 from phasegraph.errors import Problem
-from phasegraph.model import Effect, GraphDef, empty_field
+from phasegraph.model import Effect, GraphDef
+from phasegraph.spec._models import McpServerSpec
 
 __all__ = ["EFFECT_META", "McpServer", "read_servers"]
 
@@ -35,33 +38,36 @@ class McpServer:
     """
 
     name: str
-    command: tuple[str, ...] | None = None
-    env: Mapping[str, str] = empty_field()
-    cwd: str | None = None
-    url: str | None = None
-    headers: Mapping[str, str] = empty_field()
-    timeout: float = 60.0
-    start_timeout: float = 30.0
-    tools: tuple[str, ...] = ()
-    effects: Mapping[str, Effect] = empty_field()
+    command: tuple[str, ...] | None
+    env: Mapping[str, str]
+    cwd: str | None
+    url: str | None
+    headers: Mapping[str, str]
+    timeout: float
+    start_timeout: float
+    tools: tuple[str, ...]
+    effects: Mapping[str, Effect]
 
     @classmethod
     def of(cls, name: str, settings: Mapping[str, Any]) -> McpServer:
-        """The server ``name`` as the graph's (validated) ``mcp:`` entry describes it."""
-        command = settings.get("command")
+        """The server ``name`` as a graph's ``mcp:`` entry describes it (defaults filled).
+
+        Raises:
+            pydantic.ValidationError: ``settings`` is not a valid entry (a graph loaded
+                from YAML was checked already; one built in code is checked here).
+        """
+        spec = McpServerSpec.model_validate(dict(settings))
         return cls(
             name=name,
-            command=None if command is None else tuple(command),
-            env=MappingProxyType(dict(settings.get("env") or {})),
-            cwd=settings.get("cwd"),
-            url=settings.get("url"),
-            headers=MappingProxyType(dict(settings.get("headers") or {})),
-            timeout=float(settings.get("timeout", 60.0)),
-            start_timeout=float(settings.get("start_timeout", 30.0)),
-            tools=tuple(settings.get("tools") or ()),
-            effects=MappingProxyType(
-                {tool: Effect(kind) for tool, kind in (settings.get("effects") or {}).items()}
-            ),
+            command=None if spec.command is None else tuple(spec.command),
+            env=MappingProxyType(spec.env),
+            cwd=spec.cwd,
+            url=spec.url,
+            headers=MappingProxyType(spec.headers),
+            timeout=spec.timeout,
+            start_timeout=spec.start_timeout,
+            tools=tuple(spec.tools),
+            effects=MappingProxyType({tool: Effect(kind) for tool, kind in spec.effects.items()}),
         )
 
     def rendered(self, values: Mapping[str, Any]) -> McpServer:
@@ -97,8 +103,15 @@ def read_servers(
     check knows every server there); the built-in names are known only here.
     """
     taken = set(builtins)
-    servers = {name: McpServer.of(name, settings) for name, settings in definition.mcp.items()}
-    problems = [
+    servers: dict[str, McpServer] = {}
+    problems: list[Problem] = []
+    for name, settings in definition.mcp.items():
+        try:
+            servers[name] = McpServer.of(name, settings)
+        except pydantic.ValidationError as exc:
+            text = "; ".join(str(error["msg"]) for error in exc.errors(include_url=False))
+            problems.append(Problem(f"mcp.{name}: {text}", definition.location))
+    problems += [
         Problem(
             f"mcp.{server.name}.tools: {tool!r} is a built-in tool: MCP server "
             f"{server.name!r} cannot offer it under that name "
