@@ -498,7 +498,6 @@ class NodeSpec(_Spec):
         return self
 
 
-_Effect = Literal["none", "idempotent", "once"]
 _ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 """An MCP tool the graph takes: a name chat APIs accept for a function."""
 
@@ -526,7 +525,7 @@ class McpServerSpec(_Spec):
         30.0, gt=0, description="Seconds to start the server and list its tools."
     )
     tools: list[_ToolName] = Field(min_length=1, description="The tools taken from this server.")
-    effects: dict[_ToolName, _Effect] = Field(
+    effects: dict[_ToolName, _EffectKind] = Field(
         {},
         description="Tool -> what calling it again does; default: the server's hints "
         "(readOnlyHint: none, idempotentHint: idempotent), else once.",
