@@ -396,6 +396,50 @@ async def test_over_http_the_effect_id_is_the_idempotency_key(
     ]
 
 
+async def test_a_tools_action_sends_each_call_its_effect_id(
+    time_over_http: tuple[str, Path],
+) -> None:
+    """Through the interpreter: the ledger's effect id of the call reaches the server."""
+    url, log = time_over_http
+    text = """\
+graph: g
+mcp:
+  time: {url: "http://{mcp_host}/mcp", tools: [get_current_time]}
+nodes:
+  - id: agent
+    machine: agent
+    bind:
+      think: {python: "m:f", triggers: [answer, tool_calls]}
+      act: {tools: conversation}
+"""
+    definition = load_graph_text(text, name="g.yaml")
+    call = {
+        "id": "c1",
+        "function": {"name": "get_current_time", "arguments": '{"timezone": "UTC"}'},
+    }
+
+    async def think(ctx: ActionContext) -> ActionResult:
+        if ctx.data.get("conversation"):
+            return ActionResult(trigger="answer")
+        message = {"role": "assistant", "content": "", "tool_calls": [call]}
+        return ActionResult(trigger="tool_calls", data={"conversation": [message]})
+
+    store = MemoryStore()
+    async with store:
+        state = await engine(store).run(
+            prepared(definition, {("agent", "think"): think}),
+            {"mcp_host": url.removeprefix("http://").removesuffix("/mcp")},
+        )
+    assert state.status is RunStatus.COMPLETED, state
+    answer = json.loads(state.data["conversation"][1]["content"])
+    assert answer["structured"]["timezone"] == "UTC"
+    (sent,) = [
+        r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "tools/call"
+    ]
+    assert re.fullmatch(rf"{re.escape(state.run_id)}:agent:\d+:0", sent["idempotency_key"])
+    assert sent["meta"] == {"phasegraph/effect_id": sent["idempotency_key"]}
+
+
 # --------------------------------------------------------------------------- the example
 
 

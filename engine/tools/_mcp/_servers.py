@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from phasegraph.actions._http import IDEMPOTENCY_HEADER
 from phasegraph.errors import ActionError
 from phasegraph.model import Effect
 from phasegraph.tools._builtins import error_result
@@ -38,7 +39,6 @@ __all__ = ["Connection", "McpServers", "Session", "call_result"]
 
 _STDERR_TAIL: Final = 1000
 """Characters of a server's stderr quoted when it fails to start or dies."""
-_IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 _REAP_WAIT: Final = 10.0
 """Seconds to wait for a server whose output ended to be reaped, for its exit status."""
 
@@ -57,7 +57,7 @@ async def _effect_header(request: httpx2.Request) -> None:
     params = json.loads(request.content).get("params")
     effect = ((params or {}).get("_meta") or {}).get(EFFECT_META)
     if isinstance(effect, str) and effect:
-        request.headers[_IDEMPOTENCY_HEADER] = effect
+        request.headers[IDEMPOTENCY_HEADER] = effect
 
 
 def _effect_meta(effect_id: str) -> mcp_types.RequestParamsMeta | None:
