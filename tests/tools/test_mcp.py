@@ -474,3 +474,42 @@ def test_the_git_agent_commits_once_through_mcp_server_git(tmp_path: Path) -> No
     ]
     assert git(repo, "show", "HEAD:VERSION") == "1.1.0\n"
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_the_git_agent_killed_after_its_commit_asks_and_commits_once(tmp_path: Path) -> None:
+    """SIGKILL after git_commit made the commit, before its result was recorded: the
+    resumed run asks (the commit is a once effect), the answer says it happened, and
+    the repository has the one commit."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for name in ("PHASEGRAPH_LLM_BASE_URL", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    store, run_id = f"sqlite:///{tmp_path / 'runs.db'}", "git-run"
+    work = tmp_path / "work"
+    drive = Path(__file__).parents[1] / "fixtures" / "mcp" / "drive_git.py"
+    killed = subprocess.run(
+        [sys.executable, str(drive), store, run_id, str(work)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (repo,) = work.iterdir()
+    assert len(git(repo, "log", "--format=%s").splitlines()) == 2  # the commit happened
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = cli_argv(*args, "--store", store)
+        return subprocess.run(argv, env=env, capture_output=True, text=True)
+
+    resumed = cli("resume", run_id, "--json", "--quiet")
+    assert resumed.returncode == 3, resumed.stderr  # waiting: it asks
+    (gate,) = json.loads(resumed.stdout)["interrupts"]
+    assert gate["kind"] == "outcome_unknown"
+    assert gate["payload"]["tool"] == "git_commit"
+    assert gate["payload"]["arguments"]["message"] == "Set the version to 1.1.0"
+    result = 'result={"text": "committed"}'
+    replied = cli("reply", run_id, "--id", gate["id"], "--trigger", "happened", "--payload", result)
+    assert replied.returncode == 0, replied.stdout + replied.stderr
+    assert git(repo, "log", "--format=%s").splitlines() == [
+        "Set the version to 1.1.0",
+        "Version 1.0.0",
+    ]
