@@ -68,6 +68,16 @@ nodes:
 """
 
 
+def solo_actions(think: Any) -> dict[tuple[str, str], Any]:
+    """The solo_agent node's hooks in code: ``think`` does the work, the rest move on."""
+    return {
+        ("agent", "think"): think,
+        ("agent", "act"): returning("observed"),
+        ("agent", "verify"): returning("pass"),
+        ("agent", "reflect"): returning("retry"),
+    }
+
+
 TIME_MCP = "  time: {command: [mcp-server-time], tools: [get_current_time, convert_time]}"
 
 
@@ -302,13 +312,7 @@ async def test_server_tools_pass_the_phase_rules_and_close_with_the_run() -> Non
             seen["process"] = live.process if live else None
         return ActionResult(trigger="answer")
 
-    actions = {
-        ("agent", "think"): think,
-        ("agent", "act"): returning("observed"),
-        ("agent", "verify"): returning("pass"),
-        ("agent", "reflect"): returning("retry"),
-    }
-    prepared_graph = prepared(definition, actions)
+    prepared_graph = prepared(definition, solo_actions(think))
     store = MemoryStore()
     async with store:
         state = await engine(store).run(prepared_graph)
@@ -333,15 +337,9 @@ async def test_loop_detection_watches_server_tools() -> None:
                 results.append(await ctx.tool("get_current_time", timezone="UTC"))
         return ActionResult(trigger="answer")
 
-    actions = {
-        ("agent", "think"): think,
-        ("agent", "act"): returning("observed"),
-        ("agent", "verify"): returning("pass"),
-        ("agent", "reflect"): returning("retry"),
-    }
     store = MemoryStore()
     async with store:
-        await engine(store).run(prepared(definition, actions))
+        await engine(store).run(prepared(definition, solo_actions(think)))
     assert "loop_warning" not in results[0]
     assert "get_current_time" in results[1]["loop_warning"]
 
