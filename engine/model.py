@@ -500,6 +500,7 @@ class GraphDef(Value, frozen=True, kw_only=True):
         middleware: Middleware to wrap every action call, outermost first.
         description: Free text.
         output: Data keys that are the run's result (shown when the run ends).
+        mcp: MCP server name → its settings as written (``phasegraph.tools`` reads them).
         location: The file the graph came from.
         digest: Content hash of the definition, recorded in every run.
     """
@@ -513,6 +514,7 @@ class GraphDef(Value, frozen=True, kw_only=True):
     middleware: tuple[MiddlewareDef, ...] = ()
     description: str = ""
     output: tuple[str, ...] = ()
+    mcp: Mapping[str, Mapping[str, Any]] = EMPTY
     location: SourceLocation | None = None
     digest: str = ""
 

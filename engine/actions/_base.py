@@ -28,8 +28,10 @@ __all__ = [
 EventSink = Callable[[str, Mapping[str, Any]], None]
 """Records an event (kind, fields) raised while an action runs; kept with its step."""
 
-ToolOffer = Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
-"""Describes the named tools the node may call in its current state (for a model)."""
+ToolOffer = Callable[[Sequence[str]], Awaitable[Sequence[Mapping[str, Any]]]]
+"""Describes the named tools the node may call in its current state (for a model).
+
+Awaited: describing a tool of an MCP server may start the server."""
 
 CALL_EFFECT_ID: ContextVar[str] = ContextVar("phasegraph_call_effect_id", default="")
 """The effect id of the tool call being made (``Scope.effect_id``), set around the call so
@@ -50,7 +52,7 @@ def _once(name: str) -> Effect:
     return Effect.ONCE
 
 
-def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
+async def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
     return ()
 
 
@@ -110,7 +112,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         tool: Calls a tool by name (``await ctx.tool("write_file", path=..., text=...)``)
             through the node's tool rules (e.g. the current phase's whitelist).
         offer: Describes the named tools the current phase allows (JSON Schema function
-            entries, the ones a model is shown); refused names are left out.
+            entries, the ones a model is shown; ``await ctx.offer([...])``); refused
+            names are left out.
         stream: Publishes a live event that is *not* committed (e.g. a model's token
             deltas): listeners see it now, the history never holds it.
         attempt: Which attempt at this step this call is: the fencing token of the lease

@@ -58,7 +58,13 @@ from phasegraph.actions._shell import render
 from phasegraph.errors import ActionError, ActionTimeoutError
 from phasegraph.model import ActionDef, frozen_map
 
-__all__ = ["BODY_CHARS", "DEFAULT_TIMEOUT", "MAX_RESPONSE_BYTES", "build_http_action"]
+__all__ = [
+    "BODY_CHARS",
+    "DEFAULT_TIMEOUT",
+    "IDEMPOTENCY_HEADER",
+    "MAX_RESPONSE_BYTES",
+    "build_http_action",
+]
 
 DEFAULT_TIMEOUT: Final = 30.0
 """Seconds an http action may take when its binding sets no ``timeout``."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Self, TypeVar
 
@@ -82,8 +82,8 @@ class _Site(NamedTuple):
     hook: str
     settings: Mapping[str, Any]
     limits: Mapping[str, int]
-    offer: Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
-    bind_tool: Callable[[EventSink], ToolCall]
+    offer: Callable[[RunState, Sequence[str]], Awaitable[Sequence[Mapping[str, Any]]]]
+    bind_tool: Callable[[EventSink, RunState], ToolCall]
     policy: EffectPolicy
 
 
@@ -253,6 +253,7 @@ class Run:
         if self._tasks:
             # Shielded so that a cancelled caller still leaves nothing running behind it.
             await asyncio.shield(self._stop_actions())
+        await asyncio.shield(self._prepared.tools.close_run(self.run_id))
         await self._hold.release()
 
     def __aiter__(self) -> Self:
@@ -467,8 +468,8 @@ class Run:
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=site.bind_tool(emit),
-            offer=site.offer,
+            tool=site.bind_tool(emit, state),
+            offer=functools.partial(site.offer, state),
             # Bound per call rather than cached per node: no extra map on every run in flight.
             stream=functools.partial(self._stream, node_id),
             attempt=self._hold.lease.token,

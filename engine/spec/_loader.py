@@ -270,6 +270,8 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
     graph = spec.model_dump(mode="json", by_alias=True)
     if not graph.get("output"):
         del graph["output"]  # so the digests of graphs written before `output:` stay as they were
+    if not graph.get("mcp"):
+        del graph["mcp"]  # likewise for graphs without MCP servers
     payload = {
         "graph": {**graph, "graph": name},
         "machines": {
@@ -369,6 +371,12 @@ def _graph(
         middleware=_middleware(spec, doc),
         description=spec.description,
         output=tuple(spec.output),
+        mcp=MappingProxyType(
+            {
+                name: _frozen(server.model_dump(exclude_none=True))
+                for name, server in spec.mcp.items()
+            }
+        ),
         location=SourceLocation(doc.path),
         digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
     )

@@ -45,6 +45,7 @@ __all__ = [
     "LlmRequest",
     "Loc",
     "MachineSpec",
+    "McpServerSpec",
     "NodeSpec",
     "PythonAction",
     "ShellAction",
@@ -497,6 +498,63 @@ class NodeSpec(_Spec):
         return self
 
 
+_ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+"""An MCP tool the graph takes: a name chat APIs accept for a function."""
+
+
+class McpServerSpec(_Spec):
+    """An MCP server the graph takes tools from: a stdio command or a streamable HTTP URL.
+
+    Every string is a {name} template over the run's input and data, rendered when the
+    run first uses the server.
+    """
+
+    command: list[_Template] | None = Field(
+        None, min_length=1, description="argv of a server spoken to over stdio (no shell)."
+    )
+    env: dict[_NonEmpty, _Template] = Field(
+        {}, description="Environment variables for the command, beside PATH, HOME and the like."
+    )
+    cwd: _Template | None = Field(None, description="The command's working folder.")
+    url: Annotated[str, Field(pattern=URL_PATTERN), AfterValidator(_well_formed)] | None = Field(
+        None, description="The endpoint of a server spoken to over streamable HTTP."
+    )
+    headers: dict[_Header, _Template] = Field({}, description="HTTP headers sent to `url`.")
+    timeout: float = Field(60.0, gt=0, description="Seconds a tool call may take.")
+    start_timeout: float = Field(
+        30.0, gt=0, description="Seconds to start the server and list its tools."
+    )
+    tools: list[_ToolName] = Field(min_length=1, description="The tools taken from this server.")
+    effects: dict[_ToolName, _EffectKind] = Field(
+        {},
+        description="Tool -> what calling it again does; default: the server's hints "
+        "(readOnlyHint: none, idempotentHint: idempotent), else once.",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise PydanticCustomError(
+                "mcp_transport", "an MCP server needs exactly one of `command` and `url`", {}
+            )
+        stray = [key for key in ("env", "cwd") if getattr(self, key)] if self.url else []
+        stray += ["headers"] if self.command and self.headers else []
+        if stray:
+            raise PydanticCustomError(
+                "mcp_transport",
+                "{keys} applies to the other transport (`command`: env, cwd; `url`: headers)",
+                {"keys": ", ".join(f"`{key}`" for key in stray)},
+            )
+        unknown = sorted(set(self.effects) - set(self.tools))
+        if unknown:
+            raise PydanticCustomError(
+                "mcp_effects",
+                "effects names {names}, not in this server's `tools`",
+                {"names": ", ".join(map(repr, unknown))},
+            )
+        return self
+
+
 class GraphSpec(_Spec):
     """A phasegraph workflow graph file (graphs/NAME.yaml)."""
 
@@ -511,6 +569,9 @@ class GraphSpec(_Spec):
     )
     middleware: list[_Middleware] = Field([], description="Name or {name: settings}; outer first.")
     machines: list[_NonEmpty] = Field([], description="Machine files, relative to this file.")
+    mcp: dict[_Ident, McpServerSpec] = Field(
+        {}, description="MCP servers by name, and the tools the graph takes from each."
+    )
     nodes: list[NodeSpec] = Field(min_length=1, description="The nodes, in declaration order.")
     output: list[_NonEmpty] = Field(
         [], description="Data keys that are the run's result, shown when it ends."

@@ -173,6 +173,16 @@ def _transition_issues(
 
 def _graph_issues(spec: GraphSpec, ids: set[str]) -> Issues:
     issues = Issues()
+    offered: dict[str, str] = {}
+    for server, settings in spec.mcp.items():
+        for index, tool in enumerate(settings.tools):
+            other = offered.setdefault(tool, server)
+            if other != server:
+                text = (
+                    f"MCP servers {other!r} and {server!r} both offer tool {tool!r}: "
+                    "take it from one of them"
+                )
+                issues.add(("mcp", server, "tools", index), text)
     first: dict[str, int] = {}
     for index, node in enumerate(spec.nodes):
         if node.id in first:

@@ -13,7 +13,8 @@ node's machine, nested ones included)::
         delivery:     {tools: "*"}
         "*":          {tools: [read_file]}     # optional: every state not listed above
 
-``phases: solo`` names a preset (see :data:`PRESETS`).
+``phases: solo`` names a preset (see :data:`PRESETS`). Tools from the graph's MCP servers
+(:mod:`phasegraph.tools._mcp`) are named in ``tools`` lists like built-in ones.
 
 ``advance`` is a tool too, for agents: calling it asks to move on to the next phase (the
 ``tools:`` action fires the ``advance`` trigger). It is allowed only where a phase lists
@@ -41,18 +42,31 @@ import asyncio
 import functools
 import inspect
 import shlex
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phasegraph.actions import EventSink, ToolCall, declare_effect, effect_of
 from phasegraph.actions._base import CALL_EFFECT_ID
 from phasegraph.errors import ActionError, Problem, SpecError
-from phasegraph.model import PATH_SEPARATOR, Effect, GraphDef, NodeDef, empty_field, nested_machines
+from phasegraph.model import (
+    EMPTY,
+    PATH_SEPARATOR,
+    Effect,
+    GraphDef,
+    NodeDef,
+    RunState,
+    empty_field,
+    nested_machines,
+)
 from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
+from phasegraph.tools._mcp import read_servers
 from phasegraph.tools._schemas import describe_tool
+
+if TYPE_CHECKING:
+    from phasegraph.tools._mcp._servers import McpServers
 
 __all__ = [
     "ADVANCE_TOOL",
@@ -226,57 +240,101 @@ class ToolFactory:
     Args:
         tools: Tool name → tool.
         policies: Node id → its parsed rules (nodes without rules are unrestricted).
+        servers: The graph's MCP servers, whose tools join ``tools``.
     """
 
     def __init__(
-        self, tools: Mapping[str, Tool], policies: Mapping[str, ToolPolicy] | None = None
+        self,
+        tools: Mapping[str, Tool],
+        policies: Mapping[str, ToolPolicy] | None = None,
+        servers: McpServers | None = None,
     ) -> None:
         self._tools = MappingProxyType({**tools, ADVANCE_TOOL: _advance})
         self._signatures = {name: inspect.signature(tool) for name, tool in self._tools.items()}
         self._described: dict[str, Mapping[str, Any]] = {}
         self._policies = MappingProxyType(dict(policies or {}))
         self._unrestricted = ToolPolicy()
+        self._servers = servers
+        served = () if servers is None else servers.tools
+        self._names = tuple(sorted([*self._tools, *served]))
+
+    @property
+    def servers(self) -> McpServers | None:
+        """The graph's MCP servers and their sessions (None: the graph has no ``mcp:``)."""
+        return self._servers
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The known tool names, sorted."""
-        return tuple(sorted(self._tools))
+        """The known tool names (built-in, given and from MCP servers), sorted."""
+        return self._names
 
-    def effect(self, name: str) -> Effect:
-        """What calling tool ``name`` again does (``once`` for a tool not known)."""
-        tool = self._tools.get(name)
-        return Effect.ONCE if tool is None else effect_of(tool)
-
-    def offered(self, node: NodeDef, state: str, wanted: Sequence[str]) -> list[Mapping[str, Any]]:
+    async def offered(
+        self, node: NodeDef, state: str, run: RunState | None, wanted: Sequence[str]
+    ) -> list[Mapping[str, Any]]:
         """Descriptions of the ``wanted`` tools that ``node`` may call in ``state``.
 
-        What a model is shown: a tool the current phase refuses is left out.
+        What a model is shown: a tool the current phase refuses is left out. An MCP
+        tool is described from its server's listing: the first description starts the
+        server in ``run``'s session.
 
         Raises:
-            ActionError: A wanted name is not a known tool.
+            ActionError: A wanted name is not a known tool, or its server cannot start.
         """
         policy = self._policies.get(node.id, self._unrestricted)
         _, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
         offered = []
         for name in wanted:
-            tool = self._tools.get(name)
-            if tool is None:
-                known = ", ".join(self.names) or "none"
-                raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
-            if rule is None or rule.allows(name):
-                if name not in self._described:
+            self._known(name, node)
+            if rule is not None and not rule.allows(name):
+                continue
+            if name not in self._described:
+                tool = self._tools.get(name)
+                if tool is not None:
                     self._described[name] = describe_tool(name, tool)
-                offered.append(self._described[name])
+                else:
+                    assert self._servers is not None  # _known found it
+                    run_id, values = _run_values(run)
+                    self._described[name] = await self._servers.describe(run_id, values, name)
+            offered.append(self._described[name])
         return offered
 
-    def bind(self, node: NodeDef, state: str, emit: EventSink) -> ToolCall:
-        """A tool caller for one action call of ``node`` in ``state`` (a path string)."""
-        return self.binder(node, state)(emit)
+    def _known(self, name: str, node: NodeDef) -> None:
+        if name not in self._tools and (self._servers is None or name not in self._servers):
+            known = ", ".join(self.names) or "none"
+            raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
 
-    def binder(self, node: NodeDef, state: str) -> Callable[[EventSink], ToolCall]:
+    def effect(self, name: str) -> Effect:
+        """What calling tool ``name`` again does (see :class:`~phasegraph.model.Effect`).
+
+        A built-in or given tool declares it (:func:`~phasegraph.actions.declare_effect`;
+        undeclared: ``once``). An MCP tool has the kind its server's ``effects:`` entry
+        declares, else the one its server's hints give (``readOnlyHint``: none,
+        ``idempotentHint``: idempotent) once a run has listed the server's tools, else
+        ``once``. A name no tool has is ``once`` too (the call will be refused).
+        """
+        tool = self._tools.get(name)
+        if tool is not None:
+            return effect_of(tool)
+        if self._servers is None or name not in self._servers:
+            return Effect.ONCE
+        return self._servers.effect(name)
+
+    async def close_run(self, run_id: str) -> None:
+        """Close run ``run_id``'s sessions with MCP servers (their processes end)."""
+        if self._servers is not None:
+            await self._servers.close_run(run_id)
+
+    def bind(
+        self, node: NodeDef, state: str, emit: EventSink, run: RunState | None = None
+    ) -> ToolCall:
+        """A tool caller for one action call of ``node`` in ``state`` (a path string)."""
+        return self.binder(node, state)(emit, run)
+
+    def binder(self, node: NodeDef, state: str) -> Callable[[EventSink, RunState | None], ToolCall]:
         """:meth:`bind` for ``node`` in ``state``, with the phase rule looked up once.
 
-        The interpreter keeps one per node and state, so an action call only binds ``emit``.
+        The interpreter keeps one per node and state, so an action call binds only
+        ``emit`` and the run (whose sessions MCP tools are called in).
         """
         policy = self._policies.get(node.id, self._unrestricted)
         phase, rule = policy.phase(state.split(PATH_SEPARATOR) if state else ())
@@ -289,32 +347,35 @@ class ToolFactory:
         arguments: dict[str, Any],
     ) -> Mapping[str, Any]:
         node, rule, phase = caller.node, caller.rule, caller.phase
-        tool = self._tools.get(name)
-        if tool is None:
-            known = ", ".join(self.names) or "none"
-            raise ActionError(f"unknown tool {name!r} (known: {known})", node_id=node.id)
+        self._known(name, node)
         refused = None if rule is None else _check(name, arguments, phase, rule, self.names)
         if refused is not None:
             caller.emit(PHASE_VIOLATION, {k: v for k, v in refused.items() if k != "error"})
             return refused
         cwd = arguments.pop("cwd", None)
-        try:
-            self._signatures[name].bind(None, **arguments)
-        except TypeError as exc:
-            raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
+        tool = self._tools.get(name)
+        if tool is not None:
+            try:
+                self._signatures[name].bind(None, **arguments)
+            except TypeError as exc:
+                raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
         try:
             scope = await asyncio.to_thread(
                 _scope, caller.policy.workspace, cwd, CALL_EFFECT_ID.get()
             )
         except ToolRefused as exc:
             return error_result(exc.code, str(exc))
-        return await tool(scope, **arguments)
+        if tool is not None:
+            return await tool(scope, **arguments)
+        assert self._servers is not None  # _known found it
+        run_id, values = _run_values(caller.run)
+        return await self._servers.call(run_id, values, name, arguments, scope.effect_id)
 
 
 class _Caller:
     """``ctx.tool`` of one action call: one small object (an action call makes one)."""
 
-    __slots__ = ("emit", "factory", "node", "phase", "policy", "rule")
+    __slots__ = ("emit", "factory", "node", "phase", "policy", "rule", "run")
 
     def __init__(
         self,
@@ -324,6 +385,7 @@ class _Caller:
         phase: str,
         rule: PhaseRule | None,
         emit: EventSink,
+        run: RunState | None = None,
     ) -> None:
         self.factory = factory
         self.node = node
@@ -331,9 +393,39 @@ class _Caller:
         self.phase = phase
         self.rule = rule
         self.emit = emit
+        self.run = run
 
     def __call__(self, name: str, /, **arguments: Any) -> Awaitable[Mapping[str, Any]]:
         return self.factory._call(self, name, arguments)
+
+
+def _run_values(run: RunState | None) -> tuple[str, Mapping[str, Any]]:
+    """The run's id and what its templates see (input and data, data winning)."""
+    if run is None:  # a caller bound outside a run: one shared session, no values
+        return "", EMPTY
+    return run.run_id, _RunValues(run)
+
+
+class _RunValues(Mapping[str, Any]):
+    """A run's input and data as templates see them (data wins), looked up, not copied.
+
+    Only a session's first use renders templates from them.
+    """
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: RunState) -> None:
+        self._run = run
+
+    def __getitem__(self, key: str) -> Any:
+        data = self._run.data
+        return data[key] if key in data else self._run.input[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._run.input, **self._run.data})
+
+    def __len__(self) -> int:
+        return len({**self._run.input, **self._run.data})
 
 
 @declare_effect(Effect.NONE)
@@ -430,16 +522,35 @@ def parse_policy(
     return policy, [Problem(where + text, node.location) for text in problems]
 
 
+def _mcp_servers(
+    definition: GraphDef, taken: Sequence[str]
+) -> tuple[McpServers | None, list[Problem]]:
+    """The graph's MCP servers (None without ``mcp:``), and what is wrong with them."""
+    if not definition.mcp:
+        return None, []
+    servers, problems = read_servers(definition, taken)
+    try:  # the SDK is an extra: imported only for a graph that names servers
+        from phasegraph.tools._mcp._servers import McpServers
+    except ImportError as exc:
+        text = f"mcp: needs the MCP SDK ({exc.name} is missing): pip install 'phasegraph[mcp]'"
+        return None, [*problems, Problem(text, definition.location)]
+    return McpServers(servers), problems
+
+
 def build_tools(definition: GraphDef, tools: Mapping[str, Tool] | None = None) -> ToolFactory:
-    """The tool factory for a graph: the built-in tools (plus ``tools``) and every rule.
+    """The tool factory for a graph: built-in tools (plus ``tools``), MCP tools, every rule.
+
+    No MCP server is started here: a server's tools are the ones the graph names.
 
     Raises:
-        SpecError: A node's tool rules are malformed (every problem at once).
+        SpecError: A node's tool rules or the graph's MCP servers are malformed, or the
+            MCP SDK is missing (every problem at once).
     """
     available = {**BUILTIN_TOOLS, **(tools or {})}
-    known = sorted([*available, ADVANCE_TOOL])
+    servers, problems = _mcp_servers(definition, [*available, ADVANCE_TOOL])
+    served = [tool for settings in definition.mcp.values() for tool in settings.get("tools", ())]
+    known = sorted({*available, ADVANCE_TOOL, *served})
     policies: dict[str, ToolPolicy] = {}
-    problems: list[Problem] = []
     for node in definition.nodes:
         policy, found = parse_policy(node, definition, known)
         problems += found
@@ -447,4 +558,4 @@ def build_tools(definition: GraphDef, tools: Mapping[str, Tool] | None = None) -
             policies[node.id] = policy
     if problems:
         raise SpecError(problems)
-    return ToolFactory(available, policies)
+    return ToolFactory(available, policies, servers)

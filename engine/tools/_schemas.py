@@ -1,7 +1,8 @@
 """Describe a tool to a model: its name, what it does and a JSON Schema of its arguments.
 
-The description is read from the tool itself: the first paragraph of its docstring, and a
-schema built from its keyword-only parameters (after the scope) and their annotations.
+A built-in tool's description is read from the tool itself: the first paragraph of its
+docstring, and a schema built from its keyword-only parameters (after the scope) and
+their annotations.
 An annotation this module does not know becomes an unconstrained argument.
 """
 
@@ -12,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-__all__ = ["describe_tool"]
+__all__ = ["describe_tool", "function_entry"]
 
 _SCALARS: Final = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 _SEQUENCE: Final = re.compile(r"^(?:Sequence|list|tuple)\[(\w+)(?:, \.\.\.)?\]$")
@@ -53,7 +54,12 @@ def describe_tool(name: str, tool: Callable[..., Any]) -> dict[str, Any]:
         "required": required,
         "additionalProperties": False,
     }
+    return function_entry(name, summary, parameters)
+
+
+def function_entry(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat request's tool entry; an MCP tool's comes from its listing (its ``inputSchema``)."""
     return {
         "type": "function",
-        "function": {"name": name, "description": summary, "parameters": dict(parameters)},
+        "function": {"name": name, "description": description, "parameters": dict(parameters)},
     }

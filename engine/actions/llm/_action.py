@@ -116,7 +116,7 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
 
     async def call(ctx: ActionContext) -> ActionResult:
         turn = _turn(config, ctx)
-        tools = list(ctx.offer(config.tools)) if config.tools else []
+        tools = list(await ctx.offer(config.tools)) if config.tools else []
         async with open_endpoint(ctx.settings, base_dir) as endpoint:
             compressor = Compressor(config, endpoint)
             compressed = config.trigger("compressed")
