@@ -253,7 +253,9 @@ class Run:
         if self._tasks:
             # Shielded so that a cancelled caller still leaves nothing running behind it.
             await asyncio.shield(self._stop_actions())
-        await asyncio.shield(self._prepared.tools.close_run(self.run_id))
+        tools = self._prepared.tools
+        if tools.has_servers:  # most graphs have none: no task to shield
+            await asyncio.shield(tools.close_run(self.run_id))
         await self._hold.release()
 
     def __aiter__(self) -> Self:

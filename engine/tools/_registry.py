@@ -319,6 +319,11 @@ class ToolFactory:
             return Effect.ONCE
         return self._servers.effect(name)
 
+    @property
+    def has_servers(self) -> bool:
+        """Whether the graph takes tools from MCP servers (whose sessions a run closes)."""
+        return self._servers is not None
+
     async def close_run(self, run_id: str) -> None:
         """Close run ``run_id``'s sessions with MCP servers (their processes end)."""
         if self._servers is not None:
