@@ -18,7 +18,8 @@ code                     meaning
 ``unbounded-cycle``      a loop the guards let repeat that no budget bounds
 ``overlapping-guards``   two transitions for one trigger whose ``payload:``
                          guards can hold together (the first silently wins)
-``exploration-bounded``  the space was too large to explore whole (warning)
+``exploration-bounded``  the space was too large to explore whole: the proofs
+                         are incomplete (a note, not a defect)
 =======================  =======================================================
 
 A machine on its own is explored under every assumption of
@@ -167,12 +168,14 @@ def _bounded(space: Space) -> Iterable[_Found]:
         return
     machine = space.machine
     text = (
-        f"machine {machine.name!r}: the exploration stopped after {MAX_CONFIGURATIONS} "
-        f"configurations{_under(space.assumption)} (states x budget counters x guard values); "
-        "findings about guards may be incomplete: lower the budget limits to check it whole"
+        f"machine {machine.name!r}: incomplete: the exploration stopped after "
+        f"{MAX_CONFIGURATIONS} configurations{_under(space.assumption)} (states x budget "
+        "counters x payload and setting values), so guard gaps, dead transitions and "
+        "unreachable outcomes past that point were not looked for; this is not a defect. "
+        "To check it whole, split the machine or give it fewer budgets or payload keys"
     )
     found = Finding(
-        severity=Severity.WARNING,
+        severity=Severity.NOTE,
         code=Code.EXPLORATION_BOUNDED,
         message=text,
         location=machine.location,

@@ -1,0 +1,130 @@
+"""Budgets are explored symbolically: a limit far above what the machine's guards can
+tell apart costs no more configurations than a small one, findings at the limit keep a
+readable trace, and a space too large to explore whole is a note, never a defect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from phasegraph.analysis import _explore as explore
+from phasegraph.analysis import check
+from phasegraph.analysis._explore import Assumption, Explorer
+from phasegraph.cli import main
+from phasegraph.spec._loader import load_machine_family, machine_source
+
+
+def _configurations(name: str, limit: int) -> int:
+    _, family = load_machine_family(name)
+    space = Explorer(family).explore(
+        name, Assumption(MappingProxyType({"budgets": {"steps": limit}}))
+    )
+    assert not space.truncated
+    assert sorted(space.outcomes) == ["failed", "success"]
+    return len(space.parent)
+
+
+@pytest.mark.parametrize("limit", [1000, 1_000_000, 10**12])
+def test_a_long_loop_explores_in_as_many_configurations_as_a_short_one(limit: int) -> None:
+    assert _configurations("loop", limit) == _configurations("loop", 5) == 7
+
+
+def test_small_limits_are_explored_exactly() -> None:
+    # Each unit is a configuration of its own: work at 1..n spent, then done and exhausted.
+    assert [_configurations("loop", n) for n in (1, 2, 3, 4)] == [3, 4, 5, 6]
+
+
+def _graph(tmp_path: Path, machine: str, steps: int) -> Path:
+    (tmp_path / "acts.py").write_text("def work(ctx):\n    return 'stop'\n", encoding="utf-8")
+    machines = "machines: [./loop.yaml]\n" if (tmp_path / "loop.yaml").exists() else ""
+    path = tmp_path / "graph.yaml"
+    path.write_text(
+        f"graph: grind\n{machines}nodes:\n  - id: grind\n    machine: {machine}\n"
+        f"    with: {{budgets: {{steps: {steps}}}}}\n"
+        "    bind:\n      work: {python: 'acts:work', triggers: [again, stop]}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_the_documented_million_step_loop_checks_clean(tmp_path: Path) -> None:
+    assert check(_graph(tmp_path, "loop", 1_000_000)).findings == ()
+
+
+def _mutant_loop(tmp_path: Path, old: str, new: str) -> None:
+    text = machine_source("loop").read_text(encoding="utf-8")
+    assert old in text
+    (tmp_path / "loop.yaml").write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_a_gap_at_a_huge_limit_is_found_with_a_folded_trace(tmp_path: Path) -> None:
+    """Without the `exhausted` fallback, `again` is refused once a million steps are spent."""
+    _mutant_loop(
+        tmp_path,
+        '  - {trigger: again, source: work, dest: exhausted, unless: ["budget:steps"]}\n',
+        "",
+    )
+    [gap] = [
+        f for f in check(_graph(tmp_path, "loop", 1_000_000)).findings if f.code == "guard-gap"
+    ]
+    assert "trigger 'again' in state 'work' is refused by every guard with budget steps spent" in (
+        gap.message
+    )
+    assert (
+        "shortest trace: work --again [repeated until steps has 3 of 1000000 left]--> work "
+        "(--again--> work) x3 --again--> refused"
+    ) in gap.message
+
+
+def test_a_guard_flipped_at_a_huge_limit_leaves_a_dead_transition(tmp_path: Path) -> None:
+    """`again` to `work` only when the budget is spent: the engine's own guard (never
+    enter a state whose budget is spent) makes it dead, at any limit."""
+    _mutant_loop(
+        tmp_path,
+        '{trigger: again, source: work, dest: work, conditions: ["budget:steps"]}',
+        '{trigger: again, source: work, dest: work, unless: ["budget:steps"]}',
+    )
+    (tmp_path / "loop.yaml").write_text(
+        (tmp_path / "loop.yaml")
+        .read_text(encoding="utf-8")
+        .replace("limit: 1000", "limit: 1000000"),
+        encoding="utf-8",
+    )
+    codes = {f.code for f in check(tmp_path / "loop.yaml").findings}
+    assert {"dead-transition", "guard-gap"} <= codes
+    assert "exploration-bounded" not in codes
+
+
+def test_a_loop_spending_nothing_is_unbounded_beside_a_huge_budget(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "machine: m\ninitial: a\nbudgets:\n  n: {limit: 1000000, spend_on: [a]}\n"
+        "states:\n  a: {hook: a}\n  b: {hook: b}\n  c: {hook: c}\n  done: {final: success}\n"
+        "transitions:\n"
+        "  - {trigger: go, source: a, dest: b}\n"
+        "  - {trigger: again, source: b, dest: a}\n"
+        "  - {trigger: spin, source: b, dest: c}\n"
+        "  - {trigger: spin, source: c, dest: b}\n"
+        "  - {trigger: ok, source: [a, b, c], dest: done}\n",
+        encoding="utf-8",
+    )
+    [loop] = [f for f in check(path).findings if f.code == "unbounded-cycle"]
+    assert "can loop b -> c -> b for ever" in loop.message
+
+
+def test_an_incomplete_exploration_is_a_note_that_strict_passes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(explore, "MAX_CONFIGURATIONS", 4)
+    [note] = [f for f in check("loop").findings if f.code == "exploration-bounded"]
+    assert note.severity == "note"
+    assert "incomplete" in note.message
+    assert "not a defect" in note.message
+    assert main(["check", "--strict", "loop"]) == 0
+    out = capsys.readouterr().out
+    assert "note: machine 'loop': incomplete" in out
+    assert (
+        out.splitlines()[-1] == "checked 1 definition: 0 errors, 0 warnings, 1 note (not defects)"
+    )
