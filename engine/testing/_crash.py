@@ -34,7 +34,7 @@ from typing import Any
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import IllegalTriggerError
-from phasegraph.model import StepRecord
+from phasegraph.model import GraphDef, StepRecord
 from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
 from phasegraph.run._effects import OUTCOME_UNKNOWN, RUN_AGAIN
 from phasegraph.spec import load_graph
@@ -249,13 +249,15 @@ def _engine(store: Store) -> Engine:
 
 
 async def _one(
-    source: str, run_input: Mapping[str, Any], crash_at: int | None, approve: bool
+    source: str,
+    definition: GraphDef,
+    run_input: Mapping[str, Any],
+    crash_at: int | None,
+    approve: bool,
 ) -> RunTrace:
     store = _CrashingStore(crash_at)
     async with store:
-        engine = await _drive(
-            store, lambda: prepare(load_graph(source), source), run_input, approve
-        )
+        engine = await _drive(store, lambda: prepare(definition, source), run_input, approve)
         state = await engine.get(_RUN_ID)
         history = await engine.history(_RUN_ID)
     data = json.dumps(_plain(state.data), sort_keys=True, default=repr)
@@ -275,12 +277,16 @@ def _plain(value: Any) -> Any:
 
 
 def _trial(
-    source: str, run_input: Mapping[str, Any], crash_at: int | None, approve: bool
+    source: str,
+    definition: GraphDef,
+    run_input: Mapping[str, Any],
+    crash_at: int | None,
+    approve: bool,
 ) -> RunTrace:
     """One run, in this process."""
     # A forked process may hold a running event loop's marker from its parent: clear it.
     asyncio.events._set_running_loop(None)
-    return asyncio.run(_one(source, run_input, crash_at, approve))
+    return asyncio.run(_one(source, definition, run_input, crash_at, approve))
 
 
 def _first_difference(
@@ -372,9 +378,12 @@ def _trials(
     Up to :data:`_WORKERS` run at once, each in a process forked for it. Stopping the
     iteration ends the runs still going.
     """
+    # Loaded once here: the definition is plain data; preparing it (which imports the
+    # actions) happens in each run's own process.
+    definition = load_graph(source)
     if "fork" not in multiprocessing.get_all_start_methods():
         for point in points:
-            yield point, _trial(source, run_input, point, approve)
+            yield point, _trial(source, definition, run_input, point, approve)
         return
     context = multiprocessing.get_context("fork")
     running: dict[int, tuple[BaseProcess, Connection]] = {}
@@ -386,7 +395,8 @@ def _trials(
                 while started < len(points) and len(running) < _WORKERS:
                     receive, send = context.Pipe(duplex=False)
                     process: BaseProcess = context.Process(
-                        target=_child, args=(send, source, run_input, points[started], approve)
+                        target=_child,
+                        args=(send, source, definition, run_input, points[started], approve),
                     )
                     process.start()
                     send.close()
@@ -421,13 +431,14 @@ def _received(conn: Connection) -> RunTrace | str:
 def _child(
     send: Connection,
     source: str,
+    definition: GraphDef,
     run_input: Mapping[str, Any],
     crash_at: int | None,
     approve: bool,
 ) -> None:
     """A forked process: one run, its trace (or why it broke) sent back."""
     try:
-        result: RunTrace | str = _trial(source, run_input, crash_at, approve)
+        result: RunTrace | str = _trial(source, definition, run_input, crash_at, approve)
     except BaseException as exc:  # sent to the parent, which raises it
         result = f"{type(exc).__name__}: {exc}"
     send.send(result)
