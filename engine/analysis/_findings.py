@@ -12,10 +12,10 @@ __all__ = ["Code", "Finding", "Severity", "github_annotation"]
 
 
 class Severity(StrEnum):
-    """How bad a finding is.
+    """How bad a finding is: an error fails ``check``, a warning only with ``--strict``.
 
-    Errors fail ``phasegraph check`` (exit 1), warnings fail it only under ``--strict``,
-    notes never (they say what was not proved, not a defect).
+    A note never fails it: it says what was not proved (an incomplete exploration), not a
+    defect.
     """
 
     ERROR = "error"
