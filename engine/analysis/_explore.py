@@ -18,8 +18,9 @@ when few are. Above a window of :func:`window` units left a counter is one value
 than the window left"; spending a unit from it leaves it there or brings it to exactly
 the window left. A node with ``steps: 1000000`` is thus explored in as many
 configurations as one with ``steps: 5`` (7), and what the exploration finds holds for some
-limit above the window: which state a long loop runs out in is found, at any limit, but
-not which one a particular large limit runs out in. A limit within the window is exact.
+limits above the window, each budget's on its own: which state a long loop runs out in
+is found, at any limit, but not which one a particular large limit runs out in, nor
+which of two large budgets runs out first. A limit within the window is exact.
 
 A nested machine starts afresh (fresh budgets) each time it is entered and reads only
 its own counters, so levels are explored one machine at a time: a nesting state's moves
@@ -343,14 +344,19 @@ class Explorer:
         machines: Every machine by name.
         triggers: State → the triggers its action may return, for a graph node (its
             bindings); a state not listed may return any trigger it accepts.
+        exact: Count every budget unit, however large the limit (no symbolic counts):
+            to cross-check the symbolic exploration on small limits.
     """
 
     def __init__(
         self,
         machines: Mapping[str, MachineDef],
         triggers: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+        *,
+        exact: bool = False,
     ) -> None:
         self._machines = machines
+        self._exact = exact
         self._compiled: dict[str, CompiledMachine] = {}
         self._triggers = triggers or {}
         self._spaces: dict[tuple[str, int], Space] = {}
@@ -434,7 +440,7 @@ class Explorer:
         outcomes: Mapping[str, frozenset[str]] | None,
         limit: int = MAX_CONFIGURATIONS,
     ) -> Space:
-        walk = _Walk(self.compiled(machine.name), Space(machine, assumption))
+        walk = _Walk(self.compiled(machine.name), Space(machine, assumption), exact=self._exact)
         start = walk.start()
         if start is None:
             return walk.space
@@ -460,7 +466,7 @@ class Explorer:
 class _Walk:
     """One breadth-first exploration: fires every move from a configuration."""
 
-    def __init__(self, compiled: CompiledMachine, space: Space) -> None:
+    def __init__(self, compiled: CompiledMachine, space: Space, *, exact: bool = False) -> None:
         machine = space.machine
         self.compiled = compiled
         self.space = space
@@ -473,7 +479,7 @@ class _Walk:
         self.by_actions = [name for name, b in machine.budgets.items() if not b.spend_on]
         self.window = window(machine)
         # Budgets whose limit is above the window: counted symbolically far from it.
-        self.symbolic = [self.limits[b] > self.window + 1 for b in self.budgets]
+        self.symbolic = [not exact and self.limits[b] > self.window + 1 for b in self.budgets]
 
     def _far(self, index: int, spent: int) -> bool:
         """The counter has more than the window left: it stands for every such count."""

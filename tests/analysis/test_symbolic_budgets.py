@@ -4,15 +4,19 @@ readable trace, and a space too large to explore whole is a note, never a defect
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phasegraph.analysis import _explore as explore
 from phasegraph.analysis import check
-from phasegraph.analysis._explore import Assumption, Explorer
+from phasegraph.analysis._explore import Assumption, Explorer, Space, window
 from phasegraph.cli import main
+from phasegraph.model import BudgetDef, MachineDef, NodeOutcome, StateDef, TransitionDef
 from phasegraph.spec._loader import load_machine_family, machine_source
 
 
@@ -128,3 +132,107 @@ def test_an_incomplete_exploration_is_a_note_that_strict_passes(
     assert (
         out.splitlines()[-1] == "checked 1 definition: 0 errors, 0 warnings, 1 note (not defects)"
     )
+
+
+# --------------------------------------------------------------------------- random machines
+
+_TRIGGERS = ("go", "back", "done")
+
+
+@st.composite
+def _machines(draw: st.DrawFn) -> MachineDef:
+    """Small random machines whose budget limits are all above the window (symbolic)."""
+    names = [f"s{i}" for i in range(draw(st.integers(2, 5)))]
+    finals = set(draw(st.lists(st.sampled_from(names[1:]), max_size=2, unique=True)))
+    states = {
+        s: StateDef(
+            name=s,
+            final=NodeOutcome.SUCCESS if s in finals else None,
+            hook=s if s not in finals else None,
+        )
+        for s in names
+    }
+    live = [s for s in names if s not in finals]
+    window = max(3, len(live))
+    budgets = {
+        f"b{i}": BudgetDef(
+            name=f"b{i}",
+            limit=draw(st.integers(window + 2, window + 5)),
+            spend_on=tuple(
+                draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True))
+            ),
+        )
+        for i in range(draw(st.integers(1, 2)))
+    }
+    predicates = [f"budget:{b}" for b in budgets] + ["payload:ok"]
+    transitions = tuple(
+        TransitionDef(
+            trigger=draw(st.sampled_from(_TRIGGERS)),
+            source=tuple(
+                draw(st.lists(st.sampled_from(live), min_size=1, max_size=2, unique=True))
+            ),
+            dest=draw(st.sampled_from(names)),
+            conditions=tuple(draw(st.lists(st.sampled_from(predicates), max_size=1))),
+            unless=tuple(draw(st.lists(st.sampled_from(predicates), max_size=1))),
+        )
+        for _ in range(draw(st.integers(1, 7)))
+    )
+    return MachineDef(
+        name="random",
+        initial="s0",
+        states=MappingProxyType(states),
+        transitions=transitions,
+        budgets=MappingProxyType(budgets),
+    )
+
+
+def _seen(space: Space) -> tuple[set[object], ...]:
+    """What findings are made of: transitions fired, outcomes, refused moves, states."""
+    return (
+        set(space.fired),
+        set(space.outcomes),
+        set(space.gaps),
+        {c.state for c in space.parent},
+        {space.cycle() is not None},
+    )
+
+
+def _explored(machine: MachineDef, shifts: tuple[int, ...], *, exact: bool) -> Space:
+    limits = {
+        name: b.limit + shift
+        for (name, b), shift in zip(machine.budgets.items(), shifts, strict=True)
+    }
+    assumption = Assumption(MappingProxyType({"budgets": limits}))
+    return Explorer({machine.name: machine}, exact=exact).explore(machine.name, assumption)
+
+
+@settings(max_examples=150)
+@given(machine=_machines())
+def test_symbolic_budgets_miss_nothing_an_exact_count_finds(machine: MachineDef) -> None:
+    unchanged = (0,) * len(machine.budgets)
+    symbolic = _explored(machine, unchanged, exact=False)
+    exact = _explored(machine, unchanged, exact=True)
+    assert not exact.truncated
+    for found, counted in zip(_seen(symbolic), _seen(exact), strict=True):
+        assert counted <= found
+
+
+@settings(max_examples=40)
+@given(machine=_machines())
+def test_symbolic_budgets_find_only_what_some_limits_above_the_window_do(
+    machine: MachineDef,
+) -> None:
+    """Far from its limit a counter stands for every count there, each budget on its own:
+    what symbolic exploration finds, an exact count finds with some limits above the
+    window."""
+    symbolic = _seen(_explored(machine, (0,) * len(machine.budgets), exact=False))
+    lowest = window(machine) + 2
+    ranges = [range(lowest - b.limit, 10) for b in machine.budgets.values()]
+    union: list[set[object]] = [set() for _ in symbolic]
+    for shifts in itertools.product(*ranges):
+        for merged, counted in zip(
+            union, _seen(_explored(machine, shifts, exact=True)), strict=True
+        ):
+            merged |= counted
+    for found, merged in zip(symbolic, union, strict=True):
+        assert found <= merged
