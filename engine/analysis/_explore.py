@@ -123,7 +123,6 @@ class Space:
         fired: ``(transition index, source state)`` of every transition taken.
         gaps: ``(state, trigger)`` → the first refused move found (a shortest one).
         outcomes: Outcome → the first final configuration reached with it.
-        tried: ``(state, trigger)`` of every move tried (whether a guard let it through).
         spending: Moves ``(from, to)`` that spend a budget; with symbolic budgets such a
             move may lead back to the same configuration, but it cannot repeat for ever.
         truncated: The exploration stopped at :data:`MAX_CONFIGURATIONS`.
@@ -137,7 +136,6 @@ class Space:
     fired: set[tuple[int, str]] = field(default_factory=set)
     gaps: dict[tuple[str, str], Gap] = field(default_factory=dict)
     outcomes: dict[str, Config] = field(default_factory=dict)
-    tried: set[tuple[str, str]] = field(default_factory=set)
     spending: set[tuple[Config, Config]] = field(default_factory=set)
     truncated: bool = False
     start_refused: bool = False
@@ -458,7 +456,6 @@ class Explorer:
             if config.state not in moves_of:
                 moves_of[config.state] = self._moves(machine, config.state, assumption, outcomes)
             for trigger in moves_of[config.state]:
-                walk.space.tried.add((config.state, trigger))
                 queue.extend(walk.fire(config, trigger, nested=declared.machine is not None))
         return walk.space
 
