@@ -1,8 +1,9 @@
 """``phasegraph test``: properties that can fail for the user's own graph or machine.
 
-Each property is proved, not sampled: the first four come from the exhaustive
-exploration ``phasegraph check`` runs (every state x budget counter x guard value), the
-last runs the graph's own actions with a crash injected before each commit.
+The first four are proved, not sampled: they come from the exhaustive exploration
+``phasegraph check`` runs (every state x budget counter x guard value); the last two run
+the graph's own actions, once uninterrupted, then with a crash injected before each
+commit.
 
 1. **check**: the definition passes ``phasegraph check`` (errors fail; warnings are shown);
 2. **liveness**: from every reachable configuration a final state can still be reached,
