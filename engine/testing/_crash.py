@@ -387,7 +387,7 @@ def _trials(
         return
     context = multiprocessing.get_context("fork")
     running: dict[int, tuple[BaseProcess, Connection]] = {}
-    done: dict[int, RunTrace | str] = {}
+    done: dict[int, RunTrace | BaseException] = {}
     started = 0
     try:
         for index, point in enumerate(points):
@@ -409,8 +409,8 @@ def _trials(
                         process.join()
                         del running[key]
             result = done.pop(index)
-            if isinstance(result, str):
-                raise RuntimeError(f"a run of {source} broke the test itself: {result}")
+            if isinstance(result, BaseException):
+                raise result  # as raised in the run's process (bad input, say)
             yield point, result
     finally:
         for process, conn in running.values():
@@ -419,11 +419,11 @@ def _trials(
             conn.close()
 
 
-def _received(conn: Connection) -> RunTrace | str:
+def _received(conn: Connection) -> RunTrace | BaseException:
     try:
-        result: RunTrace | str = conn.recv()
+        result: RunTrace | BaseException = conn.recv()
     except EOFError:
-        result = "its process ended without a result"
+        result = RuntimeError("a run's process ended without a result")
     conn.close()
     return result
 
@@ -436,10 +436,12 @@ def _child(
     crash_at: int | None,
     approve: bool,
 ) -> None:
-    """A forked process: one run, its trace (or why it broke) sent back."""
+    """A forked process: one run, its trace (or what it raised) sent back."""
     try:
-        result: RunTrace | str = _trial(source, definition, run_input, crash_at, approve)
-    except BaseException as exc:  # sent to the parent, which raises it
-        result = f"{type(exc).__name__}: {exc}"
-    send.send(result)
+        send.send(_trial(source, definition, run_input, crash_at, approve))
+    except BaseException as exc:  # raised again in the parent
+        try:
+            send.send(exc)
+        except Exception:  # it cannot be pickled: send what it said
+            send.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
     send.close()

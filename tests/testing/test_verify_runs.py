@@ -50,3 +50,16 @@ def test_results_stream_before_the_runs_end(tmp_path: Path) -> None:
     assert process.returncode == 0, first + rest + errors
     assert "ok      run: an uninterrupted run" in rest
     assert rest.splitlines()[-1].endswith("6 properties, 6 hold, 0 fail")
+
+
+def test_input_the_graph_rejects_is_one_clear_error() -> None:
+    """Raised in the run's own process, it reaches the command line as it was raised."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MAIN, "test", str(RUNS / "waits.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "graph 'waits' rejects the run input" in done.stderr
+    assert "'go' is a required property" in done.stderr
+    assert "Traceback" not in done.stderr
