@@ -45,8 +45,9 @@ __all__ = ["CrashReport", "Difference", "RunTrace", "crash_equivalence", "uninte
 
 _RUN_ID = "crash-equivalence"
 _MAX_COMMITS = 500  # a graph that commits more than this in one run is cut short
-_WORKERS = min(4, max(2, os.cpu_count() or 1))
-"""Crashed runs at once: each mostly waits on its actions (subprocesses, a model server)."""
+_WORKERS = min(4, 2 * (os.cpu_count() or 1))
+"""Crashed runs at once: two a core, as each mostly waits on its actions (subprocesses,
+a model server)."""
 
 
 # Not an Exception: the process dies here, so nothing may take it for an action's error
