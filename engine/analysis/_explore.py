@@ -11,16 +11,19 @@ state spends (``spend_on: []``) is spent by actions (an ``llm:`` action's tokens
 action's result may leave it spent, so each move is also tried with it spent. The
 exploration is breadth-first, so the trace kept to every configuration is a shortest one.
 
-Budgets are explored symbolically. A guard only ever asks whether a budget has units
-left, and a counter only grows (one unit per entry, or straight to the limit when an
-action spends it), so what a counter decides depends only on how many units are left
-when few are. Above a window of :func:`window` units left a counter is one value, "more
-than the window left"; spending a unit from it leaves it there or brings it to exactly
-the window left. A node with ``steps: 1000000`` is thus explored in as many
-configurations as one with ``steps: 5`` (7), and what the exploration finds holds for some
-limits above the window, each budget's on its own: which state a long loop runs out in
-is found, at any limit, but not which one a particular large limit runs out in, nor
-which of two large budgets runs out first. A limit within the window is exact.
+Budgets are counted symbolically, except that a graph node's exploration (its own
+limits) counts them unit by unit while that keeps the space small (:data:`EXACT_SPACE`),
+smallest limits first. A guard only
+ever asks whether a budget has units left, and a counter only grows (one unit per
+entry, or straight to the limit when an action spends it), so what a counter decides
+depends only on how many units are left when few are. Above a window of :func:`window`
+units left a symbolic counter is one value, "more than the window left"; spending a
+unit from it leaves it there or brings it to exactly the window left. A node with
+``steps: 1000000`` is thus explored in as many configurations as one with ``steps: 5``
+(7), and what the exploration finds holds for some limits above the window, each
+budget's on its own: which state a long loop runs out in is found, at any limit, but
+not which one a particular large limit runs out in, nor which of two large budgets
+runs out first.
 
 A nested machine starts afresh (fresh budgets) each time it is entered and reads only
 its own counters, so levels are explored one machine at a time: a nesting state's moves
@@ -46,6 +49,7 @@ from phasegraph.core._machine import CompiledMachine
 from phasegraph.model import MachineDef, TransitionDef
 
 __all__ = [
+    "EXACT_SPACE",
     "MAX_CONFIGURATIONS",
     "Assumption",
     "Config",
@@ -64,6 +68,10 @@ MAX_CONFIGURATIONS = 200_000
 stops, so ``check`` ends on any definition: 200,000 take some 6 seconds of CPU.
 Budgets are symbolic (see the module docstring), so only a machine with many budgets,
 payload keys or states comes near it; one that does is reported as incomplete."""
+
+EXACT_SPACE = 1024
+"""For a graph node: states x counts of the budgets counted unit by unit, at most (the
+rest are symbolic). A machine on its own stands for any limits: it is all symbolic."""
 
 _MAX_ASSUMPTIONS = 64
 """Above this many limit x setting combinations only a few representative ones are used."""
@@ -342,8 +350,9 @@ class Explorer:
         machines: Every machine by name.
         triggers: State → the triggers its action may return, for a graph node (its
             bindings); a state not listed may return any trigger it accepts.
-        exact: Count every budget unit, however large the limit (no symbolic counts):
-            to cross-check the symbolic exploration on small limits.
+        exact_space: Count budgets unit by unit while states x counts stay within this
+            (:data:`EXACT_SPACE` for a graph node); ``None``: always (to cross-check the
+            symbolic counts), ``0``: only within the window.
     """
 
     def __init__(
@@ -351,10 +360,10 @@ class Explorer:
         machines: Mapping[str, MachineDef],
         triggers: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
         *,
-        exact: bool = False,
+        exact_space: int | None = 0,
     ) -> None:
         self._machines = machines
-        self._exact = exact
+        self._exact_space = exact_space
         self._compiled: dict[str, CompiledMachine] = {}
         self._triggers = triggers or {}
         self._spaces: dict[tuple[str, int], Space] = {}
@@ -438,7 +447,8 @@ class Explorer:
         outcomes: Mapping[str, frozenset[str]] | None,
         limit: int = MAX_CONFIGURATIONS,
     ) -> Space:
-        walk = _Walk(self.compiled(machine.name), Space(machine, assumption), exact=self._exact)
+        space = Space(machine, assumption)
+        walk = _Walk(self.compiled(machine.name), space, self._exact_space)
         start = walk.start()
         if start is None:
             return walk.space
@@ -463,7 +473,7 @@ class Explorer:
 class _Walk:
     """One breadth-first exploration: fires every move from a configuration."""
 
-    def __init__(self, compiled: CompiledMachine, space: Space, *, exact: bool = False) -> None:
+    def __init__(self, compiled: CompiledMachine, space: Space, exact_space: int | None) -> None:
         machine = space.machine
         self.compiled = compiled
         self.space = space
@@ -475,8 +485,23 @@ class _Walk:
         # Budgets only actions spend: a result may spend them up (see the module docstring).
         self.by_actions = [name for name, b in machine.budgets.items() if not b.spend_on]
         self.window = window(machine)
-        # Budgets whose limit is above the window: counted symbolically far from it.
-        self.symbolic = [not exact and self.limits[b] > self.window + 1 for b in self.budgets]
+        self.symbolic = self._symbolic(exact_space)
+
+    def _symbolic(self, exact_space: int | None) -> list[bool]:
+        """Per budget: counted symbolically far from its limit (see the module docstring)."""
+        symbolic = [False] * len(self.budgets)
+        if exact_space is None:
+            return symbolic
+        size = len(self.machine.states)
+        for index in sorted(range(len(self.budgets)), key=lambda i: self.limits[self.budgets[i]]):
+            limit = self.limits[self.budgets[index]]
+            if limit <= self.window + 1:
+                continue  # no count is far from the limit
+            if size * (limit + 1) <= exact_space:
+                size *= limit + 1
+            else:
+                symbolic[index] = True
+        return symbolic
 
     def _far(self, index: int, spent: int) -> bool:
         """The counter has more than the window left: it stands for every such count."""

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from phasegraph.actions._failures import ERROR_TRIGGER
 from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.analysis._explore import (
+    EXACT_SPACE,
     MAX_CONFIGURATIONS,
     Assumption,
     Config,
@@ -364,7 +365,9 @@ def node_proofs(
     ``known`` tells whether a finding key was already reported for the machine alone
     (those are not repeated per node).
     """
-    explorer = Explorer(machines, node_triggers(node, machines))
+    # The node's own limits: counted unit by unit where that is cheap, so a finding
+    # holds at these limits, not only at some.
+    explorer = Explorer(machines, node_triggers(node, machines), exact_space=EXACT_SPACE)
     assumption = Assumption(node.settings)
     found: list[_Found] = []
     _walk(explorer, node.machine, assumption, "", "", found, set())

@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 
 from phasegraph.analysis import _explore as explore
 from phasegraph.analysis import check
-from phasegraph.analysis._explore import Assumption, Explorer, Space, window
+from phasegraph.analysis._explore import EXACT_SPACE, Assumption, Explorer, Space, window
 from phasegraph.cli import main
 from phasegraph.model import BudgetDef, MachineDef, NodeOutcome, StateDef, TransitionDef
 from phasegraph.spec._loader import load_machine_family, machine_source
 
 
-def _configurations(name: str, limit: int) -> int:
+def _configurations(name: str, limit: int, exact_space: int | None = EXACT_SPACE) -> int:
+    """Configurations of a graph node on machine ``name`` with that limit."""
     _, family = load_machine_family(name)
-    space = Explorer(family).explore(
+    space = Explorer(family, exact_space=exact_space).explore(
         name, Assumption(MappingProxyType({"budgets": {"steps": limit}}))
     )
     assert not space.truncated
@@ -30,14 +31,15 @@ def _configurations(name: str, limit: int) -> int:
     return len(space.parent)
 
 
-@pytest.mark.parametrize("limit", [1000, 1_000_000, 10**12])
+@pytest.mark.parametrize("limit", [10_000, 1_000_000, 10**12])
 def test_a_long_loop_explores_in_as_many_configurations_as_a_short_one(limit: int) -> None:
     assert _configurations("loop", limit) == _configurations("loop", 5) == 7
 
 
-def test_small_limits_are_explored_exactly() -> None:
+def test_limits_are_counted_unit_by_unit_while_the_space_stays_small() -> None:
     # Each unit is a configuration of its own: work at 1..n spent, then done and exhausted.
-    assert [_configurations("loop", n) for n in (1, 2, 3, 4)] == [3, 4, 5, 6]
+    assert [_configurations("loop", n) for n in (1, 2, 3, 4, 300)] == [3, 4, 5, 6, 302]
+    assert _configurations("loop", 300, exact_space=0) == 7
 
 
 def _graph(tmp_path: Path, machine: str, steps: int) -> Path:
@@ -203,7 +205,8 @@ def _explored(machine: MachineDef, shifts: tuple[int, ...], *, exact: bool) -> S
         for (name, b), shift in zip(machine.budgets.items(), shifts, strict=True)
     }
     assumption = Assumption(MappingProxyType({"budgets": limits}))
-    return Explorer({machine.name: machine}, exact=exact).explore(machine.name, assumption)
+    counted = Explorer({machine.name: machine}, exact_space=None if exact else 0)
+    return counted.explore(machine.name, assumption)
 
 
 @settings(max_examples=150)
@@ -236,3 +239,38 @@ def test_symbolic_budgets_find_only_what_some_limits_above_the_window_do(
             merged |= counted
     for found, merged in zip(symbolic, union, strict=True):
         assert found <= merged
+
+
+def test_a_node_is_explored_at_its_own_limits_where_that_is_cheap(tmp_path: Path) -> None:
+    """`work` spends `a` and `check` spends `b`, alternately, `a` first: with equal
+    limits `b` is never spent in `work`, so `go` is never refused there. Symbolic counts
+    (either budget may be the first to run out) would report that refusal; the node's
+    own limits, counted unit by unit, do not."""
+    (tmp_path / "laps.yaml").write_text(
+        "machine: laps\ninitial: work\nbudgets:\n"
+        "  a: {limit: 10, spend_on: [work]}\n  b: {limit: 10, spend_on: [check]}\n"
+        "states:\n  work: {hook: work}\n  check: {hook: check}\n  done: {final: success}\n"
+        "transitions:\n"
+        "  - {trigger: go, source: work, dest: check}\n"
+        "  - {trigger: stop, source: work, dest: done}\n"
+        "  - {trigger: back, source: check, dest: work}\n"
+        "  - {trigger: back, source: check, dest: done}\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "acts.py").write_text("def act(ctx):\n    return 'stop'\n", encoding="utf-8")
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(
+        "graph: laps\nmachines: [./laps.yaml]\nnodes:\n  - id: lap\n    machine: laps\n"
+        "    with: {budgets: {a: 10, b: 10}}\n    bind:\n"
+        "      work: {python: 'acts:act', triggers: [go, stop]}\n"
+        "      check: {python: 'acts:act', triggers: [back]}\n",
+        encoding="utf-8",
+    )
+    assert check(graph).findings == ()
+    _, family = load_machine_family(tmp_path / "laps.yaml")
+    limits = Assumption(MappingProxyType({"budgets": {"a": 10, "b": 10}}))
+    symbolic = Explorer(family, exact_space=0).explore("laps", limits)
+    assert ("work", "go") in symbolic.gaps
+    assert ("work", "go") not in Explorer(family, exact_space=EXACT_SPACE).explore(
+        "laps", limits
+    ).gaps
