@@ -11,6 +11,20 @@ state spends (``spend_on: []``) is spent by actions (an ``llm:`` action's tokens
 action's result may leave it spent, so each move is also tried with it spent. The
 exploration is breadth-first, so the trace kept to every configuration is a shortest one.
 
+Budgets are counted symbolically, except that a graph node's exploration (its own
+limits) counts them unit by unit while that keeps the space small (:data:`EXACT_SPACE`),
+smallest limits first. A guard only
+ever asks whether a budget has units left, and a counter only grows (one unit per
+entry, or straight to the limit when an action spends it), so what a counter decides
+depends only on how many units are left when few are. Above a window of :func:`window`
+units left a symbolic counter is one value, "more than the window left"; spending a
+unit from it leaves it there or brings it to exactly the window left. A node with
+``steps: 1000000`` is thus explored in as many configurations as one with ``steps: 5``
+(7), and what the exploration finds holds for some limits above the window, each
+budget's on its own: which state a long loop runs out in is found, at any limit, but
+not which one a particular large limit runs out in, nor which of two large budgets
+runs out first.
+
 A nested machine starts afresh (fresh budgets) each time it is entered and reads only
 its own counters, so levels are explored one machine at a time: a nesting state's moves
 are the outcomes its child can reach under the same assumptions.
@@ -35,6 +49,7 @@ from phasegraph.core._machine import CompiledMachine
 from phasegraph.model import MachineDef, TransitionDef
 
 __all__ = [
+    "EXACT_SPACE",
     "MAX_CONFIGURATIONS",
     "Assumption",
     "Config",
@@ -45,11 +60,18 @@ __all__ = [
     "format_trace",
     "payload_keys",
     "setting_keys",
+    "window",
 ]
 
 MAX_CONFIGURATIONS = 200_000
 """Configurations explored per machine (over all its assumptions) before exploration
-stops; about a second of work, so ``check`` stays quick on any definition."""
+stops, so ``check`` ends on any definition: 200,000 take some 6 seconds of CPU.
+Budgets are symbolic (see the module docstring), so only a machine with many budgets,
+payload keys or states comes near it; one that does is reported as incomplete."""
+
+EXACT_SPACE = 1024
+"""For a graph node: states x counts of the budgets counted unit by unit, at most (the
+rest are symbolic). A machine on its own stands for any limits: it is all symbolic."""
 
 _MAX_ASSUMPTIONS = 64
 """Above this many limit x setting combinations only a few representative ones are used."""
@@ -109,6 +131,8 @@ class Space:
         fired: ``(transition index, source state)`` of every transition taken.
         gaps: ``(state, trigger)`` → the first refused move found (a shortest one).
         outcomes: Outcome → the first final configuration reached with it.
+        spending: Moves ``(from, to)`` that spend a budget; with symbolic budgets such a
+            move may lead back to the same configuration, but it cannot repeat for ever.
         truncated: The exploration stopped at :data:`MAX_CONFIGURATIONS`.
         start_refused: Entering the initial state would already exceed a budget.
     """
@@ -120,6 +144,7 @@ class Space:
     fired: set[tuple[int, str]] = field(default_factory=set)
     gaps: dict[tuple[str, str], Gap] = field(default_factory=dict)
     outcomes: dict[str, Config] = field(default_factory=dict)
+    spending: set[tuple[Config, Config]] = field(default_factory=set)
     truncated: bool = False
     start_refused: bool = False
 
@@ -159,6 +184,7 @@ class Space:
     def cycle(self) -> list[Config] | None:
         """A reachable cycle of configurations (a loop no budget bounds), if any.
 
+        Moves that spend a budget are not followed: a loop through one is bounded.
         Returned from its first configuration back to it, found in breadth-first order
         so the way into it is short.
         """
@@ -166,7 +192,7 @@ class Space:
         for root in self.parent:
             if root in colour:
                 continue
-            stack: list[tuple[Config, Iterator[Config]]] = [(root, iter(self.edges.get(root, ())))]
+            stack: list[tuple[Config, Iterator[Config]]] = [(root, self._steady(root))]
             colour[root] = 1
             path = [root]
             while stack:
@@ -181,8 +207,12 @@ class Space:
                 elif child not in colour:
                     colour[child] = 1
                     path.append(child)
-                    stack.append((child, iter(self.edges.get(child, ()))))
+                    stack.append((child, self._steady(child)))
         return None
+
+    def _steady(self, config: Config) -> Iterator[Config]:
+        """The configurations one move that spends nothing leads to."""
+        return (d for d in self.edges.get(config, ()) if (config, d) not in self.spending)
 
 
 def format_trace(moves: Iterable[tuple[str, str]], prefix: str = "") -> str:
@@ -320,14 +350,20 @@ class Explorer:
         machines: Every machine by name.
         triggers: State → the triggers its action may return, for a graph node (its
             bindings); a state not listed may return any trigger it accepts.
+        exact_space: Count budgets unit by unit while states x counts stay within this
+            (:data:`EXACT_SPACE` for a graph node); ``None``: always (to cross-check the
+            symbolic counts), ``0``: only within the window.
     """
 
     def __init__(
         self,
         machines: Mapping[str, MachineDef],
         triggers: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+        *,
+        exact_space: int | None = 0,
     ) -> None:
         self._machines = machines
+        self._exact_space = exact_space
         self._compiled: dict[str, CompiledMachine] = {}
         self._triggers = triggers or {}
         self._spaces: dict[tuple[str, int], Space] = {}
@@ -411,7 +447,8 @@ class Explorer:
         outcomes: Mapping[str, frozenset[str]] | None,
         limit: int = MAX_CONFIGURATIONS,
     ) -> Space:
-        walk = _Walk(self.compiled(machine.name), Space(machine, assumption))
+        space = Space(machine, assumption)
+        walk = _Walk(self.compiled(machine.name), space, self._exact_space)
         start = walk.start()
         if start is None:
             return walk.space
@@ -436,7 +473,7 @@ class Explorer:
 class _Walk:
     """One breadth-first exploration: fires every move from a configuration."""
 
-    def __init__(self, compiled: CompiledMachine, space: Space) -> None:
+    def __init__(self, compiled: CompiledMachine, space: Space, exact_space: int | None) -> None:
         machine = space.machine
         self.compiled = compiled
         self.space = space
@@ -447,6 +484,28 @@ class _Walk:
         self.candidates = _candidates(machine)
         # Budgets only actions spend: a result may spend them up (see the module docstring).
         self.by_actions = [name for name, b in machine.budgets.items() if not b.spend_on]
+        self.window = window(machine)
+        self.symbolic = self._symbolic(exact_space)
+
+    def _symbolic(self, exact_space: int | None) -> list[bool]:
+        """Per budget: counted symbolically far from its limit (see the module docstring)."""
+        symbolic = [False] * len(self.budgets)
+        if exact_space is None:
+            return symbolic
+        size = len(self.machine.states)
+        for index in sorted(range(len(self.budgets)), key=lambda i: self.limits[self.budgets[i]]):
+            limit = self.limits[self.budgets[index]]
+            if limit <= self.window + 1:
+                continue  # no count is far from the limit
+            if size * (limit + 1) <= exact_space:
+                size *= limit + 1
+            else:
+                symbolic[index] = True
+        return symbolic
+
+    def _far(self, index: int, spent: int) -> bool:
+        """The counter has more than the window left: it stands for every such count."""
+        return self.symbolic[index] and self.limits[self.budgets[index]] - spent > self.window
 
     def start(self) -> Config | None:
         """The initial configuration (None when entering it already exceeds a budget)."""
@@ -457,6 +516,8 @@ class _Walk:
                 self.space.start_refused = True
                 return None
             spent[index] += 1
+        # Far from the limit, a count is kept as 0 (any count there decides the same).
+        spent = [0 if self._far(i, v) else v for i, v in enumerate(spent)]
         start = Config(self.machine.initial, tuple(spent))
         self.space.parent[start] = None
         return start
@@ -470,9 +531,7 @@ class _Walk:
         for counters in self._spendings(config, nested):
             for values in itertools.product((False, True), repeat=len(keys)):
                 payload = dict(zip(keys, values, strict=True))
-                found = self._move(config, trigger, payload, listed, counters, dests)
-                if found is not None:
-                    fresh.append(found)
+                fresh += self._move(config, trigger, payload, listed, counters, dests)
         return fresh
 
     def _spendings(self, config: Config, nested: bool) -> list[dict[str, int]]:
@@ -494,8 +553,8 @@ class _Walk:
         listed: tuple[int, ...],
         counters: Mapping[str, int],
         dests: list[Config],
-    ) -> Config | None:
-        """Fire one trigger with one payload; the new configuration, if it is new."""
+    ) -> list[Config]:
+        """Fire one trigger with one payload; the configurations it reaches first."""
         chosen = self.compiled.choose(
             config.state,
             trigger,
@@ -507,29 +566,56 @@ class _Walk:
         if chosen is None:
             if listed:
                 self._gap(config, trigger, payload, listed, counters)
-            return None
+            return []
         index, dest = chosen
         self.space.fired.add((listed[index], config.state))
-        target = self._entered([counters[b] for b in self.budgets], dest)
-        if target not in dests:
-            dests.append(target)
-        if target in self.space.parent:
-            return None
         shown = [k for k, v in payload.items() if v]
         spent = [b for b in self.by_actions if counters[b] > config.spent[self.budgets.index(b)]]
         label = trigger + (f" [payload {', '.join(shown)}]" if shown else "")
         label += f" [{', '.join(spent)} spent]" if spent else ""
-        self.space.parent[target] = (config, label)
-        return target
+        fresh = []
+        spends = bool(self.compiled.spends(dest))
+        for target, near in self._entered([counters[b] for b in self.budgets], dest):
+            if target not in dests:
+                dests.append(target)
+            if spends:
+                self.space.spending.add((config, target))
+            if target in self.space.parent:
+                continue
+            note = "".join(
+                f" [repeated until {b} has {self.window} of {self.limits[b]} left]" for b in near
+            )
+            self.space.parent[target] = (config, label + note)
+            fresh.append(target)
+        return fresh
 
-    def _entered(self, spent: list[int], dest: str) -> Config:
-        after = list(spent)
+    def _entered(self, spent: list[int], dest: str) -> list[tuple[Config, list[str]]]:
+        """The configurations entering ``dest`` may lead to.
+
+        Each comes with the budgets the move brought from far from their limit to the
+        window (the moves a trace shows as repeated).
+        """
+        options: list[tuple[list[int], list[str]]] = [(list(spent), [])]
         for budget in self.compiled.spends(dest):
-            after[self.budgets.index(budget)] += 1
+            index = self.budgets.index(budget)
+            grown: list[tuple[list[int], list[str]]] = []
+            for after, near in options:
+                if self._far(index, after[index]):
+                    # One more unit from "far" may stay far, or reach the window exactly.
+                    edge = list(after)
+                    edge[index] = self.limits[budget] - self.window
+                    grown += [(after, near), (edge, [*near, budget])]
+                else:
+                    after[index] += 1
+                    grown.append((after, near))
+            options = grown
         # A counter no guard can read any more is forgotten: it cannot change what
         # happens next, and keeping it would multiply the space.
         keep = self.relevant[dest]
-        return Config(dest, tuple(v if keep[i] else 0 for i, v in enumerate(after)))
+        return [
+            (Config(dest, tuple(v if keep[i] else 0 for i, v in enumerate(after))), near)
+            for after, near in options
+        ]
 
     def _gap(
         self,
@@ -543,6 +629,15 @@ class _Walk:
         spent = tuple(b for b in self.budgets if b in read and counters[b] >= self.limits[b])
         gap = Gap(config, trigger, tuple(payload.items()), spent)
         self.space.gaps.setdefault((config.state, trigger), gap)
+
+
+def window(machine: MachineDef) -> int:
+    """Units left up to which ``machine``'s budgets are counted exactly.
+
+    At least 3, and at least its non-final states, so the last lap of any loop through
+    them, as the budget runs out, is explored exactly.
+    """
+    return max(3, sum(1 for state in machine.states.values() if state.final is None))
 
 
 def _budgets_read(

@@ -12,10 +12,15 @@ __all__ = ["Code", "Finding", "Severity", "github_annotation"]
 
 
 class Severity(StrEnum):
-    """How bad a finding is: errors fail ``phasegraph check`` (exit 1), warnings do not."""
+    """How bad a finding is: an error fails ``check``, a warning only with ``--strict``.
+
+    A note never fails it: it says what was not proved (an incomplete exploration), not a
+    defect.
+    """
 
     ERROR = "error"
     WARNING = "warning"
+    NOTE = "note"
 
 
 class Code(StrEnum):
@@ -52,7 +57,7 @@ class Finding:
     """One thing ``check`` found, and where.
 
     Attributes:
-        severity: Error or warning.
+        severity: Error, warning or note.
         code: What kind of finding it is.
         message: What is wrong and how to fix it.
         location: The file, line and column it is about, when known.
@@ -98,4 +103,5 @@ def github_annotation(finding: Finding) -> str:
         if where.column:
             fields.append(f"col={where.column}")
     fields.append(f"title={_escape(str(finding.code), property_value=True)}")
-    return f"::{finding.severity} {','.join(fields)}::{_escape(finding.message)}"
+    level = "notice" if finding.severity is Severity.NOTE else str(finding.severity)
+    return f"::{level} {','.join(fields)}::{_escape(finding.message)}"

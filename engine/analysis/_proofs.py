@@ -18,7 +18,8 @@ code                     meaning
 ``unbounded-cycle``      a loop the guards let repeat that no budget bounds
 ``overlapping-guards``   two transitions for one trigger whose ``payload:``
                          guards can hold together (the first silently wins)
-``exploration-bounded``  the space was too large to explore whole (warning)
+``exploration-bounded``  the space was too large to explore whole: the proofs
+                         are incomplete (a note, not a defect)
 =======================  =======================================================
 
 A machine on its own is explored under every assumption of
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from phasegraph.actions._failures import ERROR_TRIGGER
 from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.analysis._explore import (
+    EXACT_SPACE,
     MAX_CONFIGURATIONS,
     Assumption,
     Config,
@@ -167,12 +169,14 @@ def _bounded(space: Space) -> Iterable[_Found]:
         return
     machine = space.machine
     text = (
-        f"machine {machine.name!r}: the exploration stopped after {MAX_CONFIGURATIONS} "
-        f"configurations{_under(space.assumption)} (states x budget counters x guard values); "
-        "findings about guards may be incomplete: lower the budget limits to check it whole"
+        f"machine {machine.name!r}: incomplete: the exploration stopped after "
+        f"{MAX_CONFIGURATIONS} configurations{_under(space.assumption)} (states x budget "
+        "counters x payload and setting values), so guard gaps, dead transitions and "
+        "unreachable outcomes past that point were not looked for; this is not a defect. "
+        "To check it whole, split the machine or give it fewer budgets or payload keys"
     )
     found = Finding(
-        severity=Severity.WARNING,
+        severity=Severity.NOTE,
         code=Code.EXPLORATION_BOUNDED,
         message=text,
         location=machine.location,
@@ -361,7 +365,9 @@ def node_proofs(
     ``known`` tells whether a finding key was already reported for the machine alone
     (those are not repeated per node).
     """
-    explorer = Explorer(machines, node_triggers(node, machines))
+    # The node's own limits: counted unit by unit where that is cheap, so a finding
+    # holds at these limits, not only at some.
+    explorer = Explorer(machines, node_triggers(node, machines), exact_space=EXACT_SPACE)
     assumption = Assumption(node.settings)
     found: list[_Found] = []
     _walk(explorer, node.machine, assumption, "", "", found, set())

@@ -281,7 +281,9 @@ def _test(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--input-file", metavar="FILE", help="a JSON object of input values")
     parser.add_argument(
-        "--no-crash", action="store_true", help="skip crash-equivalence (it runs the actions)"
+        "--no-crash",
+        action="store_true",
+        help="skip the run and crash-equivalence properties (they run the graph's actions)",
     )
     parser.add_argument(
         "--approve",
@@ -557,8 +559,8 @@ COMMANDS = (
     ),
     Command(
         "test",
-        "prove a graph's properties: liveness, termination bound, reachable outcomes, and "
-        "crash-equivalence of its own actions (exit 1 if one fails)",
+        "prove a graph's properties: liveness, termination bound, reachable outcomes, a run "
+        "of its own actions that does not fail, and crash-equivalence (exit 1 if one fails)",
         _test,
         _testing,
     ),

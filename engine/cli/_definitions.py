@@ -40,9 +40,11 @@ async def _cmd_check(args: argparse.Namespace) -> int:
             for finding in report.findings:
                 print(finding)
         strict = " (--strict: warnings fail)" if args.strict and warnings else ""
+        notes = sum(len(r.findings) - r.errors - r.warnings for r in reports)
+        noted = f", {_plural(notes, 'note')} (not defects)" if notes else ""
         print(
             f"checked {_plural(len(reports), 'definition')}: {_plural(errors, 'error')}, "
-            f"{_plural(warnings, 'warning')}{strict}",
+            f"{_plural(warnings, 'warning')}{noted}{strict}",
             file=sys.stdout,
         )
     return EXIT_FAILED if errors or (args.strict and warnings) else EXIT_OK

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, parse_inputs
+
+if TYPE_CHECKING:
+    from phasegraph.testing import PropertyResult
 
 __all__ = ["HANDLERS"]
 
@@ -19,19 +23,25 @@ async def _cmd_test(args: argparse.Namespace) -> int:
         print(f"phasegraph test needs the test extra: pip install 'phasegraph[test]' ({exc})")
         return EXIT_BAD_INPUT
     run_input = parse_inputs(args.input, args.input_file)
-    results = verify(args.target, run_input, crash=not args.no_crash, approve=args.approve)
+    # Each result is printed as it is known: the runs of the graph's actions take a while.
+    shown = None if args.json else _show
+    results = verify(
+        args.target, run_input, crash=not args.no_crash, approve=args.approve, on_result=shown
+    )
     failed = sum(not r.ok for r in results)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2, sort_keys=True))
     else:
-        for result in results:
-            print(f"{'ok    ' if result.ok else 'FAILED'}  {result.name}: {result.claim}")
-            for detail in result.details:
-                print("          " + detail.replace("\n", "\n          "))
         print(
             f"{args.target}: {len(results)} properties, {len(results) - failed} hold, {failed} fail"
         )
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _show(result: PropertyResult) -> None:
+    lines = [f"{'ok    ' if result.ok else 'FAILED'}  {result.name}: {result.claim}"]
+    lines += ["          " + detail.replace("\n", "\n          ") for detail in result.details]
+    print("\n".join(lines), flush=True)
 
 
 HANDLERS: Handlers = MappingProxyType({"test": _cmd_test})

@@ -14,7 +14,8 @@ replaces the actions); this check runs the real ones.
 crash injected just before that commit (the step's action has run, its commit is lost)
 and resumed from the store by a fresh interpreter. Each node's steps (trigger, state
 reached, data written) and the final data are compared with the uninterrupted run's; the
-first difference is reported with the crash point that caused it.
+first difference is reported with the crash point that caused it. The crashed runs are
+independent, so a few run at once, each in a process of its own.
 """
 
 from __future__ import annotations
@@ -22,26 +23,31 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import IllegalTriggerError
-from phasegraph.model import StepRecord
+from phasegraph.model import GraphDef, StepRecord
 from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
 from phasegraph.run._effects import OUTCOME_UNKNOWN, RUN_AGAIN
 from phasegraph.spec import load_graph
 from phasegraph.store import Commit, ForwardingStore, Lease, Store
 from phasegraph.store.memory import MemoryStore
 
-__all__ = ["CrashReport", "Difference", "crash_equivalence"]
+__all__ = ["CrashReport", "Difference", "RunTrace", "crash_equivalence", "uninterrupted_run"]
 
 _RUN_ID = "crash-equivalence"
 _MAX_COMMITS = 500  # a graph that commits more than this in one run is cut short
+_WORKERS = min(4, 2 * (os.cpu_count() or 1))
+"""Crashed runs at once: two a core, as each mostly waits on its actions (subprocesses,
+a model server)."""
 
 
 # Not an Exception: the process dies here, so nothing may take it for an action's error
@@ -110,6 +116,38 @@ class Difference:
             "not deterministic: a resumed run re-runs the action of the lost step and must "
             "get the same result; keep that state in the run's data instead"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RunTrace:
+    """How one run of the graph's own actions went.
+
+    Attributes:
+        status: How it ended (``completed``, ``failed``, ``waiting`` at a gate...).
+        data: Its final data, as sorted JSON.
+        steps: Node → its steps in order (trigger, state reached, data written).
+        commits: Commits it made.
+        errors: Its error log, one line per entry (node, state, message).
+    """
+
+    status: str
+    data: str
+    steps: Mapping[str, list[str]]
+    commits: int
+    errors: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """It ended failed or cancelled, or never ended (cut short after many commits)."""
+        return self.status in {"failed", "cancelled", "running"}
+
+    def describe(self) -> str:
+        """The run as a person reads it: each node's steps, then the error log."""
+        lines = [f"the run ended {self.status} after {self.commits} commits:"]
+        for node, steps in self.steps.items():
+            lines.append(f"  node {node!r}: " + " ; ".join(steps))
+        lines += [f"  error: {error}" for error in self.errors]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,17 +250,23 @@ def _engine(store: Store) -> Engine:
 
 
 async def _one(
-    source: str, run_input: Mapping[str, Any], crash_at: int | None, approve: bool
-) -> _Trial:
+    source: str,
+    definition: GraphDef,
+    run_input: Mapping[str, Any],
+    crash_at: int | None,
+    approve: bool,
+) -> RunTrace:
     store = _CrashingStore(crash_at)
     async with store:
-        engine = await _drive(
-            store, lambda: prepare(load_graph(source), source), run_input, approve
-        )
+        engine = await _drive(store, lambda: prepare(definition, source), run_input, approve)
         state = await engine.get(_RUN_ID)
         history = await engine.history(_RUN_ID)
     data = json.dumps(_plain(state.data), sort_keys=True, default=repr)
-    return _Trial(str(state.status), data, _steps(list(history)), store.commits)
+    errors = tuple(
+        f"node {e.node!r} in {e.state!r}: {e.message}" + (" (recovered)" if e.recovered else "")
+        for e in state.errors
+    )
+    return RunTrace(str(state.status), data, _steps(list(history)), store.commits, errors)
 
 
 def _plain(value: Any) -> Any:
@@ -234,24 +278,20 @@ def _plain(value: Any) -> Any:
 
 
 def _trial(
-    source: str, run_input: Mapping[str, Any], crash_at: int | None, approve: bool
-) -> _Trial:
-    """One run in a process of its own (forked): module globals start as imported."""
-    # The fork may copy a running event loop's marker from the parent: clear it.
+    source: str,
+    definition: GraphDef,
+    run_input: Mapping[str, Any],
+    crash_at: int | None,
+    approve: bool,
+) -> RunTrace:
+    """One run, in this process."""
+    # A forked process may hold a running event loop's marker from its parent: clear it.
     asyncio.events._set_running_loop(None)
-    return asyncio.run(_one(source, run_input, crash_at, approve))
-
-
-@dataclass(frozen=True, slots=True)
-class _Trial:
-    status: str
-    data: str
-    steps: Mapping[str, list[str]]
-    commits: int
+    return asyncio.run(_one(source, definition, run_input, crash_at, approve))
 
 
 def _first_difference(
-    crash_before: int, straight: _Trial, other: _Trial, *, shape_only: bool
+    crash_before: int, straight: RunTrace, other: RunTrace, *, shape_only: bool
 ) -> Difference | None:
     expected, actual = straight.steps, other.steps
     for node in [*expected, *(n for n in actual if n not in expected)]:
@@ -274,52 +314,135 @@ def _first_difference(
     return None
 
 
-def crash_equivalence(
+def uninterrupted_run(
     source: str, run_input: Mapping[str, Any] | None = None, *, approve: bool = False
+) -> RunTrace:
+    """Run the graph once with its own actions, uninterrupted, in a fresh process.
+
+    Args:
+        source: The graph: a built-in name or a file path.
+        run_input: The run's input.
+        approve: Answer every gate that accepts ``confirm`` with it.
+    """
+    [(_, trace)] = _trials(source, dict(run_input or {}), [None], approve)
+    return trace
+
+
+def crash_equivalence(
+    source: str,
+    run_input: Mapping[str, Any] | None = None,
+    *,
+    approve: bool = False,
+    first: RunTrace | None = None,
 ) -> CrashReport:
     """Compare uninterrupted runs with runs crashed before each commit and resumed.
 
     Every run happens in a fresh process forked from this one (where fork exists), so an
-    action's module globals start as imported each time, as after a real restart. When
-    two uninterrupted runs already write different data (an action that is not
-    deterministic, e.g. one making a temporary folder), the crashed runs are compared on
-    their triggers and states only, and the report says so.
+    action's module globals start as imported each time, as after a real restart; a few
+    run at once. When two uninterrupted runs already write different data (an action
+    that is not deterministic, e.g. one making a temporary folder), the crashed runs are
+    compared on their triggers and states only, and the report says so.
 
     Args:
         source: The graph: a built-in name or a file path.
         run_input: The run's input.
         approve: Answer every gate that accepts ``confirm`` with it (as ``run
             --approve``), so the runs go past human gates.
+        first: The uninterrupted run, when :func:`uninterrupted_run` already made it.
     """
     given = dict(run_input or {})
-    run = _runner(approve)
-    straight = run(source, given, None)
-    again = run(source, given, None)
-    varying = _first_difference(0, straight, again, shape_only=False)
-    shape_only = varying is not None
-    found = _first_difference(0, straight, again, shape_only=True)
-    if found is not None:
-        return CrashReport(straight.commits, 0, found, straight.status, varying)
+    straight = first or uninterrupted_run(source, given, approve=approve)
     # Commit 1 creates the run: a crash before it leaves nothing to resume.
-    for crash_at in range(2, straight.commits + 1):
-        resumed = run(source, given, crash_at)
-        found = _first_difference(crash_at, straight, resumed, shape_only=shape_only)
+    points: list[int | None] = [None, *range(2, straight.commits + 1)]
+    shape_only = False
+    varying: Difference | None = None
+    for crash_at, trace in _trials(source, given, points, approve):
+        if crash_at is None:  # the second uninterrupted run
+            varying = _first_difference(0, straight, trace, shape_only=False)
+            shape_only = varying is not None
+            found = _first_difference(0, straight, trace, shape_only=True)
+            if found is not None:
+                return CrashReport(straight.commits, 0, found, straight.status, varying)
+            continue
+        found = _first_difference(crash_at, straight, trace, shape_only=shape_only)
         if found is not None:
             return CrashReport(straight.commits, crash_at - 1, found, straight.status, varying)
     crashes = max(straight.commits - 1, 0)
     return CrashReport(straight.commits, crashes, None, straight.status, varying)
 
 
-Runner = Callable[[str, Mapping[str, Any], "int | None"], _Trial]
+def _trials(
+    source: str, run_input: Mapping[str, Any], points: Sequence[int | None], approve: bool
+) -> Iterator[tuple[int | None, RunTrace]]:
+    """Each run in ``points`` order: crashed before commit ``point`` (``None``: not crashed).
 
-
-def _runner(approve: bool) -> Runner:
+    Up to :data:`_WORKERS` run at once, each in a process forked for it. Stopping the
+    iteration ends the runs still going.
+    """
+    # Loaded once here: the definition is plain data; preparing it (which imports the
+    # actions) happens in each run's own process.
+    definition = load_graph(source)
     if "fork" not in multiprocessing.get_all_start_methods():
-        return lambda source, run_input, crash_at: _trial(source, run_input, crash_at, approve)
+        for point in points:
+            yield point, _trial(source, definition, run_input, point, approve)
+        return
+    context = multiprocessing.get_context("fork")
+    running: dict[int, tuple[BaseProcess, Connection]] = {}
+    done: dict[int, RunTrace | BaseException] = {}
+    started = 0
+    try:
+        for index, point in enumerate(points):
+            while index not in done:
+                while started < len(points) and len(running) < _WORKERS:
+                    receive, send = context.Pipe(duplex=False)
+                    process: BaseProcess = context.Process(
+                        target=_child,
+                        args=(send, source, definition, run_input, points[started], approve),
+                    )
+                    process.start()
+                    send.close()
+                    running[started] = (process, receive)
+                    started += 1
+                ready = wait([conn for _, conn in running.values()])
+                for key, (process, conn) in list(running.items()):
+                    if conn in ready:
+                        done[key] = _received(conn)
+                        process.join()
+                        del running[key]
+            result = done.pop(index)
+            if isinstance(result, BaseException):
+                raise result  # as raised in the run's process (bad input, say)
+            yield point, result
+    finally:
+        for process, conn in running.values():
+            process.kill()
+            process.join()
+            conn.close()
 
-    def forked(source: str, run_input: Mapping[str, Any], crash_at: int | None) -> _Trial:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            return pool.submit(_trial, source, dict(run_input), crash_at, approve).result()
 
-    return forked
+def _received(conn: Connection) -> RunTrace | BaseException:
+    try:
+        result: RunTrace | BaseException = conn.recv()
+    except EOFError:
+        result = RuntimeError("a run's process ended without a result")
+    conn.close()
+    return result
+
+
+def _child(
+    send: Connection,
+    source: str,
+    definition: GraphDef,
+    run_input: Mapping[str, Any],
+    crash_at: int | None,
+    approve: bool,
+) -> None:
+    """A forked process: one run, its trace (or what it raised) sent back."""
+    try:
+        send.send(_trial(source, definition, run_input, crash_at, approve))
+    except BaseException as exc:  # raised again in the parent
+        try:
+            send.send(exc)
+        except Exception:  # it cannot be pickled: send what it said
+            send.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+    send.close()

@@ -1,17 +1,24 @@
 """``phasegraph test``: properties that can fail for the user's own graph or machine.
 
-Each property is proved, not sampled: the first four come from the exhaustive
-exploration ``phasegraph check`` runs (every state x budget counter x guard value), the
-last runs the graph's own actions with a crash injected before each commit.
+The first four are proved, not sampled: they come from the exhaustive exploration
+``phasegraph check`` runs (every state x budget counter x guard value); the last two run
+the graph's own actions, once uninterrupted, then with a crash injected before each
+commit.
 
 1. **check**: the definition passes ``phasegraph check`` (errors fail; warnings are shown);
 2. **liveness**: from every reachable configuration a final state can still be reached,
    and no trigger the actions may return is refused by every guard;
 3. **termination**: no loop can repeat without spending a budget, so every node ends
-   within the number of steps its budgets allow (shown per node);
+   within what its budgets allow (shown per node and level, in the budgets' own units:
+   see :mod:`phasegraph.testing._bounds`);
 4. **outcomes**: every outcome a final state declares can be reached;
-5. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
+5. **run** (graphs only): an uninterrupted run of the graph's own actions does not fail
+   (a failed run is shown with its steps and error log);
+6. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
    as an uninterrupted run does (see :mod:`phasegraph.testing._crash`).
+
+Each result is handed on as soon as it is known (``on_result``): the four proofs come
+from one ``check``, in a second or so; the runs take longer.
 
 Use :func:`verify` from code, :func:`graph_test` / :func:`machine_test` as pytest tests.
 """
@@ -24,10 +31,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from phasegraph.analysis import Code, Report, Severity, check
-from phasegraph.analysis._check import resolve, step_bound
+from phasegraph.analysis._check import machine_family, resolve
 from phasegraph.spec import load_graph
-from phasegraph.testing._crash import crash_equivalence
-from phasegraph.testing._runs import PropertyFailed, machine_subject
+from phasegraph.testing._bounds import machine_bounds, node_bounds
+from phasegraph.testing._crash import RunTrace, crash_equivalence, uninterrupted_run
+from phasegraph.testing._runs import PropertyFailed
 
 __all__ = ["PropertyResult", "graph_test", "machine_test", "verify"]
 
@@ -79,13 +87,12 @@ def _bounds(target: str | Path, kind: str | None) -> tuple[str, ...]:
     if kind == "graph":
         definition = load_graph(target)
         return tuple(
-            f"node {n.id!r}: at most {step_bound(n.machine, definition.machines, n.settings)} steps"
+            line
             for n in definition.nodes
+            for line in node_bounds(n.id, n.machine, definition.machines, n.settings)
         )
-    subject = machine_subject(target, {}, None)
-    return tuple(
-        f"machine {name!r}: at most {bound} steps" for name, bound in subject.bounds.items()
-    )
+    root, family = machine_family(resolve(target).source)
+    return tuple(machine_bounds(root.name, family))
 
 
 def verify(
@@ -94,36 +101,46 @@ def verify(
     *,
     crash: bool = True,
     approve: bool = False,
+    on_result: Callable[[PropertyResult], None] | None = None,
 ) -> list[PropertyResult]:
     """Every property of a graph or machine (a built-in name or a path).
 
     Args:
         target: The definition.
-        run_input: The run's input, for crash-equivalence.
-        crash: Run the crash-equivalence property (graphs only).
+        run_input: The run's input, for the runs of a graph's own actions.
+        crash: Run the graph's own actions: the run and crash-equivalence properties
+            (graphs only).
         approve: In those runs, answer every gate that accepts ``confirm`` with it.
+        on_result: Called with each result as soon as it is known (to show progress).
 
     Raises:
         InputError: The target cannot be read.
     """
+    results: list[PropertyResult] = []
+
+    def done(result: PropertyResult) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
     report = check(target)
     kind = resolve(target).kind
     errors = [str(f) for f in report.findings if f.severity is Severity.ERROR]
-    warnings = [str(f) for f in report.findings if f.severity is Severity.WARNING]
-    results = [
+    others = [str(f) for f in report.findings if f.severity is not Severity.ERROR]
+    done(
         PropertyResult(
             "check",
             "the definition passes `phasegraph check`",
             not errors,
-            tuple(errors + warnings),
+            tuple(errors + others),
         )
-    ]
+    )
     loads = kind is not None and not any(
         f.code
         in {Code.YAML, Code.INVALID, Code.UNKNOWN_MACHINE, Code.NESTING_CYCLE, Code.DAG_CYCLE}
         for f in report.findings
     )
-    results.append(
+    done(
         _from_findings(
             "liveness",
             "every reachable state can still finish, and no returned trigger is refused",
@@ -141,24 +158,51 @@ def verify(
         termination = PropertyResult(
             termination.name, termination.claim, True, _bounds(target, kind)
         )
-    results.append(termination)
-    results.append(
-        _from_findings("outcomes", "every declared outcome can be reached", report, _OUTCOMES)
-    )
+    done(termination)
+    done(_from_findings("outcomes", "every declared outcome can be reached", report, _OUTCOMES))
     if kind == "graph" and crash:
-        results.append(_crash(target, run_input, runnable=not errors, approve=approve))
+        trace = _run(target, run_input, runnable=not errors, approve=approve, done=done)
+        done(_crash(target, run_input, trace, approve=approve))
     return results
 
 
+def _run(
+    target: str | Path,
+    run_input: Mapping[str, Any] | None,
+    *,
+    runnable: bool,
+    approve: bool,
+    done: Callable[[PropertyResult], None],
+) -> RunTrace | None:
+    name = "run"
+    claim = "an uninterrupted run of the graph's own actions does not fail"
+    if not runnable:
+        done(PropertyResult(name, claim, False, ("not run: the graph does not pass check",)))
+        return None
+    trace = uninterrupted_run(str(target), run_input, approve=approve)
+    if trace.failed:
+        done(PropertyResult(name, claim, False, (trace.describe(),)))
+    elif trace.status in {"waiting", "parked"}:
+        hint = "" if approve else " (--approve answers every gate that accepts confirm)"
+        detail = f"the run stopped {trace.status} at a gate after {trace.commits} commits{hint}"
+        done(PropertyResult(name, claim, True, (detail,)))
+    else:
+        done(PropertyResult(name, claim, True, (f"the run ended {trace.status}",)))
+    return trace
+
+
 def _crash(
-    target: str | Path, run_input: Mapping[str, Any] | None, *, runnable: bool, approve: bool
+    target: str | Path,
+    run_input: Mapping[str, Any] | None,
+    trace: RunTrace | None,
+    *,
+    approve: bool,
 ) -> PropertyResult:
     name = "crash-equivalence"
     claim = "a run crashed before any commit and resumed ends as an uninterrupted run"
-    if not runnable:
+    if trace is None:
         return PropertyResult(name, claim, False, ("not run: the graph does not pass check",))
-    source = str(target)
-    report = crash_equivalence(source, run_input, approve=approve)
+    report = crash_equivalence(str(target), run_input, approve=approve, first=trace)
     details = [
         f"{report.crashes} crash points tried over {report.commits} commits "
         f"(the uninterrupted run ended {report.status})"

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from builders import TESTS
-from phasegraph.analysis import _explore as explore
 from phasegraph.analysis import check
 from phasegraph.analysis._explore import Explorer
 from phasegraph.core._machine import CompiledMachine, _Guard
@@ -132,13 +131,3 @@ def test_a_gap_in_a_nested_machine_is_traced_as_a_path(tmp_path: Path) -> None:
     [gap] = check(path).findings
     assert "trigger 'fail' in state 'main/verify' is refused by every guard" in gap.message
     assert "shortest trace: main > main/execute --done--> main/verify --fail--> " in gap.message
-
-
-def test_a_space_too_large_is_bounded_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the bound, exploration stops and says so; the flat loop rule still applies."""
-    monkeypatch.setattr(explore, "MAX_CONFIGURATIONS", 50)
-    findings = check("loop").findings  # 1,000 steps: 1,000 configurations
-    [bounded] = [f for f in findings if f.code == "exploration-bounded"]
-    assert bounded.severity == "warning"
-    assert "findings about guards may be incomplete" in bounded.message
-    assert all(f.severity == "warning" for f in findings)

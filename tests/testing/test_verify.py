@@ -37,9 +37,9 @@ def test_cli_test_proves_a_shipped_graph() -> None:
     done = _cli("test", "hello", "--input", "who=ada")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines if line[:1] in "oF"] == ["ok"] * 5
-    assert "node 'plan': at most 1 steps" in done.stdout
-    assert lines[-1] == "hello: 5 properties, 5 hold, 0 fail"
+    assert [line.split()[0] for line in lines if line[:1] in "oF"] == ["ok"] * 6
+    assert "node 'plan' on machine 'task': no budget; no state is entered twice" in done.stdout
+    assert lines[-1] == "hello: 6 properties, 6 hold, 0 fail"
 
 
 def test_cli_test_finds_an_action_keeping_state_outside_the_run() -> None:
@@ -71,7 +71,11 @@ def test_crash_equivalence_passes_deterministic_actions() -> None:
 def test_verify_reports_the_termination_bound_from_budgets() -> None:
     [termination] = [r for r in verify("quality_loop") if r.name == "termination"]
     assert termination.ok
-    assert termination.details == ("machine 'quality_loop': at most 33 steps",)
+    assert termination.details == (
+        "machine 'quality_loop': think: at most 7 (one per entry into execute); verify: at "
+        "most 2 (one per entry into verify); reflect: at most 1 (one per entry into reflect); "
+        "execute, reflect, verify repeat, every lap spending a budget",
+    )
 
 
 def test_graph_test_fails_readably_under_pytest(tmp_path: Path) -> None:
@@ -91,7 +95,7 @@ def test_graph_test_fails_readably_under_pytest(tmp_path: Path) -> None:
     assert done.returncode == 1
     out = done.stdout
     assert "2 failed" in out
-    assert "keeps_state.yaml: 1 of 5 properties fail" in out
+    assert "keeps_state.yaml: 1 of 6 properties fail" in out
     assert "- crash-equivalence:" in out
     assert "trigger 'decide' in state 'review' is refused by every guard" in out
     assert "shortest trace: review --decide--> refused" in out

@@ -1,0 +1,298 @@
+"""Mutants of machines and graphs: small changes a real author could make by mistake.
+
+Each operator makes one change to one machine:
+
+=========================  ==========================================================
+operator                   change
+=========================  ==========================================================
+``drop-transition``        a transition is removed
+``delete-error-handler``   a transition handling a failure is removed (its trigger is
+                           ``error`` or ``timeout``, or it ends the node unsuccessfully)
+``redirect-transition``    a transition leads to another state
+``flip-guard``             one guard moves between ``conditions`` and ``unless``
+``flip-outcome``           a final state's outcome turns success to failed, or any
+                           other outcome to success
+``make-non-final``         a final state is no longer final
+``move-spend``             a budget is spent on entering another non-final state
+=========================  ==========================================================
+
+A mutant of a graph is a mutant of one machine its nodes use (nested ones included),
+in place in the graph, so each node's settings and bindings apply to it.
+:func:`check_kills` says whether ``phasegraph check --strict`` fails on a mutant, and
+:func:`equivalent` why a mutant behaves exactly as the original does (no check could
+kill it), when that can be shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phasegraph.actions._failures import ERROR_TRIGGER
+from phasegraph.actions._human import TIMEOUT_TRIGGER
+from phasegraph.analysis import Severity
+from phasegraph.analysis._check import analyze_graph, analyze_machine
+from phasegraph.model import (
+    GraphDef,
+    MachineDef,
+    NodeOutcome,
+    TransitionDef,
+    nested_machines,
+    replace,
+)
+
+__all__ = [
+    "OPERATORS",
+    "Mutant",
+    "check_kills",
+    "equivalent",
+    "graph_mutants",
+    "machine_mutants",
+    "machine_text",
+]
+
+OPERATORS = (
+    "drop-transition",
+    "delete-error-handler",
+    "redirect-transition",
+    "flip-guard",
+    "flip-outcome",
+    "make-non-final",
+    "move-spend",
+)
+"""Every mutation operator, in the order mutants are generated."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One machine changed in one place.
+
+    Attributes:
+        subject: The machine or graph mutated (a graph's mutants change a machine it uses).
+        operator: One of :data:`OPERATORS`.
+        change: The change, in words; unique within the subject.
+        machine: The mutated machine.
+        original: The machine before the change.
+        transition: The index of the transition changed, for the transition operators.
+        graph: For a graph's mutant, the graph with the mutated machine in place.
+    """
+
+    subject: str
+    operator: str
+    change: str
+    machine: MachineDef
+    original: MachineDef
+    transition: int | None = None
+    graph: GraphDef | None = None
+
+    @property
+    def key(self) -> str:
+        """``subject: change``, unique over every mutant generated."""
+        return f"{self.subject}: {self.change}"
+
+
+def _edge(index: int, transition: TransitionDef) -> str:
+    sources = ",".join(transition.source)
+    return f"transition {index} `{transition.trigger}` {sources} -> {transition.dest}"
+
+
+def _handles_failure(machine: MachineDef, transition: TransitionDef) -> bool:
+    dest = machine.states.get(transition.dest)
+    ends_badly = dest is not None and dest.final not in (None, NodeOutcome.SUCCESS)
+    return transition.trigger in {ERROR_TRIGGER, TIMEOUT_TRIGGER} or ends_badly
+
+
+_Change = tuple[str, str, MachineDef, int | None]
+"""operator, change in words, mutated machine, index of the transition changed"""
+
+
+def machine_mutants(machine: MachineDef, subject: str | None = None) -> Iterator[Mutant]:
+    """Every mutant of ``machine`` the operators make, named under ``subject``."""
+    subject = subject or machine.name
+    prefix = "" if subject == machine.name else f"{machine.name}: "
+    for make in (_drops, _redirects, _flipped_guards, _flipped_outcomes, _moved_spends):
+        for operator, change, mutated, index in make(machine):
+            yield Mutant(subject, operator, prefix + change, mutated, machine, index)
+
+
+def _with_transition(machine: MachineDef, index: int, new: TransitionDef | None) -> MachineDef:
+    before, after = machine.transitions[:index], machine.transitions[index + 1 :]
+    return replace(machine, transitions=(*before, *([new] if new else []), *after))
+
+
+def _drops(machine: MachineDef) -> Iterator[_Change]:
+    for index, transition in enumerate(machine.transitions):
+        failure = _handles_failure(machine, transition)
+        operator = "delete-error-handler" if failure else "drop-transition"
+        change = f"drop {_edge(index, transition)}"
+        yield operator, change, _with_transition(machine, index, None), index
+
+
+def _redirects(machine: MachineDef) -> Iterator[_Change]:
+    for index, transition in enumerate(machine.transitions):
+        for dest in machine.states:
+            if dest != transition.dest:
+                moved = _with_transition(machine, index, replace(transition, dest=dest))
+                change = f"redirect {_edge(index, transition)} to {dest}"
+                yield "redirect-transition", change, moved, index
+
+
+def _flipped_guards(machine: MachineDef) -> Iterator[_Change]:
+    for index, transition in enumerate(machine.transitions):
+        conditions, unless = transition.conditions, transition.unless
+        for predicate in (*conditions, *unless):
+            if predicate in conditions:
+                flipped = replace(
+                    transition,
+                    conditions=tuple(p for p in conditions if p != predicate),
+                    unless=(*unless, predicate),
+                )
+            else:
+                flipped = replace(
+                    transition,
+                    conditions=(*conditions, predicate),
+                    unless=tuple(p for p in unless if p != predicate),
+                )
+            change = f"flip guard {predicate} of {_edge(index, transition)}"
+            yield "flip-guard", change, _with_transition(machine, index, flipped), index
+
+
+def _flipped_outcomes(machine: MachineDef) -> Iterator[_Change]:
+    """Outcomes flipped, then final states made non-final."""
+    finals = [state for state in machine.states.values() if state.final is not None]
+    for state in finals:
+        outcome = NodeOutcome.FAILED if state.final is NodeOutcome.SUCCESS else NodeOutcome.SUCCESS
+        states = {**machine.states, state.name: replace(state, final=outcome)}
+        change = f"final state {state.name} ends {outcome} instead of {state.final}"
+        yield "flip-outcome", change, replace(machine, states=states), None
+    for state in finals:
+        states = {**machine.states, state.name: replace(state, final=None)}
+        change = f"state {state.name} is not final"
+        yield "make-non-final", change, replace(machine, states=states), None
+
+
+def _moved_spends(machine: MachineDef) -> Iterator[_Change]:
+    for budget in machine.budgets.values():
+        for spent in budget.spend_on:
+            for other in machine.states.values():
+                if other.final is not None or other.name in budget.spend_on:
+                    continue
+                spend_on = tuple(other.name if s == spent else s for s in budget.spend_on)
+                budgets = {**machine.budgets, budget.name: replace(budget, spend_on=spend_on)}
+                change = f"budget {budget.name} spent on {other.name} instead of {spent}"
+                yield "move-spend", change, replace(machine, budgets=budgets), None
+
+
+def graph_mutants(definition: GraphDef) -> Iterator[Mutant]:
+    """Every mutant of every machine ``definition``'s nodes use, in place in the graph."""
+    used: dict[str, MachineDef] = {}
+    for node in definition.nodes:
+        for machine in nested_machines(node.machine, definition.machines):
+            used.setdefault(machine.name, machine)
+    for machine in used.values():
+        for mutant in machine_mutants(machine, definition.name):
+            machines = {**definition.machines, machine.name: mutant.machine}
+            yield replace_graph(mutant, replace(definition, machines=machines))
+
+
+def replace_graph(mutant: Mutant, graph: GraphDef) -> Mutant:
+    """``mutant`` placed in ``graph``."""
+    return Mutant(
+        mutant.subject,
+        mutant.operator,
+        mutant.change,
+        mutant.machine,
+        mutant.original,
+        mutant.transition,
+        graph,
+    )
+
+
+def check_kills(mutant: Mutant, machines: Mapping[str, MachineDef]) -> bool:
+    """Whether ``phasegraph check --strict`` fails on the mutant (an error or a warning).
+
+    Args:
+        mutant: The mutant.
+        machines: Every machine by name, for a machine's mutant (its nested ones).
+    """
+    if mutant.graph is not None:
+        if _refused_by_loader(mutant.graph):
+            return True
+        findings = analyze_graph(mutant.graph)
+    else:
+        family = {**machines, mutant.machine.name: mutant.machine}
+        findings = analyze_machine(mutant.machine.name, family)
+    return any(f.severity in (Severity.ERROR, Severity.WARNING) for f in findings)
+
+
+def _refused_by_loader(graph: GraphDef) -> bool:
+    """Whether a bound action declares a trigger its state does not accept.
+
+    The loader refuses such a graph (``trigger-not-accepted``), before any analysis.
+    """
+    for node in graph.nodes:
+        for machine in nested_machines(node.machine, graph.machines):
+            legal: dict[str, set[str]] = {}
+            for transition in machine.transitions:
+                for source in transition.source:
+                    legal.setdefault(source, set()).add(transition.trigger)
+            for state in machine.states.values():
+                action = node.bind.get(state.hook or "")
+                if action is not None and not set(action.triggers) <= legal.get(state.name, set()):
+                    return True
+    return False
+
+
+def equivalent(mutant: Mutant) -> str | None:
+    """Why the mutant behaves exactly as the original, or ``None`` when it may not.
+
+    One reason is recognised: a transition redirected from one final state to another
+    with the same outcome (the node ends the same way; only the state's name in the
+    history differs).
+    """
+    if mutant.operator != "redirect-transition" or mutant.transition is None:
+        return None
+    before = mutant.original.transitions[mutant.transition].dest
+    after = mutant.machine.transitions[mutant.transition].dest
+    ended, ends = mutant.original.states[before].final, mutant.original.states[after].final
+    if ended is None or ended != ends:
+        return None
+    return f"{before} and {after} are both final with outcome {ended}: the node ends the same way"
+
+
+def machine_text(machine: MachineDef) -> str:
+    """The machine as a machine file, for the command line."""
+    document: dict[str, Any] = {
+        "machine": machine.name,
+        "initial": machine.initial,
+        "budgets": {
+            b.name: {"limit": b.limit, "spend_on": list(b.spend_on)}
+            for b in machine.budgets.values()
+        },
+        "states": {
+            state.name: {
+                key: str(value)
+                for key, value in (
+                    ("final", state.final),
+                    ("hook", state.hook),
+                    ("machine", state.machine),
+                )
+                if value is not None
+            }
+            for state in machine.states.values()
+        },
+        "transitions": [
+            {
+                "trigger": t.trigger,
+                "source": list(t.source),
+                "dest": t.dest,
+                "conditions": list(t.conditions),
+                "unless": list(t.unless),
+            }
+            for t in machine.transitions
+        ],
+    }
+    # One top-level key a line, each value in flow style (JSON is YAML's flow style).
+    return "".join(f"{key}: {json.dumps(value)}\n" for key, value in document.items())
