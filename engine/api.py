@@ -17,9 +17,11 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
 
 from phasegraph import run as runs
+from phasegraph.actions.llm._pool import close_loop_pool
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
@@ -51,6 +53,9 @@ _CACHE_LIMIT: Final = 256  # prepared graphs (and file stamps) an engine keeps
 
 class Engine:
     """Runs graphs against one store.
+
+    Use as ``async with Engine(store) as engine:`` (or call :meth:`aclose`) so that the
+    connections its model calls keep open are closed when it is done.
 
     Args:
         store: Where runs are kept.
@@ -89,6 +94,27 @@ class Engine:
             self._middleware = (tracing.middleware,)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the model clients (and scripted model servers) calls keep open.
+
+        They are kept per event loop, shared by the engines on it: closing one engine
+        closes them, calls still in flight finish first, and a later call opens anew.
+        The store is not closed (whoever opened it closes it). Whatever no engine closed
+        is closed when the event loop shuts down.
+        """
+        await close_loop_pool()
 
     def prepare(self, graph: GraphSource) -> PreparedGraph:
         """Load (if needed) and compile a graph; compiled once per engine and digest.
