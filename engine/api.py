@@ -485,11 +485,16 @@ def _is_path(source: str | Path) -> bool:
 
 
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
-    if definition.input_schema is None:
+    schema = definition.input_schema
+    if schema is None:
         return
+    from phasegraph.spec._cache import remember_valid, valid_before
+
+    if valid_before(schema, run_input):
+        return  # the validator's import costs more than a short run: see spec._cache
     from phasegraph.spec._input import input_validator
 
-    validator = input_validator(definition.input_schema)
+    validator = input_validator(schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))
     if problems:
         lines = [
@@ -497,3 +502,4 @@ def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
             for error in problems
         ]
         raise InputError(f"graph {definition.name!r} rejects the run input:\n" + "\n".join(lines))
+    remember_valid(schema, run_input)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TypeGuard
 
 from phasegraph.errors import Problem, SpecError
-from phasegraph.spec._schema import did_you_mean
 
 __all__ = [
     "builtin",
@@ -68,6 +67,10 @@ def builtin(name: str, kind: str, what: str) -> Path:
         f"unknown built-in {what} {name!r}; to load a file, give a path containing '/' or "
         f"ending in .yaml (built-in {what}s: {', '.join(found) or 'none'})"
     )
+    # Only here: the messages module loads the format checks, which naming a built-in
+    # that exists (a cached graph's start-up) never needs.
+    from phasegraph.spec._messages import did_you_mean
+
     raise SpecError([Problem(message + did_you_mean(name, found))])
 
 
