@@ -13,7 +13,6 @@ from phasegraph.errors import ActionError, LoopDetectedError, PhasegraphError
 __all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "classify_error", "describe_error"]
 
 
-
 @functools.cache
 def _not_the_users() -> tuple[str, ...]:
     """Trees of the engine's wrappers and of the standard library.
@@ -27,6 +26,7 @@ def _not_the_users() -> tuple[str, ...]:
         str(Path(__file__).resolve().parents[1]) + os.sep,
         str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep,
     )
+
 
 ERROR_TRIGGER = "error"
 """Fired with a classified payload when an action raises in a state that accepts it."""

@@ -66,10 +66,13 @@ def _loader_stamp() -> str:
     stamps = [sys.version, str(_PACKAGE)]
     for name in _LOADER:
         path = _PACKAGE / name
-        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
+        if path.is_dir():
+            files = sorted(e.path for e in os.scandir(path) if e.name.endswith(".py"))
+        else:
+            files = [str(path)]
         for file in files:
-            stat = file.stat()
-            stamps.append(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}")
+            stat = os.stat(file)
+            stamps.append(f"{file}:{stat.st_size}:{stat.st_mtime_ns}")
     return "\n".join(stamps)
 
 

@@ -2,14 +2,13 @@
 
 A bare name (no ``/``, no ``.yaml`` suffix) means a built-in: a YAML file of the
 package-data packages ``phasegraph.states`` (machines) or ``phasegraph.graphs`` (graphs),
-found through :mod:`importlib.resources`, or in the repository when an editable install
-does not map those packages.
+found in the installed package, or beside it in a source checkout (an editable install),
+else through :mod:`importlib.resources`.
 """
 
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 from typing import TypeGuard
 
@@ -29,14 +28,22 @@ __all__ = [
 
 def builtin_dir(kind: str) -> Path:
     """The folder of the built-in ``kind`` (``states`` or ``graphs``)."""
+    # Installed, the package-data folder sits in the package; in a source checkout (an
+    # editable install), beside it. Looked for first, without importlib.resources, whose
+    # import (with zipfile) is a share of a short run's start-up.
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / kind, package.parent / kind):
+        if folder.is_dir():
+            return folder
+    from importlib import resources  # anywhere else (a zip): ask the import system
+
     try:
         root = resources.files(f"phasegraph.{kind}")
     except (ModuleNotFoundError, TypeError):
         root = None
     if isinstance(root, Path) and root.is_dir():
         return root
-    # Editable installs may not map the package-data packages: use the repository layout.
-    return Path(__file__).resolve().parents[2] / kind
+    return package.parent / kind
 
 
 def builtin_files(kind: str) -> dict[str, Path]:

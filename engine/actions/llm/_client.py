@@ -36,7 +36,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from phasegraph.actions.llm._pool import loop_pool
 from phasegraph.errors import ActionError
 
-__all__ = ["ChatRequest", "Completion", "Endpoint", "ProviderError", "complete"]
+__all__ = ["ChatRequest", "Completion", "Endpoint", "ProviderError", "complete", "warm_up"]
 
 _MASK: Final = "***"
 _CONTEXT_CODES: Final = frozenset({"context_length_exceeded", "string_above_max_length"})
@@ -140,6 +140,16 @@ def _tls() -> ssl.SSLContext:
     tens of milliseconds; a context is safe to share among the clients of every loop.
     """
     return ssl.create_default_context()
+
+
+@functools.cache
+def warm_up() -> None:
+    """Import, once, what a client's first request would: its HTTP transport.
+
+    Called when a graph with ``llm:`` bindings is prepared, so that the first turn costs
+    a turn; building an HTTP client imports its transport and opens nothing.
+    """
+    openai.DefaultAsyncHttpxClient()
 
 
 async def _open_client(endpoint: Endpoint) -> openai.AsyncOpenAI:
