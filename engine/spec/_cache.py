@@ -12,7 +12,8 @@ file still hashes the same: an edited, moved or deleted file is a miss.
 Anything wrong with an entry (unreadable, stale, written by another phasegraph) is a miss,
 and a miss loads the graph the full way and writes the entry anew, atomically (a rename).
 A graph that does not load is never kept: its errors are found again, the same way. A
-folder that cannot be written is a cache that keeps nothing.
+folder that cannot be written is a cache that keeps nothing; one keeps :data:`KEPT`
+graphs and as many inputs, the most recently written.
 
 The same folder remembers which run inputs passed a graph's ``input:`` schema
 (:func:`valid_before`, :func:`remember_valid`): validation is a pure function of the
@@ -43,9 +44,12 @@ from phasegraph.errors import CodecError
 from phasegraph.model import GraphDef
 from phasegraph.spec._catalog import builtin, is_name
 
-__all__ = ["CACHE_ENV", "cache_dir", "load_graph", "remember_valid", "valid_before"]
+__all__ = ["CACHE_ENV", "KEPT", "cache_dir", "load_graph", "remember_valid", "valid_before"]
 
 CACHE_ENV: Final = "PHASEGRAPH_CACHE_DIR"
+KEPT: Final = 256
+"""Entries of each kind the folder keeps (a server taking uploads writes one per graph):
+writing one more forgets the least recently written."""
 _PACKAGE: Final = Path(__file__).resolve().parents[1]
 _LOADER: Final = ("spec", "core", "codec", "model.py", "errors.py", "_vocabulary.py")
 """What a definition is made by: when any of these files changes, every entry is stale."""
@@ -161,6 +165,20 @@ def _keep(entry: Path, definition: GraphDef, path: Path, text: bytes) -> None:
         os.replace(temporary, entry)
     except OSError:
         Path(temporary).unlink(missing_ok=True)
+    _forget_oldest(entry.parent, ".graph")
+
+
+def _forget_oldest(folder: Path, suffix: str) -> None:
+    """Delete the oldest entries past :data:`KEPT` (another process may delete them too)."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.endswith(suffix)]
+        if len(entries) <= KEPT:
+            return
+        entries.sort(key=lambda e: e.stat().st_mtime_ns)
+        for old in entries[: len(entries) - KEPT]:
+            os.unlink(old.path)
+    except OSError:
+        pass  # gone already, or not ours to delete: the next write tries again
 
 
 def _verdict(schema: Mapping[str, Any], run_input: Mapping[str, Any]) -> Path | None:
@@ -173,7 +191,7 @@ def _verdict(schema: Mapping[str, Any], run_input: Mapping[str, Any]) -> Path | 
     except (TypeError, ValueError):
         return None  # not plain JSON (an embedder's own objects): always checked
     stamp = f"{_loader_stamp()}\n{_validator_stamp()}\n{text}"
-    return folder / "inputs" / _hash(stamp.encode())
+    return folder / "inputs" / f"{_hash(stamp.encode())}.input"
 
 
 @functools.cache
@@ -200,4 +218,5 @@ def remember_valid(schema: Mapping[str, Any], run_input: Mapping[str, Any]) -> N
             verdict.parent.mkdir(parents=True, exist_ok=True)
             verdict.touch()
         except OSError:
-            pass  # a folder that cannot be written: the input is checked every time
+            return  # a folder that cannot be written: the input is checked every time
+        _forget_oldest(verdict.parent, ".input")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from types import MappingProxyType
 
@@ -195,3 +196,27 @@ def test_a_bad_input_is_refused_after_a_good_one(tmp_path: Path) -> None:
         asyncio.run(start({}))
     with pytest.raises(InputError, match="is not of type 'string'"):
         asyncio.run(start({"who": 1}))
+
+
+def _age(folder: Path) -> None:
+    """Date every entry of ``folder`` a second apart, oldest first (the clock is coarse)."""
+    for seconds, entry in enumerate(sorted(folder.iterdir(), key=lambda e: e.stat().st_mtime_ns)):
+        os.utime(entry, ns=(seconds * 10**9, seconds * 10**9))
+
+
+def test_the_folder_keeps_the_most_recent_entries(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("phasegraph.spec._cache.KEPT", 2)
+    for description in ("one", "two", "three"):
+        load_graph(_graph(tmp_path, description))
+        _age(cache)
+    assert len(_entries(cache)) == 2
+    assert load_graph(_graph(tmp_path, "three")).description == "three"
+    schema = {"type": "object"}
+    for who in ("a", "b", "c"):
+        remember_valid(schema, {"who": who})
+        _age(cache / "inputs")
+    assert len(list((cache / "inputs").iterdir())) == 2
+    assert valid_before(schema, {"who": "c"})
+    assert not valid_before(schema, {"who": "a"})
