@@ -6,7 +6,6 @@ The only place that knows the wire format (``specs/snapshot-format.md``). Owns
 
 from __future__ import annotations
 
-from phasegraph.codec._definitions import decode_graph, encode_graph
 from phasegraph.codec._envelope import (
     FORMAT_VERSION,
     decode_record,
@@ -17,10 +16,8 @@ from phasegraph.codec._envelope import (
 
 __all__ = [
     "FORMAT_VERSION",
-    "decode_graph",
     "decode_record",
     "decode_snapshot",
-    "encode_graph",
     "encode_record",
     "encode_snapshot",
 ]

@@ -3,7 +3,7 @@
 Loading a graph file (its YAML, the format checks, its machines) and the libraries that
 takes (``yaml``, ``pydantic``, ``jsonschema``) are most of what ``phasegraph run`` costs
 before its first step. :func:`load_graph` keeps what it loaded as bytes
-(:func:`phasegraph.codec.encode_graph`: msgspec, never pickle) in the cache folder, under
+(:mod:`phasegraph.codec._definitions`: msgspec, never pickle) in the cache folder, under
 a key made of the graph file's path and content hash and of phasegraph's own loader
 files. An entry lists every file the definition was read from (the graph file and each
 machine file, built-in ones included) with its content hash, and is used only while each
@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from phasegraph import codec
+from phasegraph.codec._definitions import decode_graph, encode_graph
 from phasegraph.errors import CodecError
 from phasegraph.model import GraphDef
 from phasegraph.spec._catalog import builtin, is_name
@@ -139,7 +139,7 @@ def _recall(entry: Path) -> GraphDef | None:
         files = json.loads(header)
         if not all(_hash(_read(name) or b"") == digest for name, digest in files[1:]):
             return None
-        return codec.decode_graph(body)
+        return decode_graph(body)
     except (ValueError, TypeError, CodecError):
         return None
 
@@ -153,7 +153,7 @@ def _keep(entry: Path, definition: GraphDef, path: Path, text: bytes) -> None:
         if data is None:
             return  # a machine file that went away: nothing worth keeping
         files.append([name, _hash(data)])
-    data = json.dumps(files).encode() + b"\n" + codec.encode_graph(definition)
+    data = json.dumps(files).encode() + b"\n" + encode_graph(definition)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=entry.parent, suffix=".part")
