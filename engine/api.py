@@ -17,9 +17,11 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
 
 from phasegraph import run as runs
+from phasegraph.actions.llm._pool import close_loop_pool
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
@@ -51,6 +53,9 @@ _CACHE_LIMIT: Final = 256  # prepared graphs (and file stamps) an engine keeps
 
 class Engine:
     """Runs graphs against one store.
+
+    Use as ``async with Engine(store) as engine:`` (or call :meth:`aclose`) so that the
+    connections its model calls keep open are closed when it is done.
 
     Args:
         store: Where runs are kept.
@@ -89,6 +94,27 @@ class Engine:
             self._middleware = (tracing.middleware,)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the model clients (and scripted model servers) calls keep open.
+
+        They are kept per event loop, shared by the engines on it: closing one engine
+        closes them, calls still in flight finish first, and a later call opens anew.
+        The store is not closed (whoever opened it closes it). Whatever no engine closed
+        is closed when the event loop shuts down.
+        """
+        await close_loop_pool()
 
     def prepare(self, graph: GraphSource) -> PreparedGraph:
         """Load (if needed) and compile a graph; compiled once per engine and digest.
@@ -459,11 +485,16 @@ def _is_path(source: str | Path) -> bool:
 
 
 def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
-    if definition.input_schema is None:
+    schema = definition.input_schema
+    if schema is None:
         return
+    from phasegraph.spec._cache import remember_valid, valid_before
+
+    if valid_before(schema, run_input):
+        return  # the validator's import costs more than a short run: see spec._cache
     from phasegraph.spec._input import input_validator
 
-    validator = input_validator(definition.input_schema)
+    validator = input_validator(schema)
     problems = sorted(validator.iter_errors(dict(run_input)), key=lambda e: list(e.path))
     if problems:
         lines = [
@@ -471,3 +502,4 @@ def _validate_input(definition: GraphDef, run_input: Mapping[str, Any]) -> None:
             for error in problems
         ]
         raise InputError(f"graph {definition.name!r} rejects the run input:\n" + "\n".join(lines))
+    remember_valid(schema, run_input)

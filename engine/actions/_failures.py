@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import os
-import sysconfig
 import traceback
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from phasegraph.errors import ActionError, LoopDetectedError, PhasegraphError
 
 __all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "classify_error", "describe_error"]
 
-# Frames in these trees are the engine's wrappers or the standard library: "where it was
-# raised" names the frame of the user's own code, if there is one.
-_NOT_THE_USERS: Final = (
-    str(Path(__file__).resolve().parents[1]) + os.sep,
-    str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep,
-)
+
+@functools.cache
+def _not_the_users() -> tuple[str, ...]:
+    """Trees of the engine's wrappers and of the standard library.
+
+    "Where it was raised" names the frame of the user's own code, if there is one. Found
+    at the first failure described: ``sysconfig`` takes a share of a short run's start-up.
+    """
+    import sysconfig
+
+    return (
+        str(Path(__file__).resolve().parents[1]) + os.sep,
+        str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep,
+    )
+
 
 ERROR_TRIGGER = "error"
 """Fired with a classified payload when an action raises in a state that accepts it."""
@@ -82,7 +91,7 @@ def _raised_at(error: BaseException) -> str | None:
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
         return None
-    users = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_NOT_THE_USERS)]
+    users = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_not_the_users())]
     frame = (users or frames)[-1]
     path = Path(frame.filename)
     try:

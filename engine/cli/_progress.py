@@ -13,16 +13,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import IO, Any, Self
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any, Self
 
 from phasegraph.events import Event, EventBus
 from phasegraph.model import PATH_SEPARATOR, NodeState, NodeStatus, RunState
 from phasegraph.run._prepare import PreparedGraph
+
+# rich draws the live table, on a terminal only: piped output (plain lines) and quiet
+# runs never import it, and it is a good share of a short run's start-up.
+if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
 
 __all__ = ["Progress", "budget_limits", "progress_for"]
 
@@ -209,6 +210,8 @@ class _Board:
             "model": {n: " ".join(said[n].split()) for n in said},
         }
         shown = {column: cells for column, cells in extra.items() if cells}
+        from rich.table import Table
+
         table = Table(box=None)
         for column in ("node", "status", "state", "steps", *shown):
             table.add_column(column)
@@ -235,10 +238,15 @@ class _Live(Progress):
         self._board = board
         if opening:
             console.print(opening, highlight=False, markup=False, soft_wrap=True)
+        from rich.live import Live
+
         self._live = Live(self, console=console, refresh_per_second=8, transient=True)
         self._live.start(refresh=True)  # the first frame at once: every node, before any step
 
     def __rich__(self) -> Group:
+        from rich.console import Group
+        from rich.text import Text
+
         # The summary above the table, not its title: a title wraps at the table's width.
         return Group(Text(self._board.title(), style="italic", no_wrap=True), self._board.table())
 
@@ -279,6 +287,8 @@ def progress_for(
     if quiet:
         return Progress(bus)
     if stream.isatty():
+        from rich.console import Console
+
         return _Live(bus, Console(file=stream), _Board(run_id, order, state, limits or {}), opening)
     return _Plain(bus, stream, opening)
 

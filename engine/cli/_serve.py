@@ -100,7 +100,10 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args, ttl)
     logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
     options = RunOptions(lease_ttl=ttl)
-    async with open_store(args.store) as store:
+    async with (
+        open_store(args.store) as store,
+        Engine(store, options=options, tracer_provider=tracer_provider(args)) as engine,
+    ):
         if settings.queue:
             require_queue(
                 store,
@@ -108,7 +111,6 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
                 "--queue and --with-worker hand runs to",
                 ", or serve without them to drive runs here",
             )
-        engine = Engine(store, options=options, tracer_provider=tracer_provider(args))
         app = create_app(engine, settings=settings)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()

@@ -336,9 +336,12 @@ async def with_engine(
     if not creates and path is not None and not path.exists():
         run_id = getattr(args, "run", None)
         raise RunNotFoundError(f"no run {run_id!r}: the store does not exist", run_id=run_id)
-    async with open_store(args.store, read_only=read_only) as store:
-        options = RunOptions(lease_ttl=lease_ttl())
-        return await body(Engine(store, options=options, tracer_provider=tracer_provider(args)))
+    options = RunOptions(lease_ttl=lease_ttl())
+    async with (
+        open_store(args.store, read_only=read_only) as store,
+        Engine(store, options=options, tracer_provider=tracer_provider(args)) as engine,
+    ):
+        return await body(engine)
 
 
 def tracer_provider(args: argparse.Namespace) -> Any:

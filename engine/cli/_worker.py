@@ -56,9 +56,12 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     # Worker lines (runs taken over, drives given up) as text on stderr.
     configure_logging("text", quiet=args.quiet, logger_name="phasegraph.worker")
     tune_collector()
-    async with open_store(args.store) as store, worker_queue(store, args.partitions) as queue:
-        run_options = RunOptions(lease_ttl=ttl, owner=f"worker {name}")
-        engine = Engine(store, options=run_options, tracer_provider=tracer_provider(args))
+    run_options = RunOptions(lease_ttl=ttl, owner=f"worker {name}")
+    async with (
+        open_store(args.store) as store,
+        worker_queue(store, args.partitions) as queue,
+        Engine(store, options=run_options, tracer_provider=tracer_provider(args)) as engine,
+    ):
         worker = Worker(engine, queue, name=name, options=options)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -1,18 +1,20 @@
 """The workflow DAG: cycle detection, layers and readiness queries.
 
-Only this module touches ``networkx``; everything else sees :class:`WorkflowGraph` and,
-for a run in progress, its :class:`Frontier`.
+Only this module touches ``networkx``, and only to find a cycle when a graph is loaded:
+compiling a graph for a run takes its layers from the standard library's ``graphlib``,
+so a run of a graph read back from the compiled-graph cache never imports networkx.
+Everything else sees :class:`WorkflowGraph` and, for a run in progress, its
+:class:`Frontier`.
 """
 
 from __future__ import annotations
 
+import graphlib
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
-
-import networkx as nx
+from typing import TYPE_CHECKING, Final
 
 from phasegraph.model import (
     EMPTY,
@@ -25,10 +27,15 @@ from phasegraph.model import (
     RunStatus,
 )
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 __all__ = ["Frontier", "WorkflowGraph", "compile_graph", "find_cycle"]
 
 
 def _digraph(nodes: Iterable[NodeDef]) -> nx.DiGraph:
+    import networkx as nx  # here: only loading a graph looks for cycles
+
     graph = nx.DiGraph()
     for node in nodes:
         graph.add_node(node.id)
@@ -44,6 +51,8 @@ def find_cycle(nodes: Iterable[NodeDef]) -> tuple[str, ...] | None:
 
     Unknown ``needs`` are ignored here; the loader reports them separately.
     """
+    import networkx as nx
+
     dag = _digraph(nodes)
     if nx.is_directed_acyclic_graph(dag):
         return None  # the usual answer, several times cheaper than searching for a cycle
@@ -277,26 +286,41 @@ class Frontier:
         return unmet
 
 
+def _known_needs(nodes: Iterable[NodeDef]) -> dict[str, tuple[str, ...]]:
+    """Each node's ``needs`` that name a node of the graph, each once.
+
+    The loader reports the others.
+    """
+    ids = {node.id for node in nodes}
+    return {node.id: tuple(dict.fromkeys(n for n in node.needs if n in ids)) for node in nodes}
+
+
 def compile_graph(definition: GraphDef) -> WorkflowGraph:
     """Compile a validated graph definition (which the loader checked is acyclic)."""
-    dag = _digraph(definition.nodes)
+    needs = _known_needs(definition.nodes)
     position = {node.id: index for index, node in enumerate(definition.nodes)}
-    layers = tuple(
-        tuple(sorted(generation, key=position.__getitem__))
-        for generation in nx.topological_generations(dag)
-    )
+    sorter = graphlib.TopologicalSorter(needs)
+    sorter.prepare()
+    generations: list[tuple[str, ...]] = []
+    while sorter.is_active():  # each round: every node whose needs all came before
+        ready = sorter.get_ready()
+        generations.append(tuple(sorted(ready, key=position.__getitem__)))
+        sorter.done(*ready)
+    layers = tuple(generations)
     order = tuple(node for layer in layers for node in layer)
     ranks = {node: index for index, node in enumerate(order)}
+    dependents: dict[str, list[str]] = {node: [] for node in order}
+    for node, earlier in needs.items():
+        for need in earlier:
+            dependents[need].append(node)
     return WorkflowGraph(
         definition=definition,
         nodes=MappingProxyType({n.id: n for n in definition.nodes}),
         layers=layers,
         order=order,
-        needs=MappingProxyType(
-            {n: tuple(sorted(dag.predecessors(n), key=ranks.__getitem__)) for n in order}
-        ),
+        needs=MappingProxyType({n: tuple(sorted(needs[n], key=ranks.__getitem__)) for n in order}),
         dependents=MappingProxyType(
-            {n: tuple(sorted(dag.successors(n), key=ranks.__getitem__)) for n in order}
+            {n: tuple(sorted(dependents[n], key=ranks.__getitem__)) for n in order}
         ),
         position=MappingProxyType(ranks),
     )

@@ -2,19 +2,17 @@
 
 A bare name (no ``/``, no ``.yaml`` suffix) means a built-in: a YAML file of the
 package-data packages ``phasegraph.states`` (machines) or ``phasegraph.graphs`` (graphs),
-found through :mod:`importlib.resources`, or in the repository when an editable install
-does not map those packages.
+found in the installed package, or beside it in a source checkout (an editable install),
+else through :mod:`importlib.resources`.
 """
 
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 from typing import TypeGuard
 
 from phasegraph.errors import Problem, SpecError
-from phasegraph.spec._schema import did_you_mean
 
 __all__ = [
     "builtin",
@@ -30,14 +28,22 @@ __all__ = [
 
 def builtin_dir(kind: str) -> Path:
     """The folder of the built-in ``kind`` (``states`` or ``graphs``)."""
+    # Installed, the package-data folder sits in the package; in a source checkout (an
+    # editable install), beside it. Looked for first, without importlib.resources, whose
+    # import (with zipfile) is a share of a short run's start-up.
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / kind, package.parent / kind):
+        if folder.is_dir():
+            return folder
+    from importlib import resources  # anywhere else (a zip): ask the import system
+
     try:
         root = resources.files(f"phasegraph.{kind}")
     except (ModuleNotFoundError, TypeError):
         root = None
     if isinstance(root, Path) and root.is_dir():
         return root
-    # Editable installs may not map the package-data packages: use the repository layout.
-    return Path(__file__).resolve().parents[2] / kind
+    return package.parent / kind
 
 
 def builtin_files(kind: str) -> dict[str, Path]:
@@ -68,6 +74,10 @@ def builtin(name: str, kind: str, what: str) -> Path:
         f"unknown built-in {what} {name!r}; to load a file, give a path containing '/' or "
         f"ending in .yaml (built-in {what}s: {', '.join(found) or 'none'})"
     )
+    # Only here: the messages module loads the format checks, which naming a built-in
+    # that exists (a cached graph's start-up) never needs.
+    from phasegraph.spec._messages import did_you_mean
+
     raise SpecError([Problem(message + did_you_mean(name, found))])
 
 

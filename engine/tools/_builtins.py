@@ -23,7 +23,6 @@ from phasegraph.actions._shell import (
 )
 from phasegraph.errors import ActionError
 from phasegraph.model import EMPTY, ActionDef, Effect
-from phasegraph.tools._symbols import find_symbols
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -91,6 +90,9 @@ class _Lines:
 
 def _symbol_range(path: str, text: str, symbol: str) -> tuple[int, int | None, dict[str, Any]]:
     """The lines of ``symbol`` (and notes for the result); refuses an unknown name."""
+    # Here: the symbol finder (``ast`` and a regex per language) serves this tool only.
+    from phasegraph.tools._symbols import find_symbols
+
     try:
         spans = find_symbols(path, text)
     except SyntaxError as exc:

@@ -131,3 +131,27 @@ def test_reading_a_run_imports_none_of_the_driving_machinery(tmp_path, command: 
     assert output.startswith(("[", "{"))
     assert _top_level(names) & DRIVING == set()
     assert not {"phasegraph.spec", "phasegraph.run._interpreter", "phasegraph.run._prepare"} & names
+
+
+LOADING = frozenset({"aiohttp", "jsonschema", "networkx", "openai", "pydantic", "rich", "yaml"})
+"""What loading a graph file (and drawing a live table) imports: none of it is needed to
+run a graph read back from the compiled-graph cache, with an input that passed before."""
+
+
+def test_running_an_unchanged_graph_again_loads_nothing_again(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHASEGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    _, code, first = _run("run", "hello", "--store", "memory://", "-q", "--input", "who=x")
+    assert code == 0
+    assert {"yaml", "pydantic", "jsonschema"} <= _top_level(first)  # the control: it loaded
+    output, code, again = _run("run", "hello", "--store", "memory://", "--input", "who=x")
+    assert code == 0
+    assert "hello, x!" in output
+    assert _top_level(again) & LOADING == set()
+    assert "phasegraph.spec._loader" not in again
+    # Another input is checked against the graph's schema again: the validator is back.
+    _, code, other = _run("run", "hello", "--store", "memory://", "-q", "--input", "who=y")
+    assert code == 0
+    assert "jsonschema" in _top_level(other)
+    assert "yaml" not in _top_level(other)

@@ -29,7 +29,13 @@ from typing import Any, Final
 
 from phasegraph.actions._base import Action, ActionContext, ActionResult
 from phasegraph.actions._shell import render
-from phasegraph.actions.llm._client import ChatRequest, Completion, ProviderError, complete
+from phasegraph.actions.llm._client import (
+    ChatRequest,
+    Completion,
+    ProviderError,
+    complete,
+    warm_up,
+)
 from phasegraph.actions.llm._compress import Compressor, needs_compression
 from phasegraph.actions.llm._config import LlmConfig
 from phasegraph.actions.llm._endpoint import open_endpoint
@@ -113,6 +119,7 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
         base_dir: The graph file's folder (a ``with.llm.script`` is found beside it).
     """
     config = LlmConfig.of(definition.config)
+    warm_up()  # ahead of the first turn
 
     async def call(ctx: ActionContext) -> ActionResult:
         turn = _turn(config, ctx)

@@ -1,7 +1,8 @@
 """One chat-completion call with the official ``openai`` async client (its only importer).
 
-A call opens its own client and closes it before returning, so nothing outlives the
-step (as with ``http:`` actions). The client's own retries are used for what they are
+Calls to one endpoint share one client and its keep-alive connections (kept by
+:mod:`phasegraph.actions.llm._pool`, closed with the engine); the request's timeout and
+retries travel with each request. The client's own retries are used for what they are
 good at: ``429``, ``408``, ``409``, ``5xx``, dropped connections and timeouts are retried
 ``retries`` times, waiting what ``Retry-After`` asks. What still fails becomes a
 :class:`ProviderError`, classified for the ``error`` trigger:
@@ -32,9 +33,10 @@ from typing import Any, Final
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from phasegraph.actions.llm._pool import loop_pool
 from phasegraph.errors import ActionError
 
-__all__ = ["ChatRequest", "Completion", "Endpoint", "ProviderError", "complete"]
+__all__ = ["ChatRequest", "Completion", "Endpoint", "ProviderError", "complete", "warm_up"]
 
 _MASK: Final = "***"
 _CONTEXT_CODES: Final = frozenset({"context_length_exceeded", "string_above_max_length"})
@@ -42,6 +44,9 @@ _CONTEXT_WORDS: Final = ("maximum context length", "context length", "context wi
 _EXCERPT_CHARS: Final = 200
 _RETRY_WAIT: Final = 0.25
 """Seconds before the first retry of a malformed answer; doubled for each next one."""
+_KEEP_ALIVE: Final = 30.0
+"""Seconds an idle connection is kept for the next call (httpx's default is 5): an agent's
+tool calls often take longer than that between two turns."""
 
 
 class ProviderError(ActionError):
@@ -132,10 +137,35 @@ def _tls() -> ssl.SSLContext:
     """The process's one TLS context for model clients.
 
     Building one (loading the system's certificates) is most of a client's set-up cost,
-    tens of milliseconds; a context is safe to share, and a call still opens (and closes)
-    a client of its own.
+    tens of milliseconds; a context is safe to share among the clients of every loop.
     """
     return ssl.create_default_context()
+
+
+@functools.cache
+def warm_up() -> None:
+    """Import, once, what a client's first request would: its HTTP transport.
+
+    Called when a graph with ``llm:`` bindings is prepared, so that the first turn costs
+    a turn; building an HTTP client imports its transport and opens nothing.
+    """
+    openai.DefaultAsyncHttpxClient()
+
+
+async def _open_client(endpoint: Endpoint) -> openai.AsyncOpenAI:
+    # Limits of the client's own HTTP library (httpx), reached through openai's defaults.
+    limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
+        max_connections=1000, max_keepalive_connections=100, keepalive_expiry=_KEEP_ALIVE
+    )
+    return openai.AsyncOpenAI(
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key or "unset",
+        http_client=openai.DefaultAsyncHttpxClient(verify=_tls(), limits=limits),
+    )
+
+
+async def _close_client(client: openai.AsyncOpenAI) -> None:
+    await client.close()
 
 
 def _arguments(request: ChatRequest) -> dict[str, Any]:
@@ -174,29 +204,33 @@ async def _attempt(
     endpoint: Endpoint, request: ChatRequest, on_delta: Callable[[str], None] | None
 ) -> Completion:
     where = f"model {request.model!r} at {endpoint.shown}"
+    options: Any = {"timeout": request.timeout, "max_retries": request.retries}
+    pool = await loop_pool()
+    key = ("openai", endpoint.base_url, endpoint.api_key)
     try:
-        async with openai.AsyncOpenAI(
-            base_url=endpoint.base_url,
-            api_key=endpoint.api_key or "unset",
-            timeout=request.timeout,
-            max_retries=request.retries,
-            http_client=openai.DefaultAsyncHttpxClient(verify=_tls()),
-        ) as client:
+        async with pool.use(key, lambda: _open_client(endpoint), _close_client) as client:
             # Posted as it is: `chat.completions.create` first walks the whole body through
             # its type-driven transform, which for plain JSON messages changes nothing and
             # costs about 2 ms per message on a loaded machine (0.2 s a call at 80 messages,
             # growing with the conversation), against under 1 ms to encode it all. The
-            # answer is read as text and checked here, so whatever came back can be quoted.
+            # answer is read as text and parsed once, here, so whatever came back can be
+            # quoted.
             if request.stream:
                 stream = await client.post(
                     "/chat/completions",
                     body=_arguments(request),
                     cast_to=ChatCompletion,
+                    options=options,
                     stream=True,
                     stream_cls=openai.AsyncStream[ChatCompletionChunk],
                 )
-                return await _collect(stream, request.model, on_delta, endpoint, where)
-            text = await client.post("/chat/completions", body=_arguments(request), cast_to=str)
+                try:
+                    return await _collect(stream, request.model, on_delta, endpoint, where)
+                finally:  # an answer given up half-read gives its connection back too
+                    await stream.close()
+            text = await client.post(
+                "/chat/completions", body=_arguments(request), cast_to=str, options=options
+            )
             return _completion(text, endpoint, where)
     except openai.APIError as exc:
         raise _provider_error(exc, endpoint, request.model) from None

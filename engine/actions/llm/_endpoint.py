@@ -5,7 +5,8 @@ The endpoint is read at every call, in this order:
 1. ``PHASEGRAPH_LLM_BASE_URL``;
 2. the node's ``with: {llm: {base_url: URL}}``;
 3. the node's ``with: {llm: {script: FILE}}``: a response script (JSON, relative to the
-   graph file) answered offline by a :class:`ScriptedModelServer` started for the call;
+   graph file) answered offline by a :class:`ScriptedModelServer`, one per script (and
+   event loop), started by the first call and kept with the model clients;
 4. ``OPENAI_BASE_URL``;
 5. the OpenAI API.
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from phasegraph.actions.llm._client import Endpoint
+from phasegraph.actions.llm._pool import loop_pool
 from phasegraph.actions.llm._scripted import ScriptedModelServer
 from phasegraph.errors import ActionError
 
@@ -48,24 +50,30 @@ def _key(settings: Mapping[str, Any]) -> str:
     return ""
 
 
-def _script(path: str, base_dir: Path | None) -> list[Mapping[str, Any]]:
+def _script(path: str, base_dir: Path | None) -> tuple[Path, str, list[Mapping[str, Any]]]:
+    """The script's file, its text and its answers (the text tells an edited script apart)."""
     candidate = Path(path)
     if not candidate.is_absolute() and base_dir is not None:
         candidate = base_dir / candidate
     try:
-        script = json.loads(candidate.read_text(encoding="utf-8"))
+        text = candidate.read_text(encoding="utf-8")
+        script = json.loads(text)
     except (OSError, ValueError) as exc:
         raise ActionError(f"cannot read the response script {str(candidate)!r}: {exc}") from None
     if not isinstance(script, list) or not all(isinstance(e, Mapping) for e in script):
         raise ActionError(f"the response script {str(candidate)!r} is not a list of answers")
-    return script
+    return candidate.resolve(), text, script
+
+
+async def _close_server(server: ScriptedModelServer) -> None:
+    await server.aclose()
 
 
 @contextlib.asynccontextmanager
 async def open_endpoint(
     node_settings: Mapping[str, Any], base_dir: Path | None
 ) -> AsyncIterator[Endpoint]:
-    """The endpoint for one call (a scripted server lives as long as the block).
+    """The endpoint for one call (a script's server is kept open until the call ends).
 
     Raises:
         ActionError: ``with.llm`` is malformed or its script cannot be read.
@@ -82,6 +90,15 @@ async def open_endpoint(
     if base_url or not settings.get("script"):
         yield Endpoint(base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None, api_key=key)
         return
-    script = _script(str(settings["script"]), base_dir)
-    async with ScriptedModelServer(script, by_turn=True) as server:
+    path, text, script = _script(str(settings["script"]), base_dir)
+
+    async def start() -> ScriptedModelServer:
+        # Answers by turn keep no state between requests, so one server serves every
+        # call of every run; it keeps no log of requests, which would only grow.
+        server = ScriptedModelServer(script, by_turn=True, record=False)
+        await server.start()
+        return server
+
+    pool = await loop_pool()
+    async with pool.use(("script", path, text), start, _close_server) as server:
         yield Endpoint(base_url=server.base_url, api_key=key)

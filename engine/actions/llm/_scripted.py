@@ -33,6 +33,7 @@ import asyncio
 import json
 import math
 import socket
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -61,6 +62,15 @@ class _Entry:
 class _Log:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str] = field(default_factory=list)
+    requests: int = 0
+    connections: int = 0
+    seen: weakref.WeakSet[asyncio.BaseTransport] = field(default_factory=weakref.WeakSet)
+
+    def request(self, transport: asyncio.BaseTransport | None) -> None:
+        self.requests += 1
+        if transport is not None and transport not in self.seen:
+            self.seen.add(transport)
+            self.connections += 1
 
 
 @final
@@ -73,7 +83,9 @@ class ScriptedModelServer:
     Args:
         script: The answers, in order (see the module docstring for the entry format).
         by_turn: Pick the answer by the conversation's number of assistant messages
-            instead of by arrival.
+            instead of by arrival (and number answers by turn, not by arrival).
+        record: Keep every request's body and ``Authorization`` header (what tests
+            read); a server kept for many calls does not.
         max_context: Refuse requests over about this many tokens (context-length error).
         host: Interface to listen on (loopback by default).
         port: Port (0: a free one).
@@ -84,12 +96,14 @@ class ScriptedModelServer:
         script: Sequence[Mapping[str, Any]],
         *,
         by_turn: bool = False,
+        record: bool = True,
         max_context: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self._entries = [_Entry(dict(spec)) for spec in script]
         self._by_turn = by_turn
+        self._record = record
         self._max_context = max_context
         self._host, self._port = host, port
         self._runner: web.AppRunner | None = None
@@ -158,7 +172,18 @@ class ScriptedModelServer:
     @property
     def request_count(self) -> int:
         """How many requests were received."""
-        return len(self._log.bodies)
+        return self._log.requests
+
+    @property
+    def connections(self) -> int:
+        """How many connections requests came on (a client that keeps one alive: 1)."""
+        return self._log.connections
+
+    @property
+    def open_connections(self) -> int:
+        """How many connections are open now (clients that closed theirs are gone)."""
+        server = self._runner.server if self._runner is not None else None
+        return 0 if server is None else len(server.connections)
 
     @property
     def remaining(self) -> int:
@@ -172,8 +197,10 @@ class ScriptedModelServer:
             body = await request.json()
         except ValueError:
             return _json(400, _error_body("the body is not JSON", "invalid_request_error", None))
-        self._log.bodies.append(body)
-        self._log.authorizations.append(request.headers.get("Authorization", ""))
+        self._log.request(request.transport)
+        if self._record:
+            self._log.bodies.append(body)
+            self._log.authorizations.append(request.headers.get("Authorization", ""))
         model = str(body.get("model", ""))
         entry = self._pick(body, model)
         if entry is None:
@@ -186,7 +213,8 @@ class ScriptedModelServer:
         if "error" in entry:
             return _failure(entry)
         self._ids += 1
-        answer = _Answer.of(entry, body, model, f"chatcmpl-{self._ids}")
+        number = summarized_turns(body.get("messages", ())) + 1 if self._by_turn else self._ids
+        answer = _Answer.of(entry, body, model, f"chatcmpl-{number}")
         if "fault" in entry:
             return await _fault(str(entry["fault"]), answer, request, bool(body.get("stream")))
         if body.get("stream"):
