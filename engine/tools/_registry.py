@@ -62,7 +62,6 @@ from phasegraph.model import (
     nested_machines,
 )
 from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
-from phasegraph.tools._mcp import read_servers
 from phasegraph.tools._schemas import describe_tool
 
 if TYPE_CHECKING:
@@ -533,6 +532,10 @@ def _mcp_servers(
     """The graph's MCP servers (None without ``mcp:``), and what is wrong with them."""
     if not definition.mcp:
         return None, []
+    # Here, not at the top: the settings are read with the schema's model (pydantic),
+    # which a graph without servers never needs.
+    from phasegraph.tools._mcp import read_servers
+
     servers, problems = read_servers(definition, taken)
     try:  # the SDK is an extra: imported only for a graph that names servers
         from phasegraph.tools._mcp._servers import McpServers
