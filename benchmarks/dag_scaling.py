@@ -43,6 +43,8 @@ def graph_yaml(size: int, shape: str = "fanout") -> str:
     """The graph of ``size`` nodes (at least 3) in ``shape``."""
     if shape == "layered":
         return _layered(size)
+    if shape == "full":
+        return _full_layers(size)
     lines = ["graph: fanout", "concurrency: 8", "nodes:"]
     bind = BIND
     workers = [f"w{index}" for index in range(size - 2)]
@@ -56,6 +58,15 @@ def _layered(size: int) -> str:
     lines = ["graph: layered", "concurrency: 8", "nodes:"]
     for index in range(size):
         needs = f", needs: [n{index - 10}, n{index - 10 + (index + 1) % 10}]" if index >= 10 else ""
+        lines.append(f"  - {{id: n{index}, machine: task{needs}, bind: {BIND}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _full_layers(size: int) -> str:
+    lines = ["graph: full", "concurrency: 8", "nodes:"]
+    for index in range(size):
+        first = index - index % 10 - 10
+        needs = f", needs: [{', '.join(f'n{first + k}' for k in range(10))}]" if first >= 0 else ""
         lines.append(f"  - {{id: n{index}, machine: task{needs}, bind: {BIND}}}")
     return "\n".join(lines) + "\n"
 
@@ -102,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,5000")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--shape", choices=["fanout", "layered"], default="layered")
+    parser.add_argument("--shape", choices=["fanout", "layered", "full"], default="layered")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
