@@ -1,7 +1,9 @@
 """The workflow DAG: cycle detection, layers and readiness queries.
 
 Only this module touches ``networkx``; everything else sees :class:`WorkflowGraph` and,
-for a run in progress, its :class:`Frontier`.
+for a run in progress, its :class:`Frontier`. Layers and the acyclic check are one pass
+over plain dicts (O(nodes + edges), a few times cheaper than building a ``networkx``
+graph of 20,000 nodes); ``networkx`` names the cycle of a graph that has one.
 """
 
 from __future__ import annotations
@@ -28,14 +30,50 @@ from phasegraph.model import (
 __all__ = ["Frontier", "WorkflowGraph", "compile_graph", "find_cycle"]
 
 
-def _digraph(nodes: Iterable[NodeDef]) -> nx.DiGraph:
-    graph = nx.DiGraph()
+def _needs(nodes: Iterable[NodeDef]) -> dict[str, dict[str, None]]:
+    """Node id → its known needs, each once (a repeated id merges its needs)."""
+    needs: dict[str, dict[str, None]] = {node.id: {} for node in nodes}
     for node in nodes:
-        graph.add_node(node.id)
-    for node in nodes:
+        known = needs[node.id]
         for need in node.needs:
-            if graph.has_node(need):
-                graph.add_edge(need, node.id)
+            if need in needs:
+                known[need] = None
+    return needs
+
+
+def _generations(
+    needs: Mapping[str, Mapping[str, None]],
+) -> tuple[list[list[str]], dict[str, list[str]]] | None:
+    """The topological layers and each node's dependents, or ``None`` if there is a cycle.
+
+    Kahn's algorithm: a layer is the nodes whose needs are all in earlier layers.
+    """
+    dependents: dict[str, list[str]] = {node_id: [] for node_id in needs}
+    waiting: dict[str, int] = {}
+    for node_id, known in needs.items():
+        waiting[node_id] = len(known)
+        for need in known:
+            dependents[need].append(node_id)
+    layer = [node_id for node_id, count in waiting.items() if not count]
+    layers: list[list[str]] = []
+    placed = 0
+    while layer:
+        layers.append(layer)
+        placed += len(layer)
+        following = []
+        for node_id in layer:
+            for dependent in dependents[node_id]:
+                waiting[dependent] -= 1
+                if not waiting[dependent]:
+                    following.append(dependent)
+        layer = following
+    return (layers, dependents) if placed == len(needs) else None
+
+
+def _digraph(needs: Mapping[str, Mapping[str, None]]) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(needs)
+    graph.add_edges_from((need, node_id) for node_id, known in needs.items() for need in known)
     return graph
 
 
@@ -44,9 +82,10 @@ def find_cycle(nodes: Iterable[NodeDef]) -> tuple[str, ...] | None:
 
     Unknown ``needs`` are ignored here; the loader reports them separately.
     """
-    dag = _digraph(nodes)
-    if nx.is_directed_acyclic_graph(dag):
-        return None  # the usual answer, several times cheaper than searching for a cycle
+    needs = _needs(nodes)
+    if _generations(needs) is not None:
+        return None  # the usual answer: no graph to build, no cycle to search for
+    dag = _digraph(needs)
     try:
         edges = nx.find_cycle(dag)
     except nx.NetworkXNoCycle:
@@ -278,25 +317,29 @@ class Frontier:
 
 
 def compile_graph(definition: GraphDef) -> WorkflowGraph:
-    """Compile a validated graph definition (which the loader checked is acyclic)."""
-    dag = _digraph(definition.nodes)
+    """Compile a validated graph definition (which the loader checked is acyclic).
+
+    Raises:
+        ValueError: The graph has a dependency cycle after all.
+    """
+    needs = _needs(definition.nodes)
+    found = _generations(needs)
+    if found is None:
+        raise ValueError(f"graph {definition.name!r} has a dependency cycle")
+    generations, dependents = found
     position = {node.id: index for index, node in enumerate(definition.nodes)}
     layers = tuple(
-        tuple(sorted(generation, key=position.__getitem__))
-        for generation in nx.topological_generations(dag)
+        tuple(sorted(generation, key=position.__getitem__)) for generation in generations
     )
     order = tuple(node for layer in layers for node in layer)
     ranks = {node: index for index, node in enumerate(order)}
+    rank = ranks.__getitem__
     return WorkflowGraph(
         definition=definition,
         nodes=MappingProxyType({n.id: n for n in definition.nodes}),
         layers=layers,
         order=order,
-        needs=MappingProxyType(
-            {n: tuple(sorted(dag.predecessors(n), key=ranks.__getitem__)) for n in order}
-        ),
-        dependents=MappingProxyType(
-            {n: tuple(sorted(dag.successors(n), key=ranks.__getitem__)) for n in order}
-        ),
+        needs=MappingProxyType({n: tuple(sorted(needs[n], key=rank)) for n in order}),
+        dependents=MappingProxyType({n: tuple(sorted(dependents[n], key=rank)) for n in order}),
         position=MappingProxyType(ranks),
     )
