@@ -237,11 +237,21 @@ class RedisStore(Store):
         whose reply was lost is found already written and succeeds.
         """
         check_commit(lease, commit)
-        args = self._commit_args(lease, commit)
         run_id, seq, updated_at = lease.run_id, commit.seq, commit.meta.updated_at
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                raw = await self._send_commit(run_id, seq, updated_at, args)
+                if self._cluster:
+                    args = self._commit_args(lease, commit)
+                    raw = await self._send_commit(run_id, seq, updated_at, args)
+                else:  # one command, awaited here: no coroutine between it and the reply
+                    # While it waits, this frame holds the packed command alone (the
+                    # caller holds the commit): thousands of commits may be waiting.
+                    command, route = self._commit_command(run_id, self._commit_args(lease, commit))
+                    raw = await self._wire.call_packed(command, route)
+                    if type(raw) is list and raw[0] == 1:
+                        return  # written: the usual reply, taken before any other check
+                    if isinstance(raw, ReplyError) and str(raw).startswith("NOSCRIPT"):
+                        raw = await self._wire.call_packed(_in_full(COMMIT, command), route)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
@@ -361,19 +371,15 @@ class RedisStore(Store):
     async def _send_commit(
         self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]
     ) -> Any:
-        """The commit script's reply (an error reply as a value), the index updated too.
+        """On a cluster: the commit script's reply (an error reply as a value).
 
-        On one server the script lists the run in the index itself (the index is among
-        its keys). On a cluster the index is in a slot of its own and written with
-        commands of its own; each may be sent again when the caller retries after a
-        connection error (the commit is idempotent, the index writes too), and the reply
-        is the script's or the first error reply of the three commands.
+        The index is in a slot of its own and written with commands of its own (on one
+        server the script lists the run itself: the index is among its keys); each may
+        be sent again when the caller retries after a connection error (the commit is
+        idempotent, the index writes too), and the reply is the script's or the first
+        error reply of the three commands.
         """
-        # Packed by a function of its own: this frame waits for the reply holding only the
-        # command, not the pieces it was made of (thousands of commits may be waiting).
         command, route = self._commit_command(run_id, args)
-        if not self._cluster:
-            return await self._run_script(COMMIT, command, route)
         listed = 0
         if seq == 0:
             # Listed before it exists, so a crash after the commit cannot leave it unlisted.
