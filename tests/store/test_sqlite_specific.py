@@ -123,6 +123,17 @@ async def test_a_1_5_kb_record_shares_its_leaf(tmp_path: Path) -> None:
     assert pages <= 0.55, pages
 
 
+async def test_a_seq_past_what_a_record_key_holds_is_refused_naming_the_run(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore(tmp_path / "runs.db") as store:
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0))
+        with pytest.raises(StoreError, match=r"run 'r' reached seq 4294967296"):
+            await store.commit(lease, make_commit("r", 1 << 32))
+        assert (await store.read("r")).meta.seq == 0
+
+
 # --------------------------------------------------------------------------- run reads
 
 
