@@ -2,6 +2,7 @@
 run read is made."""
 
 import asyncio
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -10,12 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from phasegraph import Engine
 from phasegraph.errors import JournalHeadError, RunNotFoundError, StoreError
 from phasegraph.store._sqlite_layout import SCHEMA_VERSION
 from phasegraph.store.base import Lease
 from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import make_commit
 from store.old_layouts import OLD_SCHEMAS, V1_SCHEMA, old_file, sql
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 _sql = sql
 
@@ -68,6 +72,29 @@ async def test_an_older_file_is_read_and_written_in_its_own_layout(
     assert _layout(path) == layout  # left as it was: no silent rewrite of the user's file
     async with SqliteStore(path, read_only=True) as store:
         assert (await store.read("old")).records == (b"\x01", b"record-2")
+
+
+async def test_a_file_written_by_version_2_reads_and_steps_on(tmp_path: Path) -> None:
+    """A store phasegraph wrote in layout version 2 (``fixtures/stores/version2.db``: a
+    finished ``hello`` run and a run of three commits, its lease released) is read in
+    full and written on in its own layout."""
+    path = tmp_path / "runs.db"
+    shutil.copyfile(FIXTURES / "stores" / "version2.db", path)
+    async with SqliteStore(path) as store:
+        engine = Engine(store)
+        done = await engine.get("hello-run")
+        assert (str(done.status), done.seq) == ("completed", 8)
+        assert done.data["message"] == "hello, old layout! (14 letters)"
+        assert [record.seq for record in await engine.history("hello-run")] == list(range(9))
+        lease = await store.acquire("partial", "w", 30)
+        later = make_commit("partial", 3, status="completed", updated_at=4e9)
+        await store.commit(lease, later)
+        assert (await store.read("partial")).records == tuple(
+            b"record-%d" % seq for seq in range(1, 4)
+        )
+        listed = await store.list_runs()
+        assert [meta.run_id for meta in listed] == ["partial", "hello-run"]
+    assert _sql(path, "PRAGMA user_version") == [(2,)]
 
 
 async def test_an_unknown_older_version_is_refused_naming_the_file(tmp_path: Path) -> None:
