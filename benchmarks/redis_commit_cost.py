@@ -165,6 +165,12 @@ def main() -> None:
         if keys:
             client.delete(*keys)
         client.close()
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > 0.5 * cores:  # the server shares the CPUs: its µs grow with their load
+        print(
+            f"load average {load:.1f} on {cores} CPUs: not idle, the µs below are not "
+            "comparable across runs (--callgrind counts instructions instead)"
+        )
     calls = sum(int(row["calls"]) for row in stats.values())
     print(
         f"{commits} commits; per commit: {calls / commits:.2f} calls, "
