@@ -141,6 +141,7 @@ async def _loop(url: str, steps: int = 1000) -> dict[str, float]:
 
 def _raw_floor(url: str, commits: list[Any], prefix: str) -> float:
     """µs per commit of the COMMIT script over a blocking socket, hand-packed RESP."""
+    from phasegraph.store import _redis_scripts as scripts
     from phasegraph.store._redis_scripts import COMMIT, SCRIPT_SHA
 
     parts = urlsplit(url)
@@ -165,7 +166,13 @@ def _raw_floor(url: str, commits: list[Any], prefix: str) -> float:
     call("SET", keys[4], "1:floor")  # the lease, and the token counter that fences it
     call("SET", keys[5], "1")
     packed = []
-    for _, one in commits:
+    for lease, one in commits:
+        if hasattr(scripts, "commit_argv"):  # the script's own order of arguments
+            lease = type(lease)(
+                run_id=run, owner="floor", token=1, expires_at=lease.expires_at, ttl=30.0
+            )
+            packed.append(scripts.commit_argv(lease, one, ""))
+            continue
         snap = (0, b"") if one.snapshot is None else (1, one.snapshot)
         meta = one.meta
         args = (1, one.seq, one.record, *snap, meta.graph, meta.status)

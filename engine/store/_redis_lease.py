@@ -18,7 +18,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 
 from phasegraph.errors import LeaseLostError, StoreError, StoreUnavailableError
 from phasegraph.store._open import is_cluster_url, lease_lost_error, node_url
-from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA
+from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA, ms
 from phasegraph.store._redis_wire import CONNECT_TIMEOUT
 from phasegraph.store.base import Lease, LeaseLine
 
@@ -109,8 +109,3 @@ def lease_owner(lease_value: bytes) -> str:
 def lease_reply(reply: Any) -> tuple[int, bytes, int, float]:
     """The lease script's reply: (token or 0, another holder's lease value, its pttl, now)."""
     return int(reply[0]), reply[1], int(reply[2]), int(reply[3]) + int(reply[4]) / 1e6
-
-
-def ms(seconds: float) -> int:
-    """Seconds as the whole milliseconds the scripts take (at least 1)."""
-    return max(1, round(seconds * 1000))

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-__all__ = ["COMMIT", "HEAD", "LEASE", "READ", "SCRIPT_SHA"]
+from phasegraph.store.base import Commit, Lease
+
+__all__ = ["COMMIT", "HEAD", "LEASE", "READ", "SCRIPT_SHA", "commit_argv", "ms"]
 
 # KEYS: lease, token. ARGV: op (acquire | takeover | renew | release), token, ttl ms,
 # owner, and for takeover the lease value seen (a holder the client found dead).
@@ -46,39 +48,53 @@ return {0, '', 0, now[1], now[2]}
 
 # KEYS: meta, rec, snap, snaps, lease, token, and index (only on one server: on a Redis
 # Cluster the index is in another slot, and the store updates it with its own command).
-# ARGV: token, seq, record, has_snapshot, snapshot, graph, status, created_at,
-#       updated_at, retention ('' none, '0' persist, else expiry in ms), run id,
-#       lease ttl ms, owner.
+# ARGV: token, seq, record, graph, status, created_at, updated_at, retention ('' none,
+#       '0' persist, else expiry in ms), run id, lease ttl ms, owner, and the snapshot
+#       when the commit has one (a twelfth argument: no flag, no empty argument).
 # Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}, or
 # {-3, head, last stored seq} when the records do not end at the head (changed outside).
 # The counter fences: while it shows our token nobody took the run, so a lease key that
 # expired meanwhile is set again (the lease is taken again) and the commit goes ahead.
+# The counter and the lease are read by one call, and the records' length is checked by
+# the push itself (undone if it does not land at seq): each call costs the script more
+# than the command's own work.
+# The index entry moves only when the commit's minute differs from the last one's (or
+# time went back): its score is updated_at cut to the minute, never above updated_at
+# and less than a minute below it, which is all listing needs (see list_runs).
 COMMIT: Final = """
-if redis.call('GET', KEYS[6]) ~= ARGV[1] then
-  return {-1, redis.call('GET', KEYS[5]) or ''}
-end
-if redis.call('EXISTS', KEYS[5]) == 0 then
-  redis.call('SET', KEYS[5], ARGV[1] .. ':' .. ARGV[13], 'PX', ARGV[12])
+local fence = redis.call('MGET', KEYS[6], KEYS[5])
+if fence[1] ~= ARGV[1] then return {-1, fence[2] or ''} end
+if not fence[2] then
+  redis.call('SET', KEYS[5], ARGV[1] .. ':' .. ARGV[11], 'PX', ARGV[10])
 end
 local seq = tonumber(ARGV[2])
-local head = tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1')
+local m = redis.call('HMGET', KEYS[1], 'seq', 'updated_at')
+local head = tonumber(m[1] or '-1')
 if seq <= head and redis.call('LINDEX', KEYS[2], seq) == ARGV[3] then return {2} end
 if seq ~= head + 1 then return {-2, head} end
-local stored = redis.call('LLEN', KEYS[2])
-if stored ~= seq then return {-3, head, stored - 1} end
-redis.call('RPUSH', KEYS[2], ARGV[3])
-if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[3], ARGV[2], ARGV[5])
+local stored = redis.call('RPUSH', KEYS[2], ARGV[3])
+if stored ~= seq + 1 then
+  redis.call('RPOP', KEYS[2])
+  return {-3, head, stored - 2}
+end
+if ARGV[12] then
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[12])
   redis.call('ZADD', KEYS[4], seq, ARGV[2])
 end
-redis.call('HSET', KEYS[1], 'graph', ARGV[6], 'status', ARGV[7], 'seq', ARGV[2],
-  'created_at', ARGV[8], 'updated_at', ARGV[9])
-if ARGV[10] ~= '' then
+redis.call('HSET', KEYS[1], 'graph', ARGV[4], 'status', ARGV[5], 'seq', ARGV[2],
+  'created_at', ARGV[6], 'updated_at', ARGV[7])
+if ARGV[8] ~= '' then
   for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
-    if ARGV[10] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[10]) end
+    if ARGV[8] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[8]) end
   end
 end
-if KEYS[7] then redis.call('ZADD', KEYS[7], ARGV[9], ARGV[11]) end
+if KEYS[7] then
+  local now, last = tonumber(ARGV[7]), tonumber(m[2] or '')
+  local minute = math.floor(now / 60)
+  if not last or now < last or minute ~= math.floor(last / 60) then
+    redis.call('ZADD', KEYS[7], tostring(minute * 60), ARGV[9])
+  end
+end
 return {1}
 """
 
@@ -118,3 +134,28 @@ SCRIPT_SHA: Final = {
     script: hashlib.sha1(script.encode()).hexdigest() for script in (LEASE, COMMIT, READ, HEAD)
 }
 """Each script's SHA-1 digest, the name EVALSHA knows it by."""
+
+
+def commit_argv(
+    lease: Lease, commit: Commit, retention: str
+) -> tuple[bytes | str | int | float, ...]:
+    """The ARGV of :data:`COMMIT` for ``commit`` under ``lease``, in the script's order.
+
+    Args:
+        lease: The lease the commit is made under.
+        commit: The commit.
+        retention: ``''`` leaves the run's expiry alone, ``'0'`` removes it, else the
+            expiry in milliseconds.
+    """
+    meta = commit.meta
+    argv = (
+        *(lease.token, commit.seq, commit.record),
+        *(meta.graph, meta.status, meta.created_at, meta.updated_at, retention),
+        *(lease.run_id, ms(lease.ttl), lease.owner),
+    )
+    return argv if commit.snapshot is None else (*argv, commit.snapshot)
+
+
+def ms(seconds: float) -> int:
+    """Seconds as the whole milliseconds the scripts take (at least 1)."""
+    return max(1, round(seconds * 1000))

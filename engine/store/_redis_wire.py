@@ -134,6 +134,7 @@ class _Connection(asyncio.Protocol):
         self._watchdog: asyncio.TimerHandle | None = None
         self._writable = asyncio.Event()
         self._writable.set()
+        self.blocked = False  # whether the socket's send buffer is over its high-water mark
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -157,9 +158,11 @@ class _Connection(asyncio.Protocol):
         self._fail(self.broken or ConnectionError(f"connection closed: {exc or 'by the server'}"))
 
     def pause_writing(self) -> None:
+        self.blocked = True
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self.blocked = False
         self._writable.set()
 
     # -- sending
@@ -186,11 +189,6 @@ class _Connection(asyncio.Protocol):
         if self._queued >= _FLUSH_BYTES:
             self._flush()  # a burst: send what is queued now rather than hold it all
         return future
-
-    @property
-    def blocked(self) -> bool:
-        """Whether the socket's send buffer is over its high-water mark."""
-        return not self._writable.is_set()
 
     async def writable(self) -> None:
         """Wait while the socket's send buffer is over its high-water mark."""
@@ -235,6 +233,7 @@ class _Connection(asyncio.Protocol):
             self.broken = reason
         if self._watchdog is not None:
             self._watchdog.cancel()
+        self.blocked = False
         self._writable.set()
         while self._pending:
             future = self._pending.popleft()

@@ -1,10 +1,26 @@
 """The SQLite store's file layout: the tables it creates, and the files it agrees to open.
 
-A new file gets the layout of :data:`SCHEMA_VERSION`. Version 1 (rowid tables with the
-same columns, plus an index by status) is opened and written as it is: the statements of
-``phasegraph.store.sqlite`` mean the same on both layouts; version 1 only writes more
-pages per step. A file of another application, of a newer version, or of an unknown one
-is refused with a :class:`~phasegraph.errors.StoreError` naming it, and left alone.
+A new file gets the layout of :data:`SCHEMA_VERSION` (3). Older layouts are opened and
+written as they are, each with the statements of its own (:class:`Statements`), never
+rewritten: version 2 (every table clustered on ``(run_id, seq)``) and version 1 (rowid
+tables with the same columns, plus an index by status) share one set; they only write
+more pages per step. A file of another application, of a newer version, or of an
+unknown one is refused with a :class:`~phasegraph.errors.StoreError` naming it, and left
+alone.
+
+Version 3 is laid out so that a step rewrites two pages, each a whole WAL frame: the
+run's ``runs`` row and the ``records`` leaf its record lands in.
+
+* ``runs`` is a rowid table: the rowid (``num``) numbers the run, ``run_id`` is unique
+  (an index that never changes after the run is created);
+* ``records`` and ``snapshots`` are rowid tables keyed by ``num << 32 | seq``: a run's
+  rows are one key range, a record of up to about 4 KB stays on its leaf (a clustered
+  ``(run_id, seq)`` key moves anything past about 1 KB to an overflow page of its own),
+  and the newest run appends on the right edge of the tree, where a full leaf is split
+  by starting a new one instead of rebalancing three;
+* listing in order uses ``runs_by_time`` on ``(listed DESC, status)``, where ``listed``
+  is ``updated_at`` in whole minutes: its entry moves when the minute or the status
+  changes, not every step, and the minutes order runs as ``updated_at`` does.
 
 A store opened read-only (:func:`connect_read_only`) never writes the file nor its
 folder, so read-only commands work on a store in a read-only location.
@@ -13,51 +29,157 @@ folder, so read-only commands work on a store in a read-only location.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from phasegraph.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "check_layout", "connect_read_only", "foreign_file_error"]
+__all__ = [
+    "MAX_SEQ",
+    "SCHEMA_VERSION",
+    "Statements",
+    "check_layout",
+    "connect_read_only",
+    "foreign_file_error",
+]
 
-SCHEMA_VERSION: Final = 2
-"""The layout version new files get (``PRAGMA user_version``); version 1 is read too."""
+SCHEMA_VERSION: Final = 3
+"""The layout version new files get (``PRAGMA user_version``); versions 1 and 2 are read too."""
+
+MAX_SEQ: Final = (1 << 32) - 1
+"""The last seq a run can have in version 3 (the low 32 bits of a record's key)."""
 
 _APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
-_READABLE_VERSIONS: Final = frozenset({1, SCHEMA_VERSION})
 
 _SCHEMA: Final = (
-    # Every table is clustered on its key (WITHOUT ROWID): no second b-tree per table
-    # for the key, so a step changes one records leaf and one runs leaf.
     """CREATE TABLE runs (
-        run_id TEXT PRIMARY KEY,
+        num INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL UNIQUE,
         graph TEXT, status TEXT, seq INTEGER NOT NULL DEFAULT -1,
-        created_at REAL, updated_at REAL,
+        created_at REAL, updated_at REAL, listed INTEGER,
         lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
-        lease_expires REAL NOT NULL DEFAULT 0) WITHOUT ROWID""",
-    # The one index a commit updates (each index is one more page per commit): it
-    # serves listing in order, and carries the status so listing by status filters
-    # inside it instead of a second index.
-    "CREATE INDEX runs_by_time ON runs (updated_at DESC, run_id, status) WHERE seq >= 0",
-    """CREATE TABLE records (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
-    """CREATE TABLE snapshots (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+        lease_expires REAL NOT NULL DEFAULT 0)""",
+    # Not partial: a partial index's condition (seq >= 0) would name a column every
+    # commit sets, and SQLite then rewrites the entry each time.
+    "CREATE INDEX runs_by_time ON runs (listed DESC, status)",
+    "CREATE TABLE records (key INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
+    "CREATE TABLE snapshots (key INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
     f"PRAGMA application_id = {_APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
 
-def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -> bool:
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The SQL of every store operation that depends on the layout, for one version.
+
+    Each takes the same parameters on every layout, in the order given.
+
+    Attributes:
+        read_meta: ``(run_id)`` → the run's metadata columns (``run_id, graph, status,
+            seq, created_at, updated_at``) and the seq of its last record (or NULL).
+        move_head: ``(graph, status, seq, created_at, updated_at, lease expiry, run_id,
+            previous seq, token)``: moves the head if the lease and the head agree.
+        move_status: ``(status, updated_at, run_id)``, made after ``move_head`` moved
+            it; ``None`` where ``move_head`` sets the status itself.
+        insert_record: ``(run_id, seq, blob)``.
+        insert_snapshot: ``(run_id, seq, blob)``.
+        last_record: ``(run_id)`` → the seq of the run's last record, or NULL.
+        record_at: ``(run_id, seq)`` → that record's blob.
+        nearest_snapshot: ``(run_id, seq)`` → ``(seq, blob)`` of the last snapshot at or
+            below ``seq``.
+        records_after: ``(run_id, after, upto)`` → blobs of ``after < seq <= upto``.
+        records_from: ``(run_id, start, stop, limit)`` → ``(seq, blob)`` rows.
+        list_all: ``(limit, offset)`` → metadata rows, most recently updated first.
+        list_status: ``(status, limit, offset)`` → the same, of one status.
+    """
+
+    read_meta: str
+    move_head: str
+    move_status: str | None
+    insert_record: str
+    insert_snapshot: str
+    last_record: str
+    record_at: str
+    nearest_snapshot: str
+    records_after: str
+    records_from: str
+    list_all: str
+    list_status: str
+
+
+_META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
+_MOVE: Final = (
+    "created_at = ?4, updated_at = ?5, lease_expires = MAX(lease_expires, ?6) "
+    "WHERE run_id = ?7 AND seq = ?8 AND lease_token = ?9 AND lease_owner IS NOT NULL"
+)
+
+# Versions 1 and 2: records and snapshots keyed by (run_id, seq).
+_KEYED: Final = Statements(
+    # max() over the records' key prefix is one seek to the end of the run's records.
+    read_meta=f"SELECT {_META_COLUMNS}, "
+    "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id) "
+    "FROM runs WHERE run_id = ? AND seq >= 0",
+    move_head=f"UPDATE runs SET graph = ?1, status = ?2, seq = ?3, {_MOVE}",
+    move_status=None,
+    insert_record="INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
+    insert_snapshot="INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)",
+    last_record="SELECT max(seq) FROM records WHERE run_id = ?",
+    record_at="SELECT blob FROM records WHERE run_id = ? AND seq = ?",
+    nearest_snapshot="SELECT seq, blob FROM snapshots WHERE run_id = ? AND seq <= ? "
+    "ORDER BY seq DESC LIMIT 1",
+    records_after="SELECT blob FROM records WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+    records_from="SELECT seq, blob FROM records WHERE run_id = ? AND seq >= ? AND seq < ? "
+    "ORDER BY seq LIMIT ?",
+    list_all=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 "
+    "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?",
+    list_status=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? "
+    "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?",
+)
+
+# Version 3: a run's rows are keyed from ``num << 32`` (``_BASE`` finds it by run_id,
+# through the unique index, which holds the rowid: the runs table itself is not read).
+_BASE: Final = "(SELECT num << 32 FROM runs WHERE run_id = ?1)"
+_LISTED: Final = "CAST(?2 / 60 AS INTEGER)"  # updated_at in whole minutes
+_ORDER: Final = "ORDER BY listed DESC, updated_at DESC, run_id"
+_LAST_KEY: Final = (
+    "(SELECT key FROM records WHERE key >= num << 32 AND key < (num + 1) << 32 "
+    "ORDER BY key DESC LIMIT 1) - (num << 32)"
+)
+_NUMBERED: Final = Statements(
+    read_meta=f"SELECT {_META_COLUMNS}, {_LAST_KEY} FROM runs WHERE run_id = ? AND seq >= 0",
+    # Neither the status nor the minute is set here: an indexed column in SET rewrites
+    # the index entry even when its value is the same.
+    move_head=f"UPDATE runs SET graph = ?1, seq = ?3, {_MOVE}",
+    move_status=f"UPDATE runs SET status = ?1, listed = {_LISTED} "
+    f"WHERE run_id = ?3 AND (status IS NOT ?1 OR listed IS NOT {_LISTED})",
+    insert_record=f"INSERT INTO records (key, blob) VALUES ({_BASE} + ?2, ?3)",
+    insert_snapshot=f"INSERT INTO snapshots (key, blob) VALUES ({_BASE} + ?2, ?3)",
+    last_record=f"SELECT {_LAST_KEY} FROM runs WHERE run_id = ?",
+    record_at=f"SELECT blob FROM records WHERE key = {_BASE} + ?2",
+    nearest_snapshot=f"SELECT key - {_BASE}, blob FROM snapshots "
+    f"WHERE key >= {_BASE} AND key <= {_BASE} + ?2 ORDER BY key DESC LIMIT 1",
+    records_after=f"SELECT blob FROM records WHERE key > {_BASE} + ?2 AND key <= {_BASE} + ?3 "
+    "ORDER BY key",
+    records_from=f"SELECT key - {_BASE}, blob FROM records "
+    f"WHERE key >= {_BASE} + ?2 AND key < {_BASE} + ?3 ORDER BY key LIMIT ?4",
+    list_all=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 {_ORDER} LIMIT ? OFFSET ?",
+    list_status=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? "
+    f"{_ORDER} LIMIT ? OFFSET ?",
+)
+
+_STATEMENTS: Final = {1: _KEYED, 2: _KEYED, SCHEMA_VERSION: _NUMBERED}
+
+
+def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -> Statements | None:
     """Create the layout in an empty file, or check that the file holds one we read.
 
     Runs in its own ``BEGIN IMMEDIATE`` transaction, so two processes opening a new file
     at once create the tables once (a plain ``BEGIN`` when ``create`` is false).
 
     Returns:
-        Whether the file has the layout now (false only for an empty file not created).
+        The statements of the file's layout (``None`` only for an empty file not created).
 
     Raises:
         StoreError: The file is another application's, or of a newer or unknown version.
@@ -71,9 +193,10 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
                 raise foreign_file_error(path, "it holds tables that are not phasegraph's")
             if not create:
                 conn.execute("ROLLBACK")
-                return False
+                return None
             for statement in _SCHEMA:
                 conn.execute(statement)
+            version = SCHEMA_VERSION
         elif app_id != _APPLICATION_ID:
             raise foreign_file_error(path, f"its application id is {app_id:#x}")
         elif version > SCHEMA_VERSION:
@@ -81,16 +204,16 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
                 f"SQLite store {str(path)!r} has schema version {version}, newer "
                 f"than this phasegraph reads ({SCHEMA_VERSION}); upgrade phasegraph"
             )
-        elif version not in _READABLE_VERSIONS:
+        elif version not in _STATEMENTS:
             raise foreign_file_error(path, f"its schema version {version} is unknown")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-    return True
+    return _STATEMENTS[version]
 
 
-def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
+def connect_read_only(path: Path, timeout: float) -> tuple[sqlite3.Connection, Statements]:
     """A connection that never writes ``path`` or its folder, for commands that only read.
 
     ``mode=ro`` opens the file read-only, but a file in WAL mode also needs its WAL index
@@ -123,17 +246,17 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     except BaseException:
         conn.close()
         raise
-    if found:
-        return conn
+    if found is not None:
+        return conn, found
     conn.close()
     return _empty_store(path)
 
 
-def _empty_store(path: Path) -> sqlite3.Connection:
+def _empty_store(path: Path) -> tuple[sqlite3.Connection, Statements]:
     """An in-memory store with the layout and no runs: what a missing file reads as."""
     conn = _connect(":memory:", 0)
     check_layout(conn, path)
-    return conn
+    return conn, _NUMBERED
 
 
 def _connect(uri: str, timeout: float) -> sqlite3.Connection:

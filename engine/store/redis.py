@@ -72,9 +72,17 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner, lease_reply, ms
+from phasegraph.store._redis_lease import RedisLeaseLine, lease_owner, lease_reply
 from phasegraph.store._redis_queue import RunQueue
-from phasegraph.store._redis_scripts import COMMIT, HEAD, LEASE, READ, SCRIPT_SHA
+from phasegraph.store._redis_scripts import (
+    COMMIT,
+    HEAD,
+    LEASE,
+    READ,
+    SCRIPT_SHA,
+    commit_argv,
+    ms,
+)
 from phasegraph.store._redis_wire import (
     CONNECT_TIMEOUT,
     Arg,
@@ -97,7 +105,6 @@ _COMMIT_BACKOFF: Final = (0.05, 0.15, 0.4, 1.2)
 _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
-_COMMIT_ARGS: Final = 13  # ARGV of the COMMIT script
 # Runs whose packed commit head is kept: a run stepping alone reuses its own, and
 # thousands of concurrent runs do not each keep one (~0.5 KB a run).
 _HEADS_KEPT: Final = 64
@@ -139,9 +146,9 @@ class RedisStore(Store):
         self._wire: RedisWire | ClusterWire = (
             ClusterWire(options) if self._cluster else RedisWire(options)
         )
-        # run id -> the packed head of its commit command (EVALSHA, digest, keys), and the
-        # key it is routed by
-        self._heads: dict[str, tuple[bytes, str]] = {}
+        # run id -> the packed head of its commit command (EVALSHA, digest, keys) without
+        # the array header, the key it is routed by, and the head's count of arguments
+        self._heads: dict[str, tuple[bytes, str, int]] = {}
 
     @property
     def prefix(self) -> str:
@@ -231,11 +238,21 @@ class RedisStore(Store):
         whose reply was lost is found already written and succeeds.
         """
         check_commit(lease, commit)
-        args = self._commit_args(lease, commit)
         run_id, seq, updated_at = lease.run_id, commit.seq, commit.meta.updated_at
         for delay in (*_COMMIT_BACKOFF, None):
             try:
-                raw = await self._send_commit(run_id, seq, updated_at, args)
+                if self._cluster:
+                    args = self._commit_args(lease, commit)
+                    raw = await self._send_commit(run_id, seq, updated_at, args)
+                else:  # one command, awaited here: no coroutine between it and the reply
+                    # While it waits, this frame holds the packed command alone (the
+                    # caller holds the commit): thousands of commits may be waiting.
+                    command, route = self._commit_command(run_id, self._commit_args(lease, commit))
+                    raw = await self._wire.call_packed(command, route)
+                    if type(raw) is list and raw[0] == 1:
+                        return  # written: the usual reply, taken before any other check
+                    if isinstance(raw, ReplyError) and str(raw).startswith("NOSCRIPT"):
+                        raw = await self._wire.call_packed(_in_full(COMMIT, command), route)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
@@ -303,17 +320,29 @@ class RedisStore(Store):
     async def list_runs(
         self, *, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunMeta]:
-        """List runs, most recently updated first; see :meth:`Store.list_runs`."""
+        """List runs, most recently updated first; see :meth:`Store.list_runs`.
+
+        The index orders runs by a score at most a minute below their ``updated_at``
+        (see the COMMIT script), never above it: pages are read until no run left
+        unread can come before the last one wanted, then the runs are ordered by their
+        metadata.
+        """
         check_page(limit, offset)
         wanted = limit + offset
         found: list[RunMeta] = []
         cursor, page = 0, min(max(wanted, 64), 1000)
-        while len(found) < wanted:
-            metas = await self._index_page(cursor, page)
-            if metas is None:
+        while True:
+            read = await self._index_page(cursor, page)
+            if read is None:
                 break
+            metas, lowest = read
             cursor += page
             found += [meta for meta in metas if status is None or meta.status == status]
+            if len(found) >= wanted:
+                found.sort(key=_newest_first)
+                if found[wanted - 1].updated_at >= lowest + _SCORE_SLACK:
+                    break  # every run unread was updated before the last one wanted
+        found.sort(key=_newest_first)
         return found[offset:wanted]
 
     async def aclose(self) -> None:
@@ -335,34 +364,23 @@ class RedisStore(Store):
         return lease_reply(reply)
 
     def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
-        # _COMMIT_ARGS values, in the order of the COMMIT script's ARGV.
-        meta, snapshot = commit.meta, commit.snapshot
         # '' leaves expiry alone (no retention), '0' persists, else the expiry in ms.
-        finished = meta.status in FINISHED_STATUSES
+        finished = commit.meta.status in FINISHED_STATUSES
         retention = self._retention if finished or not self._retention else "0"
-        return (
-            *(lease.token, commit.seq, commit.record),
-            *((0, b"") if snapshot is None else (1, snapshot)),
-            *(meta.graph, meta.status, meta.created_at, meta.updated_at, retention),
-            *(lease.run_id, ms(lease.ttl), lease.owner),
-        )
+        return commit_argv(lease, commit, retention)
 
     async def _send_commit(
         self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]
     ) -> Any:
-        """The commit script's reply (an error reply as a value), the index updated too.
+        """On a cluster: the commit script's reply (an error reply as a value).
 
-        On one server the script lists the run in the index itself (the index is among
-        its keys). On a cluster the index is in a slot of its own and written with
-        commands of its own; each may be sent again when the caller retries after a
-        connection error (the commit is idempotent, the index writes too), and the reply
-        is the script's or the first error reply of the three commands.
+        The index is in a slot of its own and written with commands of its own (on one
+        server the script lists the run itself: the index is among its keys); each may
+        be sent again when the caller retries after a connection error (the commit is
+        idempotent, the index writes too), and the reply is the script's or the first
+        error reply of the three commands.
         """
-        # Packed by a function of its own: this frame waits for the reply holding only the
-        # command, not the pieces it was made of (thousands of commits may be waiting).
         command, route = self._commit_command(run_id, args)
-        if not self._cluster:
-            return await self._run_script(COMMIT, command, route)
         listed = 0
         if seq == 0:
             # Listed before it exists, so a crash after the commit cannot leave it unlisted.
@@ -386,10 +404,9 @@ class RedisStore(Store):
                 self._heads.clear()  # a bound, not a cache policy: refilled on use
             # On a cluster the index is not among the keys: it is in another slot.
             keys = self.run_keys(run_id) if self._cluster else (*self.run_keys(run_id), self._index)
-            count = 3 + len(keys) + _COMMIT_ARGS
             fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
-            kept = self._heads[run_id] = (b"*%d\r\n%s" % (count, fixed), keys[0])
-        return kept[0] + pack_parts(args), kept[1]
+            kept = self._heads[run_id] = (fixed, keys[0], 3 + len(keys))
+        return b"*%d\r\n%s%s" % (kept[2] + len(args), kept[0], pack_parts(args)), kept[1]
 
     async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
         """Run a script by its digest (sent in full if the server does not have it).
@@ -450,8 +467,11 @@ class RedisStore(Store):
                 raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
             raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
 
-    async def _index_page(self, start: int, size: int) -> list[RunMeta] | None:
-        """Metas of the runs at index ranks ``start ..`` that still exist (None: no more)."""
+    async def _index_page(self, start: int, size: int) -> tuple[list[RunMeta], float] | None:
+        """The runs at index ranks ``start ..`` that still exist, and the lowest score read.
+
+        ``None`` when there are no more.
+        """
         flat = cast(
             "list[bytes]",
             await self._call("ZREVRANGE", self._index, start, start + size - 1, "WITHSCORES"),
@@ -473,8 +493,7 @@ class RedisStore(Store):
             for (run_id, _), row in pairs
             if row[2] is not None
         ]
-        # Scores and metas may disagree (a retried commit's time): order by the meta itself.
-        return sorted(metas, key=lambda meta: -meta.updated_at)
+        return metas, entries[-1][1]
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -499,6 +518,15 @@ def _in_full(script: str, command: bytes) -> bytes:
 
 
 _META_FIELDS: Final = ("graph", "status", "seq", "created_at", "updated_at")
+# How far below a run's updated_at its index score may be: the COMMIT script scores by
+# the minute (a cluster's commits, and older versions, by updated_at itself).
+_SCORE_SLACK: Final = 60.0
+
+
+def _newest_first(meta: RunMeta) -> tuple[float, str]:
+    return -meta.updated_at, meta.run_id
+
+
 _RUN_KEYS: Final = ("meta", "rec", "snap", "snaps", "lease", "token")
 
 

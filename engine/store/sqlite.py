@@ -22,15 +22,16 @@ kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
 
 * ``runs``: one row per run id — metadata, head seq (-1 before the first commit) and
   the lease (owner, last token issued, expiry); one index, by update time, for listing;
-* ``records``: ``(run_id, seq, blob)``, one row per step;
-* ``snapshots``: ``(run_id, seq, blob)``, one row per snapshotted step.
+* ``records``: one row per step, its record;
+* ``snapshots``: one row per snapshotted step, its snapshot.
 
 Every read (a run read, or the head a history read starts from) takes the head from
 ``runs`` with the seq of the run's last record in one statement, and refuses the run if
 they differ (:class:`~phasegraph.errors.JournalHeadError`).
 
-A commit changes about three pages (a ``records`` leaf, the ``runs`` leaf and the index
-leaf), and each page it changes is a whole frame the WAL must write.
+A commit changes two pages (the run's ``runs`` leaf and a ``records`` leaf) in the
+current layout, three in older files; each page it changes is a whole frame the WAL
+must write.
 
 A call whose awaiting task is cancelled still finishes its transaction; commits are
 idempotent, so retrying such a commit is safe.
@@ -67,6 +68,8 @@ from phasegraph.store._open import (
     sequence_conflict_error,
 )
 from phasegraph.store._sqlite_layout import (
+    MAX_SEQ,
+    Statements,
     check_layout,
     connect_read_only,
     foreign_file_error,
@@ -86,14 +89,6 @@ _NO_WAIT: Final = "PRAGMA busy_timeout = 0"  # the connection's setting between 
 _LOCKED: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _HISTORY_BATCH: Final = 256  # rows in the first history batch ...
 _HISTORY_BATCH_MAX: Final = 4096  # ... growing 4x per batch up to this many
-_META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
-# A run's metadata and the seq of its last record: max() over the records' key prefix is
-# one seek to the end of the run's records, whatever their number.
-_READ_META: Final = (
-    f"SELECT {_META_COLUMNS}, "
-    "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id) "
-    "FROM runs WHERE run_id = ? AND seq >= 0"
-)
 
 
 @final
@@ -116,6 +111,7 @@ class SqliteStore(Store):
         self._synchronous = synchronous
         self._read_only = read_only
         self._conn: sqlite3.Connection | None = None
+        self._sql: Statements | None = None  # the statements of the file's layout
         self._lock = threading.Lock()  # held by whichever thread is using _conn
         self._worker = ThreadWorker("phasegraph-sqlite")
         self._group: GroupCommit[tuple[Lease, Commit]] = GroupCommit(
@@ -172,6 +168,13 @@ class SqliteStore(Store):
         See :meth:`Store.commit`; a refused commit is refused alone.
         """
         check_commit(lease, commit)
+        if commit.seq > MAX_SEQ:  # a record's key holds the seq in 32 bits
+            raise StoreError(
+                f"run {lease.run_id!r} reached seq {commit.seq}: an SQLite store keeps at "
+                f"most {MAX_SEQ + 1} steps of a run",
+                run_id=lease.run_id,
+                seq=commit.seq,
+            )
         if self._closed:
             raise self._closed_error()
         if self._read_only:
@@ -315,14 +318,14 @@ class SqliteStore(Store):
 
     def _commit_waiting(self, items: Sequence[tuple[Lease, Commit]]) -> Outcomes:
         """Write a batch, waiting for the write lock (on the worker thread)."""
-        return self._in_transaction("BEGIN IMMEDIATE", _write_batch, (items,))
+        return self._in_transaction("BEGIN IMMEDIATE", self._write_batch, (items,))
 
     def _write_begun(
         self, conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]
     ) -> Outcomes:
         """Write a batch in the transaction just begun, and end it."""
         try:
-            outcomes = _write_batch(conn, items)
+            outcomes = self._write_batch(conn, items)
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
@@ -358,7 +361,7 @@ class SqliteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         if self._read_only:
             try:
-                self._conn = connect_read_only(self._path, _BUSY_TIMEOUT)
+                self._conn, self._sql = connect_read_only(self._path, _BUSY_TIMEOUT)
             except sqlite3.OperationalError as exc:
                 raise StoreUnavailableError(
                     f"cannot read SQLite store {str(self._path)!r}: {exc}"
@@ -382,7 +385,7 @@ class SqliteStore(Store):
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            check_layout(conn, self._path)
+            statements = check_layout(conn, self._path)
         except sqlite3.OperationalError:
             conn.close()
             raise
@@ -393,7 +396,7 @@ class SqliteStore(Store):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        self._conn, self._sql = conn, statements
         return conn
 
     def _close_conn(self) -> None:
@@ -465,16 +468,25 @@ class SqliteStore(Store):
             (lease.run_id, lease.token),
         )
 
+    def _statements(self) -> Statements:
+        """The statements of the connected file's layout (called with a connection)."""
+        if self._sql is None:
+            raise StoreUnavailableError(f"the SQLite store {str(self._path)!r} is not connected")
+        return self._sql
+
+    def _write_batch(
+        self, conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]
+    ) -> Outcomes:
+        return _write_batch(conn, self._statements(), items)
+
     @staticmethod
-    def _commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:
+    def _commit(conn: sqlite3.Connection, sql: Statements, lease: Lease, commit: Commit) -> None:
         # One statement checks the lease and the head and moves the head: the common
         # case costs an UPDATE and an INSERT. Only a refused commit looks closer.
         # The token fences: a lease that expired while nobody took the run is taken again.
         meta = commit.meta
         moved = conn.execute(
-            "UPDATE runs SET graph = ?, status = ?, seq = ?, created_at = ?, updated_at = ?, "
-            "lease_expires = MAX(lease_expires, ?) "
-            "WHERE run_id = ? AND seq = ? AND lease_token = ? AND lease_owner IS NOT NULL",
+            sql.move_head,
             (
                 meta.graph,
                 meta.status,
@@ -488,48 +500,36 @@ class SqliteStore(Store):
             ),
         ).rowcount
         if not moved:
-            _refuse_commit(conn, lease, commit)
+            _refuse_commit(conn, sql, lease, commit)
             return  # the same commit again (a retry): already done
+        if sql.move_status is not None:
+            conn.execute(sql.move_status, (meta.status, meta.updated_at, lease.run_id))
         try:
-            conn.execute(
-                "INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
-                (lease.run_id, commit.seq, commit.record),
-            )
+            conn.execute(sql.insert_record, (lease.run_id, commit.seq, commit.record))
         except sqlite3.IntegrityError:
-            (last,) = conn.execute(
-                "SELECT max(seq) FROM records WHERE run_id = ?", (lease.run_id,)
-            ).fetchone()
+            row = conn.execute(sql.last_record, (lease.run_id,)).fetchone()
+            last = None if row is None else row[0]
             if last is None or last < commit.seq:
                 raise  # another constraint: a failure of the store
             # A record past the head: the head was moved back outside phasegraph.
             raise _JournalAhead(journal_head_error(lease.run_id, commit.seq - 1, last)) from None
         if commit.snapshot is not None:
-            conn.execute(
-                "INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)",
-                (lease.run_id, commit.seq, commit.snapshot),
-            )
+            conn.execute(sql.insert_snapshot, (lease.run_id, commit.seq, commit.snapshot))
 
-    @staticmethod
-    def _read(conn: sqlite3.Connection, run_id: str, seq: int | None) -> StoredRun:
-        meta = _meta(conn, run_id)
+    def _read(self, conn: sqlite3.Connection, run_id: str, seq: int | None) -> StoredRun:
+        sql = self._statements()
+        meta = _meta(conn, sql, run_id)
         target = meta.seq if seq is None else seq
         if not 0 <= target <= meta.seq:
             raise run_not_found_error(run_id, seq=target, head=meta.seq)
-        snap = conn.execute(
-            "SELECT seq, blob FROM snapshots WHERE run_id = ? AND seq <= ? "
-            "ORDER BY seq DESC LIMIT 1",
-            (run_id, target),
-        ).fetchone()
+        snap = conn.execute(sql.nearest_snapshot, (run_id, target)).fetchone()
         if snap is None:
             raise StoreError(
                 f"run {run_id!r} has no snapshot at or below seq {target}",
                 run_id=run_id,
                 seq=target,
             )
-        records = conn.execute(
-            "SELECT blob FROM records WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
-            (run_id, snap[0], target),
-        ).fetchall()
+        records = conn.execute(sql.records_after, (run_id, snap[0], target)).fetchall()
         return StoredRun(
             meta=meta,
             seq=target,
@@ -538,33 +538,24 @@ class SqliteStore(Store):
             records=tuple(blob for (blob,) in records),
         )
 
-    @staticmethod
-    def _head(conn: sqlite3.Connection, run_id: str) -> int:
-        return _meta(conn, run_id).seq
+    def _head(self, conn: sqlite3.Connection, run_id: str) -> int:
+        return _meta(conn, self._statements(), run_id).seq
 
-    @staticmethod
     def _records(
-        conn: sqlite3.Connection, run_id: str, start: int, stop: int, limit: int
+        self, conn: sqlite3.Connection, run_id: str, start: int, stop: int, limit: int
     ) -> list[tuple[int, bytes]]:
         return conn.execute(
-            "SELECT seq, blob FROM records WHERE run_id = ? AND seq >= ? AND seq < ? "
-            "ORDER BY seq LIMIT ?",
-            (run_id, start, stop, limit),
+            self._statements().records_from, (run_id, start, stop, limit)
         ).fetchall()
 
-    @staticmethod
     def _list(
-        conn: sqlite3.Connection, status: str | None, limit: int, offset: int
+        self, conn: sqlite3.Connection, status: str | None, limit: int, offset: int
     ) -> list[RunMeta]:
+        sql = self._statements()
         if status is None:
-            sql = f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0"
-            params: tuple[object, ...] = (limit, offset)
+            rows = conn.execute(sql.list_all, (limit, offset)).fetchall()
         else:
-            sql = f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ?"
-            params = (status, limit, offset)
-        rows = conn.execute(
-            sql + " ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?", params
-        ).fetchall()
+            rows = conn.execute(sql.list_status, (status, limit, offset)).fetchall()
         return [listed_meta(row[0], tuple(row[1:])) for row in rows]
 
 
@@ -580,7 +571,9 @@ class _JournalAhead(sqlite3.IntegrityError):
         self.error = error
 
 
-def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]) -> Outcomes:
+def _write_batch(
+    conn: sqlite3.Connection, sql: Statements, items: Sequence[tuple[Lease, Commit]]
+) -> Outcomes:
     """Write each commit of a batch in the open transaction; one outcome per commit.
 
     A refusal writes nothing, so it needs no undoing. A commit that fails halfway in a
@@ -588,12 +581,12 @@ def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]
     batch, its error ends the transaction.
     """
     if len(items) == 1:
-        return [_commit_or_refusal(conn, *items[0])]
+        return [_commit_or_refusal(conn, sql, *items[0])]
     outcomes: Outcomes = []
     for lease, commit in items:
         conn.execute("SAVEPOINT one_commit")
         try:
-            outcomes.append(_commit_or_refusal(conn, lease, commit))
+            outcomes.append(_commit_or_refusal(conn, sql, lease, commit))
         except sqlite3.Error as exc:
             if not conn.in_transaction:
                 raise  # SQLite ended the whole transaction: every commit fails
@@ -605,16 +598,16 @@ def _write_batch(conn: sqlite3.Connection, items: Sequence[tuple[Lease, Commit]]
 
 
 def _commit_or_refusal(
-    conn: sqlite3.Connection, lease: Lease, commit: Commit
+    conn: sqlite3.Connection, sql: Statements, lease: Lease, commit: Commit
 ) -> PhasegraphError | None:
     try:
-        SqliteStore._commit(conn, lease, commit)
+        SqliteStore._commit(conn, sql, lease, commit)
     except PhasegraphError as exc:  # refused: meant for this commit's caller alone
         return exc
     return None
 
 
-def _refuse_commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> None:
+def _refuse_commit(conn: sqlite3.Connection, sql: Statements, lease: Lease, commit: Commit) -> None:
     """Say why a commit did not move the head, or return if it is a retry already stored.
 
     Raises:
@@ -631,9 +624,7 @@ def _refuse_commit(conn: sqlite3.Connection, lease: Lease, commit: Commit) -> No
         raise lease_lost_error(lease, holder)
     head: int = row[0]
     if commit.seq <= head:
-        stored = conn.execute(
-            "SELECT blob FROM records WHERE run_id = ? AND seq = ?", (run_id, commit.seq)
-        ).fetchone()
+        stored = conn.execute(sql.record_at, (run_id, commit.seq)).fetchone()
         if stored is not None and stored[0] == commit.record:
             return
     raise sequence_conflict_error(run_id, commit.seq, head)
@@ -648,7 +639,7 @@ def _live_holder(conn: sqlite3.Connection, run_id: str) -> str | None:
     return None if row is None else row[0]
 
 
-def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
+def _meta(conn: sqlite3.Connection, sql: Statements, run_id: str) -> RunMeta:
     """The run's metadata, its head checked against the records: what every read starts with.
 
     Raises:
@@ -657,7 +648,7 @@ def _meta(conn: sqlite3.Connection, run_id: str) -> RunMeta:
         JournalHeadError: The last record stored is not at the head (one more seek of
             the records' key, in the same statement).
     """
-    row = conn.execute(_READ_META, (run_id,)).fetchone()
+    row = conn.execute(sql.read_meta, (run_id,)).fetchone()
     if row is None:
         raise run_not_found_error(run_id)
     meta = stored_meta(run_id, tuple(row[1:6]))

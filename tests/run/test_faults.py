@@ -189,6 +189,10 @@ def _dump(db: Path) -> list[tuple[object, ...]]:
     return rows
 
 
+# The key of a run's row in ``records`` or ``snapshots``: (run_id, seq) as parameters.
+_KEY = "(SELECT num << 32 FROM runs WHERE run_id = ?) + ?"
+
+
 def _overwrite(db: Path, sql: str, *params: object) -> None:
     with sqlite3.connect(db) as conn:
         assert conn.execute(sql, params).rowcount == 1
@@ -219,7 +223,7 @@ def test_unreadable_payload_is_refused_and_nothing_is_overwritten(
     url = f"sqlite:///{db}"
     log = tmp_path / "log"
     run_id = asyncio.run(_partial_run(url, log))
-    _overwrite(db, f"UPDATE {table} SET blob = ? WHERE run_id = ? AND seq = ?", blob, run_id, seq)
+    _overwrite(db, f"UPDATE {table} SET blob = ? WHERE key = {_KEY}", blob, run_id, seq)
     before, executions = _dump(db), log.read_text()
 
     for command in (["resume", run_id], ["show", run_id], ["fork", run_id], ["replay", run_id]):
@@ -253,7 +257,7 @@ def _flip_in_file(db: Path, blob: bytes) -> None:
 def _blob(db: Path, table: str, run_id: str, seq: int) -> bytes:
     with sqlite3.connect(db) as conn:
         (blob,) = conn.execute(
-            f"SELECT blob FROM {table} WHERE run_id = ? AND seq = ?", (run_id, seq)
+            f"SELECT blob FROM {table} WHERE key = {_KEY}", (run_id, seq)
         ).fetchone()
     return bytes(blob)
 
@@ -288,7 +292,7 @@ def test_a_missing_record_is_a_hole_named_by_run_and_seq(tmp_path, capsys):
     url = f"sqlite:///{db}"
     log = tmp_path / "log"
     run_id = asyncio.run(_partial_run(url, log))
-    _overwrite(db, "DELETE FROM records WHERE run_id = ? AND seq = 3", run_id)
+    _overwrite(db, f"DELETE FROM records WHERE key = {_KEY}", run_id, 3)
     before, executions = _dump(db), log.read_text()
     for command in (["history"], ["show"], ["resume"], ["replay"], ["show", "--at", "3"]):
         code, out, err = _cli(capsys, command[0], run_id, *command[1:], "--store", url)

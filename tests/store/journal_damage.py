@@ -47,9 +47,20 @@ class SqliteDamage:
 
     async def drop_last_record(self, run_id: str) -> None:
         """Delete the run's last row of ``records``; ``runs.seq`` stays."""
+        with sqlite3.connect(self.path) as conn:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+        conn.close()
+        if version < 3:  # keyed by (run_id, seq)
+            self._change(
+                "DELETE FROM records WHERE run_id = ?1 "
+                "AND seq = (SELECT max(seq) FROM records WHERE run_id = ?1)",
+                run_id,
+            )
+            return
+        # Keyed by num << 32 | seq: the run's rows are one key range.
         self._change(
-            "DELETE FROM records WHERE run_id = ?1 "
-            "AND seq = (SELECT max(seq) FROM records WHERE run_id = ?1)",
+            "DELETE FROM records WHERE key = (SELECT max(key) FROM records, runs "
+            "WHERE run_id = ? AND key >= num << 32 AND key < (num + 1) << 32)",
             run_id,
         )
 

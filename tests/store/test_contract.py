@@ -12,6 +12,7 @@ from phasegraph.store.redis import RedisStore
 from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import JournalDamage, StoreContract, isolated_redis_store
 from store.journal_damage import MemoryDamage, RedisDamage, SqliteDamage
+from store.old_layouts import old_file
 
 
 class TestMemoryStore(StoreContract):
@@ -37,6 +38,16 @@ class TestSqliteStore(_Sqlite):
     @pytest.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
         async with open_store(f"sqlite:///{tmp_path}/runs.db") as store:
+            yield store
+
+
+class TestSqliteStoreVersion2File(_Sqlite):
+    """A file in the layout phasegraph wrote before version 3 keeps the whole contract."""
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
+        path = old_file(tmp_path / "runs.db", 2)
+        async with open_store(f"sqlite:///{path}") as store:
             yield store
 
 

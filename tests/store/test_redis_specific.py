@@ -8,6 +8,8 @@ from typing import Any, cast
 
 import pytest
 import redis.asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from builders import free_port
@@ -52,8 +54,9 @@ async def test_commit_is_one_evalsha_that_also_updates_the_index(
     store: RedisStore, client: redis.asyncio.Redis
 ) -> None:
     lease = await store.acquire("r", "w", 30)
-    await store.commit(lease, make_commit("r", 0))  # connects and loads the script
-    seen = await _commands_during(client, store.commit(lease, make_commit("r", 1)))
+    await store.commit(lease, make_commit("r", 0, updated_at=600.0))  # connects, loads
+    later = make_commit("r", 1, updated_at=661.5)  # the next minute: the entry moves
+    seen = await _commands_during(client, store.commit(lease, later))
     sent = [c for c in seen if c["client_type"] != "lua" and store.prefix in c["command"]]
     assert [c["command"].split()[0] for c in sent] == ["EVALSHA"]
     ours = [c for c in seen if c["client_port"] == sent[0]["client_port"]]
@@ -63,6 +66,24 @@ async def test_commit_is_one_evalsha_that_also_updates_the_index(
     assert {"RPUSH", "HSET", "ZADD"} <= set(in_script)
     index_updates = [c for c in seen if c["command"].startswith(f"ZADD {store.prefix}:runs ")]
     assert len(index_updates) == 1
+    assert await client.zscore(f"{store.prefix}:runs", "r") == 660.0  # the minute
+
+
+async def test_a_commit_in_the_same_minute_leaves_the_index_entry_alone(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0, updated_at=600.0))
+    seen = await _commands_during(
+        client, store.commit(lease, make_commit("r", 1, updated_at=659.9))
+    )
+    in_script = [c["command"].split()[0] for c in seen if c["client_type"] == "lua"]
+    assert {"RPUSH", "HSET"} <= set(in_script)
+    assert "ZADD" not in in_script
+    assert await client.zscore(f"{store.prefix}:runs", "r") == 600.0
+    # Time going back moves it, so the score never exceeds the run's updated_at.
+    await store.commit(lease, make_commit("r", 2, updated_at=599.0))
+    assert await client.zscore(f"{store.prefix}:runs", "r") == 540.0
 
 
 async def test_a_refused_commit_leaves_the_index_alone(
@@ -73,7 +94,7 @@ async def test_a_refused_commit_leaves_the_index_alone(
     stale = Lease(run_id="r", owner="w", token=lease.token - 1, expires_at=lease.expires_at)
     with pytest.raises(LeaseLostError):
         await store.commit(stale, make_commit("r", 1, updated_at=200.0))
-    assert await client.zscore(f"{store.prefix}:runs", "r") == 100.0
+    assert await client.zscore(f"{store.prefix}:runs", "r") == 60.0  # seq 0's minute
 
 
 async def test_concurrent_commits_share_one_connection(
@@ -267,3 +288,34 @@ async def test_a_commit_onto_a_head_moved_back_is_refused_and_writes_nothing(
         await store.commit(lease, make_commit("r", 2, record=b"other"))
     assert await cast("Awaitable[int]", client.llen(records)) == 3
     assert await cast("Awaitable[Any]", client.hget(meta, "seq")) == b"1"
+
+
+@settings(max_examples=10)
+@given(
+    times=st.lists(st.integers(min_value=0, max_value=3000), min_size=60, max_size=150),
+    exact=st.sets(st.integers(min_value=0, max_value=149), max_size=20),
+    offset=st.integers(min_value=0, max_value=100),
+    limit=st.integers(min_value=1, max_value=80),
+)
+def test_listing_follows_update_time_across_index_pages(
+    redis_url: str, times: list[int], exact: set[int], offset: int, limit: int
+) -> None:
+    """Index scores are cut to the minute (or exact, as older versions wrote them); pages
+    of the listing still follow ``updated_at``, then run id, across the index's pages."""
+
+    async def check() -> None:
+        async with isolated_redis_store(redis_url) as store:
+            assert isinstance(store, RedisStore)
+            for index, tenths in enumerate(times):
+                run_id = f"run-{index:03d}"
+                lease = await store.acquire(run_id, "w", 30)
+                updated_at = 1000.0 + tenths / 10  # many runs share a minute
+                await store.commit(lease, make_commit(run_id, 0, updated_at=updated_at))
+                if index in exact:  # as a version before minutes left it
+                    await store._call("ZADD", f"{store.prefix}:runs", updated_at, run_id)
+            expected = sorted(range(len(times)), key=lambda i: (-times[i], i))
+            listed = await store.list_runs(limit=limit, offset=offset)
+            want = [f"run-{i:03d}" for i in expected[offset : offset + limit]]
+            assert [meta.run_id for meta in listed] == want
+
+    asyncio.run(check())

@@ -94,7 +94,8 @@ async def test_a_commit_failing_halfway_in_a_batch_fails_alone(tmp_path: Path) -
         # The records insert of run-1 fails after its head was moved in the same commit.
         with sqlite3.connect(path) as conn:
             conn.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON records WHEN NEW.run_id = 'run-1' "
+                "CREATE TRIGGER refuse BEFORE INSERT ON records WHEN NEW.key >> 32 = "
+                "(SELECT num FROM runs WHERE run_id = 'run-1') "
                 "BEGIN SELECT RAISE(ABORT, 'planted failure'); END"
             )
         outcomes = await asyncio.gather(

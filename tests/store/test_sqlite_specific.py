@@ -2,48 +2,26 @@
 run read is made."""
 
 import asyncio
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from phasegraph import Engine
 from phasegraph.errors import JournalHeadError, RunNotFoundError, StoreError
 from phasegraph.store._sqlite_layout import SCHEMA_VERSION
 from phasegraph.store.base import Lease
 from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import make_commit
+from store.old_layouts import OLD_SCHEMAS, V1_SCHEMA, old_file, sql
 
-# The layout phasegraph wrote before schema version 2, verbatim.
-_V1_SCHEMA = (
-    """CREATE TABLE runs (
-        run_id TEXT PRIMARY KEY,
-        graph TEXT, status TEXT, seq INTEGER NOT NULL DEFAULT -1,
-        created_at REAL, updated_at REAL,
-        lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
-        lease_expires REAL NOT NULL DEFAULT 0)""",
-    "CREATE INDEX runs_by_time ON runs (updated_at DESC) WHERE seq >= 0",
-    "CREATE INDEX runs_by_status ON runs (status, updated_at DESC) WHERE seq >= 0",
-    """CREATE TABLE records (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq))""",
-    """CREATE TABLE snapshots (
-        run_id TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,
-        PRIMARY KEY (run_id, seq))""",
-    f"PRAGMA application_id = {0x50475244}",  # "PGRD"
-    "PRAGMA user_version = 1",
-)
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 
-
-def _sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        rows: list[tuple[object, ...]] = []
-        for statement in statements:
-            rows += conn.execute(statement).fetchall()
-        return rows
-    finally:
-        conn.close()
+_sql = sql
 
 
 def _layout(path: Path) -> set[tuple[object, ...]]:
@@ -55,7 +33,7 @@ async def test_a_new_file_has_the_current_layout(tmp_path: Path) -> None:
     async with SqliteStore(path) as store:
         await store.list_runs()
     assert _sql(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     assert _layout(path) == {
         ("table", "runs"),
         ("table", "records"),
@@ -63,13 +41,15 @@ async def test_a_new_file_has_the_current_layout(tmp_path: Path) -> None:
         ("index", "runs_by_time"),
     }
     tables = _sql(path, "SELECT sql FROM sqlite_master WHERE type = 'table'")
-    assert all(str(sql).endswith("WITHOUT ROWID") for (sql,) in tables)
+    assert not any("WITHOUT ROWID" in str(sql) for (sql,) in tables)  # rowid tables
 
 
-async def test_a_version_1_file_is_read_and_written_in_its_own_layout(tmp_path: Path) -> None:
-    path = tmp_path / "runs.db"
-    _sql(path, "PRAGMA journal_mode=WAL", *_V1_SCHEMA)
-    # A run as version 1 left it: a released lease, two steps, a snapshot at 0.
+@pytest.mark.parametrize("version", sorted(OLD_SCHEMAS))
+async def test_an_older_file_is_read_and_written_in_its_own_layout(
+    tmp_path: Path, version: int
+) -> None:
+    path = old_file(tmp_path / "runs.db", version)
+    # A run as that version left it: a released lease, two steps, a snapshot at 0.
     _sql(
         path,
         "INSERT INTO runs VALUES ('old', 'g', 'waiting', 1, 10.0, 11.0, NULL, 3, 0)",
@@ -88,13 +68,38 @@ async def test_a_version_1_file_is_read_and_written_in_its_own_layout(tmp_path: 
         assert [m.run_id for m in await store.list_runs()] == ["new", "old"]
         assert [m.run_id for m in await store.list_runs(status="completed")] == ["old"]
         assert [seq async for seq, _ in store.history("old")] == [0, 1, 2]
-    assert _sql(path, "PRAGMA user_version") == [(1,)]
+    assert _sql(path, "PRAGMA user_version") == [(version,)]
     assert _layout(path) == layout  # left as it was: no silent rewrite of the user's file
+    async with SqliteStore(path, read_only=True) as store:
+        assert (await store.read("old")).records == (b"\x01", b"record-2")
+
+
+async def test_a_file_written_by_version_2_reads_and_steps_on(tmp_path: Path) -> None:
+    """A store phasegraph wrote in layout version 2 (``fixtures/stores/version2.db``: a
+    finished ``hello`` run and a run of three commits, its lease released) is read in
+    full and written on in its own layout."""
+    path = tmp_path / "runs.db"
+    shutil.copyfile(FIXTURES / "stores" / "version2.db", path)
+    async with SqliteStore(path) as store:
+        engine = Engine(store)
+        done = await engine.get("hello-run")
+        assert (str(done.status), done.seq) == ("completed", 8)
+        assert done.data["message"] == "hello, old layout! (14 letters)"
+        assert [record.seq for record in await engine.history("hello-run")] == list(range(9))
+        lease = await store.acquire("partial", "w", 30)
+        later = make_commit("partial", 3, status="completed", updated_at=4e9)
+        await store.commit(lease, later)
+        assert (await store.read("partial")).records == tuple(
+            b"record-%d" % seq for seq in range(1, 4)
+        )
+        listed = await store.list_runs()
+        assert [meta.run_id for meta in listed] == ["partial", "hello-run"]
+    assert _sql(path, "PRAGMA user_version") == [(2,)]
 
 
 async def test_an_unknown_older_version_is_refused_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
-    _sql(path, *_V1_SCHEMA[:-1], "PRAGMA user_version = 0")
+    _sql(path, *V1_SCHEMA[:-1], "PRAGMA user_version = 0")
     async with SqliteStore(path) as store:
         with pytest.raises(StoreError, match=rf"{path}.*schema version 0 is unknown"):
             await store.list_runs()
@@ -107,13 +112,8 @@ def _wal_frames(path: Path) -> int:
     return (wal.stat().st_size - 32) // (page_size + 24)  # 32-byte header, 24 per frame
 
 
-async def test_a_step_writes_about_three_pages(tmp_path: Path) -> None:
-    """A commit rewrites the run's row, its index entry and a records leaf, little more.
-
-    Schema version 1 wrote five pages a step (two more indexes and the records rowid
-    index); each page is a full WAL frame.
-    """
-    path = tmp_path / "runs.db"
+async def _steps_of(path: Path, record: bytes, steps: int = 150) -> tuple[float, float]:
+    """WAL frames and new database pages per commit of ``record``, in a store of 21 runs."""
     async with SqliteStore(path) as store:
         # Other runs, so the listing index and the runs table are not all one page.
         for n in range(20):
@@ -121,12 +121,44 @@ async def test_a_step_writes_about_three_pages(tmp_path: Path) -> None:
             await store.commit(lease, make_commit(f"other-{n}", 0))
         lease = await store.acquire("r", "w", 30)
         await store.commit(lease, make_commit("r", 0))
-        before = _wal_frames(path)
-        steps = 150
+        frames, pages = _wal_frames(path), _sql(path, "PRAGMA page_count")[0][0]
         for seq in range(1, steps + 1):
-            await store.commit(lease, make_commit("r", seq, record=bytes(187)))
-        per_step = (_wal_frames(path) - before) / steps
-    assert per_step <= 4.0
+            await store.commit(lease, make_commit("r", seq, record=record))
+        frames = _wal_frames(path) - frames
+        pages = _sql(path, "PRAGMA page_count")[0][0] - pages  # type: ignore[operator]
+    return frames / steps, pages / steps
+
+
+async def test_a_step_writes_about_two_pages(tmp_path: Path) -> None:
+    """A commit rewrites the run's row and a records leaf, little more.
+
+    Schema version 2 wrote three pages a step and more on every leaf split (its listing
+    index changed every step, its records tree rebalanced three leaves to split one);
+    version 1 wrote five. Each page is a full WAL frame.
+    """
+    frames, _ = await _steps_of(tmp_path / "runs.db", bytes(187))
+    assert frames <= 2.3, frames
+
+
+async def test_a_1_5_kb_record_shares_its_leaf(tmp_path: Path) -> None:
+    """Two records of 1.5 KB fit on one 4 KB page: no overflow page of their own.
+
+    A clustered (run_id, seq) key keeps about 1 KB of a row on its leaf and moves the
+    rest to an overflow page, one per record (version 2: more than one page a record).
+    """
+    _, pages = await _steps_of(tmp_path / "runs.db", bytes(1500))
+    assert pages <= 0.55, pages
+
+
+async def test_a_seq_past_what_a_record_key_holds_is_refused_naming_the_run(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore(tmp_path / "runs.db") as store:
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0))
+        with pytest.raises(StoreError, match=r"run 'r' reached seq 4294967296"):
+            await store.commit(lease, make_commit("r", 1 << 32))
+        assert (await store.read("r")).meta.seq == 0
 
 
 # --------------------------------------------------------------------------- run reads
@@ -267,7 +299,59 @@ async def test_a_commit_onto_a_head_moved_back_is_refused_and_writes_nothing(
     assert "its head is seq 1 but its journal goes on to seq 2" in str(outcomes[0])
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT seq FROM runs WHERE run_id = 'r'").fetchone() == (1,)
-        blobs = conn.execute("SELECT blob FROM records WHERE run_id = 'r' ORDER BY seq")
+        blobs = conn.execute(
+            "SELECT blob FROM records WHERE key >> 32 = "
+            "(SELECT num FROM runs WHERE run_id = 'r') ORDER BY key"
+        )
         assert [row[0] for row in blobs] == [make_commit("r", s).record for s in range(3)]
     if batch == 2:
         assert outcomes[1] is None
+
+
+# --------------------------------------------------------------------------- listing
+
+
+@settings(max_examples=25)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=1.7e9, max_value=1.7e9 + 600, allow_nan=False),
+            st.sampled_from(["running", "waiting", "completed"]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(min_value=0, max_value=4),
+    st.integers(min_value=1, max_value=5),
+)
+def test_listing_orders_by_update_time_across_minutes(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[float, str]],
+    offset: int,
+    limit: int,
+) -> None:
+    """The index orders by the minute of ``updated_at``; pages still follow ``updated_at``
+    itself, then run id, whatever minutes, statuses and later commits the runs have."""
+
+    async def check() -> None:
+        path = tmp_path_factory.mktemp("listing") / "runs.db"
+        latest: dict[str, tuple[float, str]] = {}
+        async with SqliteStore(path) as store:
+            leases: dict[str, Lease] = {}
+            for index, (updated_at, status) in enumerate(steps):
+                run_id = f"run-{index % 4}"  # some runs commit again, moving in the order
+                if run_id not in leases:
+                    leases[run_id] = await store.acquire(run_id, "w", 30)
+                seq = sum(1 for i in range(index) if i % 4 == index % 4)
+                commit = make_commit(run_id, seq, status=status, updated_at=updated_at)
+                await store.commit(leases[run_id], commit)
+                latest[run_id] = (updated_at, status)
+            expected = sorted(latest, key=lambda run: (-latest[run][0], run))
+            listed = await store.list_runs(limit=limit, offset=offset)
+            assert [m.run_id for m in listed] == expected[offset : offset + limit]
+            for status in ("running", "completed"):
+                wanted = [run for run in expected if latest[run][1] == status]
+                got = await store.list_runs(status=status)
+                assert [m.run_id for m in got] == wanted
+
+    asyncio.run(check())
