@@ -143,14 +143,16 @@ def test_run_it_again_runs_the_call_once_more(
     assert reply["trigger"] == "run_again"
 
 
-def test_fail_fails_the_node_with_the_reason_given(page: Any, server: EffectsServer) -> None:
+def test_fail_fails_the_step_with_the_reason_given(page: Any, server: EffectsServer) -> None:
     run_id = "page-fail"
     server.park(run_id, "intent:1:after")
     gate = open_gate(page, server, run_id)
     gate.locator("input[id^='fail-reason']").fill("the receiver was down")
     gate.locator("button[data-answer='fail']").click()
     page.locator("h1 .badge.st-failed").wait_for(timeout=DONE_MS)
-    error = server.get(f"/runs/{run_id}")["nodes"]["agent"]["error"]
+    # Failed as its action would have: the agent machine's error trigger, logged.
+    assert server.get(f"/runs/{run_id}")["nodes"]["agent"]["path"] == ["errored"]
+    error = server.get(f"/runs/{run_id}/errors")["errors"][0]["message"]
     assert "answered fail: the receiver was down" in error
     assert effect_id(run_id, 1) in error
     assert server.effects()[effect_id(run_id, 1)] == 0
