@@ -67,6 +67,7 @@ PUBLIC = {
         "Report",
         "Severity",
         "check",
+        "check_all",
         "diagram",
     ],
     "phasegraph.api": [

@@ -5,7 +5,7 @@ May import :mod:`phasegraph.run` and everything below it.
 
 from __future__ import annotations
 
-from phasegraph.analysis._check import Code, Finding, Report, Severity, check
+from phasegraph.analysis._check import Code, Finding, Report, Severity, check, check_all
 from phasegraph.analysis._diagram import FORMATS, Format, diagram
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "Report",
     "Severity",
     "check",
+    "check_all",
     "diagram",
 ]

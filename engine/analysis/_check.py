@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from phasegraph.analysis._findings import Code, Finding, Severity
@@ -39,6 +39,7 @@ __all__ = [
     "analyze_graph",
     "analyze_machine",
     "check",
+    "check_all",
     "machine_family",
     "resolve",
     "step_bound",
@@ -198,6 +199,40 @@ def check(target: str | Path) -> Report:
     except SpecError as exc:
         findings = _from_problems(exc.problems)
     return Report(target=resolved.shown, kind=resolved.kind, findings=_ordered(findings))
+
+
+def check_all(targets: Iterable[str | Path]) -> list[Report]:
+    """Check each target; a finding several targets share is reported once, by the first.
+
+    A machine nested in several checked definitions (``check states/*.yaml``) is
+    analysed with each of them, and a file may be named by a relative path in one
+    target and found by its absolute path in another: both name the same place.
+
+    Raises:
+        InputError: A target cannot be read at all (before any is checked).
+    """
+    listed = list(targets)
+    for target in listed:
+        resolve(target)
+    seen: set[tuple[object, ...]] = set()
+    reports = []
+    for target in listed:
+        report = check(target)
+        fresh = []
+        for finding in report.findings:
+            key = _identity(finding)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(finding)
+        reports.append(replace(report, findings=tuple(fresh)))
+    return reports
+
+
+def _identity(finding: Finding) -> tuple[object, ...]:
+    where = finding.location
+    path = Path(where.path).resolve() if where is not None and where.path else None
+    place = (where.line, where.column) if where is not None else (None, None)
+    return (path, *place, finding.severity, finding.code, finding.message)
 
 
 def _ordered(findings: Iterable[Finding]) -> tuple[Finding, ...]:

@@ -24,7 +24,7 @@ from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.model import GraphDef, MachineDef, NodeDef, nested_machines, replace
 from phasegraph.run import prepare
-from phasegraph.spec._loader import builtin_machines
+from phasegraph.spec._loader import builtin_machines, machine_source
 from phasegraph.tools._registry import build_tools
 
 __all__ = ["graph_run_findings", "machine_file_findings"]
@@ -134,7 +134,7 @@ def _shadowed_files(definition: GraphDef, folder: Path) -> list[Finding]:
         if machine is None or name not in builtin_machines():
             continue
         beside = folder / f"{name}.yaml"
-        if is_machine_file(beside) and beside.resolve() not in listed:
+        if _shadows(name, beside) and beside.resolve() not in listed:
             findings.append(_shadow_warning(name, beside, definition.location))
     return findings
 
@@ -151,9 +151,18 @@ def machine_file_findings(
             if name is None or name not in builtin_machines() or name == root.name:
                 continue
             beside = folder / f"{name}.yaml"
-            if is_machine_file(beside) and beside.resolve() != path.resolve():
+            if _shadows(name, beside) and beside.resolve() != path.resolve():
                 findings.append(_shadow_warning(name, beside, state.location))
     return list(dict.fromkeys(findings))
+
+
+def _shadows(name: str, beside: Path) -> bool:
+    """Whether ``beside`` is a machine file the built-in machine ``name`` wins over.
+
+    The built-in's own file is not: checking the shipped ``states/`` folder is not a
+    mistake to warn about.
+    """
+    return is_machine_file(beside) and beside.resolve() != machine_source(name).resolve()
 
 
 def _shadow_warning(name: str, beside: Path, where: SourceLocation | None) -> Finding:

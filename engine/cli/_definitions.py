@@ -7,7 +7,7 @@ import json
 import sys
 from types import MappingProxyType
 
-from phasegraph.analysis import Report, check
+from phasegraph.analysis import Report, check_all
 from phasegraph.analysis._diagram import draft_diagram
 from phasegraph.analysis._findings import github_annotation
 from phasegraph.cli._handler import Handlers
@@ -22,8 +22,8 @@ def _plural(count: int, word: str) -> str:
 
 async def _cmd_check(args: argparse.Namespace) -> int:
     # Resolve every target first: one that cannot be read is bad input (exit 2) before
-    # anything is reported.
-    reports: list[Report] = [check(target) for target in args.targets]
+    # anything is reported; a finding two targets share is reported once.
+    reports: list[Report] = check_all(args.targets)
     errors = sum(r.errors for r in reports)
     warnings = sum(r.warnings for r in reports)
     if args.annotations == "github":

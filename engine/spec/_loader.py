@@ -40,6 +40,7 @@ from phasegraph.spec._catalog import (
 )
 from phasegraph.spec._input import input_schema_problems
 from phasegraph.spec._machines import MachineFile, Resolver, read_machine, unknown_machine
+from phasegraph.spec._settings import settings_problems
 from phasegraph.spec._yaml import Document, YamlLimits, parse_text, read_file
 
 __all__ = [
@@ -219,17 +220,62 @@ def _node_problems(
             problems.append(doc.problem(loc, text + schema.did_you_mean(hook, sites)))
             continue
         problems += [
-            doc.problem(
-                (*loc, *key),
-                f"node {node.id!r}: the action bound to hook {hook!r} declares trigger "
-                f"{trigger!r}, which state {state!r} does not accept (it accepts: "
-                f"{', '.join(accepted) or 'nothing'}); declare only accepted triggers",
+            _refused(
+                doc,
+                f"node {node.id!r}: the action bound to hook {hook!r}",
+                loc,
+                key,
+                trigger,
+                (state, accepted),
+                action,
             )
             for key, trigger in action.trigger_sources()
             for state, accepted in sites[hook]
             if trigger not in accepted
         ]
     return problems
+
+
+def _refused(
+    doc: Document,
+    head: str,
+    loc: schema.Loc,
+    key: schema.Loc,
+    trigger: str,
+    site: tuple[str, Sequence[str]],
+    action: Any,
+) -> Problem:
+    """A trigger the bound action may fire that the state carrying its hook refuses."""
+    state, accepted = site
+    accepts = f"it accepts: {', '.join(accepted) or 'nothing'}"
+    if key[: len(schema.FALLBACK)] != schema.FALLBACK:
+        return doc.problem(
+            (*loc, *key),
+            f"{head} declares trigger {trigger!r}, which state {state!r} does not accept "
+            f"({accepts}); declare only accepted triggers",
+        )
+    listed = getattr(action, "on_exit", {})
+    example = "1 for a failed check, " if "1" not in listed else ""
+    text = (
+        f"{head} fires {trigger!r} for every exit status its on_exit does not list "
+        f"({example}127 for a missing program, ...), but state {state!r} does not accept "
+        f"{trigger!r} ({accepts}): the node would fail there; map the other statuses with "
+        f"`default: TRIGGER` in on_exit"
+    )
+    return doc.problem((*loc, *key[len(schema.FALLBACK) :]), text)
+
+
+def _with_problems(
+    node: model.NodeDef, here: schema.Loc, doc: Document, resolver: Resolver
+) -> list[Problem]:
+    """Keys of the node's ``with:`` nothing reads (see :mod:`phasegraph.spec._settings`)."""
+    family: dict[str, model.MachineDef] = {}
+    if node.machine not in resolver.files or not resolver.closure(node.machine, family):
+        return []  # the machine's own problems are reported; its settings cannot be judged
+    return [
+        doc.problem((*here, "with", *path), text)
+        for path, text in settings_problems(node, list(family.values()))
+    ]
 
 
 def _dependency_problems(
@@ -354,6 +400,7 @@ def _graph(
     for index, node in enumerate(spec.nodes):
         problems += _node_problems(node, ("nodes", index), doc, resolver)
         problems += _capture_problems(node, ("nodes", index), doc)
+        problems += _with_problems(nodes[index], ("nodes", index), doc, resolver)
     problems += _dependency_problems(spec, nodes, doc) + resolver.problems
     if problems:
         raise SpecError(_ordered(problems))

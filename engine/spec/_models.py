@@ -28,10 +28,12 @@ from phasegraph.model import template_parts
 
 __all__ = [
     "ACTION_KINDS",
+    "FALLBACK",
     "HEADER_PATTERN",
     "ID_PATTERN",
     "NAME_PATTERN",
     "PREDICATE_PATTERN",
+    "SHELL_FALLBACK_TRIGGER",
     "STATUS_PATTERN",
     "TARGET_PATTERN",
     "URL_PATTERN",
@@ -64,6 +66,9 @@ _SOURCE_PATTERN = r"^(\*|[A-Za-z][A-Za-z0-9_]*)$"
 TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
 """A ``python:`` target: ``package.module:function``."""
 _EXIT_PATTERN = r"^(default|-?[0-9]+)$"
+SHELL_FALLBACK_TRIGGER = "fail"  # the shell action's own fallback (phasegraph.actions._shell)
+"""What a ``shell:`` action fires for an exit status its ``on_exit`` neither lists nor
+covers with ``default`` (and on a timeout without ``timeout_trigger``)."""
 STATUS_PATTERN = r"^(default|[1-5][0-9][0-9]|[1-5]xx)$"
 """An ``on_status`` key: a status code (``404``), a class (``4xx``) or ``default``."""
 URL_PATTERN = r"^https?://[^/?#]"
@@ -80,6 +85,9 @@ _Outcome = Literal["success", "failed", "parked", "gave_up", "cancelled"]
 _NonEmpty = Annotated[str, Field(min_length=1)]
 Loc = tuple[str | int, ...]
 """A key path into a document: mapping keys and list indexes."""
+FALLBACK = ("<fallback>",)
+"""Leads the key path of a trigger an action fires without listing it (see
+:meth:`ShellAction._implied`); the rest of the path is where the map is written."""
 
 
 def _shape(v: Any) -> str:
@@ -307,6 +315,10 @@ class ShellAction(_ActionBase, _ActionEffects):
         found: list[tuple[Loc, str]] = [(("on_exit", k), v) for k, v in self.on_exit.items()]
         if self.timeout_trigger is not None:
             found.append((("timeout_trigger",), self.timeout_trigger))
+        if "default" not in self.on_exit:
+            # Every status the map leaves out (a red test run's 1, a missing program's 127)
+            # fires the fallback: it is as much a trigger of this action as any listed one.
+            found.append(((*FALLBACK, "on_exit"), SHELL_FALLBACK_TRIGGER))
         return found
 
 

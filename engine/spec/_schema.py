@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 from phasegraph.spec._messages import Issues, SpecIssue, did_you_mean, issue_of
 from phasegraph.spec._models import (
     ACTION_KINDS,
+    FALLBACK,
     ID_PATTERN,
     NAME_PATTERN,
     PREDICATE_PATTERN,
@@ -43,6 +44,7 @@ from phasegraph.spec._models import (
 
 __all__ = [
     "ACTION_KINDS",
+    "FALLBACK",
     "ID_PATTERN",
     "NAME_PATTERN",
     "PREDICATE_PATTERN",

@@ -528,7 +528,8 @@ def _nested(levels: int) -> str:
     """A graph whose `with:` setting nests collections ``levels`` deep in all."""
     inner = "[" * (levels - 4) + "]" * (levels - 4)  # root, nodes, node, with: 4 levels
     return f"nodes:\n  - id: a\n    machine: task\n    with: {{deep: {inner}}}\n" + (
-        "    bind: {run: {human: r}}\n"
+        # A function of the user's own may read any setting, however deep.
+        '    bind: {run: {python: "pkg.mod:work"}}\n'
     )
 
 
@@ -593,15 +594,15 @@ def test_nesting_up_to_the_limit_loads(tmp_path: Path) -> None:
 ALIASED = """
 nodes:
   - {id: a, machine: task, with: &big {x: [&row [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]},
-     bind: {run: &gate {human: r, payload: {who: me}}}}
-  - {id: b, machine: task, with: {<<: *big, y: [*row, *row, *row]}, bind: {run: *gate}}
+     bind: {run: &work {python: "pkg.mod:work", triggers: [ok]}}}
+  - {id: b, machine: task, with: {<<: *big, y: [*row, *row, *row]}, bind: {run: *work}}
 """
 
 
 def test_aliases_within_the_limits_load(tmp_path: Path) -> None:
     graph = load_graph(write(tmp_path, "shared.yaml", ALIASED))
     assert [node.id for node in graph.nodes] == ["a", "b"]
-    assert graph.nodes[1].bind["run"].config["payload"] == {"who": "me"}
+    assert graph.nodes[1].bind["run"].config["python"] == "pkg.mod:work"
     assert graph.nodes[1].settings["x"] == graph.nodes[0].settings["x"]
     assert len(graph.nodes[1].settings["y"]) == 3
 

@@ -190,7 +190,12 @@ def _action(action: dict[str, Any]) -> schema.Checked[schema.GraphSpec]:
         (
             {"shell": ["x"], "on_exit": {0: "ok", 3: "retry"}, "timeout_trigger": "late"},
             "shell",
-            ("ok", "retry", "late"),
+            ("ok", "retry", "late", "fail"),  # any other status falls back to fail
+        ),
+        (
+            {"shell": ["x"], "on_exit": {0: "ok", "default": "retry"}},
+            "shell",
+            ("ok", "retry"),
         ),
         ({"http": {"url": "http://h/x", "method": "POST"}}, "http", ("ok", "fail")),
         ({"http": {"url": "http://h/x"}, "on_status": {404: "missing"}}, "http", ("missing",)),
