@@ -50,6 +50,7 @@ class Code(StrEnum):
     NOT_RUNNABLE = "refused-by-run"
     SHADOWED_FILE = "shadowed-machine-file"
     WRITE_CONFLICT = "write-conflict"
+    SUCCESS_FORBIDDEN = "success-forbidden-by-tool-rules"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

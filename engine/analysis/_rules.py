@@ -19,6 +19,8 @@ code                      severity  meaning
 ``unbound-hook``          error     a hook no action is bound to
 ``unknown-budget``        error     a ``budget:`` predicate names no declared budget
 ``dag-cycle``             error     nodes that need each other
+``success-forbidden-      error     the tool rules take away ``advance`` where it is the
+by-tool-rules``                     only way to succeed (:mod:`._phase_rules`)
 ========================  ========  =====================================================
 
 A loop is bounded when one of its states is in some budget's ``spend_on``: the engine
@@ -34,6 +36,7 @@ from typing import Any
 from phasegraph.analysis._explore import Explorer as SpaceExplorer
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
+from phasegraph.analysis._phase_rules import advance_findings
 from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core._graph import find_cycle
 from phasegraph.errors import SourceLocation
@@ -238,6 +241,7 @@ def analyze_graph(definition: GraphDef) -> list[Finding]:
             continue
         findings += _binding_findings(node, explorer)
         flow = _node_flow_findings(node, definition, explorer.explore(node.machine))
+        flow += advance_findings(node, definition)
         findings += flow
         if not flow:  # a node that cannot finish even ignoring guards says enough
             findings += node_proofs(node, definition.machines, known.__contains__)

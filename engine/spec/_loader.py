@@ -40,6 +40,7 @@ from phasegraph.spec._catalog import (
 )
 from phasegraph.spec._input import input_schema_problems
 from phasegraph.spec._machines import MachineFile, Resolver, read_machine, unknown_machine
+from phasegraph.spec._reads import read_problems
 from phasegraph.spec._settings import settings_problems
 from phasegraph.spec._yaml import Document, YamlLimits, parse_text, read_file
 
@@ -281,7 +282,10 @@ def _with_problems(
 def _dependency_problems(
     spec: schema.GraphSpec, nodes: list[model.NodeDef], doc: Document
 ) -> list[Problem]:
-    """A dependency cycle, or else nodes that may run together writing the same key."""
+    """A dependency cycle, or else the DAG's races and templates reading what is not there.
+
+    Races: nodes that may run together writing one key, or one reading a key another writes.
+    """
     cycle = find_cycle(nodes)
     if cycle is not None:
         first = next(index for index, node in enumerate(nodes) if node.id == cycle[0])
@@ -289,13 +293,19 @@ def _dependency_problems(
         return [doc.problem(("nodes", first), text)]
     if len({node.id for node in nodes}) != len(nodes):
         return []  # duplicate ids are reported already; the DAG would be ambiguous
-    if not shared_keys(nodes, spec.reducers):
-        return []  # the usual graph: no key is declared twice, no DAG to compile here
-    workflow = compile_graph(
-        model.GraphDef(name=doc.path, nodes=tuple(nodes), machines=model.EMPTY)
+    input_schema = None if spec.input is None else model.frozen_map(spec.input)
+    graph = model.GraphDef(
+        name=doc.path, nodes=tuple(nodes), machines=model.EMPTY, input_schema=input_schema
     )
+    workflow = compile_graph(graph)
     index = {node.id: position for position, node in enumerate(nodes)}
-    return [
+    problems = [
+        doc.problem(("nodes", index[node.id], "bind", read.hook, *read.where), text)
+        for node, read, text in read_problems(graph, workflow)
+    ]
+    if not shared_keys(nodes, spec.reducers):
+        return problems  # the usual graph: no key is declared twice
+    return problems + [
         doc.problem(("nodes", index[conflict.second], "writes"), conflict.message())
         for conflict in declared_conflicts(nodes, spec.reducers, workflow)
     ]
