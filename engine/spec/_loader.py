@@ -249,6 +249,12 @@ def _refused(
     """A trigger the bound action may fire that the state carrying its hook refuses."""
     state, accepted = site
     accepts = f"it accepts: {', '.join(accepted) or 'nothing'}"
+    if key == ("python",):  # one of phasegraph's concern actions, whose triggers are known
+        return doc.problem(
+            (*loc, *key),
+            f"{head} ({getattr(action, 'python', '')}) fires {trigger!r}, which state "
+            f"{state!r} does not accept ({accepts}); bind an action that fits the state",
+        )
     if key[: len(schema.FALLBACK)] != schema.FALLBACK:
         return doc.problem(
             (*loc, *key),

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from phasegraph.model import template_parts
+from phasegraph.spec._concerns import CONCERN_TRIGGERS
 
 __all__ = [
     "ACTION_KINDS",
@@ -288,6 +289,10 @@ class PythonAction(_ActionBase, _ActionEffects):
     python: str = Field(pattern=TARGET_PATTERN, description='The callable, "module:function".')
     thread: bool = Field(True, description="Run a sync function in a worker thread.")
     triggers: list[_Name] | None = Field(None, description="Triggers the function may return.")
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        # Unlisted triggers of a function of the user's own are unknown; ours are known.
+        return [(("python",), trigger) for trigger in CONCERN_TRIGGERS.get(self.python, ())]
 
 
 _Command = Annotated[

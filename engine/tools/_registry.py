@@ -61,6 +61,7 @@ from phasegraph.model import (
     empty_field,
     nested_machines,
 )
+from phasegraph.spec._messages import did_you_mean
 from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
 from phasegraph.tools._schemas import describe_tool
 
@@ -472,7 +473,11 @@ def _rule(phase: str, spec: Any, known: Sequence[str], problems: list[str]) -> P
     if not isinstance(spec, Mapping):
         problems.append(f"{where} must be a mapping with `tools` (and optional command filters)")
         return _DENY_ALL
-    problems += [f"{where}: unknown key {k!r}" for k in sorted(set(spec) - _RULE_KEYS)]
+    problems += [
+        f"{where}: unknown key {k!r} (keys: {', '.join(sorted(_RULE_KEYS))})"
+        + did_you_mean(str(k), _RULE_KEYS)
+        for k in sorted(set(spec) - _RULE_KEYS)
+    ]
     tools = spec.get("tools")
     chosen: frozenset[str] | None
     if tools == ALL_TOOLS:
@@ -485,6 +490,7 @@ def _rule(phase: str, spec: Any, known: Sequence[str], problems: list[str]) -> P
         chosen = _names(tools, f"{where}.tools", problems) or frozenset()
         problems += [
             f"{where}.tools: unknown tool {t!r} (known: {', '.join(known)})"
+            + did_you_mean(t, known)
             for t in sorted(chosen - set(known))
         ]
     return PhaseRule(
@@ -517,6 +523,7 @@ def parse_policy(
     states = _states(definition, node.machine)
     problems += [
         f"phases.{name}: machine {node.machine!r} has no state {name!r}"
+        + did_you_mean(str(name), states)
         for name in phases
         if name != ALL_TOOLS and name not in states
     ]
