@@ -15,6 +15,7 @@ A bare name (no ``/``, no ``.yaml`` suffix) means a built-in (see
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -303,7 +304,7 @@ def _dependency_problems(
     graph = model.GraphDef(
         name=doc.path, nodes=tuple(nodes), machines=model.EMPTY, input_schema=input_schema
     )
-    workflow = compile_graph(graph)
+    workflow = functools.cache(lambda: compile_graph(graph))  # compiled if a rule needs it
     index = {node.id: position for position, node in enumerate(nodes)}
     problems = [
         doc.problem(("nodes", index[node.id], "bind", read.hook, *read.where), text)
@@ -313,7 +314,7 @@ def _dependency_problems(
         return problems  # the usual graph: no key is declared twice
     return problems + [
         doc.problem(("nodes", index[conflict.second], "writes"), conflict.message())
-        for conflict in declared_conflicts(nodes, spec.reducers, workflow)
+        for conflict in declared_conflicts(nodes, spec.reducers, workflow())
     ]
 
 

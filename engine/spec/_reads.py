@@ -19,8 +19,8 @@ depends on timing, which no resume or replay can repeat. So when a graph loads (
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from phasegraph import model
@@ -120,8 +120,16 @@ class _Graph:
     inputs: frozenset[str]
     closed: bool  # every writer is known and the input is declared
 
+    after: dict[str, frozenset[str]] = field(default_factory=dict)  # cache of descendants
+
     def present(self) -> set[str]:
         return {*self.writers, *self.inputs}
+
+    def later(self, node: str) -> frozenset[str]:
+        """The nodes that (transitively) need ``node``."""
+        if node not in self.after:
+            self.after[node] = frozenset(self.workflow.descendants(node))
+        return self.after[node]
 
 
 def _judge(graph: model.GraphDef, workflow: WorkflowGraph) -> _Graph:
@@ -144,25 +152,35 @@ def _judge(graph: model.GraphDef, workflow: WorkflowGraph) -> _Graph:
 
 
 def read_problems(
-    graph: model.GraphDef, workflow: WorkflowGraph
+    graph: model.GraphDef, compiled: Callable[[], WorkflowGraph]
 ) -> list[tuple[model.NodeDef, Read, str]]:
     """Reads that race a write, and reads of keys that are not there.
+
+    Args:
+        graph: The graph (its nodes and input schema).
+        compiled: Its DAG, asked for only when some template reads a key.
 
     Returns:
         (reading node, the read, message) for each problem, in declaration order.
     """
-    judged = _judge(graph, workflow)
+    reads = [
+        (node, read)
+        for node in graph.nodes
+        for hook, action in node.bind.items()
+        for read in dict.fromkeys(template_reads(hook, action))
+    ]
+    if not reads:
+        return []  # most graphs: no template reads a key, no DAG to compile for it
+    judged = _judge(graph, compiled())
     found = []
-    for node in graph.nodes:
-        seen: set[tuple[str, str]] = set()
-        for hook, action in node.bind.items():
-            for read in template_reads(hook, action):
-                if (read.hook, read.name) in seen:
-                    continue
-                seen.add((read.hook, read.name))
-                text = _read_problem(judged, node, read)
-                if text is not None:
-                    found.append((node, read, text))
+    seen: set[tuple[str, str, str]] = set()
+    for node, read in reads:
+        if (node.id, read.hook, read.name) in seen:
+            continue
+        seen.add((node.id, read.hook, read.name))
+        text = _read_problem(judged, node, read)
+        if text is not None:
+            found.append((node, read, text))
     return found
 
 
@@ -178,7 +196,7 @@ def _read_problem(graph: _Graph, node: model.NodeDef, read: Read) -> str | None:
             f"{read.name!r}: the value read would depend on timing; add `needs: "
             f"[{racing[0]}]` to {node.id!r} (or read another key)"
         )
-    later = set(graph.workflow.descendants(node.id)) if writers else set()
+    later = graph.later(node.id) if writers else frozenset()
     if any(w not in later for w in writers) or read.name in graph.inputs:
         return None
     if writers and graph.closed:
