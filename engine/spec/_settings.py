@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from phasegraph import model
+from phasegraph.spec._messages import did_you_mean
 
 __all__ = ["NODE_SETTINGS", "OWN_PYTHON", "Setting", "settings_problems"]
 
@@ -84,11 +85,6 @@ def _suggest(word: str, choices: Collection[str], cutoff: float = 0.6) -> str | 
     return close[0] if close else None
 
 
-def _hint(word: str, choices: Collection[str]) -> str:
-    close = _suggest(word, choices)
-    return f"; did you mean {close!r}?" if close else ""
-
-
 def _guarded(machines: Collection[model.MachineDef]) -> dict[str, str]:
     """Top-level settings the machines' ``setting:`` guards read -> the machine reading it."""
     read: dict[str, str] = {}
@@ -114,7 +110,6 @@ class _Node:
     """A node's settings and what judges them."""
 
     id: str
-    settings: Mapping[str, Any]
     budgets: Mapping[str, str]  # budget -> the machine declaring it
     guarded: Mapping[str, str]  # setting read by a guard -> the machine reading it
     open: bool
@@ -137,7 +132,6 @@ def settings_problems(
     """
     judged = _Node(
         id=node.id,
-        settings=node.settings,
         budgets={b: m.name for m in machines for b in m.budgets},
         guarded=_guarded(machines),
         open=_opens(node.bind),
@@ -159,7 +153,7 @@ def _key_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ..
             (
                 (key, str(inner)),
                 f"{where}: unknown key {inner!r}, which {setting.owner} does not read (it "
-                f"reads: {reads}){_hint(str(inner), setting.keys)}",
+                f"reads: {reads}){did_you_mean(str(inner), setting.keys)}",
             )
             for inner in value
             if inner not in setting.keys
@@ -198,7 +192,7 @@ def _budget_problems(node: _Node, value: Any) -> list[tuple[tuple[str, ...], str
         if name not in node.budgets:
             text = (
                 f"{where}: unknown budget {name!r} (budgets of its machines: {listed})"
-                f"{_hint(str(name), node.budgets)}"
+                f"{did_you_mean(str(name), node.budgets)}"
             )
             found.append((("budgets", str(name)), text))
         elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
