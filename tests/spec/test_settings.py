@@ -55,7 +55,7 @@ def _closed_node(settings: str) -> str:
 
 @given(key=st.from_regex(r"[a-z][a-z_]{0,14}", fullmatch=True))
 def test_a_node_binding_only_phasegraph_actions_takes_only_registered_keys(key: str) -> None:
-    text = _closed_node(f"{{{key}: 1}}")
+    text = _closed_node(f'{{"{key}": 1}}')  # quoted: YAML reads a bare `no` as false
     if key in NODE_SETTINGS and key != "budgets" and NODE_SETTINGS[key].keys is None:
         load_graph_text(text, name="g.yaml")
         return
