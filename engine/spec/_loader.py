@@ -277,6 +277,8 @@ def _with_problems(
     node: model.NodeDef, here: schema.Loc, doc: Document, resolver: Resolver
 ) -> list[Problem]:
     """Keys of the node's ``with:`` nothing reads (see :mod:`phasegraph.spec._settings`)."""
+    if not node.settings:
+        return []  # most nodes: nothing to judge, no machines to walk
     family: dict[str, model.MachineDef] = {}
     if node.machine not in resolver.files or not resolver.closure(node.machine, family):
         return []  # the machine's own problems are reported; its settings cannot be judged
