@@ -24,6 +24,10 @@ _READS = (
 _NOT_NODE_SETTINGS = ("engine/testing", "engine/server", "engine/cli", "engine/spec/_settings")
 
 
+# Reads the patterns match that are not of a node's settings.
+_OTHER_SETTINGS = {("engine/tools/_registry.py", "tools")}  # an MCP server's `tools:` list
+
+
 def _read_in_package() -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(ENGINE.rglob("*.py")):
@@ -33,7 +37,8 @@ def _read_in_package() -> dict[str, str]:
         text = path.read_text(encoding="utf-8")
         for pattern in _READS:
             for key in pattern.findall(text):
-                found.setdefault(key, shown)
+                if (shown, key) not in _OTHER_SETTINGS:
+                    found.setdefault(key, shown)
     return found
 
 
