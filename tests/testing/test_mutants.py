@@ -45,13 +45,13 @@ KILLED = {
         "move-spend": 39,
     },
     "graphs": {
-        "drop-transition": 30,
-        "delete-error-handler": 27,
-        "redirect-transition": 215,
-        "flip-guard": 10,
-        "flip-outcome": 5,
-        "make-non-final": 26,
-        "move-spend": 11,
+        "drop-transition": 42,
+        "delete-error-handler": 38,
+        "redirect-transition": 303,
+        "flip-guard": 13,
+        "flip-outcome": 10,
+        "make-non-final": 37,
+        "move-spend": 13,
     },
 }
 
