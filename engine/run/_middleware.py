@@ -10,6 +10,7 @@ outside-in and ``after`` code inside-out. A graph's ``middleware:`` names built-
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import time
 from collections import deque
@@ -216,6 +217,13 @@ MIDDLEWARE: Mapping[str, Callable[..., Middleware]] = MappingProxyType(
 """Built-in middleware by the name graphs use."""
 
 
+def _suggestion(word: str, choices: Sequence[str]) -> str:
+    # Imported on a mistake only: the loader's messages read its models (pydantic).
+    from phasegraph.spec._messages import did_you_mean
+
+    return did_you_mean(word, choices)
+
+
 def build_middleware(definitions: Sequence[MiddlewareDef]) -> tuple[Middleware, ...]:
     """Instantiate a graph's middleware, outermost first.
 
@@ -234,10 +242,31 @@ def build_middleware(definitions: Sequence[MiddlewareDef]) -> tuple[Middleware, 
                 )
             )
             continue
+        where = f"middleware {definition.name!r}"
+        taken = [
+            p.name
+            for p in inspect.signature(factory).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        ]
+        unknown = [key for key in definition.config if key not in taken]
+        if unknown:
+            problems += [
+                Problem(
+                    f"{where}: unknown setting {key!r}{_suggestion(key, taken)} "
+                    f"(settings: {', '.join(taken) or 'none'})",
+                    definition.location,
+                )
+                for key in unknown
+            ]
+            continue
         try:
             built.append(factory(**definition.config))
         except TypeError as exc:
-            problems.append(Problem(f"middleware {definition.name!r}: {exc}", definition.location))
+            problems.append(Problem(f"{where}: {exc}", definition.location))
+        except SpecError as exc:  # a value it refuses: say where
+            problems += [
+                Problem(f"{where}: {p.message}", definition.location) for p in exc.problems
+            ]
     if problems:
         raise SpecError(problems)
     return tuple(built)

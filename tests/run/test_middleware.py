@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from phasegraph import ActionContext, ActionResult, Engine, RunStatus, load_graph
 from phasegraph.actions import CallNext
+from phasegraph.errors import SpecError
 from phasegraph.run import Middleware, chain, prepare
+from phasegraph.run._middleware import build_middleware
+from phasegraph.spec import load_graph_text
 from phasegraph.store.memory import MemoryStore
 
 
@@ -48,3 +53,20 @@ async def test_no_middleware_leaves_the_action_alone() -> None:
     async with MemoryStore() as store:
         state = await Engine(store).run(graph, {"who": "Ada"})
     assert state.data["shouted"] == "plain!"
+
+
+def test_a_misspelt_middleware_setting_is_named_with_a_suggestion() -> None:
+    text = (
+        "graph: mw\nmiddleware:\n  - loop_detection: {treshold: 2}\n"
+        "nodes:\n  - {id: a, machine: task, bind: {run: {shell: 'true'}}}\n"
+    )
+    definition = load_graph_text(text, name="mw.yaml")
+    with pytest.raises(SpecError) as caught:
+        build_middleware(definition.middleware)
+    [problem] = caught.value.problems
+    assert problem.message == (
+        "middleware 'loop_detection': unknown setting 'treshold'; did you mean 'threshold'? "
+        "(settings: window, threshold, reset_on)"
+    )
+    assert problem.location is not None
+    assert problem.location.line == 3
