@@ -37,14 +37,14 @@ CALL_EFFECT_ID: ContextVar[str] = ContextVar("phasegraph_call_effect_id", defaul
 """The effect id of the tool call being made (``Scope.effect_id``), set around the call so
 that its arguments, which middleware reads and hashes, stay the model's own."""
 
-EffectSink = Callable[[LedgerEntry], Awaitable[None]]
-"""Commits a ledger entry (an intent, or a call's result) to the node's step in flight."""
+EffectSink = Callable[[str, LedgerEntry], Awaitable[None]]
+"""Commits a ledger entry (an intent, or a call's result) to a node's step in flight."""
 
 EffectKinds = Callable[[str], Effect]
 """The effect kind of a tool, by name."""
 
 
-async def _keep_nothing(entry: LedgerEntry) -> None:
+async def _keep_nothing(node_id: str, entry: LedgerEntry) -> None:
     """What ``record_effect`` does in a context built outside a run: nothing."""
 
 
@@ -122,7 +122,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         ledger: The effects of this step already committed by an earlier attempt (see
             :class:`~phasegraph.model.LedgerEntry`): a call with a result must not run
             again; an intent without one is an outcome nobody knows.
-        record_effect: Commits a ledger entry now, before the step itself commits.
+        effect_sink: Commits a ledger entry of a node now (what :meth:`record_effect`
+            calls; the run's, shared by every call, so no call binds its own).
         tool_effect: The effect kind of a tool, by name.
     """
 
@@ -144,7 +145,7 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     stream: EventSink = _drop_event
     attempt: int = 0
     ledger: tuple[LedgerEntry, ...] = ()
-    record_effect: EffectSink = _keep_nothing
+    effect_sink: EffectSink = _keep_nothing
     tool_effect: EffectKinds = _once
 
     @property
@@ -158,6 +159,10 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         A tool call's id adds its index in the model's message (``Scope.effect_id``).
         """
         return f"{self.run_id}:{self.node_id}:{self.steps}"
+
+    def record_effect(self, entry: LedgerEntry) -> Awaitable[None]:
+        """Commit ``entry`` to this node's step in flight now, before the step commits."""
+        return self.effect_sink(self.node_id, entry)
 
     @property
     def idempotency_key(self) -> str:

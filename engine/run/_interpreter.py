@@ -61,6 +61,8 @@ __all__ = ["Run", "check_reply"]
 
 T = TypeVar("T")
 
+_ONCE: Final = Effect.ONCE  # an enum member read from its class costs a property call
+
 # Waits between attempts after a failed commit; the last one repeats until two leases'
 # length has passed (see Run._store_commit).
 _RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
@@ -476,10 +478,10 @@ class Run:
             stream=functools.partial(self._stream, node_id),
             attempt=self._hold.lease.token,
             ledger=node.ledger,
-            record_effect=functools.partial(self._record_effect, node_id),
+            effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
         )
-        if site.policy.effect is Effect.ONCE:
+        if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events
         return site.action, context, events
 
