@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from _callgrind import instructions, with_checkout
 
 HERE = Path(__file__).resolve().parent
 SHORT, LONG = 300, 1300
@@ -60,42 +59,18 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
 """
 
 
-def _instructions(python: str, root: Path | None, case: str, count: int, redis: str) -> int:
+def _instructions(root: Path | None, case: str, count: int, redis: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "child.py"
         script.write_text(_CHILD.format(bench=str(HERE), loop=str(HERE / "loop.yaml")))
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        if root is not None:
-            link = Path(tmp) / "src"
-            link.mkdir()
-            (link / "phasegraph").symlink_to(root / "engine")
-            env["PYTHONPATH"] = str(link)
-        out = Path(tmp) / "cg.out"
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                python,
-                str(script),
-                case,
-                str(count),
-                redis,
-            ],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
-        if match is None:
-            raise SystemExit(f"no summary in callgrind's output for {case}")
-        return int(match.group(1))
+        env = with_checkout(dict(os.environ, PYTHONHASHSEED="0"), root, Path(tmp))
+        return instructions([str(script), case, str(count), redis], env, Path(tmp))
 
 
-def _per_unit(python: str, root: Path | None, case: str, redis: str) -> float:
+def _per_unit(root: Path | None, case: str, redis: str) -> float:
     low, high = {"history": READS, "many": MANY}.get(case, (SHORT, LONG))
-    few = _instructions(python, root, case, low, redis)
-    many = _instructions(python, root, case, high, redis)
+    few = _instructions(root, case, low, redis)
+    many = _instructions(root, case, high, redis)
     return (many - few) / (high - low)
 
 
@@ -111,10 +86,10 @@ def main() -> None:
         raise SystemExit(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
     for case in cases:
         unit = {"history": "read", "many": "run of 5 steps"}.get(case, "step")
-        after = _per_unit(sys.executable, None, case, args.redis)
+        after = _per_unit(None, case, args.redis)
         line = f"{case:8} {after:12,.0f} Ir per {unit}"
         if args.base is not None:
-            before = _per_unit(sys.executable, args.base.resolve(), case, args.redis)
+            before = _per_unit(args.base, case, args.redis)
             line += f"   before {before:12,.0f}   after/before {after / before:.3f}"
         print(line, flush=True)
 

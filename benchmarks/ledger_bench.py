@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from _callgrind import with_checkout
+
 _KINDS = ("none", "once")
 
 
@@ -141,13 +143,10 @@ def _measure(store_kind: str, kind: str, runs: int) -> dict[str, Any]:
 
 
 def _in_tree(tree: Path | None, store: str, kind: str, runs: int) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    if tree is not None:  # the earlier checkout's package, imported as phasegraph
-        link = Path(tempfile.mkdtemp()) / "phasegraph"
-        link.symlink_to(tree / "engine")
-        env["PYTHONPATH"] = str(link.parent)
-    argv = [sys.executable, __file__, "--one", store, kind, str(runs)]
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as folder:
+        env = with_checkout(dict(os.environ, PYTHONHASHSEED="0"), tree, Path(folder))
+        argv = [sys.executable, __file__, "--one", store, kind, str(runs)]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
     row: dict[str, Any] = json.loads(out)
     row["tree"] = "base" if tree is not None else "this"
     return row

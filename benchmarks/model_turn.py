@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _callgrind import instructions, with_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).with_name("phasegraph")
@@ -112,24 +113,8 @@ def _instructions(code: str, args: list[str], root: Path | None, env: dict[str, 
     with tempfile.TemporaryDirectory() as tmp:
         child = Path(tmp) / "child.py"
         child.write_text(code)
-        env = dict(env, PYTHONHASHSEED="0")
-        if root is not None:
-            link = Path(tmp) / "src"
-            link.mkdir()
-            (link / "phasegraph").symlink_to(root / "engine")
-            env["PYTHONPATH"] = str(link)
-        out = Path(tmp) / "cg.out"
-        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        subprocess.run(
-            [*valgrind, sys.executable, str(child), *args],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
-        if match is None:
-            raise SystemExit("no summary in callgrind's output")
-        return int(match.group(1))
+        env = with_checkout(dict(env, PYTHONHASHSEED="0"), root, Path(tmp))
+        return instructions([str(child), *args], env, Path(tmp))
 
 
 def _per_turn(kind: str, turns: tuple[int, int], folder: Path, root: Path | None) -> float:

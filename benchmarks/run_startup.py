@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _callgrind import instructions, with_checkout
 
 RUN = ["-c", "from phasegraph.cli import main; raise SystemExit(main())"]
 HELLO = [*RUN, "run", "hello", "--store", "memory://"]
@@ -30,27 +31,7 @@ HELLO = [*RUN, "run", "hello", "--store", "memory://"]
 def _env(tmp: Path, root: Path | None) -> dict[str, str]:
     env = dict(os.environ, PYTHONHASHSEED="0", PHASEGRAPH_CACHE_DIR=str(tmp / "cache"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the warm-up run writes the .pyc files
-    if root is not None:
-        link = tmp / "src"
-        link.mkdir(exist_ok=True)
-        if not (link / "phasegraph").exists():
-            (link / "phasegraph").symlink_to(root / "engine")
-        env["PYTHONPATH"] = str(link)
-    return env
-
-
-def _instructions(argv: list[str], env: dict[str, str], tmp: Path) -> int:
-    out = tmp / "cg.out"
-    subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *argv],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
-    if match is None:
-        raise SystemExit("no summary in callgrind's output")
-    return int(match.group(1))
+    return with_checkout(env, root, tmp)
 
 
 def _hello(root: Path | None) -> int:
@@ -58,7 +39,7 @@ def _hello(root: Path | None) -> int:
         tmp = Path(folder)
         env = _env(tmp, root)
         subprocess.run([sys.executable, *HELLO], env=env, check=True, capture_output=True)
-        return _instructions(HELLO, env, tmp)
+        return instructions(HELLO, env, tmp)
 
 
 def main() -> None:
@@ -66,7 +47,7 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="another checkout, measured as 'before'")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        floor = _instructions(["-c", "import json"], dict(os.environ), Path(folder))
+        floor = instructions(["-c", "import json"], dict(os.environ), Path(folder))
     rows = [('python -c "import json"', floor)]
     if args.base is not None:
         rows.append(("phasegraph run hello, before", _hello(args.base.resolve())))

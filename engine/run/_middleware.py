@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from phasegraph.actions import Action, ActionContext, ActionResult, CallNext
 from phasegraph.errors import LoopDetectedError, Problem, SpecError
 from phasegraph.model import MiddlewareDef, replace
+from phasegraph.spec._suggest import did_you_mean
 
 __all__ = [
     "MIDDLEWARE",
@@ -217,13 +218,6 @@ MIDDLEWARE: Mapping[str, Callable[..., Middleware]] = MappingProxyType(
 """Built-in middleware by the name graphs use."""
 
 
-def _suggestion(word: str, choices: Sequence[str]) -> str:
-    # Imported on a mistake only: the loader's messages read its models (pydantic).
-    from phasegraph.spec._messages import did_you_mean
-
-    return did_you_mean(word, choices)
-
-
 def build_middleware(definitions: Sequence[MiddlewareDef]) -> tuple[Middleware, ...]:
     """Instantiate a graph's middleware, outermost first.
 
@@ -252,7 +246,7 @@ def build_middleware(definitions: Sequence[MiddlewareDef]) -> tuple[Middleware, 
         if unknown:
             problems += [
                 Problem(
-                    f"{where}: unknown setting {key!r}{_suggestion(key, taken)} "
+                    f"{where}: unknown setting {key!r}{did_you_mean(key, taken)} "
                     f"(settings: {', '.join(taken) or 'none'})",
                     definition.location,
                 )

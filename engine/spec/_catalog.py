@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from phasegraph.errors import Problem, SpecError
+from phasegraph.spec._suggest import did_you_mean
 
 __all__ = [
     "builtin",
@@ -76,7 +77,6 @@ def builtin(name: str, kind: str, what: str) -> Path:
     )
     # Only here: the messages module loads the format checks, which naming a built-in
     # that exists (a cached graph's start-up) never needs.
-    from phasegraph.spec._messages import did_you_mean
 
     raise SpecError([Problem(message + did_you_mean(name, found))])
 

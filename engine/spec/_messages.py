@@ -8,7 +8,6 @@ into one line a person can act on: the dotted path, what is wrong, and how to fi
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import NoneType
@@ -34,6 +33,7 @@ from phasegraph.spec._models import (
     ShellAction,
     ToolsAction,
 )
+from phasegraph.spec._suggest import did_you_mean
 
 __all__ = ["Issues", "SpecIssue", "did_you_mean", "issue_of"]
 
@@ -59,12 +59,6 @@ class SpecIssue:
 
     loc: Loc
     message: str
-
-
-def did_you_mean(word: str, choices: Collection[str]) -> str:
-    """Return ``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class Issues(list[SpecIssue]):

@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from phasegraph import model
-from phasegraph.spec._messages import did_you_mean
+from phasegraph.spec._suggest import did_you_mean
 
 __all__ = ["NODE_SETTINGS", "OWN_PYTHON", "Setting", "settings_problems"]
 

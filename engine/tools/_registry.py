@@ -42,7 +42,7 @@ import asyncio
 import functools
 import inspect
 import shlex
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -61,22 +61,12 @@ from phasegraph.model import (
     empty_field,
     nested_machines,
 )
+from phasegraph.spec._suggest import did_you_mean
 from phasegraph.tools._builtins import BUILTIN_TOOLS, Scope, Tool, ToolRefused, error_result
 from phasegraph.tools._schemas import describe_tool
 
 if TYPE_CHECKING:
     from phasegraph.tools._mcp._servers import McpServers
-
-
-def did_you_mean(word: str, choices: Collection[str]) -> str:
-    """The loader's suggestion, imported only when there is a mistake to name.
-
-    Its module reads the schema's models (pydantic), which a correct graph's run never
-    loads.
-    """
-    from phasegraph.spec._messages import did_you_mean as suggest
-
-    return suggest(word, choices)
 
 
 __all__ = [

@@ -79,8 +79,10 @@ async def _ledgered(
     tool_call: Mapping[str, Any],
     cwd: str | None,
     policy: EffectPolicy,
-) -> dict[str, Any]:
+) -> tuple[str, dict[str, Any]]:
     """Run one call at most as its kind allows, its result committed before the next call.
+
+    Returns the tool's name and the call's result.
 
     A call whose result an earlier attempt committed is not run again: its result is
     reused. An intent without a result is here only under ``retry`` (it runs again, with
@@ -89,9 +91,9 @@ async def _ledgered(
     effect_id = f"{ctx.effect_id}:{index}"
     # By index, not id: a fork's ledger holds its parent's entries, under the parent's ids.
     done = next((e for e in ctx.ledger if e.index == index), None)
-    if done is not None and done.result is not None:
-        return dict(done.result)
     name, arguments = _arguments(tool_call)
+    if done is not None and done.result is not None:
+        return name, dict(done.result)
     effect = ctx.tool_effect(name)
     entry = LedgerEntry(
         id=effect_id,
@@ -117,7 +119,7 @@ async def _ledgered(
             node_id=ctx.node_id,
         )
     await ctx.record_effect(replace(entry, result=frozen_map(result)))
-    return result
+    return name, result
 
 
 def _last_calls(ctx: ActionContext, key: str) -> tuple[list[Any], list[Mapping[str, Any]]]:
@@ -154,11 +156,10 @@ def build_tools_action(definition: ActionDef, base_dir: Path | None) -> Action:
         warnings: list[str] = []
         advance = False
         for index, tool_call in enumerate(calls):
-            result = await _ledgered(ctx, index, tool_call, cwd, policy)
+            name, result = await _ledgered(ctx, index, tool_call, cwd, policy)
             warning = result.pop(_WARNING_KEY, None)
             if warning:
                 warnings.append(str(warning))
-            name = _arguments(tool_call)[0]
             advance = advance or (name == _ADVANCE_TOOL and result.get("advance") is True)
             results.append(
                 {

@@ -1,0 +1,18 @@
+"""The suggestion a message about a mistaken name ends with: its one home.
+
+Standard library only, so the checks that name a mistake outside the loader (tool rules,
+middleware settings, built-in names) import it without loading the schema's models.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection
+
+__all__ = ["did_you_mean"]
+
+
+def did_you_mean(word: str, choices: Collection[str]) -> str:
+    """Return ``"; did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
