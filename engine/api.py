@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.actions.llm._pool import close_loop_pool
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
 from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
@@ -114,7 +114,11 @@ class Engine:
         The store is not closed (whoever opened it closes it). Whatever no engine closed
         is closed when the event loop shuts down.
         """
-        await close_loop_pool()
+        # Loaded by the first model call: a process that made none has nothing to close
+        # (and a run of a graph without models never imports the model package).
+        pools = sys.modules.get("phasegraph.actions.llm._pool")
+        if pools is not None:
+            await pools.close_loop_pool()
 
     def prepare(self, graph: GraphSource) -> PreparedGraph:
         """Load (if needed) and compile a graph; compiled once per engine and digest.

@@ -63,14 +63,17 @@ def run_json(state: RunState, gates: Sequence[OpenGate], *, driving: bool) -> di
 
 def reply_command(args: argparse.Namespace, run_id: str, interrupt: Interrupt, trigger: str) -> str:
     """The exact ``phasegraph reply`` command that answers ``interrupt`` with ``trigger``."""
+    # Here, not at the top: only a run with an open gate gets this far.
+    from phasegraph.run._effects import HAPPENED, OUTCOME_UNKNOWN
+
     words = ["phasegraph", "reply", run_id, "--id", interrupt.id]
     if trigger == "confirm":
         words.append("--confirm")
     elif trigger == "reject":
         words += ["--reject", "FEEDBACK"]
-    elif trigger == "happened" and interrupt.id.endswith(":outcome"):  # an uncertain effect
+    elif trigger == HAPPENED and interrupt.kind == OUTCOME_UNKNOWN:
         # A tool call's answer is its result; an action's own effect, the trigger it returned.
-        said = "result=RESULT_JSON" if interrupt.payload.get("tool") else "trigger=NAME"
+        said = "result=JSON" if interrupt.payload.get("tool") else "trigger=NAME"
         words += ["--trigger", trigger, "--payload", said]
     else:
         words += ["--trigger", trigger]
@@ -79,7 +82,7 @@ def reply_command(args: argparse.Namespace, run_id: str, interrupt: Interrupt, t
     if hands_to_workers(args):
         words.append("--detach")  # else answering would drive the whole run right here
     text = shlex.join(words)
-    return text.replace("'FEEDBACK'", "FEEDBACK").replace("result=RESULT_JSON", "result=JSON")
+    return text.replace("'FEEDBACK'", "FEEDBACK")
 
 
 def hands_to_workers(args: argparse.Namespace) -> bool:
