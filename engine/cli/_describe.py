@@ -32,6 +32,7 @@ __all__ = [
     "Entry",
     "Section",
     "builtin_tools",
+    "describe_concern",
     "describe_machine",
     "describe_tool",
     "render_list",
@@ -259,6 +260,42 @@ def describe_machine(machine: MachineDef) -> Description:
         _writes(machine),
     ]
     return Description("machine", machine.name, machine.description, tuple(sections))
+
+
+def describe_concern(target: str, machines: Mapping[str, MachineDef]) -> Description:
+    """The facts of concern action ``target`` (``module:function``), and which hooks of
+    ``machines`` it serves (a hook named like it)."""
+    module, _, function = target.partition(":")
+    action = getattr(importlib.import_module(module), function)
+    serves = [
+        Entry(name, f"hook {function} (states {', '.join(states)})")
+        for name, machine in machines.items()
+        for hook, states in _hooks(machine).items()
+        if hook == function
+    ]
+    settings = tuple(
+        Entry(key, setting.owner)
+        for key, setting in NODE_SETTINGS.items()
+        if setting.owner == module
+    )
+    writes = declared_writes(action, {})
+    sections = (
+        Section(
+            "Fires",
+            tuple(Entry(t, "") for t in CONCERN_TRIGGERS[target]),
+            "A raised error fires error.",
+        ),
+        Section(
+            "Serves", tuple(serves), "" if serves else "No built-in machine has a hook of its name."
+        ),
+        Section("Settings", settings, "Keys of the node's with: block its module reads."),
+        Section(
+            "Writes",
+            (),
+            f"Data key {', '.join(writes)} (by default)." if writes else "No data key it declares.",
+        ),
+    )
+    return Description("concern action", target, inspect.getdoc(action) or target, sections)
 
 
 # --------------------------------------------------------------------------- tools
