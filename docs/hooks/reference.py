@@ -16,8 +16,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the renderers beside this hook
 
-from refpages import PAGES  # noqa: E402
-from refpages._markdown import REPO  # noqa: E402
+from refpages import PAGES
+from refpages._markdown import REPO
 
 __all__ = ["on_files", "on_serve"]
 

@@ -263,8 +263,10 @@ def describe_machine(machine: MachineDef) -> Description:
 
 
 def describe_concern(target: str, machines: Mapping[str, MachineDef]) -> Description:
-    """The facts of concern action ``target`` (``module:function``), and which hooks of
-    ``machines`` it serves (a hook named like it)."""
+    """The facts of concern action ``target`` (``module:function``).
+
+    The hooks of ``machines`` it serves are those named like its function.
+    """
     module, _, function = target.partition(":")
     action = getattr(importlib.import_module(module), function)
     serves = [
@@ -326,8 +328,11 @@ def _functions(module: Any) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
 
 
 def _closure(*functions: Callable[..., Any]) -> Iterator[ast.AST]:
-    """The AST of each function and of every function or method its module has that it
-    names or calls, transitively (how its results and refusals are found)."""
+    """The AST of each function and of what it names in its module, transitively.
+
+    What is named: a function or method of the module (how its results and refusals
+    are found).
+    """
     for function in functions:
         defined = _functions(inspect.getmodule(function))
         todo, seen = [function.__name__], set()
@@ -355,8 +360,10 @@ def _keys(returned: ast.Dict, assigned: Mapping[str, ast.Dict]) -> list[str]:
 
 
 def _results(function: Callable[..., Any]) -> tuple[list[str], list[str]]:
-    """The keys of the mappings ``function`` returns, and the error codes it may give
-    (the ``cwd`` every call takes included)."""
+    """The keys of the mappings ``function`` returns, and the error codes it may give.
+
+    The codes include those of the ``cwd`` every call takes.
+    """
     keys: list[str] = []
     codes: list[str] = []
     nodes = list(_closure(function, scope_of_call))
@@ -395,7 +402,8 @@ def _arguments(name: str, tool: Callable[..., Any]) -> tuple[Entry, ...]:
     entries.append(
         Entry(
             "cwd",
-            "string, optional: the folder relative paths resolve against and the call may not leave (inside with.workspace)",
+            "string, optional: the folder relative paths resolve against and the call "
+            "may not leave (inside with.workspace)",
         )
     )
     return tuple(entries)

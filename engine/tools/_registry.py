@@ -79,10 +79,10 @@ __all__ = [
     "ToolFactory",
     "ToolPolicy",
     "advance",
-    "scope_of_call",
     "build_tools",
     "command_violation",
     "parse_policy",
+    "scope_of_call",
 ]
 
 PHASE_VIOLATION = "phase_violation"

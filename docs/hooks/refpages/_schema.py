@@ -1,5 +1,7 @@
-"""JSON Schema objects as Markdown tables: one row per field, with its type, default,
-allowed values and description. Shared by the YAML page and the HTTP page."""
+"""JSON Schema objects as Markdown tables, shared by the YAML page and the HTTP page.
+
+One row per field: its type, default, allowed values and description.
+"""
 
 from __future__ import annotations
 
@@ -39,12 +41,9 @@ def kind(schema: Mapping[str, Any]) -> str:
     """The type of ``schema`` in words, with a link for each named schema it uses."""
     if "$ref" in schema:
         return _link(ref_name(schema["$ref"]))
-    for key in ("anyOf", "oneOf"):
+    for key, joint in (("anyOf", " or "), ("oneOf", " or "), ("allOf", " and ")):
         if key in schema:
-            kinds = [kind(option) for option in schema[key]]
-            return " or ".join(dict.fromkeys(kinds))
-    if "allOf" in schema:
-        return " and ".join(kind(part) for part in schema["allOf"])
+            return joint.join(dict.fromkeys(kind(option) for option in schema[key]))
     if "const" in schema:
         return f"constant {code(json.dumps(schema['const']))}"
     if "enum" in schema:
@@ -56,14 +55,18 @@ def kind(schema: Mapping[str, Any]) -> str:
         items = schema.get("items")
         return f"array of {kind(items)}" if isinstance(items, Mapping) else "array"
     if types == "object":
-        patterns: Mapping[str, Any] = schema.get("patternProperties", {})
-        if patterns and not schema.get("properties"):
-            return " or ".join(f"map of name to {kind(v)}" for v in patterns.values())
-        values = schema.get("additionalProperties")
-        if isinstance(values, Mapping) and values:
-            return f"map of string to {kind(values)}"
-        return "object" if schema.get("properties") or values is False else "object (any keys)"
+        return _object_kind(schema)
     return str(types) if types else "any"
+
+
+def _object_kind(schema: Mapping[str, Any]) -> str:
+    patterns: Mapping[str, Any] = schema.get("patternProperties", {})
+    if patterns and not schema.get("properties"):
+        return " or ".join(f"map of name to {kind(v)}" for v in patterns.values())
+    values = schema.get("additionalProperties")
+    if isinstance(values, Mapping) and values:
+        return f"map of string to {kind(values)}"
+    return "object" if schema.get("properties") or values is False else "object (any keys)"
 
 
 def allowed(schema: Mapping[str, Any]) -> str:

@@ -6,7 +6,6 @@ import argparse
 from collections.abc import Sequence
 
 from phasegraph.cli._main import build_parser
-
 from refpages._markdown import code, generated_from, table
 
 __all__ = ["page", "render"]

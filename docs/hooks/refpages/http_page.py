@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # noqa: TID251  (docs tooling, outside the package, reads it as the tests do)
 
 from refpages._markdown import REPO, code, generated_from, plain, table
 from refpages._schema import allowed, kind, object_section
@@ -104,10 +104,9 @@ def render(document: Mapping[str, Any]) -> str:
     schemes = document.get("components", {}).get("securitySchemes", {})
     if schemes:
         lines += ["## Authentication", ""]
-        lines += [
-            f"- {code(name)}: {s.get('type', '')} {s.get('scheme', '')}. {plain(s.get('description', ''))}"
-            for name, s in schemes.items()
-        ]
+        for name, scheme in schemes.items():
+            kind_of = f"{scheme.get('type', '')} {scheme.get('scheme', '')}".strip()
+            lines.append(f"- {code(name)}: {kind_of}. {plain(scheme.get('description', ''))}")
         lines.append("")
     schemas = document.get("components", {}).get("schemas", {})
     if schemas:

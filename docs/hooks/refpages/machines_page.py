@@ -9,7 +9,6 @@ from phasegraph.model import MachineDef
 from phasegraph.spec import load_machine
 from phasegraph.spec._concerns import CONCERN_TRIGGERS
 from phasegraph.spec._loader import builtin_machines
-
 from refpages._described import description_markdown
 from refpages._markdown import generated_from
 

@@ -97,8 +97,10 @@ def _first_line(text: str | None) -> str:
 
 
 def docstring_markdown(text: str) -> str:
-    """A Google-style docstring as Markdown: sections become bold labels over bullet
-    lists, ``::`` blocks become code blocks."""
+    """A Google-style docstring as Markdown.
+
+    Sections (``Args:``...) become bold labels over bullet lists, ``::`` blocks code blocks.
+    """
     out: list[str] = []
     lines = text.splitlines()
     index = 0
@@ -157,6 +159,12 @@ def _entry(module: str, name: str) -> str:
     return "\n".join(lines)
 
 
+def _index_line(module: str, name: str) -> str:
+    anchor = f"{module}{name}".replace(".", "").lower()  # the toc's id of the name's heading
+    summary = plain(_first_line(docstring(module, name))) or "(undocumented)"
+    return f"- [{code(name)}](#{anchor}): {summary}"
+
+
 def render(modules: Sequence[str]) -> str:
     """The page for ``modules`` (dotted names; each is imported for its ``__all__``)."""
     sections = [
@@ -184,10 +192,7 @@ def render(modules: Sequence[str]) -> str:
         elif not exported:
             lines.append("No public names: it is internal to phasegraph.")
         else:
-            lines += [
-                f"- [{code(name)}](#{(module + name).replace('.', '').lower()}): {plain(_first_line(docstring(module, name))) or '(undocumented)'}"
-                for name in exported
-            ]
+            lines += [_index_line(module, name) for name in exported]
         sections.append("\n".join(lines) + "\n")
         sections += [_entry(module, name) for name in exported]
     return "\n".join(sections)

@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from phasegraph.cli._describe import builtin_tools, describe_tool
-
 from refpages._described import description_markdown
 from refpages._markdown import generated_from
 
