@@ -74,6 +74,12 @@ def _definitions() -> Handlers:
     return module.HANDLERS
 
 
+def _builtins() -> Handlers:
+    from phasegraph.cli import _builtins as module
+
+    return module.HANDLERS
+
+
 def _testing() -> Handlers:
     from phasegraph.cli import _testing as module
 
@@ -560,13 +566,13 @@ COMMANDS = (
     Command("history", "list a run's committed steps", _history, _runs),
     Command("show", "print a run's full snapshot (at the head or any step)", _show, _runs),
     Command(
-        "machines", "list the built-in machines, or describe one", _named("machine"), _definitions
+        "machines", "list the built-in machines, or describe one", _named("machine"), _builtins
     ),
     Command(
         "tools",
         "describe the built-in tools agents call (all, or the one named)",
         _named("tool"),
-        _definitions,
+        _builtins,
     ),
     Command("graphs", "list the built-in graphs", _no_arguments, _runs),
     Command("reply", "answer a run's pending interrupt and continue the run", _reply, _human),

@@ -3,9 +3,10 @@
 :func:`describe_machine` and :func:`describe_tool` gather the facts (states, triggers,
 outcomes, budgets, the ``with:`` settings read, what is written; a tool's arguments,
 effect kind, results and rules) from the machine's YAML and the tool's code, so the
-description cannot drift from what runs. :func:`render_text` wraps one for a terminal
-(``phasegraph machines NAME``, ``phasegraph tools``); the docs site renders the same
-:class:`Description` as Markdown (``docs/hooks/refpages``).
+description cannot drift from what runs. :func:`~phasegraph.cli._layout.render_text`
+wraps one for a terminal (``phasegraph machines NAME``, ``phasegraph tools``); the docs
+site renders the same :class:`~phasegraph.cli._layout.Description` as Markdown
+(``docs/hooks/refpages``).
 """
 
 from __future__ import annotations
@@ -13,92 +14,19 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import re
-import textwrap
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from phasegraph.actions import effect_of
 from phasegraph.actions._base import declared_writes
+from phasegraph.cli._layout import Description, Entry, Section
 from phasegraph.model import Effect, MachineDef, TransitionDef
 from phasegraph.spec._concerns import CONCERN_TRIGGERS
 from phasegraph.spec._settings import NODE_SETTINGS
 from phasegraph.tools._registry import ADVANCE_TOOL, BUILTIN_TOOLS, advance, scope_of_call
 from phasegraph.tools._schemas import describe_tool as tool_schema
 
-__all__ = [
-    "Description",
-    "Entry",
-    "Section",
-    "builtin_tools",
-    "describe_concern",
-    "describe_machine",
-    "describe_tool",
-    "render_list",
-    "render_text",
-    "summary_line",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One line of a section: a term (a state, a trigger, a key) and what it is."""
-
-    term: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """A titled list of entries, with an optional sentence before them."""
-
-    title: str
-    entries: tuple[Entry, ...] = ()
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Description:
-    """Everything shown about one machine or tool.
-
-    Attributes:
-        kind: ``machine`` or ``tool``.
-        name: Its name.
-        summary: Its description (paragraphs split by blank lines).
-        sections: States, triggers, budgets, arguments... in reading order.
-    """
-
-    kind: str
-    name: str
-    summary: str
-    sections: tuple[Section, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """The description as JSON types (``--json``)."""
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "summary": self.summary,
-            "sections": [
-                {
-                    "title": s.title,
-                    "note": s.note,
-                    "entries": [{"term": e.term, "text": e.text} for e in s.entries],
-                }
-                for s in self.sections
-            ],
-        }
-
-
-_SENTENCE_END: Final = re.compile(r"(?<!\be\.g)(?<!\bi\.e)\.(?:\s|$)")
-
-
-def summary_line(text: str) -> str:
-    """The first sentence of ``text``, on one line."""
-    flat = " ".join(text.split())
-    end = _SENTENCE_END.search(flat)
-    return flat if end is None else flat[: end.start() + 1]
+__all__ = ["builtin_tools", "describe_concern", "describe_machine", "describe_tool"]
 
 
 # --------------------------------------------------------------------------- machines
@@ -452,58 +380,3 @@ def describe_tool(name: str, tool: Callable[..., Any]) -> Description:
         Section("Writes", (), f"{writes} Its result goes back to the calling action."),
     )
     return Description("tool", name, inspect.getdoc(tool) or name, sections)
-
-
-# --------------------------------------------------------------------------- text
-
-_TERM_MAX: Final = 20
-
-
-def _wrap(text: str, width: int, indent: str, first: str | None = None) -> list[str]:
-    return textwrap.wrap(
-        text,
-        width=width,
-        initial_indent=indent if first is None else first,
-        subsequent_indent=indent,
-        break_on_hyphens=False,
-    ) or [indent.rstrip()]
-
-
-def _entries(entries: tuple[Entry, ...], width: int, margin: str) -> list[str]:
-    column = min(max((len(e.term) for e in entries), default=0), _TERM_MAX) + 2 + len(margin)
-    lines = []
-    previous = None
-    for entry in entries:
-        indent = " " * column
-        if entry.term == previous:  # one term's further entries (a trigger's transitions)
-            lines += _wrap(entry.text, width, indent)
-        elif len(margin + entry.term) + 2 > column:  # a long term gets a line of its own
-            lines += _wrap(entry.term, width, margin)
-            lines += _wrap(entry.text, width, indent)
-        else:
-            first = f"{margin}{entry.term:<{column - len(margin)}}"
-            lines += _wrap(entry.text, width, indent, first)
-        previous = entry.term
-    return lines
-
-
-def render_list(rows: Mapping[str, str], width: int = 80) -> str:
-    """Name -> one line about it, as wrapped columns no wider than ``width``."""
-    entries = tuple(Entry(name, text) for name, text in rows.items())
-    return "\n".join(_entries(entries, max(width, 40), "")) + "\n"
-
-
-def render_text(description: Description, width: int = 80) -> str:
-    """``description`` as plain text, no line longer than ``width`` (but one unbreakable word)."""
-    width = max(width, 40)
-    lines = [f"{description.name} ({description.kind})", ""]
-    for paragraph in description.summary.replace("``", "`").split("\n\n"):
-        lines += _wrap(" ".join(paragraph.split()), width, "  ")
-        lines.append("")
-    for section in description.sections:
-        lines.append(section.title)
-        if section.note:
-            lines += _wrap(section.note, width, "  ")
-        lines += _entries(section.entries, width, "  ")
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"

@@ -1,12 +1,12 @@
 """A machine's, tool's or concern action's description as Markdown.
 
-It is the :class:`~phasegraph.cli._describe.Description` that ``phasegraph machines NAME``
+It is the :class:`~phasegraph.cli._layout.Description` that ``phasegraph machines NAME``
 and ``phasegraph tools`` print as text.
 """
 
 from __future__ import annotations
 
-from phasegraph.cli._describe import Description, Section
+from phasegraph.cli._layout import Description, Section
 from refpages._markdown import code, plain, table
 
 __all__ = ["description_markdown"]
