@@ -293,8 +293,17 @@ def _package(root: Path, docstring: str) -> None:
             def probe(count: int) -> int:
                 """{docstring}
 
+                Use it like this::
+
+                    probe(3)
+
                 Args:
-                    count: How many times.
+                    count: How many times; a long
+                        explanation that goes on.
+
+                Returns:
+                    The count, as given, on a line
+                    of its own.
                 """
                 return count
             '''
@@ -316,7 +325,9 @@ def test_a_changed_docstring_changes_the_python_page(
     assert "Count to `count`, quickly." in after
     section = _section(after, "### `refpages_probe.probe`")
     assert "probe(count: int) -> int" in section
-    assert "- count: How many times." in section
+    assert "- `count`: How many times; a long explanation that goes on." in section
+    assert "**Returns**\n\n- The count, as given, on a line of its own." in section
+    assert "Use it like this:\n\n```\nprobe(3)\n```" in section
 
 
 def test_every_page_the_hook_adds_renders() -> None:

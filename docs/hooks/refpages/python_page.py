@@ -22,8 +22,10 @@ from refpages._markdown import REPO, code, generated_from, plain
 __all__ = ["docstring", "page", "public_modules", "render"]
 
 _SECTION: Final = re.compile(
-    r"^(Args|Arguments|Attributes|Returns|Raises|Yields|Example|Examples|Note|Notes):$"
+    r"^(Args|Arguments|Attributes|Returns|Raises|Yields|Example|Examples|Note|Notes):\s*$"
 )
+_PROSE_SECTIONS: Final = frozenset({"Returns", "Yields", "Note", "Notes", "Example", "Examples"})
+_ITEM: Final = re.compile(r"^([\w.*]+)(?: \([^)]*\))?:")
 
 
 def public_modules(root: Path = REPO / "engine", package: str = "phasegraph") -> list[str]:
@@ -96,6 +98,24 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().split("\n\n")[0].replace("\n", " ").strip()
 
 
+def _section_items(title: str, body: list[str]) -> list[str]:
+    """A section's indented lines as bullets: ``name: text`` items, or one text."""
+    items: list[str] = []
+    for line in body:
+        text = line.strip()
+        if not text:
+            continue
+        named = _ITEM.match(text) if title not in _PROSE_SECTIONS else None
+        starts = line.startswith("    ") and not line.startswith("     ")
+        if items and not (named and starts):
+            items[-1] += " " + plain(text)
+        elif named:
+            items.append(f"- {code(named[1])}:{plain(text[named.end() :])}")
+        else:
+            items.append(f"- {plain(text)}")
+    return items
+
+
 def docstring_markdown(text: str) -> str:
     """A Google-style docstring as Markdown.
 
@@ -106,34 +126,41 @@ def docstring_markdown(text: str) -> str:
     index = 0
     while index < len(lines):
         line = lines[index]
-        if _SECTION.match(line.strip()) and not line.startswith(" "):
-            out += ["", f"**{line.strip()[:-1]}**", ""]
-            index += 1
-            while index < len(lines) and (lines[index].startswith(" ") or not lines[index].strip()):
-                item = lines[index].strip()
-                if (
-                    item
-                    and lines[index].startswith("    ")
-                    and not lines[index].startswith("     ")
-                ):
-                    out.append(f"- {plain(item)}")
-                elif item:
-                    out[-1] += " " + plain(item)
-                index += 1
-            out.append("")
-            continue
-        if line.rstrip().endswith("::"):
-            out.append(plain(line.rstrip()[:-1]))
-            index += 1
-            block = []
-            while index < len(lines) and (lines[index].startswith(" ") or not lines[index].strip()):
-                block.append(lines[index])
-                index += 1
-            out += ["", "```", inspect.cleandoc("\n".join(block)), "```", ""]
-            continue
-        out.append(plain(line))
         index += 1
+        heading = _SECTION.match(line)
+        if heading is None and not line.rstrip().endswith("::"):
+            out.append(plain(line))
+            continue
+        body = []
+        while index < len(lines) and (lines[index].startswith(" ") or not lines[index].strip()):
+            body.append(lines[index])
+            index += 1
+        if heading is not None:
+            out += ["", f"**{heading[1]}**", "", *_section_items(heading[1], body), ""]
+        else:
+            out += [
+                plain(line.rstrip()[:-1]),
+                "",
+                "```",
+                inspect.cleandoc("\n".join(body)),
+                "```",
+                "",
+            ]
     return "\n".join(out).strip()
+
+
+class _Shown:
+    """An annotation kept as the text it was written as (``from __future__ import annotations``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _shown(annotation: object) -> object:
+    return _Shown(annotation) if isinstance(annotation, str) else annotation
 
 
 def _signature(module: str, name: str) -> str:
@@ -144,9 +171,11 @@ def _signature(module: str, name: str) -> str:
         signature = inspect.signature(value)
     except (TypeError, ValueError):
         return ""
+    parameters = [p.replace(annotation=_shown(p.annotation)) for p in signature.parameters.values()]
+    returned = _shown(signature.return_annotation)
     if inspect.isclass(value):  # a class is called for an instance: no return annotation
-        signature = signature.replace(return_annotation=inspect.Signature.empty)
-    return f"{name}{signature}"
+        returned = inspect.Signature.empty
+    return f"{name}{signature.replace(parameters=parameters, return_annotation=returned)}"
 
 
 def _entry(module: str, name: str) -> str:
