@@ -6,10 +6,26 @@ and ``phasegraph tools`` print as text.
 
 from __future__ import annotations
 
+from typing import Final
+
 from phasegraph.cli._layout import Description, Section
 from refpages._markdown import code, plain, table
 
 __all__ = ["description_markdown"]
+
+_TERMS: Final = {
+    "States": "State",
+    "Hooks": "Hook",
+    "Triggers": "Trigger",
+    "Outcomes": "Outcome",
+    "Budgets": "Budget",
+    "Settings": "Key",
+    "Writes": "Action",
+    "Arguments": "Argument",
+    "Effect": "Kind",
+    "Serves": "Machine",
+}
+"""The first column's header for each section's terms."""
 
 
 def _section(section: Section, level: int) -> list[str]:
@@ -20,7 +36,7 @@ def _section(section: Section, level: int) -> list[str]:
         lines += [", ".join(code(e.term) for e in section.entries), ""]
     elif section.entries:
         rows = [(code(e.term), plain(e.text)) for e in section.entries]
-        lines.append(table(("Name", "What"), rows))
+        lines.append(table((_TERMS.get(section.title, "Name"), "What"), rows))
     return lines
 
 
