@@ -8,6 +8,7 @@ import os
 import pty
 import struct
 import subprocess
+import sys
 import termios
 from pathlib import Path
 
@@ -146,3 +147,27 @@ def test_a_terminal_gets_lines_as_wide_as_it_is() -> None:
     assert "agent (machine)" in text
     assert _widest(text) <= 60
     assert _widest(text) > 50  # wrapped to the terminal, not to a narrower default
+
+
+_PROBE = """
+import sys
+from phasegraph.cli import main
+code = main(sys.argv[1:])
+print("--- modules ---", code, *sorted(sys.modules), sep="\\n")
+"""
+
+
+def test_the_machine_list_loads_neither_the_tools_nor_the_describer() -> None:
+    # What a module-level import would drag into the list, whatever the clock says: the
+    # list reads the machines' YAML, not the tools, the concern actions or the analysis
+    # that describing one (or checking it) needs.
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, "machines"], capture_output=True, text=True, timeout=120
+    )
+    listing, modules = done.stdout.split("--- modules ---\n")
+    code, *names = modules.split()
+    assert code == "0", done.stderr
+    assert "task " in listing
+    for heavy in ("phasegraph.tools", "phasegraph.concerns", "phasegraph.analysis"):
+        assert heavy not in names
+    assert "phasegraph.cli._describe" not in names
