@@ -74,6 +74,12 @@ def _definitions() -> Handlers:
     return module.HANDLERS
 
 
+def _builtins() -> Handlers:
+    from phasegraph.cli import _builtins as module
+
+    return module.HANDLERS
+
+
 def _testing() -> Handlers:
     from phasegraph.cli import _testing as module
 
@@ -115,6 +121,25 @@ def _worker() -> Handlers:
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     """Commands that take only the common options."""
+
+
+def _named(what: str) -> Callable[[argparse.ArgumentParser], None]:
+    def arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "name",
+            nargs="?",
+            metavar="NAME",
+            help=f"describe this {what}: {DESCRIBED[what]}",
+        )
+
+    return arguments
+
+
+DESCRIBED: Final = {
+    "machine": "states, hooks, triggers, outcomes, budgets, settings and what it writes",
+    "tool": "arguments, effect kind, results, settings and what it writes",
+}
+"""What ``machines NAME`` and ``tools NAME`` describe, for their help."""
 
 
 def _repeatable_pairs(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
@@ -540,7 +565,15 @@ COMMANDS = (
     Command("status", "show one run, or list runs", _status, _runs),
     Command("history", "list a run's committed steps", _history, _runs),
     Command("show", "print a run's full snapshot (at the head or any step)", _show, _runs),
-    Command("machines", "list the built-in machines", _no_arguments, _runs),
+    Command(
+        "machines", "list the built-in machines, or describe one", _named("machine"), _builtins
+    ),
+    Command(
+        "tools",
+        "describe the built-in tools agents call (all, or the one named)",
+        _named("tool"),
+        _builtins,
+    ),
     Command("graphs", "list the built-in graphs", _no_arguments, _runs),
     Command("reply", "answer a run's pending interrupt and continue the run", _reply, _human),
     Command("cancel", "cancel a waiting, parked or abandoned run", _cancel, _human),

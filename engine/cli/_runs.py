@@ -325,20 +325,6 @@ async def _cmd_show(args: argparse.Namespace) -> int:
     return await with_engine(args, body, read_only=True)
 
 
-async def _cmd_machines(args: argparse.Namespace) -> int:
-    from phasegraph.spec import load_machine
-    from phasegraph.spec._loader import builtin_machines
-
-    names = builtin_machines()
-    rows = [load_machine(name) for name in names]
-    emit(
-        args,
-        [{"name": m.name, "description": m.description} for m in rows],
-        "\n".join(f"{m.name:<20} {m.description}" for m in rows),
-    )
-    return EXIT_OK
-
-
 async def _cmd_graphs(args: argparse.Namespace) -> int:
     from phasegraph.spec import load_graph
     from phasegraph.spec._loader import builtin_graphs
@@ -399,7 +385,6 @@ HANDLERS: Handlers = MappingProxyType(
         "status": _cmd_status,
         "history": _cmd_history,
         "show": _cmd_show,
-        "machines": _cmd_machines,
         "graphs": _cmd_graphs,
     }
 )

@@ -78,9 +78,11 @@ __all__ = [
     "PhaseRule",
     "ToolFactory",
     "ToolPolicy",
+    "advance",
     "build_tools",
     "command_violation",
     "parse_policy",
+    "scope_of_call",
 ]
 
 PHASE_VIOLATION = "phase_violation"
@@ -250,7 +252,7 @@ class ToolFactory:
         policies: Mapping[str, ToolPolicy] | None = None,
         servers: McpServers | None = None,
     ) -> None:
-        self._tools = MappingProxyType({**tools, ADVANCE_TOOL: _advance})
+        self._tools = MappingProxyType({**tools, ADVANCE_TOOL: advance})
         self._signatures = {name: inspect.signature(tool) for name, tool in self._tools.items()}
         self._described: dict[str, Mapping[str, Any]] = {}
         self._policies = MappingProxyType(dict(policies or {}))
@@ -367,7 +369,7 @@ class ToolFactory:
                 raise ActionError(f"tool {name!r}: {exc}", node_id=node.id) from None
         try:
             scope = await asyncio.to_thread(
-                _scope, caller.policy.workspace, cwd, CALL_EFFECT_ID.get()
+                scope_of_call, caller.policy.workspace, cwd, CALL_EFFECT_ID.get()
             )
         except ToolRefused as exc:
             return error_result(exc.code, str(exc))
@@ -435,12 +437,13 @@ class _RunValues(Mapping[str, Any]):
 
 
 @declare_effect(Effect.NONE)
-async def _advance(scope: Scope) -> Mapping[str, Any]:
+async def advance(scope: Scope) -> Mapping[str, Any]:
     """Finish the current phase and move on to the next one (call it alone, when done)."""
     return {"advance": True}
 
 
-def _scope(workspace: str | None, cwd: str | None, effect_id: str) -> Scope:
+def scope_of_call(workspace: str | None, cwd: str | None, effect_id: str) -> Scope:
+    """The folder a call works in: ``cwd`` under the node's workspace (or the current one)."""
     base = Path(workspace or ".").resolve()
     root = (base / cwd).resolve() if cwd else base
     if workspace is not None and not root.is_relative_to(base):
