@@ -105,7 +105,7 @@ class TokenBook:
         groups: tuple[str, ...],
         *,
         now: float,
-        expires: float | None,
+        expires: float | None = None,
     ) -> tuple[TokenBook, str]:
         """This book with a new token, and the token's secret (shown once, never stored).
 
