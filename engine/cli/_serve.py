@@ -87,9 +87,9 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
     signs_in = token is not None or jwt is not None or tokens_file is not None
     if not signs_in and not _loopback(args.host) and not args.insecure_no_token:
         raise InputError(
-            f"serving on {args.host} needs a bearer token, a token file or JWT sign-in: --token (or PHASEGRAPH_TOKEN), "
-            "--tokens FILE or --jwt-issuer (or --insecure-no-token behind an "
-            "authenticating proxy)"
+            f"serving on {args.host} needs a bearer token, a token file or JWT sign-in: "
+            "--token (or PHASEGRAPH_TOKEN), --tokens FILE or --jwt-issuer (or "
+            "--insecure-no-token behind an authenticating proxy)"
         )
     return ServerSettings(
         token=token,

@@ -236,8 +236,12 @@ def save_book(path: Path, book: TokenBook) -> None:
 class TokenFile:
     """The server's view of a token file: re-read whenever it changes on disk.
 
-    A file that turns unreadable or malformed refuses every token until it is fixed
-    (failing closed: a half-edited file must not keep a revoked token alive).
+    A file that is malformed at start-up is bad input; one that turns unreadable or
+    malformed later refuses every token until it is fixed (failing closed: a half-edited
+    file must not keep a revoked token alive).
+
+    Raises:
+        InputError: The file is not a token file (a missing file is an empty one).
     """
 
     def __init__(self, path: Path, clock: Callable[[], float]) -> None:
@@ -248,6 +252,8 @@ class TokenFile:
         self._broken: str | None = None
         self._verified: dict[bytes, str] = {}  # sha256 of a checked secret -> its entry id
         self._reload()
+        if self._broken is not None:
+            raise InputError(self._broken)  # at start-up, say it rather than refuse everyone
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
