@@ -20,10 +20,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from hypothesis import given
+from hypothesis import strategies as st
 from test_server import serving, settings_for
 
 from phasegraph import Engine
 from phasegraph.server._jwt import JwtSettings
+from phasegraph.server._throttle import FailureThrottle
 from phasegraph.server._tokens import TokenBook, load_book, save_book
 from phasegraph.store.memory import MemoryStore
 
@@ -272,3 +275,34 @@ def _hmac_token(body: dict[str, Any], secret: bytes, header: dict[str, Any]) -> 
 def _unsigned(body: dict[str, Any]) -> str:
     header = {"alg": "none", "typ": "JWT", "kid": "k1"}
     return f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(body).encode())}."
+
+
+# ------------------------------------------------------------------- the throttle
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0, max_value=30), st.sampled_from(["a", "b"])),
+        max_size=60,
+    )
+)
+def test_the_throttle_lets_an_address_guess_at_its_refill_rate_only(
+    steps: list[tuple[float, str]],
+) -> None:
+    clock = Clock()
+    start = clock.now
+    throttle = FailureThrottle(burst=3, refill=10.0, clock=clock)
+    tried = {"a": 0, "b": 0}
+    for wait, address in steps:
+        clock.now += wait
+        if throttle.retry_after(address) is None:
+            throttle.failed(address)
+            tried[address] += 1
+        else:
+            assert 1 <= (throttle.retry_after(address) or 0) <= 10
+    elapsed = clock.now - start
+    for count in tried.values():
+        assert count <= 3 + elapsed / 10.0
+    clock.now += 30  # a full refill: every address may try again
+    assert throttle.retry_after("a") is None
+    assert throttle.retry_after("b") is None
