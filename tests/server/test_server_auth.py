@@ -23,8 +23,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
 from hypothesis import strategies as st
 from test_server import serving, settings_for
+from test_server_contract import SPEC, call
 
 from phasegraph import Engine
+from phasegraph.server._access import PUBLIC, ROUTE_SCOPES, SIGNED_IN
 from phasegraph.server._jwt import JwtSettings
 from phasegraph.server._throttle import FailureThrottle
 from phasegraph.server._tokens import TokenBook, load_book, save_book
@@ -306,3 +308,38 @@ def test_the_throttle_lets_an_address_guess_at_its_refill_rate_only(
     clock.now += 30  # a full refill: every address may try again
     assert throttle.retry_after("a") is None
     assert throttle.retry_after("b") is None
+
+
+# ---------------------------------------------------------------- the OpenAPI document
+
+
+def test_the_document_lists_each_routes_scope_as_its_security() -> None:
+    for (method, path), need in ROUTE_SCOPES.items():
+        operation = SPEC["paths"][path][method.lower()]
+        security = operation.get("security", SPEC["security"])
+        if need == PUBLIC:
+            assert security == [], path
+            continue
+        scopes = [] if need == SIGNED_IN else [need]
+        assert security == [{"token": scopes}, {"jwt": scopes}], (method, path)
+        for status in ("401", "403", "429"):
+            assert status in operation["responses"], (method, path, status)
+
+
+async def test_refusals_match_the_document(tmp_path: Path, clock: Clock) -> None:
+    tokens = tmp_path / "tokens.json"
+    reader = add_token(tokens, "rita", "runs:read")
+    settings = settings_for(tmp_path, tokens_file=tokens, clock=clock, auth_failure_burst=1)
+    async with MemoryStore() as store, serving(Engine(store), settings) as client:
+        auth = bearer(reader)
+        for method, template, path in [
+            ("POST", "/runs", "/runs"),
+            ("POST", "/runs/{run_id}/reply", "/runs/r/reply"),
+            ("POST", "/runs/{run_id}/fork", "/runs/r/fork"),
+        ]:
+            status, _ = await call(client, method, template, path, json={}, headers=auth)
+            assert status == 403
+        assert (await call(client, "GET", "/whoami", "/whoami", headers=auth))[0] == 200
+        assert (await call(client, "GET", "/runs", "/runs"))[0] == 401
+        assert (await call(client, "GET", "/runs", "/runs", headers=bearer("pgt_x_y")))[0] == 401
+        assert (await call(client, "GET", "/whoami", "/whoami", headers=auth))[0] == 429
