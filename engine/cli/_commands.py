@@ -409,6 +409,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
     parser.add_argument(
+        "--auth-failure-burst",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="refused credentials a client address may send in a row before it is answered "
+        "429; it regains one every 6 s (default %(default)s)",
+    )
+    parser.add_argument(
         "--trust-proxy",
         action="store_true",
         help="believe X-Forwarded-For and X-Forwarded-Proto (only behind a proxy that sets them)",

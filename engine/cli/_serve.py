@@ -96,6 +96,7 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
         tokens_file=tokens_file,
         jwt=jwt,
         trust_proxy=args.trust_proxy,
+        auth_failure_burst=args.auth_failure_burst,
         host=args.host,
         allowed_hosts=frozenset(args.allowed_host),
         allowed_origins=frozenset(args.allowed_origin),

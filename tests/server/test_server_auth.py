@@ -17,7 +17,8 @@ from typing import Any
 
 import jwt
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
@@ -343,3 +344,26 @@ async def test_refusals_match_the_document(tmp_path: Path, clock: Clock) -> None
         assert (await call(client, "GET", "/runs", "/runs"))[0] == 401
         assert (await call(client, "GET", "/runs", "/runs", headers=bearer("pgt_x_y")))[0] == 401
         assert (await call(client, "GET", "/whoami", "/whoami", headers=auth))[0] == 429
+
+
+async def test_jwks_from_the_providers_url(
+    tmp_path: Path, keys: tuple[rsa.RSAPrivateKey, rsa.RSAPrivateKey]
+) -> None:
+    good, stranger = keys
+    served = web.Application()
+
+    async def certs(request: web.Request) -> web.Response:
+        return web.json_response(jwks_of(good, "k1"))
+
+    served.add_routes([web.get("/certs", certs)])
+    async with TestServer(served) as provider:
+        jwks = str(provider.make_url("/certs"))
+        settings = settings_for(
+            tmp_path, jwt=JwtSettings(issuer=ISSUER, audience=AUDIENCE, jwks=jwks)
+        )
+        async with MemoryStore() as store, serving(Engine(store), settings) as client:
+            token = jwt.encode(claims(sub="bob"), good, algorithm="RS256", headers={"kid": "k1"})
+            me = await client.get("/whoami", headers=bearer(token))
+            assert (await me.json())["name"] == "bob"
+            forged = jwt.encode(claims(), stranger, algorithm="RS256", headers={"kid": "k1"})
+            assert (await client.get("/whoami", headers=bearer(forged))).status == 401
