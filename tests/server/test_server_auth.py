@@ -177,6 +177,16 @@ async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_bucket(
             other = {**bearer("right"), "X-Forwarded-For": "10.0.0.2"}
             answer = await client.get("/runs", headers=other)
             assert answer.status == (200 if trusted else 429)
+            # A page served over the proxy's HTTPS is the server's own origin only when
+            # the proxy's X-Forwarded-Proto is believed.
+            page = {
+                **bearer("right"),
+                "X-Forwarded-For": "10.0.0.3",
+                "X-Forwarded-Proto": "https",
+                "Origin": f"https://127.0.0.1:{client.port}",
+            }
+            same_site = await client.get("/runs", headers=page)
+            assert same_site.status == (200 if trusted else 403)
 
 
 # ------------------------------------------------------------------------- JWTs
