@@ -32,6 +32,7 @@ from phasegraph.server._principal import (
     CredentialRefused,
     Principal,
     ScopeMissing,
+    SignInUnavailable,
     principal_of,
 )
 from phasegraph.server._support import ServerSettings, ok, problem
@@ -166,6 +167,11 @@ async def _authenticate(
         return response
     try:
         return await authenticator.principal(header)
+    except SignInUnavailable as exc:  # not the client's fault: neither 401 nor a failure
+        _log.error("cannot check a credential from %s: %s", address, exc.reason)
+        response = problem(503, "Service Unavailable", exc.reason, code="sign_in_unavailable")
+        response.headers["Retry-After"] = "5"
+        return response
     except CredentialRefused as exc:
         throttle.failed(address)
         _log.warning("refused a credential from %s: %s", address, exc.reason)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from phasegraph.errors import InputError
-from phasegraph.server._principal import CredentialRefused, Principal
+from phasegraph.server._principal import CredentialRefused, Principal, SignInUnavailable
 
 if TYPE_CHECKING:
     import jwt
@@ -115,18 +115,23 @@ class JwtVerifier:
             raise CredentialRefused(f"the token's key {kid!r:.60} is not in the server's JWKS")
         return key
 
+    def _signing_key(self, token: str) -> tuple[jwt.PyJWK, str]:
+        """The JWKS key the token names and the algorithm it may be checked with."""
+        header = self._jwt.get_unverified_header(token)
+        alg, kid = header.get("alg"), header.get("kid")
+        if alg not in _ASYMMETRIC:
+            raise CredentialRefused(f"JWT algorithm {alg!r:.20} is refused")
+        if not isinstance(kid, str) or not kid:
+            raise CredentialRefused("the JWT names no key (kid)")
+        key = self._key_for(token, kid)
+        if alg not in _FAMILIES.get(str(key.key_type), frozenset()):
+            raise CredentialRefused(f"JWT algorithm {alg} does not fit its {key.key_type} key")
+        return key, str(alg)
+
     def _verify(self, token: str) -> Principal:
         jwt, settings = self._jwt, self._settings
         try:
-            header = jwt.get_unverified_header(token)
-            alg, kid = header.get("alg"), header.get("kid")
-            if alg not in _ASYMMETRIC:
-                raise CredentialRefused(f"JWT algorithm {alg!r:.20} is refused")
-            if not isinstance(kid, str) or not kid:
-                raise CredentialRefused("the JWT names no key (kid)")
-            key = self._key_for(token, kid)
-            if alg not in _FAMILIES.get(str(key.key_type), frozenset()):
-                raise CredentialRefused(f"JWT algorithm {alg} does not fit its {key.key_type} key")
+            key, alg = self._signing_key(token)
             claims = jwt.decode(
                 token,
                 key.key,
@@ -142,6 +147,10 @@ class JwtVerifier:
             raise CredentialRefused("the JWT is for another audience") from None
         except jwt.InvalidIssuerError:
             raise CredentialRefused("the JWT is from another issuer") from None
+        except jwt.PyJWKClientConnectionError as exc:
+            raise SignInUnavailable(
+                f"the identity provider's keys are out of reach ({exc})"
+            ) from None
         except jwt.PyJWKClientError as exc:
             reason = f"the JWT's key is not in the provider's JWKS ({exc})"
             raise CredentialRefused(reason) from None
@@ -159,6 +168,7 @@ class JwtVerifier:
 
         Raises:
             CredentialRefused: The token is not good, with the reason.
+            SignInUnavailable: The JWKS URL does not answer.
         """
         if self._client is not None:
             return await asyncio.to_thread(self._verify, token)

@@ -26,6 +26,7 @@ __all__ = [
     "CredentialRefused",
     "Principal",
     "ScopeMissing",
+    "SignInUnavailable",
     "check_scope",
     "principal_of",
 ]
@@ -91,6 +92,17 @@ class Principal:
 
 class CredentialRefused(Exception):
     """A credential was presented and is not good: the request is answered 401."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SignInUnavailable(Exception):
+    """A credential cannot be checked now: the request is answered 503.
+
+    The identity provider's keys are out of reach; the client is not blamed for it.
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

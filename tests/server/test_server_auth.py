@@ -27,6 +27,7 @@ from test_server import serving, settings_for
 from test_server_contract import SPEC, call
 
 from phasegraph import Engine
+from phasegraph.server import ServerSettings
 from phasegraph.server._access import PUBLIC, ROUTE_SCOPES, SIGNED_IN
 from phasegraph.server._jwt import JwtSettings
 from phasegraph.server._throttle import FailureThrottle
@@ -366,14 +367,25 @@ async def test_jwks_from_the_providers_url(
         return web.json_response(jwks_of(good, "k1"))
 
     served.add_routes([web.get("/certs", certs)])
-    async with TestServer(served) as provider:
-        jwks = str(provider.make_url("/certs"))
-        settings = settings_for(
-            tmp_path, jwt=JwtSettings(issuer=ISSUER, audience=AUDIENCE, jwks=jwks)
-        )
-        async with MemoryStore() as store, serving(Engine(store), settings) as client:
-            token = jwt.encode(claims(sub="bob"), good, algorithm="RS256", headers={"kid": "k1"})
-            me = await client.get("/whoami", headers=bearer(token))
-            assert (await me.json())["name"] == "bob"
-            forged = jwt.encode(claims(), stranger, algorithm="RS256", headers={"kid": "k1"})
-            assert (await client.get("/whoami", headers=bearer(forged))).status == 401
+    provider = TestServer(served)
+    await provider.start_server()
+
+    def settings(jwks: str) -> ServerSettings:
+        checks = JwtSettings(issuer=ISSUER, audience=AUDIENCE, jwks=jwks)
+        return settings_for(tmp_path, jwt=checks, auth_failure_burst=1)
+
+    token = jwt.encode(claims(sub="bob"), good, algorithm="RS256", headers={"kid": "k1"})
+    url = str(provider.make_url("/certs"))
+    async with MemoryStore() as store, serving(Engine(store), settings(url)) as client:
+        me = await client.get("/whoami", headers=bearer(token))
+        assert (await me.json())["name"] == "bob"
+        forged = jwt.encode(claims(), stranger, algorithm="RS256", headers={"kid": "k1"})
+        assert (await client.get("/whoami", headers=bearer(forged))).status == 401
+    await provider.close()
+    # The provider is down: its keys cannot be fetched, which is the server's trouble
+    # (503 and Retry-After), not the client's (no 401, and no 429 however often it asks).
+    async with MemoryStore() as store, serving(Engine(store), settings(url)) as client:
+        for _ in range(3):
+            down = await client.get("/whoami", headers=bearer(token))
+            assert down.status == 503
+            assert down.headers["Retry-After"] == "5"
