@@ -116,6 +116,12 @@ def _worker() -> Handlers:
     return module.HANDLERS
 
 
+def _tokens() -> Handlers:
+    from phasegraph.cli import _tokens as module
+
+    return module.HANDLERS
+
+
 # Arguments of each command, in the order of the table.
 
 
@@ -397,6 +403,50 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="bearer token clients must send (env PHASEGRAPH_TOKEN, which keeps it out of ps)",
     )
     parser.add_argument(
+        "--tokens",
+        default=os.environ.get("PHASEGRAPH_TOKENS_FILE"),
+        metavar="FILE",
+        help="a token file of named, scoped tokens ('phasegraph tokens'), re-read when it "
+        "changes (env PHASEGRAPH_TOKENS_FILE)",
+    )
+    parser.add_argument("--jwt-issuer", metavar="ISS", help="accept JWTs from this issuer")
+    parser.add_argument(
+        "--jwt-audience", metavar="AUD", help="the audience JWTs must be for (this server)"
+    )
+    parser.add_argument(
+        "--jwks", metavar="FILE_OR_URL", help="the issuer's signing keys: a JWKS file or URL"
+    )
+    parser.add_argument(
+        "--jwt-name-claim", default="sub", metavar="CLAIM", help="claim naming the principal"
+    )
+    parser.add_argument(
+        "--jwt-scopes-claim",
+        default="scope",
+        metavar="CLAIM",
+        help="claim with the scopes, space-separated or a list (default %(default)s)",
+    )
+    parser.add_argument(
+        "--jwt-groups-claim",
+        default="groups",
+        metavar="CLAIM",
+        help="claim with the groups (default %(default)s)",
+    )
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
+    parser.add_argument(
+        "--auth-failure-burst",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="refused credentials a client address may send in a row before it is answered "
+        "429; it regains one every 6 s (default %(default)s)",
+    )
+    parser.add_argument(
+        "--trust-proxy",
+        action="store_true",
+        help="believe X-Forwarded-For and X-Forwarded-Proto (only behind a proxy that sets them)",
+    )
+    parser.add_argument(
         "--allowed-host",
         action="append",
         default=_env_list("PHASEGRAPH_ALLOWED_HOSTS"),
@@ -415,7 +465,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--insecure-no-token",
         action="store_true",
-        help="allow a non-loopback --host without a token (only behind an authenticating proxy)",
+        help="allow a non-loopback --host without a token, token file or JWT issuer "
+        "(only behind an authenticating proxy)",
     )
     parser.add_argument(
         "--allow-python",
@@ -464,6 +515,33 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "alongside any other workers",
     )
     _otel(parser)
+
+
+def _tokens_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("add", "list", "revoke"),
+        help="add a token (its secret is printed once), list them, or revoke one",
+    )
+    parser.add_argument("name", nargs="?", help="the token's name (add, revoke)")
+    parser.add_argument(
+        "--file",
+        default=os.environ.get("PHASEGRAPH_TOKENS_FILE"),
+        help="the token file (env PHASEGRAPH_TOKENS_FILE)",
+    )
+    parser.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        help="a scope the token grants (repeatable): runs:read, runs:start, "
+        "runs:start:GRAPH, gates:answer, runs:resume, runs:cancel, runs:fork, admin",
+    )
+    parser.add_argument(
+        "--group", action="append", default=[], help="a group its holder belongs to (repeatable)"
+    )
+    parser.add_argument(
+        "--expires", metavar="AGE", help="expire after AGE: 3600s, 90m, 12h, 30d (default never)"
+    )
 
 
 class _KeepsBrokenLines(argparse.HelpFormatter):
@@ -618,6 +696,12 @@ COMMANDS = (
         "serve the HTTP API: runs, events, replies (until Ctrl-C)",
         _serve_arguments,
         _serve,
+    ),
+    Command(
+        "tokens",
+        "manage the token file of 'serve --tokens': add (prints the secret once), list, revoke",
+        _tokens_arguments,
+        _tokens,
     ),
     Command(
         "model-server",

@@ -1,7 +1,10 @@
 """The ``serve`` command: run the HTTP API until SIGINT or SIGTERM.
 
-Binding an address other than loopback needs a bearer token (``--token`` or env
-``PHASEGRAPH_TOKEN``) unless ``--insecure-no-token`` says a proxy in front authenticates.
+Binding an address other than loopback needs a way to sign in — a bearer token
+(``--token`` or env ``PHASEGRAPH_TOKEN``, the administrator), a token file of named,
+scoped tokens (``--tokens``) or an identity provider's JWTs (``--jwt-issuer``,
+``--jwt-audience``, ``--jwks``) — unless ``--insecure-no-token`` says a proxy in front
+authenticates. ``--tls-cert`` and ``--tls-key`` serve HTTPS (docs/teams.md).
 On a signal the server stops taking requests, ends event streams and stops every run at
 its last committed step; the next ``serve`` on the same store resumes them.
 
@@ -18,6 +21,7 @@ import asyncio
 import ipaddress
 import logging
 import signal
+import ssl
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -39,6 +43,7 @@ from phasegraph.cli._worker import (
 from phasegraph.errors import InputError
 from phasegraph.run import RunOptions
 from phasegraph.server import ServerSettings, create_app
+from phasegraph.server._jwt import JwtSettings
 from phasegraph.store import open_store
 from phasegraph.store._open import redact_url
 from phasegraph.worker import Worker, WorkerOptions
@@ -55,15 +60,43 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
+def _jwt_settings(args: argparse.Namespace) -> JwtSettings | None:
+    given = {"--jwt-issuer": args.jwt_issuer, "--jwt-audience": args.jwt_audience}
+    given["--jwks"] = args.jwks
+    if not any(given.values()):
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise InputError(
+            f"JWT sign-in needs --jwt-issuer, --jwt-audience and --jwks: add {missing[0]}"
+        )
+    return JwtSettings(
+        issuer=args.jwt_issuer,
+        audience=args.jwt_audience,
+        jwks=args.jwks,
+        name_claim=args.jwt_name_claim,
+        scopes_claim=args.jwt_scopes_claim,
+        groups_claim=args.jwt_groups_claim,
+    )
+
+
 def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
     token = args.token or None
-    if token is None and not _loopback(args.host) and not args.insecure_no_token:
+    jwt = _jwt_settings(args)
+    tokens_file = Path(args.tokens) if args.tokens else None
+    signs_in = token is not None or jwt is not None or tokens_file is not None
+    if not signs_in and not _loopback(args.host) and not args.insecure_no_token:
         raise InputError(
-            f"serving on {args.host} needs a bearer token: pass --token or set "
-            "PHASEGRAPH_TOKEN (or --insecure-no-token behind an authenticating proxy)"
+            f"serving on {args.host} needs a bearer token, a token file or JWT sign-in: "
+            "--token (or PHASEGRAPH_TOKEN), --tokens FILE or --jwt-issuer (or "
+            "--insecure-no-token behind an authenticating proxy)"
         )
     return ServerSettings(
         token=token,
+        tokens_file=tokens_file,
+        jwt=jwt,
+        trust_proxy=args.trust_proxy,
+        auth_failure_burst=args.auth_failure_burst,
         host=args.host,
         allowed_hosts=frozenset(args.allowed_host),
         allowed_origins=frozenset(args.allowed_origin),
@@ -74,6 +107,25 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
         adopt_interval=min(max(ttl / 3, 0.05), 5.0),
         queue=args.queue or args.with_worker,
     )
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The server's TLS context, or ``None`` for plain HTTP."""
+    if not args.tls_cert and not args.tls_key:
+        return None
+    if not (args.tls_cert and args.tls_key):
+        raise InputError("HTTPS needs both --tls-cert and --tls-key")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except FileNotFoundError as exc:
+        raise InputError(f"{exc.filename}: no such file (--tls-cert / --tls-key)") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise InputError(
+            f"cannot use --tls-cert {args.tls_cert} with --tls-key {args.tls_key}: {exc}"
+        ) from None
+    return context
 
 
 def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
@@ -98,6 +150,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     tune_collector()
     ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
     settings = _settings(args, ttl)
+    tls = _tls(args)
     logging.getLogger("aiohttp.server").addFilter(_one_line_for_bad_requests)
     options = RunOptions(lease_ttl=ttl)
     async with (
@@ -111,24 +164,26 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
                 "--queue and --with-worker hand runs to",
                 ", or serve without them to drive runs here",
             )
-        app = create_app(engine, settings=settings)
+        app = create_app(engine, settings=settings)  # a bad token file or JWKS: said here
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         try:
-            await _listen(web.TCPSite(runner, args.host, args.port), args.host, args.port)
+            site = web.TCPSite(runner, args.host, args.port, ssl_context=tls)
+            await _listen(site, args.host, args.port)
             # Only once listening: a port refused is one line, with no log lines before it.
             configure_logging(args.log_format, quiet=args.quiet)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
+            scheme = "https" if tls else "http"
             for address in runner.addresses:
                 host, port = address[0], address[1]
                 shown = f"[{host}]" if ":" in host else host
-                print(f"phasegraph serving http://{shown}:{port}", flush=True)
+                print(f"phasegraph serving {scheme}://{shown}:{port}", flush=True)
             if not args.quiet:
                 print(f"  store {redact_url(args.store)}", file=sys.stderr, flush=True)
-                _say_viewer(runner.addresses, settings.token is not None)
+                _say_viewer(runner.addresses, scheme, _sign_in(settings))
             if args.with_worker:
                 await _embedded_worker(args, engine, ttl, stop)
             else:
@@ -157,15 +212,27 @@ async def _embedded_worker(
         await Worker(engine, queue, name=name, options=options).run(stop)
 
 
-def _say_viewer(addresses: list[Any], needs_token: bool) -> None:
-    """Where the run viewer is, and how it gets the token (never printed: it was given)."""
+def _sign_in(settings: ServerSettings) -> str | None:
+    """How the viewer's user signs in, or ``None`` when no credential is needed."""
+    ways = []
+    if settings.token:
+        ways.append("the token given with --token or PHASEGRAPH_TOKEN")
+    if settings.tokens_file:
+        ways.append(f"a token of {settings.tokens_file}")
+    if settings.jwt:
+        ways.append(f"a JWT from {settings.jwt.issuer}")
+    return " or ".join(ways) or None
+
+
+def _say_viewer(addresses: list[Any], scheme: str, sign_in: str | None) -> None:
+    """Where the run viewer is, and how it signs in (a secret is never printed)."""
     for host, port, *_ in addresses:
         shown = f"[{host}]" if ":" in host else host
-        print(f"  viewer http://{shown}:{port}/ui", file=sys.stderr, flush=True)
-    if needs_token:
+        print(f"  viewer {scheme}://{shown}:{port}/ui", file=sys.stderr, flush=True)
+    if sign_in:
         print(
-            "  the viewer asks for the token given with --token or PHASEGRAPH_TOKEN "
-            "(API clients send it as 'Authorization: Bearer TOKEN')",
+            f"  the viewer asks for {sign_in} (API clients send it as "
+            "'Authorization: Bearer TOKEN')",
             file=sys.stderr,
             flush=True,
         )

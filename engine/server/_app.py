@@ -2,7 +2,9 @@
 
 :func:`create_app` builds it. Routes only parse, call the engine (through the
 :class:`~phasegraph.server._exec.Executor` for anything that steps a run) and render JSON;
-requests a web page could have made are refused first (:mod:`~phasegraph.server._guard`);
+requests a web page could have made are refused first (:mod:`~phasegraph.server._guard`),
+then each request is authenticated and its route's scope checked
+(:mod:`~phasegraph.server._access`);
 errors are mapped in one middleware from :class:`~phasegraph.errors.ErrorCode` to an HTTP
 status with an ``application/problem+json`` body. ``specs/openapi.yaml`` describes every
 route. Runs the server starts, resumes or is answered about execute as tasks it owns, under
@@ -13,25 +15,28 @@ review deadlines of waiting ones; on shutdown it stops them at their last commit
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from phasegraph.api import Engine
 from phasegraph.errors import ErrorCode, PhasegraphError
+from phasegraph.server import _access as server_access
 from phasegraph.server import _control as server_control
 from phasegraph.server import _events as server_events
 from phasegraph.server import _routes as server_routes
 from phasegraph.server import _shape as server_shape
 from phasegraph.server import _ui as server_ui
+from phasegraph.server._access import Authenticator, access_guard, forbidden
 from phasegraph.server._exec import Executor, ExecutorOptions
 from phasegraph.server._feed import EventHub
 from phasegraph.server._guard import browser_guard
+from phasegraph.server._principal import ScopeMissing
+from phasegraph.server._proxy import forwarded_by_proxy
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,
@@ -40,10 +45,11 @@ from phasegraph.server._support import (
     SETTINGS,
     ServerSettings,
     ok,
+    problem,
 )
 from phasegraph.worker import work_queue_of
 
-__all__ = ["PUBLIC_PATHS", "STATUS_FOR", "ServerSettings", "create_app", "problem"]
+__all__ = ["STATUS_FOR", "ServerSettings", "create_app"]
 
 _log = logging.getLogger("phasegraph.server")
 _requests = logging.getLogger("phasegraph.server.requests")
@@ -73,30 +79,8 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
 }
 """HTTP status for every error code (client input errors never reach the codec: 500)."""
 
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
-"""Paths served without the bearer token (probes of load balancers and orchestrators).
-
-The run viewer's files under ``/ui`` need none either: the page asks for the token."""
-
 _READY_PROBE: Final = 5.0
 _KEPT_HEADERS: Final = ("WWW-Authenticate", "Allow", "Retry-After")
-
-
-def problem(
-    status: int, title: str, detail: str, *, code: str, extra: Mapping[str, Any] | None = None
-) -> web.Response:
-    """An RFC 9457 problem response."""
-    body = {
-        "type": f"urn:phasegraph:problem:{code}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-        **(extra or {}),
-    }
-    response = ok(body, status=status)
-    response.content_type = "application/problem+json"
-    return response
 
 
 @web.middleware
@@ -147,6 +131,8 @@ async def _problems(request: web.Request, handler: Handler) -> web.StreamRespons
     """Map every error to one problem+json response: the only place that does."""
     try:
         return await handler(request)
+    except ScopeMissing as exc:  # a route found the principal may not do this (403)
+        return forbidden(exc)
     except PhasegraphError as exc:
         status = STATUS_FOR[exc.code]
         if status >= 500:
@@ -168,25 +154,6 @@ async def _problems(request: web.Request, handler: Handler) -> web.StreamRespons
     except Exception:
         _log.exception("%s %s failed", request.method, request.path)
         return problem(500, "internal error", "the server failed; see its log", code="internal")
-
-
-def _auth(token: str) -> Any:
-    expected = f"Bearer {token}".encode()
-
-    @web.middleware
-    async def bearer(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in PUBLIC_PATHS or server_ui.is_ui_path(request.path):
-            return await handler(request)  # the viewer's files hold no data
-        # A header is bytes the client chose: surrogatepass encodes whatever it decoded to.
-        given = request.headers.get("Authorization", "").encode("utf-8", "surrogatepass")
-        if not hmac.compare_digest(given, expected):  # constant time: no guessing by timing
-            raise web.HTTPUnauthorized(
-                text="send the server's token as 'Authorization: Bearer TOKEN'",
-                headers={"WWW-Authenticate": 'Bearer realm="phasegraph"'},
-            )
-        return await handler(request)
-
-    return bearer
 
 
 async def health(request: web.Request) -> web.Response:
@@ -251,7 +218,9 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
     """
     config = settings or ServerSettings()
     guard = browser_guard(config.host, config.allowed_hosts, config.allowed_origins)
-    middlewares = [_request_log, _problems, guard] + ([_auth(config.token)] if config.token else [])
+    access = access_guard(Authenticator(config))
+    proxy = [forwarded_by_proxy()] if config.trust_proxy else []
+    middlewares = [*proxy, _request_log, _problems, guard, access]
     app = web.Application(middlewares=middlewares, client_max_size=config.max_body_bytes)
     app[ENGINE] = engine
     app[SETTINGS] = config
@@ -265,8 +234,10 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
             *server_events.routes(),
             *server_shape.routes(),
             *server_ui.routes(),
+            *server_access.routes(),
         ]
     )
+    server_access.check_table(app)
     app.cleanup_ctx.append(_lifetime)
     app.on_shutdown.append(_end_streams)
     return app

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from phasegraph.model import GraphDef, RunStatus
 from phasegraph.run import PreparedGraph
+from phasegraph.server._access import require_start
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,
@@ -58,6 +59,7 @@ async def _graph_of(request: web.Request, body: dict[str, object]) -> PreparedGr
     text = body.get(UPLOAD_FIELD)
     if (name is None) == (text is None):
         fail("body", f"give exactly one of `graph` (a built-in name) and `{UPLOAD_FIELD}`")
+    require_start(request, name)
     engine = request.app[ENGINE]
     if name is not None:
         if name not in builtin_graphs():

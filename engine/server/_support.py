@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -19,6 +20,7 @@ from phasegraph.run import RUN_ID_PATTERN, PreparedGraph
 from phasegraph.run._gates import gate_answers
 from phasegraph.server._exec import Executor
 from phasegraph.server._feed import EventHub
+from phasegraph.server._jwt import JwtSettings
 from phasegraph.views import jsonable, run_view
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "ok",
     "optional_mapping",
     "optional_string",
+    "problem",
     "run_id_of",
     "run_json",
 ]
@@ -52,7 +55,18 @@ class ServerSettings:
     """How the server is configured.
 
     Attributes:
-        token: Bearer token every request but health checks must present (``None``: none).
+        token: A bearer token that signs in as the administrator ``operator`` (``None``:
+            none). With no token, token file nor JWT settings, a request needs no
+            credential and acts as the administrator ``local`` (a loopback server).
+        tokens_file: A token file (``phasegraph tokens``) of named, scoped tokens; re-read
+            whenever it changes.
+        jwt: How to accept JWTs from the team's identity provider (``None``: not at all).
+        trust_proxy: Believe ``X-Forwarded-For`` and ``X-Forwarded-Proto`` (the server
+            sits behind a reverse proxy that sets them).
+        auth_failure_burst: Refused credentials a client address may send in a row
+            before it is answered 429.
+        auth_failure_refill: Seconds after which a client address regains one attempt.
+        clock: Wall-clock seconds (token expiry, the failed sign-in throttle).
         host: The address or name the server is bound to; requests must name it (or
             ``localhost``, ``127.0.0.1`` or ``[::1]`` for a loopback bind) as their ``Host``.
         allowed_hosts: More ``Host`` values accepted (``name`` for any port, or
@@ -76,6 +90,12 @@ class ServerSettings:
     """
 
     token: str | None = None
+    tokens_file: Path | None = None
+    jwt: JwtSettings | None = None
+    trust_proxy: bool = False
+    auth_failure_burst: int = 10
+    auth_failure_refill: float = 6.0
+    clock: Callable[[], float] = time.time
     host: str = "127.0.0.1"
     allowed_hosts: frozenset[str] = frozenset()
     allowed_origins: frozenset[str] = frozenset()
@@ -94,10 +114,21 @@ class ServerSettings:
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():
             raise InputError("the server token must not be empty")
-        for name in ("max_concurrent_runs", "max_body_bytes", "max_graph_bytes", "max_graph_depth"):
+        for name in (
+            "max_concurrent_runs",
+            "max_body_bytes",
+            "auth_failure_burst",
+            "max_graph_bytes",
+            "max_graph_depth",
+        ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("poll_interval", "keepalive_interval", "adopt_interval"):
+        for name in (
+            "poll_interval",
+            "keepalive_interval",
+            "adopt_interval",
+            "auth_failure_refill",
+        ):
             if not getattr(self, name) > 0:
                 raise InputError(f"{name} must be positive, not {getattr(self, name)}")
 
@@ -225,6 +256,23 @@ def ok(
     """A JSON response."""
     text = json.dumps(jsonable(payload), sort_keys=True, default=str)
     return web.Response(text=text, status=status, content_type="application/json", headers=headers)
+
+
+def problem(
+    status: int, title: str, detail: str, *, code: str, extra: Mapping[str, Any] | None = None
+) -> web.Response:
+    """An RFC 9457 problem response."""
+    body = {
+        "type": f"urn:phasegraph:problem:{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **(extra or {}),
+    }
+    response = ok(body, status=status)
+    response.content_type = "application/problem+json"
+    return response
 
 
 def run_json(

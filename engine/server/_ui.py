@@ -17,10 +17,10 @@ from typing import Final
 
 from aiohttp import web
 
-__all__ = ["UI_PREFIX", "is_ui_path", "routes"]
+__all__ = ["UI_PREFIX", "routes"]
 
 UI_PREFIX: Final = "/ui"
-"""Where the viewer is served; these paths need no token (see :func:`is_ui_path`)."""
+"""Where the viewer is served; these paths need no token (see ``_access.ROUTE_SCOPES``)."""
 
 _TYPES: Final = {
     ".html": "text/html",
@@ -45,11 +45,6 @@ class _Asset:
     body: bytes
     content_type: str
     etag: str
-
-
-def is_ui_path(path: str) -> bool:
-    """Whether ``path`` is one of the viewer's (served without the token)."""
-    return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
 
 
 def _load() -> dict[str, _Asset]:

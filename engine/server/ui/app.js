@@ -1,6 +1,7 @@
 // The viewer's entry: the token prompt and a hash router (#/ runs, #/runs/ID a run).
 
-import { api, ApiError, token } from "./api.js";
+import { loadPrincipal } from "./access.js";
+import { ApiError, token } from "./api.js";
 import { fill, h, problemText } from "./dom.js";
 import { showRun } from "./run.js";
 import { showRuns } from "./runs.js";
@@ -8,6 +9,7 @@ import { showRuns } from "./runs.js";
 const main = document.getElementById("main");
 const notice = document.getElementById("notice");
 const forget = document.getElementById("forget");
+const whoami = document.getElementById("whoami");
 let leave = () => {};
 
 function askToken(reason) {
@@ -23,11 +25,13 @@ function askToken(reason) {
   h("p", { class: reason ? "error" : "" }, reason),
   h("p", {}, "Give the token this server was started with (",
     h("code", {}, "phasegraph serve --token"), " or ", h("code", {}, "PHASEGRAPH_TOKEN"),
-    "). It is kept in this tab only, until you close it."),
+    "), a token of its token file (", h("code", {}, "phasegraph tokens add"),
+    ") or a JWT from your team's identity provider. It is kept in this tab only, until you close it."),
   h("label", { for: "token" }, "Token"), " ", input, " ",
   h("button", { type: "submit" }, "Use token"));
   fill(main, form);
   forget.hidden = true;
+  whoami.textContent = "";
   input.focus();
 }
 
@@ -35,9 +39,11 @@ async function route() {
   leave();
   leave = () => {};
   notice.textContent = "";
-  // One cheap call tells whether the token (or none) is accepted before a view starts.
+  // One cheap call tells whether the token (or none) is accepted, and what it may do,
+  // before a view starts.
+  let me;
   try {
-    await api("/runs?limit=1");
+    me = await loadPrincipal();
   } catch (error) {
     if (error instanceof ApiError && error.status === 401) {
       const had = token.get();
@@ -49,6 +55,8 @@ async function route() {
     return;
   }
   forget.hidden = !token.get();
+  whoami.textContent = token.get() ? `signed in as ${me.name}` : "";
+  whoami.title = `scopes: ${me.scopes.join(" ") || "none"}${me.groups.length ? ` · groups: ${me.groups.join(" ")}` : ""}`;
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query = ""] = hash.split("?");
   const match = path.match(/^\/runs\/([^/]+)$/);

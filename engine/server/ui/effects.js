@@ -6,6 +6,7 @@
 // answered `happened` (with the call's result, or for the action's own effect the
 // trigger it returned), `run_again` (same effect id) or `fail` (with a reason).
 
+import { guard } from "./access.js";
 import { h, json } from "./dom.js";
 
 export const OUTCOME_UNKNOWN = "outcome_unknown";
@@ -205,5 +206,6 @@ export function effectGateCard(interrupt, n, { runId, triggers, send, describe }
       h("dt", {}, "gate id"), h("dd", { class: "mono" }, interrupt.id)),
     ownEffect ? "" : [h("h3", {}, "Arguments"), json(p.arguments || {})],
     h("div", { class: "answers", role: "group", "aria-label": "Answer: did it happen?" }, choices),
+    guard("gates:answer", buttons),
     status);
 }

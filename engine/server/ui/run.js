@@ -3,6 +3,7 @@
 // The event stream only says "something was committed": each batch triggers one refresh
 // of the run view and of the history after the last step shown.
 
+import { guard } from "./access.js";
 import { api, ApiError, enc, follow } from "./api.js";
 import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.js";
 import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
@@ -205,17 +206,18 @@ export function showRun(main, runId) {
       forkedFrom(),
     );
     if (TERMINAL.has(run.status)) showLive("ended");
-    const buttons = [];
+    const buttons = []; // [scope it needs, button]
     if (run.status === "running" && !run.driving) {
-      buttons.push(h("button", { type: "button", onclick: () => act("resume", {}, "Resumed: the server drives the run.") }, "Resume"));
+      buttons.push(["runs:resume", h("button", { type: "button", onclick: () => act("resume", {}, "Resumed: the server drives the run.") }, "Resume")]);
     }
-    if (!TERMINAL.has(run.status)) buttons.push(h("button", { type: "button", class: "danger", onclick: askCancel }, "Cancel run…"));
+    if (!TERMINAL.has(run.status)) buttons.push(["runs:cancel", h("button", { type: "button", class: "danger", onclick: askCancel }, "Cancel run…")]);
     if (state.records.length) {
-      buttons.push(h("button", { type: "button", onclick: () => pickStep(state.records[state.records.length - 1].seq, true) }, "Fork…"));
+      buttons.push(["runs:fork", h("button", { type: "button", onclick: () => pickStep(state.records[state.records.length - 1].seq, true) }, "Fork…")]);
     }
-    if (actions.dataset.key !== buttons.map((b) => b.textContent).join("|")) {
-      fill(actions, buttons);
-      actions.dataset.key = buttons.map((b) => b.textContent).join("|");
+    const key = buttons.map(([, b]) => b.textContent).join("|");
+    if (actions.dataset.key !== key) {
+      fill(actions, buttons.map(([scope, b]) => [b, guard(scope, [b])]));
+      actions.dataset.key = key;
     }
   }
 
@@ -352,7 +354,7 @@ export function showRun(main, runId) {
         interrupt.deadline ? ` · times out ${when(interrupt.deadline)}` : "", " · id ", h("span", { class: "mono" }, interrupt.id)),
       json(interrupt.payload),
       h("label", { for: `feedback-${n}` }, "Feedback"), feedback,
-      h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? buttons : h("span", { class: "muted" }, "This gate declares no triggers.")),
+      h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? [...buttons, guard("gates:answer", [...buttons, feedback])] : h("span", { class: "muted" }, "This gate declares no triggers.")),
       status);
   }
 
@@ -505,6 +507,7 @@ export function showRun(main, runId) {
     const snapshot = h("div", {}, h("p", { class: "muted" }, "Loading the snapshot…"));
     const patch = h("textarea", { id: "fork-patch", rows: 3, placeholder: '{"key": "new value"}', spellcheck: "false" });
     const forkStatus = h("p", { class: "message", role: "status" });
+    const forkButton = h("button", { type: "submit" }, "Fork");
     const heading = h("h2", { tabindex: -1 }, `Step ${seq}`);
     fill(stepPanel, heading,
       h("dl", { class: "facts" },
@@ -542,7 +545,7 @@ export function showRun(main, runId) {
       h("h3", {}, `Fork from step ${seq}`),
       h("p", { class: "muted small" }, "A new run starts from this step's state, with the patch merged into its data per top-level key; this run is only read."),
       h("label", { for: "fork-patch" }, "Data patch (JSON object, optional)"), patch,
-      h("button", { type: "submit" }, "Fork"), forkStatus));
+      forkButton, guard("runs:fork", [forkButton, patch]), forkStatus));
     (forking ? patch : heading).focus();
     try {
       const snap = await api(`${base}/snapshot?seq=${seq}`);

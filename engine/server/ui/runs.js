@@ -1,6 +1,7 @@
 // The runs list: status and graph filters, newest updates first, waiting and parked runs
 // called out. Refreshed every few seconds while shown.
 
+import { guard, may } from "./access.js";
 import { api, ApiError, enc } from "./api.js";
 import { ago, badge, fill, h, problemText, when } from "./dom.js";
 
@@ -29,12 +30,32 @@ export function showRuns(main, params) {
   const body = h("tbody");
   const more = h("button", { type: "button", hidden: true, onclick: () => load(runs.length, true) }, "Load more runs");
   const message = h("p", { class: "muted", role: "status" }, "Loading runs…");
+  const startName = h("input", { id: "start-graph", type: "text", placeholder: "hello", required: true, spellcheck: "false" });
+  const startButton = h("button", { type: "submit" }, "Start");
+  const startStatus = h("span", { class: "message", role: "status" });
+  const startForm = h("form", { class: "start", onsubmit: async (e) => {
+    e.preventDefault();
+    const name = startName.value.trim();
+    if (!may("runs:start", name)) {
+      startStatus.textContent = `starting ${name} needs runs:start:${name}`;
+      return;
+    }
+    try {
+      const run = await api("/runs", { method: "POST", body: { graph: name } });
+      location.hash = `#/runs/${enc(run.run_id)}`;
+    } catch (error) {
+      startStatus.textContent = problemText(error);
+    }
+  } },
+  h("label", { for: "start-graph" }, "Start a run of the built-in graph"), " ", startName, " ", startButton,
+  " ", guard("runs:start", [startButton, startName]), startStatus);
 
   fill(main, 
     h("h1", {}, "Runs"),
     h("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
       h("label", { for: "f-status" }, "Status"), statusSelect,
       h("label", { for: "f-graph" }, "Graph"), graphSelect),
+    startForm,
     banner,
     h("div", { class: "table-wrap" },
       h("table", { class: "runs" },

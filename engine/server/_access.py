@@ -1,0 +1,243 @@
+"""Who may call which route: authentication (401), the scope table (403), the throttle (429).
+
+:data:`ROUTE_SCOPES` is the one table of what every route needs: a scope, any signed-in
+principal, or nothing (health probes and the viewer's files). The middleware built by
+:func:`access_guard` authenticates the request's bearer credential into a
+:class:`~phasegraph.server._principal.Principal` (401 when there is none or it is refused),
+rate-limits refused credentials per client address (429 with ``Retry-After``) and answers
+403 naming the missing scope. ``GET /whoami`` tells the viewer who it is and what it may do.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from phasegraph.server._jwt import JwtVerifier
+from phasegraph.server._principal import (
+    ADMIN,
+    GATES_ANSWER,
+    PRINCIPAL,
+    RUNS_CANCEL,
+    RUNS_FORK,
+    RUNS_READ,
+    RUNS_RESUME,
+    RUNS_START,
+    SCOPES,
+    CredentialRefused,
+    Principal,
+    ScopeMissing,
+    SignInUnavailable,
+    principal_of,
+)
+from phasegraph.server._support import ServerSettings, ok, problem
+from phasegraph.server._throttle import FailureThrottle
+from phasegraph.server._tokens import TOKEN_PREFIX, TokenFile
+
+__all__ = [
+    "PUBLIC",
+    "ROUTE_SCOPES",
+    "SIGNED_IN",
+    "Authenticator",
+    "access_guard",
+    "forbidden",
+    "require_start",
+    "routes",
+]
+
+_log = logging.getLogger("phasegraph.server")
+
+PUBLIC: Final = "public"
+"""A route anyone may call: no credential is asked for."""
+SIGNED_IN: Final = "signed-in"
+"""A route any authenticated principal may call, whatever its scopes."""
+
+ROUTE_SCOPES: Final[Mapping[tuple[str, str], str]] = {
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/readyz"): PUBLIC,
+    ("GET", "/ui"): PUBLIC,  # the viewer's files hold no data; the page asks for a token
+    ("GET", "/ui/{name}"): PUBLIC,
+    ("GET", "/whoami"): SIGNED_IN,
+    ("POST", "/runs"): RUNS_START,  # runs:start:GRAPH is checked once the graph is known
+    ("GET", "/runs"): RUNS_READ,
+    ("GET", "/runs/{run_id}"): RUNS_READ,
+    ("GET", "/runs/{run_id}/snapshot"): RUNS_READ,
+    ("GET", "/runs/{run_id}/history"): RUNS_READ,
+    ("GET", "/runs/{run_id}/errors"): RUNS_READ,
+    ("GET", "/runs/{run_id}/graph"): RUNS_READ,
+    ("GET", "/runs/{run_id}/events"): RUNS_READ,
+    ("POST", "/runs/{run_id}/replay"): RUNS_READ,  # re-drives in memory: changes nothing
+    ("POST", "/runs/{run_id}/reply"): GATES_ANSWER,
+    ("POST", "/runs/{run_id}/resume"): RUNS_RESUME,
+    ("POST", "/runs/{run_id}/cancel"): RUNS_CANCEL,
+    ("POST", "/runs/{run_id}/fork"): RUNS_FORK,
+}
+"""What each route (method, path template) needs; a path no route serves needs sign-in."""
+
+_CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="phasegraph"'}
+_OPERATOR: Final = Principal("operator", (), frozenset({ADMIN}), "token")
+_LOCAL: Final = Principal("local", (), frozenset({ADMIN}), "local")
+
+
+class Authenticator:
+    """Every credential source the server was given, tried by the credential's shape."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        token = settings.token
+        self._operator = f"Bearer {token}".encode() if token else None
+        self._file = (
+            TokenFile(settings.tokens_file, settings.clock) if settings.tokens_file else None
+        )
+        self._jwt = JwtVerifier(settings.jwt) if settings.jwt else None
+        self.throttle = FailureThrottle(
+            settings.auth_failure_burst, settings.auth_failure_refill, settings.clock
+        )
+
+    @property
+    def open(self) -> bool:
+        """Whether no credential is needed (a loopback server given none)."""
+        return self._operator is None and self._file is None and self._jwt is None
+
+    async def principal(self, header: str) -> Principal:
+        """The principal an ``Authorization`` header value names.
+
+        Raises:
+            CredentialRefused: The credential is unknown, revoked, expired or forged.
+        """
+        # A header is bytes the client chose: surrogatepass encodes whatever it decoded to.
+        given = header.encode("utf-8", "surrogatepass")
+        if self._operator is not None and hmac.compare_digest(given, self._operator):
+            return _OPERATOR  # constant time: no guessing by timing
+        scheme, _, credential = header.partition(" ")
+        if scheme.lower() != "bearer" or not credential:
+            raise CredentialRefused("send a credential as 'Authorization: Bearer TOKEN'")
+        if self._file is not None and credential.startswith(TOKEN_PREFIX):
+            return await self._file.principal(credential)
+        if self._jwt is not None and credential.count(".") == 2:
+            return await self._jwt.principal(credential)
+        raise CredentialRefused("unknown token")
+
+
+def _unauthorized(detail: str) -> web.Response:
+    response = problem(401, "Unauthorized", detail, code="unauthorized")
+    response.headers.update(_CHALLENGE)
+    return response
+
+
+def forbidden(refusal: ScopeMissing) -> web.Response:
+    """The 403 answer to a missing scope, naming it (``missing_scope``)."""
+    return problem(
+        403,
+        "Forbidden",
+        refusal.detail,
+        code="missing_scope",
+        extra={"missing_scope": refusal.scope},
+    )
+
+
+def _need(request: web.Request) -> str:
+    route = request.match_info.route
+    if request.match_info.http_exception is not None or route.resource is None:
+        return SIGNED_IN  # no such route: say so only to someone signed in
+    return ROUTE_SCOPES[(request.method, route.resource.canonical)]
+
+
+async def _authenticate(
+    request: web.Request, authenticator: Authenticator
+) -> Principal | web.Response:
+    header = request.headers.get("Authorization")
+    if header is None:
+        return _unauthorized("send a credential as 'Authorization: Bearer TOKEN'")
+    address = request.remote or "-"
+    throttle = authenticator.throttle
+    wait = throttle.retry_after(address)
+    if wait is not None:
+        response = problem(
+            429,
+            "Too Many Requests",
+            f"too many refused credentials from {address}; try again in {wait} s",
+            code="too_many_requests",
+        )
+        response.headers["Retry-After"] = str(wait)
+        return response
+    try:
+        return await authenticator.principal(header)
+    except SignInUnavailable as exc:  # not the client's fault: neither 401 nor a failure
+        _log.error("cannot check a credential from %s: %s", address, exc.reason)
+        response = problem(503, "Service Unavailable", exc.reason, code="sign_in_unavailable")
+        response.headers["Retry-After"] = "5"
+        return response
+    except CredentialRefused as exc:
+        throttle.failed(address)
+        _log.warning("refused a credential from %s: %s", address, exc.reason)
+        return _unauthorized(exc.reason)
+
+
+def access_guard(authenticator: Authenticator) -> Any:
+    """The middleware that authenticates each request and checks its route's scope."""
+
+    @web.middleware
+    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
+        need = _need(request)
+        if need == PUBLIC:
+            return await handler(request)
+        if authenticator.open:
+            principal: Principal | web.Response = _LOCAL
+        else:
+            principal = await _authenticate(request, authenticator)
+        if isinstance(principal, web.Response):
+            return principal
+        request[PRINCIPAL] = principal
+        if need != SIGNED_IN and not principal.allows(need):
+            detail = f"{principal.name} lacks the scope {need!r} ({SCOPES[need]})"
+            return forbidden(ScopeMissing(need, detail))
+        return await handler(request)
+
+    return access
+
+
+def require_start(request: web.Request, graph: str | None) -> None:
+    """Refuse (403) a start the principal's ``runs:start:GRAPH`` scopes do not cover.
+
+    ``graph`` is a built-in graph's name, or ``None`` for an uploaded graph (whose name
+    its uploader chose, so only an unrestricted ``runs:start`` may start it).
+    """
+    principal = principal_of(request)
+    if {ADMIN, RUNS_START} & principal.scopes:
+        return
+    if graph is not None and principal.allows(RUNS_START, graph):
+        return
+    scope = f"{RUNS_START}:{graph}" if graph else RUNS_START
+    what = f"the graph {graph!r}" if graph else "an uploaded graph"
+    raise ScopeMissing(scope, f"{principal.name} may not start {what}: that needs {scope!r}")
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """Who the credential names, its groups and scopes (the viewer shows what they allow)."""
+    principal = principal_of(request)
+    return ok(
+        {
+            "name": principal.name,
+            "groups": list(principal.groups),
+            "scopes": sorted(principal.scopes),
+            "source": principal.source,
+        }
+    )
+
+
+def routes() -> list[web.RouteDef]:
+    """This module's routes."""
+    return [web.get("/whoami", whoami, allow_head=False)]
+
+
+def check_table(app: web.Application) -> None:
+    """Fail at start-up if a route is missing from :data:`ROUTE_SCOPES` (a bug, not input)."""
+    for route in app.router.routes():
+        key = (route.method, route.resource.canonical if route.resource else "")
+        if key not in ROUTE_SCOPES:
+            raise RuntimeError(f"route {key[0]} {key[1]} has no entry in ROUTE_SCOPES")

@@ -1,0 +1,175 @@
+"""Bearer JWTs from the team's identity provider, checked with PyJWT against a JWKS.
+
+Only asymmetric signatures are accepted (RSA, RSA-PSS, ECDSA, EdDSA) and only with a key
+of the JWKS named by the token's ``kid``: ``alg: none`` and HMAC tokens (the "HS
+confusion", an RSA public key used as an HMAC secret) are refused before any check. The
+issuer, audience, expiry and subject are required. The JWKS is a file (re-read when it
+changes) or an ``https://`` URL (PyJWT's ``PyJWKClient``: cached, fetched again for a
+``kid`` it does not know).
+
+PyJWT is an optional dependency (``pip install 'phasegraph[auth]'``): it is imported only
+when a server is configured for JWTs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from phasegraph.errors import InputError
+from phasegraph.server._principal import CredentialRefused, Principal, SignInUnavailable
+
+if TYPE_CHECKING:
+    import jwt
+
+__all__ = ["JwtSettings", "JwtVerifier"]
+
+# Algorithm families by key type: a token may use only its key's family.
+_FAMILIES: Final = {
+    "RSA": frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}),
+    "EC": frozenset({"ES256", "ES384", "ES512"}),
+    "OKP": frozenset({"EdDSA"}),
+}
+_ASYMMETRIC: Final = frozenset().union(*_FAMILIES.values())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JwtSettings:
+    """How the server checks JWTs and reads a principal from their claims.
+
+    Attributes:
+        issuer: The ``iss`` every token must carry.
+        audience: The ``aud`` every token must include (this server's name at the provider).
+        jwks: A JWKS file, or the provider's ``https://`` JWKS URL.
+        name_claim: The claim naming the principal.
+        scopes_claim: The claim with its scopes (a space-separated string or a list).
+        groups_claim: The claim with its groups (a list or a space-separated string).
+        leeway: Seconds of clock difference tolerated on ``exp`` and ``nbf``.
+    """
+
+    issuer: str
+    audience: str
+    jwks: str
+    name_claim: str = "sub"
+    scopes_claim: str = "scope"
+    groups_claim: str = "groups"
+    leeway: float = 30.0
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list | tuple):
+        return tuple(str(item) for item in value if isinstance(item, str))
+    return ()
+
+
+class JwtVerifier:
+    """Turns a JWT into a :class:`Principal`, or refuses it."""
+
+    def __init__(self, settings: JwtSettings) -> None:
+        try:
+            import jwt
+        except ImportError:
+            raise InputError(
+                "JWT sign-in needs PyJWT with its crypto extra: pip install 'phasegraph[auth]'"
+            ) from None
+        self._jwt = jwt
+        self._settings = settings
+        self._client: jwt.PyJWKClient | None = None
+        self._file: Path | None = None
+        self._file_stamp: tuple[int, int] | None = None
+        self._keys: dict[str, jwt.PyJWK] = {}
+        if settings.jwks.startswith(("https://", "http://")):
+            self._client = jwt.PyJWKClient(settings.jwks, cache_jwk_set=True, lifespan=300)
+        else:
+            self._file = Path(settings.jwks)
+            self._load_file()  # a missing or broken file is said at start-up
+
+    def _load_file(self) -> None:
+        assert self._file is not None
+        try:
+            status = self._file.stat()
+            stamp = (status.st_mtime_ns, status.st_size)
+            if stamp == self._file_stamp:
+                return
+            keys = self._jwt.PyJWKSet.from_json(self._file.read_text(encoding="utf-8")).keys
+        except OSError as exc:
+            raise InputError(f"{self._file}: cannot read the JWKS ({exc.strerror})") from None
+        except self._jwt.PyJWTError as exc:
+            raise InputError(f"{self._file}: not a usable JWKS ({exc})") from None
+        self._keys = {key.key_id: key for key in keys if key.key_id}
+        self._file_stamp = stamp
+
+    def _key_for(self, token: str, kid: str) -> jwt.PyJWK:
+        if self._client is not None:
+            return self._client.get_signing_key_from_jwt(token)  # fetches on an unknown kid
+        try:
+            self._load_file()
+        except InputError as exc:
+            raise CredentialRefused(f"the server's JWKS is unreadable: {exc.message}") from None
+        key = self._keys.get(kid)
+        if key is None:
+            raise CredentialRefused(f"the token's key {kid!r:.60} is not in the server's JWKS")
+        return key
+
+    def _signing_key(self, token: str) -> tuple[jwt.PyJWK, str]:
+        """The JWKS key the token names and the algorithm it may be checked with."""
+        header = self._jwt.get_unverified_header(token)
+        alg, kid = header.get("alg"), header.get("kid")
+        if alg not in _ASYMMETRIC:
+            raise CredentialRefused(f"JWT algorithm {alg!r:.20} is refused")
+        if not isinstance(kid, str) or not kid:
+            raise CredentialRefused("the JWT names no key (kid)")
+        key = self._key_for(token, kid)
+        if alg not in _FAMILIES.get(str(key.key_type), frozenset()):
+            raise CredentialRefused(f"JWT algorithm {alg} does not fit its {key.key_type} key")
+        return key, str(alg)
+
+    def _verify(self, token: str) -> Principal:
+        jwt, settings = self._jwt, self._settings
+        try:
+            key, alg = self._signing_key(token)
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                audience=settings.audience,
+                issuer=settings.issuer,
+                leeway=settings.leeway,
+                options={"require": ["exp", "iss", "aud", settings.name_claim]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise CredentialRefused("the JWT has expired") from None
+        except jwt.InvalidAudienceError:
+            raise CredentialRefused("the JWT is for another audience") from None
+        except jwt.InvalidIssuerError:
+            raise CredentialRefused("the JWT is from another issuer") from None
+        except jwt.PyJWKClientConnectionError as exc:
+            raise SignInUnavailable(
+                f"the identity provider's keys are out of reach ({exc})"
+            ) from None
+        except jwt.PyJWKClientError as exc:
+            reason = f"the JWT's key is not in the provider's JWKS ({exc})"
+            raise CredentialRefused(reason) from None
+        except jwt.PyJWTError as exc:
+            raise CredentialRefused(f"the JWT is refused ({exc})") from None
+        name = claims.get(settings.name_claim)
+        if not isinstance(name, str) or not name:
+            raise CredentialRefused(f"the JWT's {settings.name_claim!r} claim names no one")
+        scopes = frozenset(_words(claims.get(settings.scopes_claim)))
+        groups = _words(claims.get(settings.groups_claim))
+        return Principal(name, groups, scopes, "jwt")
+
+    async def principal(self, token: str) -> Principal:
+        """The principal a JWT names (a JWKS URL may be fetched: off the event loop).
+
+        Raises:
+            CredentialRefused: The token is not good, with the reason.
+            SignInUnavailable: The JWKS URL does not answer.
+        """
+        if self._client is not None:
+            return await asyncio.to_thread(self._verify, token)
+        return self._verify(token)

@@ -1,0 +1,126 @@
+"""Who a request speaks for (a :class:`Principal`) and what a scope lets it do.
+
+Every credential the server accepts — the single ``--token``, a token from the token file,
+a JWT from the team's identity provider, or none on a loopback server without one — ends
+as one :class:`Principal`. Routes get it with :func:`principal_of`; that is the one place
+the engine's actor for a request comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from aiohttp import web
+
+__all__ = [
+    "ADMIN",
+    "GATES_ANSWER",
+    "PRINCIPAL",
+    "RUNS_CANCEL",
+    "RUNS_FORK",
+    "RUNS_READ",
+    "RUNS_RESUME",
+    "RUNS_START",
+    "SCOPES",
+    "CredentialRefused",
+    "Principal",
+    "ScopeMissing",
+    "SignInUnavailable",
+    "check_scope",
+    "principal_of",
+]
+
+RUNS_READ: Final = "runs:read"
+RUNS_START: Final = "runs:start"
+GATES_ANSWER: Final = "gates:answer"
+RUNS_RESUME: Final = "runs:resume"
+RUNS_CANCEL: Final = "runs:cancel"
+RUNS_FORK: Final = "runs:fork"
+ADMIN: Final = "admin"
+
+SCOPES: Final = {
+    RUNS_READ: "list and read runs, their steps, graphs and events; replay them",
+    RUNS_START: "start runs of any built-in graph or of an uploaded one "
+    "(runs:start:GRAPH: of the built-in graph GRAPH only)",
+    GATES_ANSWER: "answer a run's pending gates (reply)",
+    RUNS_RESUME: "resume an unfinished run",
+    RUNS_CANCEL: "cancel a run",
+    RUNS_FORK: "fork a run from one of its steps",
+    ADMIN: "everything above",
+}
+"""Every scope a credential can grant, with what it allows (``docs/teams.md`` shows them)."""
+
+
+def check_scope(scope: str) -> str | None:
+    """Why ``scope`` is not a scope this server knows (``None``: it is one)."""
+    if scope in SCOPES or (scope.startswith(RUNS_START + ":") and scope != RUNS_START + ":"):
+        return None
+    return f"unknown scope {scope!r:.60} (known: {', '.join(SCOPES)}, runs:start:GRAPH)"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A person or service the server knows, with the groups and scopes a credential gave.
+
+    Attributes:
+        name: Who it is (a token's name, a JWT's subject, ``operator`` for ``--token``).
+        groups: Groups it belongs to (gate reviewers may name them).
+        scopes: What it may do (see :data:`SCOPES`).
+        source: How it was recognised: ``token``, ``token-file``, ``jwt`` or ``local``.
+    """
+
+    name: str
+    groups: tuple[str, ...] = ()
+    scopes: frozenset[str] = frozenset()
+    source: str = "token"
+
+    def allows(self, scope: str, graph: str | None = None) -> bool:
+        """Whether this principal may do ``scope`` (for the built-in ``graph``, if given).
+
+        ``runs:start`` without a graph asks whether it may start *some* run: a
+        ``runs:start:GRAPH`` scope says yes, and the route then asks about the graph.
+        """
+        if ADMIN in self.scopes or scope in self.scopes:
+            return True
+        if scope != RUNS_START:
+            return False
+        if graph is None:
+            return any(held.startswith(RUNS_START + ":") for held in self.scopes)
+        return f"{RUNS_START}:{graph}" in self.scopes
+
+
+class CredentialRefused(Exception):
+    """A credential was presented and is not good: the request is answered 401."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SignInUnavailable(Exception):
+    """A credential cannot be checked now: the request is answered 503.
+
+    The identity provider's keys are out of reach; the client is not blamed for it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ScopeMissing(Exception):
+    """The principal lacks a scope the request needs: the request is answered 403."""
+
+    def __init__(self, scope: str, detail: str) -> None:
+        super().__init__(detail)
+        self.scope = scope
+        self.detail = detail
+
+
+PRINCIPAL: Final = web.RequestKey("phasegraph.principal", Principal)
+
+
+def principal_of(request: web.Request) -> Principal:
+    """The principal the request speaks for (set by the server's authentication)."""
+    return request[PRINCIPAL]
