@@ -20,7 +20,8 @@ def _block(page: str, section: str, fence: str) -> str:
 
 
 def test_the_python_api_example_runs_as_shown(tmp_path: Path) -> None:
-    (tmp_path / "review.yaml").write_text(_block("server-and-viewer.md", "## HTTP API", "yaml"), encoding="utf-8")
+    graph = _block("server-and-viewer.md", "## HTTP API", "yaml")
+    (tmp_path / "review.yaml").write_text(graph, encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-c", _block("python-api.md", "## Python API", "python")],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,

@@ -55,7 +55,12 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(REPO)}:{self.line}"
+        return f"{shown(self.page)}:{self.line}"
+
+
+def shown(path: Path) -> str:
+    """A path as a message names it: relative to the checkout when inside it."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def pages() -> list[Path]:
@@ -194,4 +199,4 @@ def run_page(page: Path, folder: Path) -> None:
     session = Session(folder)
     for block in blocks(page):
         session.run(block)
-    session.check(session.definitions, str(page.relative_to(REPO)))
+    session.check(session.definitions, shown(page))
