@@ -4,7 +4,8 @@ It prints its base URL on stdout (``--json``: ``{"base_url": ...}``), so ``llm:`
 can be pointed at it (``PHASEGRAPH_LLM_BASE_URL``, or a node's ``with.llm.base_url``), and
 serves until SIGINT or SIGTERM. It is the server a node's ``with.llm.script`` starts for
 each call, kept running: the script format and how an answer is chosen are in the
-command's ``--help`` (:mod:`phasegraph.cli._commands`) and the README's models section.
+command's ``--help`` (:mod:`phasegraph.cli._commands`) and the models guide
+(``docs/guides/models-and-tools.md``).
 """
 
 from __future__ import annotations

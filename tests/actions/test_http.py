@@ -264,9 +264,9 @@ async def test_a_template_naming_a_missing_value_fails_the_step(server: Server) 
     assert server.seen == []
 
 
-def test_the_readme_example_is_a_valid_binding() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## HTTP actions", 1)[1]
+def test_the_guide_example_is_a_valid_binding() -> None:
+    page = (REPO / "docs" / "guides" / "machines-and-graphs.md").read_text(encoding="utf-8")
+    section = page.split("## HTTP actions", 1)[1]
     example = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     definition = binding(example["bind"]["run"])
     assert definition.triggers == ("ok", "missing", "retry", "fail")

@@ -1,4 +1,4 @@
-"""What the README tells a newcomer holds: the Python API example runs as shown, a graph's
+"""What the guides tell a newcomer holds: the Python API example runs as shown, a graph's
 own module beside it is found, and ``history --to`` stops before the seq it names."""
 
 from __future__ import annotations
@@ -11,17 +11,19 @@ from pathlib import Path
 from builders import TESTS, cli_argv
 
 REPO = TESTS.parent
-README = (REPO / "README.md").read_text(encoding="utf-8")
+GUIDES = REPO / "docs" / "guides"
 
 
-def _block(section: str, fence: str) -> str:
-    return README.split(section, 1)[1].split(f"```{fence}\n", 1)[1].split("```", 1)[0]
+def _block(page: str, section: str, fence: str) -> str:
+    text = (GUIDES / page).read_text(encoding="utf-8")
+    return text.split(section, 1)[1].split(f"```{fence}\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_python_api_example_runs_as_shown(tmp_path: Path) -> None:
-    (tmp_path / "review.yaml").write_text(_block("## HTTP API", "yaml"), encoding="utf-8")
+    graph = _block("server-and-viewer.md", "## HTTP API", "yaml")
+    (tmp_path / "review.yaml").write_text(graph, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-c", _block("## Python API", "python")],
+        [sys.executable, "-c", _block("python-api.md", "## Python API", "python")],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -46,4 +48,5 @@ def test_a_python_action_beside_the_graph_is_found_and_history_to_excludes_its_s
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert [r["seq"] for r in json.loads(shown.stdout)] == [1, 2]
-    assert "from `--from` up to but not including `--to`" in README
+    command_line = (GUIDES / "command-line.md").read_text(encoding="utf-8")
+    assert "from `--from` up to but not including `--to`" in command_line

@@ -370,9 +370,9 @@ async def test_errors_map_to_statuses_with_problem_bodies(tmp_path: Path) -> Non
         assert beyond.status == 400
 
 
-async def test_readme_http_session_works_as_shown(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## HTTP API", 1)[1]
+async def test_the_server_guide_http_session_works_as_shown(tmp_path: Path) -> None:
+    page = (REPO / "docs" / "guides" / "server-and-viewer.md").read_text(encoding="utf-8")
+    section = page.split("## HTTP API", 1)[1]
     graph_yaml = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     settings = settings_for(
         tmp_path, token="s3cret", allow_python_modules=frozenset({"phasegraph.graphs.hello"})
