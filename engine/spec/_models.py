@@ -231,10 +231,14 @@ class ExampleStepSpec(_Spec):
     to: _StatePath = Field(description="The state path entered (`parent/child` when nested).")
 
 
+def _step_shape(v: Any) -> str:
+    return "<map>" if isinstance(v, Mapping | ExampleStepSpec) else "<one>"
+
+
 _Step = Annotated[
     Annotated[Annotated[str, Field(pattern=STEP_PATTERN)], Tag("<one>")]
     | Annotated[ExampleStepSpec, Tag("<map>")],
-    Discriminator(_shape),
+    Discriminator(_step_shape),
 ]
 
 

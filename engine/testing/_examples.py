@@ -21,7 +21,7 @@ the mutation tests run the examples of a machine against its mutants, through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -134,13 +134,15 @@ def machine_examples(machine: MachineDef) -> tuple[Example, ...]:
 
 def run_examples(
     examples: Iterable[Example], machines: Mapping[str, MachineDef]
-) -> list[ExampleResult]:
+) -> Iterator[ExampleResult]:
     """Run each example on the machines by name (each example's machine and those it nests).
 
-    The machines are compiled once for all the examples.
+    The machines are compiled once for all the examples; each result is yielded as soon
+    as it is known, so a caller that needs only the first failure stops there.
     """
     compiled = compile_machines(machines)
-    return [_run(example, compiled) for example in examples]
+    for example in examples:
+        yield _run(example, compiled)
 
 
 def coverage(

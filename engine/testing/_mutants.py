@@ -18,15 +18,18 @@ operator                   change
 
 A mutant of a graph is a mutant of one machine its nodes use (nested ones included),
 in place in the graph, so each node's settings and bindings apply to it.
-:func:`check_kills` says whether ``phasegraph check --strict`` fails on a mutant, and
-:func:`equivalent` why a mutant behaves exactly as the original does (no check could
-kill it), when that can be shown.
+:func:`check_kills` says whether ``phasegraph check --strict`` fails on a mutant,
+:func:`examples_kill` whether ``phasegraph test`` does: whether an example the original
+machines declare (``examples:``, their author's intent) fails on it, run by the same
+runner as ``phasegraph test`` (:mod:`phasegraph.testing._examples`). :func:`equivalent`
+says why a mutant behaves exactly as the original does (nothing could kill it), when
+that can be shown.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +45,14 @@ from phasegraph.model import (
     nested_machines,
     replace,
 )
+from phasegraph.testing._examples import Example, run_examples
 
 __all__ = [
     "OPERATORS",
     "Mutant",
     "check_kills",
     "equivalent",
+    "examples_kill",
     "graph_mutants",
     "machine_mutants",
     "machine_text",
@@ -225,6 +230,28 @@ def check_kills(mutant: Mutant, machines: Mapping[str, MachineDef]) -> bool:
         family = {**machines, mutant.machine.name: mutant.machine}
         findings = analyze_machine(mutant.machine.name, family)
     return any(f.severity in (Severity.ERROR, Severity.WARNING) for f in findings)
+
+
+def examples_kill(
+    mutant: Mutant, examples: Iterable[Example], machines: Mapping[str, MachineDef]
+) -> bool:
+    """Whether an example of the original machines fails on the mutant (``phasegraph test``).
+
+    Args:
+        mutant: The mutant.
+        examples: The examples the original machines declare.
+        machines: Every original machine by name (the mutated one is swapped in).
+    """
+    name = mutant.machine.name
+    swapped = {**machines, name: mutant.machine}
+    used: dict[str, MachineDef] = {}
+    relevant = []
+    for example in examples:
+        family = {m.name: m for m in nested_machines(example.machine, swapped)}
+        if name in family:  # only examples that step through the mutated machine
+            relevant.append(example)
+            used.update(family)
+    return not all(result.ok for result in run_examples(relevant, used))
 
 
 def _refused_by_loader(graph: GraphDef) -> bool:

@@ -184,7 +184,7 @@ def _examples(target: str | Path, kind: str | None, loads: bool) -> PropertyResu
     examples = [e for machine in machines.values() for e in machine_examples(machine)]
     if not examples:
         return PropertyResult(name, claim, True, ("no machine declares `examples:`",))
-    results = run_examples(examples, machines)
+    results = list(run_examples(examples, machines))
     failures = [r.failure for r in results if r.failure is not None]
     described = [m for m in machines if any(e.machine == m for e in examples)]
     missed = coverage({m: machines[m] for m in described}, results)
