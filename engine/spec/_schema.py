@@ -30,6 +30,7 @@ from phasegraph.spec._models import (
     ActionSpec,
     BudgetSpec,
     ExampleSpec,
+    ExampleStepSpec,
     GraphSpec,
     HttpAction,
     HttpRequest,
@@ -171,37 +172,50 @@ def _example_issues(
     example runs.
     """
     flat = not any(state.machine for state in spec.states.values())
+    what = f"example {example.name!r}"
+    for index, step in enumerate(example.steps):
+        _step_issues(issues, spec, states, (*here, "steps", index), what, step, flat=flat)
+    budgets = example.settings.get("budgets", {})
+    for name in budgets if isinstance(budgets, Mapping) and flat else ():
+        if name not in spec.budgets:
+            loc = (*here, "with", "budgets", name)
+            text = f"{what} sets the limit of unknown budget"
+            issues.unknown(loc, text, str(name), spec.budgets, "budgets")
+    for name in example.spent or {}:
+        if "/" not in name and name not in spec.budgets:
+            text = f"{what} counts unknown budget"
+            issues.unknown((*here, "spent", name), text, name, spec.budgets, "budgets")
+
+
+def _step_issues(
+    issues: Issues,
+    spec: MachineSpec,
+    states: set[str],
+    loc: Loc,
+    what: str,
+    step: str | ExampleStepSpec,
+    *,
+    flat: bool,
+) -> None:
+    trigger, keys, to = step_parts(step)
     triggers = {t.trigger for t in spec.transitions}
-    payload = {
+    if flat and trigger not in triggers:
+        issues.unknown(loc, f"{what} fires unknown trigger", trigger, triggers, "triggers")
+    outer = to.split("/")[0]
+    if outer not in states:
+        issues.unknown(loc, f"{what} enters unknown state", outer, states, "states")
+    elif flat and "/" in to:
+        issues.add(loc, f"{what} enters {to!r}, but {outer!r} nests no machine")
+    read = {
         p.partition(":")[2]
         for t in spec.transitions
         for p in (*t.conditions, *t.unless)
         if p.startswith("payload:")
     }
-    what = f"example {example.name!r}"
-    for index, step in enumerate(example.steps):
-        trigger, keys, to = step_parts(step)
-        loc: Loc = (*here, "steps", index)
-        if flat and trigger not in triggers:
-            issues.unknown(loc, f"{what} fires unknown trigger", trigger, triggers, "triggers")
-        outer = to.split("/")[0]
-        if outer not in states:
-            issues.unknown(loc, f"{what} enters unknown state", outer, states, "states")
-        elif flat and "/" in to:
-            issues.add(loc, f"{what} enters {to!r}, but {outer!r} nests no machine")
-        for key in keys:
-            if flat and key not in payload:
-                text = f"{what} sets payload key no guard reads"
-                issues.unknown((*loc, "payload", key), text, key, payload, "read")
-    budgets = example.settings.get("budgets", {})
-    for name in budgets if isinstance(budgets, Mapping) else ():
-        if flat and name not in spec.budgets:
-            text = f"{what} sets the limit of unknown budget"
-            issues.unknown((*here, "with", "budgets", name), text, str(name), spec.budgets, "budgets")
-    for name in example.spent or {}:
-        if "/" not in name and name not in spec.budgets:
-            text = f"{what} counts unknown budget"
-            issues.unknown((*here, "spent", name), text, name, spec.budgets, "budgets")
+    for key in keys if flat else ():
+        if key not in read:
+            text = f"{what} sets payload key"
+            issues.unknown((*loc, "payload", key), text, key, read, "guards read")
 
 
 def _transition_issues(

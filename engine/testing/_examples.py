@@ -1,13 +1,13 @@
 """A machine's examples: the behaviours its author intends, run on the machine itself.
 
-A machine file may list ``examples:``, each a path from the initial state::
+A machine file may list ``examples:``, each a path from the initial state (here, of
+the built-in ``quality_loop``)::
 
-    examples:
-      - name: a failed verification is reflected on, then passes
-        steps: [done -> verify, fail -> reflect, retry -> execute, done -> verify,
-                pass -> completed]
-        outcome: success
-        spent: {think: 2, verify: 2, reflect: 1}
+    - name: a failed verification is reflected on, then passes
+      steps: [done -> verify, fail -> reflect, retry -> execute, done -> verify,
+              pass -> completed]
+      outcome: success
+      spent: {think: 2, verify: 2, reflect: 1}
 
 Each step fires its trigger (with the ``payload`` its guards read) through the engine's
 own stepping, :class:`phasegraph.core.MachineSet`, as a run does: guards, budget limits
@@ -210,25 +210,30 @@ def _run(example: Example, machines: MachineSet) -> ExampleResult:
         actual.append(f"--{step.trigger}--> {_where(result)}")
         if _path(result) != step.to:
             return failed(f"step {number} enters {_path(result)!r}, not {step.to!r}", step)
-    outcome = None if result.outcome is None else str(result.outcome)
     if example.outcome is not None:
         expected[-1] += f" (ended {example.outcome})"
+    why = _ending(example, result)
+    return ExampleResult(example, None, tuple(fired)) if why is None else failed(why)
+
+
+def _ending(example: Example, result: StepResult) -> str | None:
+    """What is wrong with how the node stands after the last step, if anything."""
+    outcome = None if result.outcome is None else str(result.outcome)
     if outcome != example.outcome:
         said = "not to end yet" if example.outcome is None else f"to end {example.outcome}"
         done = "has not ended" if outcome is None else f"ended {outcome}"
-        return failed(f"the node was expected {said}, but it {done}")
-    if example.spent is not None:
-        counters = result.position.counters
-        wrong = {
-            name: counters.get(name, 0)
-            for name, units in example.spent.items()
-            if counters.get(name, 0) != units
-        }
-        if wrong:
-            said = ", ".join(f"{n} {example.spent[n]}" for n in wrong)
-            got = ", ".join(f"{n} {units}" for n, units in wrong.items())
-            return failed(f"expected spent {said}, but spent {got}")
-    return ExampleResult(example, None, tuple(fired))
+        return f"the node was expected {said}, but it {done}"
+    counters = result.position.counters
+    wrong = {
+        name: counters.get(name, 0)
+        for name, units in (example.spent or {}).items()
+        if counters.get(name, 0) != units
+    }
+    if wrong and example.spent is not None:
+        said = ", ".join(f"{n} {example.spent[n]}" for n in wrong)
+        got = ", ".join(f"{n} {units}" for n, units in wrong.items())
+        return f"expected spent {said}, but spent {got}"
+    return None
 
 
 def _fired(
@@ -239,8 +244,10 @@ def _fired(
     payload: Mapping[str, bool],
     settings: Mapping[str, Any],
 ) -> list[tuple[str, int]]:
-    """The transitions a step takes: at the innermost level, and each level a finished
-    nested machine hands its outcome up to (read with the routing the step uses)."""
+    """The transitions a step takes, read with the routing the step uses.
+
+    The innermost level's, and each level's a finished nested machine hands its outcome to.
+    """
     path = position.path
     levels = machines.levels(root, path)
     taken: list[tuple[str, int]] = []
@@ -248,7 +255,9 @@ def _fired(
     for depth in range(len(path) - 1, -1, -1):
         machine, state = levels[depth], path[depth]
         prefix = "".join(p + PATH_SEPARATOR for p in path[:depth])
-        counters = {k[len(prefix) :]: v for k, v in position.counters.items() if k.startswith(prefix)}
+        counters = {
+            k[len(prefix) :]: v for k, v in position.counters.items() if k.startswith(prefix)
+        }
         chosen = machine.choose(
             state,
             trigger,

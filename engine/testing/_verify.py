@@ -35,9 +35,9 @@ from typing import Any, Protocol
 
 from phasegraph.analysis import Code, Report, Severity, check
 from phasegraph.analysis._check import machine_family, resolve
+from phasegraph.model import MachineDef
 from phasegraph.spec import load_graph
 from phasegraph.testing._bounds import machine_bounds, node_bounds
-from phasegraph.model import MachineDef
 from phasegraph.testing._crash import RunTrace, crash_equivalence, uninterrupted_run
 from phasegraph.testing._examples import coverage, machine_examples, run_examples
 from phasegraph.testing._runs import PropertyFailed
