@@ -17,6 +17,7 @@ from types import MappingProxyType
 from phasegraph import model
 from phasegraph.errors import Problem, SourceLocation
 from phasegraph.spec import _schema as schema
+from phasegraph.spec._settings import settings_problems
 from phasegraph.spec._yaml import Document, read_file
 
 __all__ = ["MachineFile", "Resolver", "Sites", "read_machine", "unknown_machine"]
@@ -144,6 +145,20 @@ class Resolver:
                 self.problems.append(machine.doc.problem(loc, text))
             elif child is not None:
                 self.walk(child, stack)
+        self.problems += self._example_settings(name, machine)
+
+    def _example_settings(self, name: str, machine: MachineFile) -> list[Problem]:
+        """Keys of an example's ``with:`` nothing reads, judged as a node's would be."""
+        family: dict[str, model.MachineDef] = {}
+        if not machine.spec.examples or not self.closure(name, family):
+            return []  # no examples, or the machines' own problems are reported
+        found = []
+        for index, example in enumerate(machine.spec.examples):
+            node = model.NodeDef(id=name, machine=name, settings=example.settings)
+            label = f"example {example.name!r}"
+            for path, text in settings_problems(node, list(family.values()), label=label):
+                found.append(machine.doc.problem(("examples", index, "with", *path), text))
+        return found
 
     def closure(
         self, name: str, found: dict[str, model.MachineDef], seen: frozenset[str] = frozenset()

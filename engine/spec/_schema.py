@@ -169,18 +169,13 @@ def _example_issues(
 
     A machine that nests others also fires their triggers and enters their states, so
     only the outermost state of a path is checked there; the rest is known when the
-    example runs.
+    example runs. Its ``with:`` is judged with the machines it nests, as a node's is
+    (:meth:`phasegraph.spec._machines.Resolver.walk`).
     """
     flat = not any(state.machine for state in spec.states.values())
     what = f"example {example.name!r}"
     for index, step in enumerate(example.steps):
         _step_issues(issues, spec, states, (*here, "steps", index), what, step, flat=flat)
-    budgets = example.settings.get("budgets", {})
-    for name in budgets if isinstance(budgets, Mapping) and flat else ():
-        if name not in spec.budgets:
-            loc = (*here, "with", "budgets", name)
-            text = f"{what} sets the limit of unknown budget"
-            issues.unknown(loc, text, str(name), spec.budgets, "budgets")
     for name in example.spent or {}:
         if "/" not in name and name not in spec.budgets:
             text = f"{what} counts unknown budget"

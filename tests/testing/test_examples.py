@@ -156,8 +156,14 @@ def test_a_wrong_example_fails_phasegraph_test_with_its_trace(tmp_path: Path) ->
         (
             "  - name: x\n    with: {budgets: {round: 3}}\n    steps: [submit -> review]\n",
             17,
-            "example 'x' sets the limit of unknown budget 'round' (budgets: rounds); "
-            "did you mean 'rounds'?",
+            "example 'x': with.budgets: unknown budget 'round' (budgets of its machines: "
+            "rounds); did you mean 'rounds'?",
+        ),
+        (
+            "  - name: x\n    with: {rounds: 3}\n    steps: [submit -> review]\n",
+            17,
+            "example 'x': with.rounds: 'rounds' is a budget of machine 'review', and a "
+            "budget's limit is set under `budgets:`",
         ),
         (
             "  - name: x\n    steps: [submit -> review]\n    spent: {round: 1}\n",
@@ -274,3 +280,23 @@ def test_an_example_written_from_a_walk_of_the_machine_holds_on_it(
     (result,) = run_examples([wrong], family)
     assert result.failure is not None
     assert f"enters {last.to!r}, not {other!r}" in result.failure
+
+
+def test_an_examples_settings_are_judged_with_the_machines_it_nests(tmp_path: Path) -> None:
+    """A misspelt switch would leave a guard reading nothing: refused as a node's would be."""
+    from phasegraph.spec._loader import machine_source
+
+    text = machine_source("guarded_agent").read_text(encoding="utf-8")
+    misspelt = text.replace(
+        "with: {recovery: {enabled: false}}", "with: {recovry: {enabled: false}}"
+    )
+    path = tmp_path / "guarded_agent.yaml"
+    path.write_text(misspelt, encoding="utf-8")
+    findings = [str(f) for f in check(path).findings if f.severity is Severity.ERROR]
+    assert len(findings) == 1, findings
+    assert findings[0].startswith(f"{path}:")
+    assert (
+        "example 'with recovery disabled a failed agent goes to the emergency': with.recovry: "
+        "nothing reads this setting; did you mean 'recovery' (read by the guards of machine "
+        "'guarded_agent')?"
+    ) in findings[0]

@@ -229,9 +229,10 @@ def test_phasegraph_test_on_the_command_line_kills_what_check_spares(tmp_path: P
     for name, machine, status in (("original", root, 0), ("mutant", survivor.machine, 1)):
         path = tmp_path / f"{name}.yaml"
         path.write_text(machine_text(machine, examples), encoding="utf-8")
-        assert _main("check", "--strict", str(path)).returncode == 0
         done = _main("test", str(path))
         assert done.returncode == status, done.stdout + done.stderr
+    assert "ok      check: the definition passes `phasegraph check`" in done.stdout
+    assert _main("check", "--strict", str(path)).returncode == 0
     assert "FAILED  examples" in done.stdout
     assert "expected to end failed, but it ended success" in done.stdout
     assert "expected: work --again--> work --again--> exhausted (ended failed)" in done.stdout
