@@ -300,3 +300,42 @@ def test_an_examples_settings_are_judged_with_the_machines_it_nests(tmp_path: Pa
         "nothing reads this setting; did you mean 'recovery' (read by the guards of machine "
         "'guarded_agent')?"
     ) in findings[0]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "retry -> retry/think, answer -> recovered",
+            "retry -> retry/thnk, answer -> recovered",
+            "enters unknown state 'retry/thnk': machine 'agent' has no state 'thnk' (states: "
+            "think, act, done, gave_up, errored); did you mean 'think'?",
+        ),
+        (
+            "compressed -> main/think, compressed -> emergency",
+            "compressed -> main, compressed -> emergency",
+            "enters 'main', which nests machine 'agent': a node stands in a state of it, e.g. "
+            "main/think",
+        ),
+        (
+            "steps: [answer -> done]",
+            "steps: [answr -> done]",
+            "fires unknown trigger 'answr' (triggers of its machines: advance, answer, "
+            "compressed, error, fail, failed, gave_up, observed, retry, success, tool_calls); "
+            "did you mean 'answer'?",
+        ),
+    ],
+)
+def test_a_step_into_a_nested_machine_is_checked_against_it(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    from phasegraph.spec._loader import machine_source
+
+    text = machine_source("guarded_agent").read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    path = tmp_path / "guarded_agent.yaml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    findings = [str(f) for f in check(path).findings if f.severity is Severity.ERROR]
+    assert len(findings) == 1, findings
+    assert findings[0].startswith(f"{path}:")
+    assert message in findings[0]
