@@ -302,5 +302,5 @@ def graph_test(source: str | Path, run_input: Mapping[str, Any] | None = None) -
 
 
 def machine_test(source: str | Path) -> VerifyTest:
-    """A pytest test proving liveness, termination and outcomes of a machine."""
+    """A pytest test proving liveness, termination and outcomes of a machine, and its examples."""
     return _test(str(source), lambda: verify(source, crash=False))
