@@ -279,13 +279,14 @@ def shipped_verdicts() -> dict[str, list[Verdict]]:
 def kill_table(verdicts: Iterable[Verdict]) -> str:
     """The kill rates per operator, as text.
 
-    Columns: the mutants, those :func:`equivalent` recognises, and of the others those
-    killed by ``check --strict`` and by ``check --strict`` or ``phasegraph test``.
+    Columns: the mutants, those ``check --strict`` spares that :func:`equivalent`
+    recognises, and of the others those killed by ``check --strict`` and by ``check
+    --strict`` or ``phasegraph test``.
     """
     rows = {op: [0, 0, 0, 0] for op in OPERATORS}
     for verdict in verdicts:
         row = rows[verdict.mutant.operator]
-        same = equivalent(verdict.mutant) is not None
+        same = not verdict.by_check and equivalent(verdict.mutant) is not None
         row[0] += 1
         row[1] += int(same)
         row[2] += int(not same and verdict.by_check)
