@@ -38,6 +38,7 @@ __all__ = [
     "ExampleResult",
     "ExampleStep",
     "coverage",
+    "fired_by",
     "machine_examples",
     "run_examples",
 ]
@@ -194,7 +195,7 @@ def _run(example: Example, machines: MachineSet) -> ExampleResult:
         if result.outcome is not None:
             actual.append("(none: the node has ended)")
             return failed(f"step {number} fires {step.trigger!r} after the node ended", step)
-        fired += _fired(machines, root, result.position, step.trigger, step.payload, settings)
+        fired += fired_by(machines, root, result.position, step.trigger, step.payload, settings)
         try:
             result = machines.step(
                 root,
@@ -236,7 +237,7 @@ def _ending(example: Example, result: StepResult) -> str | None:
     return None
 
 
-def _fired(
+def fired_by(
     machines: MachineSet,
     root: str,
     position: Position,

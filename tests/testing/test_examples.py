@@ -339,3 +339,50 @@ def test_a_step_into_a_nested_machine_is_checked_against_it(
     assert len(findings) == 1, findings
     assert findings[0].startswith(f"{path}:")
     assert message in findings[0]
+
+
+# --------------------------------------------------------------------------- drafts
+
+
+@pytest.mark.parametrize("name", builtin_machines())
+def test_a_draft_of_a_machines_examples_holds_on_it_and_takes_every_transition(
+    tmp_path: Path, name: str
+) -> None:
+    """Drafted from the machine alone (its own examples stripped), the draft is a sound
+    machine file's `examples:` that hold and take every transition."""
+    from phasegraph.spec._loader import machine_source
+    from phasegraph.testing._drafts import draft_examples
+
+    text = machine_source(name).read_text(encoding="utf-8").partition("\nexamples:\n")[0]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text + "\n", encoding="utf-8")
+    draft = draft_examples(str(path))
+    assert draft.startswith("examples:\n")
+    assert "no path found" not in draft
+    path.write_text(text + "\n" + draft, encoding="utf-8")
+    assert [str(f) for f in check(path).findings] == []
+    root, family = load_machine_family(path)
+    results = list(run_examples(machine_examples(root), family))
+    assert all(r.ok for r in results)
+    assert coverage({root.name: root}, results) == {}
+
+
+def test_draft_examples_on_the_command_line_adds_what_the_declared_ones_miss(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, _GOOD.partition("  - name: a second round")[0])
+    done = _main(tmp_path, "test", "review.yaml", "--draft-examples")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "  - name: submit, judged, submit, judged ends in dropped\n"
+        "    steps: [submit -> review, judged -> draft, submit -> review, judged -> dropped]\n"
+        "    outcome: failed\n"
+        "    spent: {rounds: 2}\n"
+    )
+    path = tmp_path / "review.yaml"
+    path.write_text(path.read_text(encoding="utf-8") + done.stdout, encoding="utf-8")
+    tested = _main(tmp_path, "test", "review.yaml")
+    assert "2 of 2 examples hold; they take 4 of the 4 transitions of review" in tested.stdout
+    refused = _main(tmp_path, "test", "hello", "--draft-examples")
+    assert refused.returncode == 2
+    assert "drafts a machine's examples" in refused.stdout
