@@ -386,3 +386,23 @@ def test_draft_examples_on_the_command_line_adds_what_the_declared_ones_miss(
     refused = _main(tmp_path, "test", "hello", "--draft-examples")
     assert refused.returncode == 2
     assert "drafts a machine's examples" in refused.stdout
+
+
+def test_examples_leave_a_graphs_digest_alone(tmp_path: Path) -> None:
+    """A run started before an example was written resumes as the same graph."""
+    from phasegraph.spec import load_graph
+
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(
+        "graph: g\nmachines: [./review.yaml]\nnodes:\n  - id: r\n    machine: review\n"
+        "    bind:\n      write: {python: 'x:y', triggers: [submit]}\n"
+        "      judge: {python: 'x:z', triggers: [judged]}\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "review.yaml").write_text(_REVIEW.replace("examples:\n", ""), encoding="utf-8")
+    before = load_graph(graph).digest
+    _write(tmp_path, _GOOD)
+    assert load_graph(graph).digest == before
+    changed = _REVIEW + _GOOD.replace("rounds: 1}", "rounds: 2}")
+    (tmp_path / "review.yaml").write_text(changed, encoding="utf-8")
+    assert load_graph(graph).digest == before
