@@ -67,7 +67,7 @@ KILLED = {
     "machines": {
         "drop-transition": 81,
         "delete-error-handler": 48,
-        "redirect-transition": 727,
+        "redirect-transition": 729,
         "flip-guard": 63,
         "flip-outcome": 36,
         "make-non-final": 36,
@@ -76,7 +76,7 @@ KILLED = {
     "graphs": {
         "drop-transition": 56,
         "delete-error-handler": 51,
-        "redirect-transition": 550,
+        "redirect-transition": 552,
         "flip-guard": 44,
         "flip-outcome": 37,
         "make-non-final": 37,
