@@ -321,6 +321,12 @@ def _test(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="in those runs, answer every review gate with 'confirm' (as run --approve)",
     )
+    parser.add_argument(
+        "--draft-examples",
+        action="store_true",
+        help="print a draft of `examples:` taking every transition of a machine its declared "
+        "examples do not take (read each before keeping it)",
+    )
 
 
 def _fork(parser: argparse.ArgumentParser) -> None:
@@ -670,8 +676,9 @@ COMMANDS = (
     ),
     Command(
         "test",
-        "prove a graph's properties: liveness, termination bound, reachable outcomes, a run "
-        "of its own actions that does not fail, and crash-equivalence (exit 1 if one fails)",
+        "prove a graph's properties: liveness, termination bound, reachable outcomes, the "
+        "machines' examples, a run of its own actions that does not fail, and "
+        "crash-equivalence (exit 1 if one fails)",
         _test,
         _testing,
     ),

@@ -22,6 +22,8 @@ async def _cmd_test(args: argparse.Namespace) -> int:
     except ImportError as exc:  # the test extra (hypothesis, pytest) is not installed
         print(f"phasegraph test needs the test extra: pip install 'phasegraph[test]' ({exc})")
         return EXIT_BAD_INPUT
+    if args.draft_examples:
+        return _draft(args.target)
     run_input = parse_inputs(args.input, args.input_file)
     # Each result is printed as it is known: the runs of the graph's actions take a while.
     shown = None if args.json else _show
@@ -36,6 +38,17 @@ async def _cmd_test(args: argparse.Namespace) -> int:
             f"{args.target}: {len(results)} properties, {len(results) - failed} hold, {failed} fail"
         )
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _draft(target: str) -> int:
+    from phasegraph.analysis._check import resolve
+    from phasegraph.testing._drafts import draft_examples
+
+    if resolve(target).kind != "machine":
+        print(f"{target}: --draft-examples drafts a machine's examples; name a machine file")
+        return EXIT_BAD_INPUT
+    print(draft_examples(target), end="")
+    return EXIT_OK
 
 
 def _show(result: PropertyResult) -> None:

@@ -340,7 +340,12 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
     payload = {
         "graph": {**graph, "graph": name},
         "machines": {
-            m.name: {**m.spec.model_dump(mode="json", by_alias=True), "machine": m.name}
+            # A machine's examples change what `phasegraph test` checks, never what a run
+            # does: a run started before an example was added resumes as the same graph.
+            m.name: {
+                **m.spec.model_dump(mode="json", by_alias=True, exclude={"examples"}),
+                "machine": m.name,
+            }
             for m in machines
         },
     }

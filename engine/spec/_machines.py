@@ -17,6 +17,8 @@ from types import MappingProxyType
 from phasegraph import model
 from phasegraph.errors import Problem, SourceLocation
 from phasegraph.spec import _schema as schema
+from phasegraph.spec._models import step_parts
+from phasegraph.spec._settings import settings_problems
 from phasegraph.spec._yaml import Document, read_file
 
 __all__ = ["MachineFile", "Resolver", "Sites", "read_machine", "unknown_machine"]
@@ -97,6 +99,43 @@ def _machine_def(name: str, spec: schema.MachineSpec, doc: Document) -> model.Ma
     )
 
 
+def _nested_step_problem(
+    root: str, family: Mapping[str, model.MachineDef], trigger: str, to: str
+) -> str | None:
+    """What is wrong with a step of an example of a machine nesting others, if anything.
+
+    The schema checks the steps of a flat machine; here the nested machines are known.
+    """
+    triggers = {t.trigger for machine in family.values() for t in machine.transitions}
+    if trigger not in triggers:
+        listed = ", ".join(sorted(triggers))
+        return (
+            f"fires unknown trigger {trigger!r} (triggers of its machines: {listed})"
+            + schema.did_you_mean(trigger, triggers)
+        )
+    machine = family[root]
+    parts = to.split(model.PATH_SEPARATOR)
+    for depth, part in enumerate(parts):
+        if part not in machine.states:
+            listed = ", ".join(machine.states)
+            return (
+                f"enters unknown state {to!r}: machine {machine.name!r} has no state {part!r} "
+                f"(states: {listed})" + schema.did_you_mean(part, machine.states)
+            )
+        nested = machine.states[part].machine
+        if nested is None and depth < len(parts) - 1:
+            return f"enters {to!r}, but {part!r} nests no machine"
+        if nested is not None and depth == len(parts) - 1:
+            inner = family[nested].initial
+            return (
+                f"enters {to!r}, which nests machine {nested!r}: a node stands in a state "
+                f"of it, e.g. {to}{model.PATH_SEPARATOR}{inner}"
+            )
+        if nested is not None:
+            machine = family[nested]
+    return None
+
+
 def unknown_machine(what: str, name: str, known: Mapping[str, Path]) -> str:
     """The message for ``what`` (e.g. "node 'x' uses") naming an unknown machine."""
     return (
@@ -144,6 +183,27 @@ class Resolver:
                 self.problems.append(machine.doc.problem(loc, text))
             elif child is not None:
                 self.walk(child, stack)
+        self.problems += self._example_settings(name, machine)
+
+    def _example_settings(self, name: str, machine: MachineFile) -> list[Problem]:
+        """Keys of an example's ``with:`` nothing reads, judged as a node's would be."""
+        family: dict[str, model.MachineDef] = {}
+        if not machine.spec.examples or not self.closure(name, family):
+            return []  # no examples, or the machines' own problems are reported
+        found = []
+        nests = any(state.machine for state in family[name].states.values())
+        for index, example in enumerate(machine.spec.examples):
+            node = model.NodeDef(id=name, machine=name, settings=example.settings)
+            label = f"example {example.name!r}"
+            for path, text in settings_problems(node, list(family.values()), label=label):
+                found.append(machine.doc.problem(("examples", index, "with", *path), text))
+            for position, step in enumerate(example.steps if nests else ()):
+                trigger, _, to = step_parts(step)
+                wrong = _nested_step_problem(name, family, trigger, to)
+                if wrong is not None:
+                    loc = ("examples", index, "steps", position)
+                    found.append(machine.doc.problem(loc, f"{label} {wrong}"))
+        return found
 
     def closure(
         self, name: str, found: dict[str, model.MachineDef], seen: frozenset[str] = frozenset()

@@ -22,7 +22,9 @@ from phasegraph.spec._models import (
     ID_PATTERN,
     NAME_PATTERN,
     PREDICATE_PATTERN,
+    STATE_PATH_PATTERN,
     STATUS_PATTERN,
+    STEP_PATTERN,
     TARGET_PATTERN,
     URL_PATTERN,
     HttpAction,
@@ -45,11 +47,15 @@ _PATTERN_HINTS: Mapping[str, str] = {
     STATUS_PATTERN: "write a status code (404), a class (4xx) or default",
     URL_PATTERN: "write an absolute URL starting with http:// or https:// and its host",
     HEADER_PATTERN: "use letters, digits and '-' (e.g. X-Request-Id)",
+    STEP_PATTERN: "write TRIGGER -> STATE (a nested state as parent/child)",
+    STATE_PATH_PATTERN: "write a state name, or parent/child for a nested state",
 }
 _PATTERN_NOUNS: Mapping[str, str] = {
     STATUS_PATTERN: "status key",
     URL_PATTERN: "URL",
     HEADER_PATTERN: "header name",
+    STEP_PATTERN: "step",
+    STATE_PATH_PATTERN: "state path",
 }
 
 

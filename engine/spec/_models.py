@@ -35,11 +35,15 @@ __all__ = [
     "NAME_PATTERN",
     "PREDICATE_PATTERN",
     "SHELL_FALLBACK_TRIGGER",
+    "STATE_PATH_PATTERN",
     "STATUS_PATTERN",
+    "STEP_PATTERN",
     "TARGET_PATTERN",
     "URL_PATTERN",
     "ActionSpec",
     "BudgetSpec",
+    "ExampleSpec",
+    "ExampleStepSpec",
     "GraphSpec",
     "HttpAction",
     "HttpRequest",
@@ -55,6 +59,7 @@ __all__ = [
     "StateSpec",
     "ToolsAction",
     "TransitionSpec",
+    "step_parts",
 ]
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
@@ -63,6 +68,10 @@ ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 """Node ids and machine, graph, middleware and interrupt names (``-`` allowed too)."""
 PREDICATE_PATTERN = r"^(budget|payload|setting):[A-Za-z_][A-Za-z0-9_.]*$"
 """``budget:NAME``, ``payload:KEY`` or ``setting:DOTTED.KEY``."""
+STATE_PATH_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$"
+"""A state, or a nested state as ``parent/child``."""
+STEP_PATTERN = r"^[A-Za-z][A-Za-z0-9_]* *-> *[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$"
+"""An example's step written as ``TRIGGER -> STATE``."""
 _SOURCE_PATTERN = r"^(\*|[A-Za-z][A-Za-z0-9_]*)$"
 TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
 """A ``python:`` target: ``package.module:function``."""
@@ -209,6 +218,68 @@ class TransitionSpec(_Spec):
         return [self.source] if isinstance(self.source, str) else list(self.source)
 
 
+_StatePath = Annotated[str, Field(pattern=STATE_PATH_PATTERN)]
+
+
+class ExampleStepSpec(_Spec):
+    """One step of an example written out: the trigger, what guards read, where it leads."""
+
+    trigger: _Name = Field(description="The trigger fired (an action's result).")
+    payload: dict[str, bool] = Field(
+        {}, description="Truth of the `payload:` predicates the guards read."
+    )
+    to: _StatePath = Field(description="The state path entered (`parent/child` when nested).")
+
+
+def _step_shape(v: Any) -> str:
+    return "<map>" if isinstance(v, Mapping | ExampleStepSpec) else "<one>"
+
+
+_Step = Annotated[
+    Annotated[Annotated[str, Field(pattern=STEP_PATTERN)], Tag("<one>")]
+    | Annotated[ExampleStepSpec, Tag("<map>")],
+    Discriminator(_step_shape),
+]
+
+
+class ExampleSpec(_Spec):
+    """An intended behaviour: triggers fired from the initial state, and where they lead.
+
+    ``phasegraph test`` fires each step on the machine as a run does (guards, budgets,
+    nested machines, final states) and fails when the machine goes anywhere else.
+    """
+
+    name: str = Field(min_length=1, description="What the example shows, in words.")
+    settings: dict[str, Any] = Field(
+        {},
+        alias="with",
+        description="The node's settings the guards read (`budgets:` overrides limits).",
+    )
+    steps: list[_Step] = Field(
+        min_length=1,
+        description="In order: 'TRIGGER -> STATE' (a nested state as parent/child), or "
+        "{trigger, payload, to} when guards read the payload.",
+    )
+    outcome: _Outcome | None = Field(
+        None,
+        description="How the node ends after the last step; omit it when the example stops "
+        "before the node ends.",
+    )
+    spent: dict[_StatePath, Annotated[int, Field(ge=0)]] | None = Field(
+        None,
+        description="Units spent per budget after the last step (a nested level's as "
+        "state/budget).",
+    )
+
+
+def step_parts(step: str | ExampleStepSpec) -> tuple[str, dict[str, bool], str]:
+    """The trigger, payload and state path of a step, in either of its forms."""
+    if isinstance(step, ExampleStepSpec):
+        return step.trigger, dict(step.payload), step.to
+    trigger, _, to = step.partition("->")
+    return trigger.strip(), {}, to.strip()
+
+
 class MachineSpec(_Spec):
     """A phasegraph machine file (states/NAME.yaml)."""
 
@@ -220,6 +291,11 @@ class MachineSpec(_Spec):
     budgets: dict[_Name, BudgetSpec] = Field({}, description="Budgets by name.")
     states: dict[_Name, StateSpec] = Field(min_length=1, description="States, in order.")
     transitions: list[TransitionSpec] = Field([], description="Transitions, in priority order.")
+    examples: list[ExampleSpec] = Field(
+        [],
+        description="Intended behaviours, run by `phasegraph test`: each a path from the "
+        "initial state and how the node ends.",
+    )
 
 
 class _ActionBase(_Spec):

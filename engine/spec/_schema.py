@@ -29,6 +29,8 @@ from phasegraph.spec._models import (
     PREDICATE_PATTERN,
     ActionSpec,
     BudgetSpec,
+    ExampleSpec,
+    ExampleStepSpec,
     GraphSpec,
     HttpAction,
     HttpRequest,
@@ -40,6 +42,7 @@ from phasegraph.spec._models import (
     ShellAction,
     StateSpec,
     TransitionSpec,
+    step_parts,
 )
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "ActionSpec",
     "BudgetSpec",
     "Checked",
+    "ExampleSpec",
     "GraphSpec",
     "HttpAction",
     "HttpRequest",
@@ -147,7 +151,66 @@ def _machine_issues(spec: MachineSpec, states: set[str]) -> Issues:
                 issues.unknown(("budgets", name, "spend_on", index), text, state, states, "states")
     for index, transition in enumerate(spec.transitions):
         _transition_issues(issues, spec, states, ("transitions", index), transition)
+    named: dict[str, int] = {}
+    for index, example in enumerate(spec.examples):
+        here = ("examples", index)
+        if example.name in named:
+            text = f"example #{named[example.name] + 1} is named {example.name!r} too: rename one"
+            issues.add((*here, "name"), text)
+        named.setdefault(example.name, index)
+        _example_issues(issues, spec, states, here, example)
     return issues
+
+
+def _example_issues(
+    issues: Issues, spec: MachineSpec, states: set[str], here: Loc, example: ExampleSpec
+) -> None:
+    """Names an example uses that this machine does not declare.
+
+    A machine that nests others also fires their triggers and enters their states, so
+    only the outermost state of a path is checked there; the rest is known when the
+    example runs. Its ``with:`` is judged with the machines it nests, as a node's is
+    (:meth:`phasegraph.spec._machines.Resolver.walk`).
+    """
+    flat = not any(state.machine for state in spec.states.values())
+    what = f"example {example.name!r}"
+    for index, step in enumerate(example.steps):
+        _step_issues(issues, spec, states, (*here, "steps", index), what, step, flat=flat)
+    for name in example.spent or {}:
+        if "/" not in name and name not in spec.budgets:
+            text = f"{what} counts unknown budget"
+            issues.unknown((*here, "spent", name), text, name, spec.budgets, "budgets")
+
+
+def _step_issues(
+    issues: Issues,
+    spec: MachineSpec,
+    states: set[str],
+    loc: Loc,
+    what: str,
+    step: str | ExampleStepSpec,
+    *,
+    flat: bool,
+) -> None:
+    trigger, keys, to = step_parts(step)
+    triggers = {t.trigger for t in spec.transitions}
+    if flat and trigger not in triggers:
+        issues.unknown(loc, f"{what} fires unknown trigger", trigger, triggers, "triggers")
+    outer = to.split("/")[0]
+    if outer not in states:
+        issues.unknown(loc, f"{what} enters unknown state", outer, states, "states")
+    elif flat and "/" in to:
+        issues.add(loc, f"{what} enters {to!r}, but {outer!r} nests no machine")
+    read = {
+        p.partition(":")[2]
+        for t in spec.transitions
+        for p in (*t.conditions, *t.unless)
+        if p.startswith("payload:")
+    }
+    for key in keys if flat else ():
+        if key not in read:
+            text = f"{what} sets payload key"
+            issues.unknown((*loc, "payload", key), text, key, read, "guards read")
 
 
 def _transition_issues(

@@ -109,7 +109,7 @@ def _opens(bind: Mapping[str, model.ActionDef]) -> bool:
 class _Node:
     """A node's settings and what judges them."""
 
-    id: str
+    label: str  # how messages name whose settings they are: "node 'x'"
     budgets: Mapping[str, str]  # budget -> the machine declaring it
     guarded: Mapping[str, str]  # setting read by a guard -> the machine reading it
     open: bool
@@ -119,19 +119,21 @@ class _Node:
 
 
 def settings_problems(
-    node: model.NodeDef, machines: Collection[model.MachineDef]
+    node: model.NodeDef, machines: Collection[model.MachineDef], *, label: str | None = None
 ) -> list[tuple[tuple[str, ...], str]]:
     """Keys of ``node``'s ``with:`` that nothing reads, and budget overrides that are not limits.
 
     Args:
         node: The node, its settings as written.
         machines: Its machine and every machine nested in it.
+        label: Whose settings they are, in messages; default ``node 'ID'`` (a machine's
+            example gives its settings as a node would).
 
     Returns:
         (key path inside ``with``, message) for each problem.
     """
     judged = _Node(
-        id=node.id,
+        label=label or f"node {node.id!r}",
         budgets={b: m.name for m in machines for b in m.budgets},
         guarded=_guarded(machines),
         open=_opens(node.bind),
@@ -143,7 +145,7 @@ def settings_problems(
 
 
 def _key_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ...], str]]:
-    where = f"node {node.id!r}: with.{key}"
+    where = f"{node.label}: with.{key}"
     if key == "budgets":
         return _budget_problems(node, value)
     setting = NODE_SETTINGS.get(key)
@@ -183,7 +185,7 @@ def _key_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ..
 
 
 def _budget_problems(node: _Node, value: Any) -> list[tuple[tuple[str, ...], str]]:
-    where = f"node {node.id!r}: with.budgets"
+    where = f"{node.label}: with.budgets"
     if not isinstance(value, Mapping):
         return [(("budgets",), f"{where} must map budget names to limits, e.g. {{turns: 5}}")]
     found: list[tuple[tuple[str, ...], str]] = []

@@ -18,15 +18,18 @@ operator                   change
 
 A mutant of a graph is a mutant of one machine its nodes use (nested ones included),
 in place in the graph, so each node's settings and bindings apply to it.
-:func:`check_kills` says whether ``phasegraph check --strict`` fails on a mutant, and
-:func:`equivalent` why a mutant behaves exactly as the original does (no check could
-kill it), when that can be shown.
+:func:`check_kills` says whether ``phasegraph check --strict`` fails on a mutant,
+:func:`examples_kill` whether ``phasegraph test`` does: whether an example the original
+machines declare (``examples:``, their author's intent) fails on it, run by the same
+runner as ``phasegraph test`` (:mod:`phasegraph.testing._examples`). :func:`equivalent`
+says why a mutant behaves exactly as the original does (nothing could kill it), when
+that can be shown.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +45,20 @@ from phasegraph.model import (
     nested_machines,
     replace,
 )
+from phasegraph.testing._examples import Example, machine_examples, run_examples
 
 __all__ = [
     "OPERATORS",
     "Mutant",
+    "Verdict",
     "check_kills",
     "equivalent",
+    "examples_kill",
     "graph_mutants",
+    "kill_table",
     "machine_mutants",
     "machine_text",
+    "shipped_verdicts",
 ]
 
 OPERATORS = (
@@ -227,6 +235,96 @@ def check_kills(mutant: Mutant, machines: Mapping[str, MachineDef]) -> bool:
     return any(f.severity in (Severity.ERROR, Severity.WARNING) for f in findings)
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What kills one mutant.
+
+    Attributes:
+        mutant: The mutant.
+        by_check: ``phasegraph check --strict`` fails on it.
+        by_examples: An example of the original machines fails on it (``phasegraph test``).
+    """
+
+    mutant: Mutant
+    by_check: bool
+    by_examples: bool
+
+    @property
+    def killed(self) -> bool:
+        """Whether ``check --strict`` or ``phasegraph test`` fails on the mutant."""
+        return self.by_check or self.by_examples
+
+
+def shipped_verdicts() -> dict[str, list[Verdict]]:
+    """Every mutant of the shipped machines (each on its own) and graphs, and its verdict."""
+    from phasegraph.spec import load_graph
+    from phasegraph.spec._loader import builtin_graphs, builtin_machines, load_machine_family
+
+    found: dict[str, list[Verdict]] = {"machines": [], "graphs": []}
+    for name in builtin_machines():
+        root, family = load_machine_family(name)
+        examples = [e for machine in family.values() for e in machine_examples(machine)]
+        for mutant in machine_mutants(root):
+            killed = check_kills(mutant, family), examples_kill(mutant, examples, family)
+            found["machines"].append(Verdict(mutant, *killed))
+    for name in builtin_graphs():
+        graph = load_graph(name)
+        examples = [e for machine in graph.machines.values() for e in machine_examples(machine)]
+        for mutant in graph_mutants(graph):
+            killed = check_kills(mutant, {}), examples_kill(mutant, examples, graph.machines)
+            found["graphs"].append(Verdict(mutant, *killed))
+    return found
+
+
+def kill_table(verdicts: Iterable[Verdict]) -> str:
+    """The kill rates per operator, as text.
+
+    Columns: the mutants, those ``check --strict`` spares that :func:`equivalent`
+    recognises, and of the others those killed by ``check --strict`` and by ``check
+    --strict`` or ``phasegraph test``.
+    """
+    rows = {op: [0, 0, 0, 0] for op in OPERATORS}
+    for verdict in verdicts:
+        row = rows[verdict.mutant.operator]
+        same = not verdict.by_check and equivalent(verdict.mutant) is not None
+        row[0] += 1
+        row[1] += int(same)
+        row[2] += int(not same and verdict.by_check)
+        row[3] += int(not same and verdict.killed)
+    lines = [f"{'operator':<22}{'mutants':>8}{'equivalent':>12}{'check':>8}{'check|test':>12}"]
+    lines += [f"{op:<22}{a:>8}{b:>12}{c:>8}{d:>12}" for op, (a, b, c, d) in rows.items()]
+    total, alike, check, either = (sum(r[i] for r in rows.values()) for i in range(4))
+    lines.append(f"{'all':<22}{total:>8}{alike:>12}{check:>8}{either:>12}")
+    live = total - alike
+    lines.append(
+        f"killed of the {live} not equivalent: check {check} ({check / live:.1%}), "
+        f"check or test {either} ({either / live:.1%})"
+    )
+    return "\n".join(lines)
+
+
+def examples_kill(
+    mutant: Mutant, examples: Iterable[Example], machines: Mapping[str, MachineDef]
+) -> bool:
+    """Whether an example of the original machines fails on the mutant (``phasegraph test``).
+
+    Args:
+        mutant: The mutant.
+        examples: The examples the original machines declare.
+        machines: Every original machine by name (the mutated one is swapped in).
+    """
+    name = mutant.machine.name
+    swapped = {**machines, name: mutant.machine}
+    used: dict[str, MachineDef] = {}
+    relevant = []
+    for example in examples:
+        family = {m.name: m for m in nested_machines(example.machine, swapped)}
+        if name in family:  # only examples that step through the mutated machine
+            relevant.append(example)
+            used.update(family)
+    return not all(result.ok for result in run_examples(relevant, used))
+
+
 def _refused_by_loader(graph: GraphDef) -> bool:
     """Whether a bound action declares a trigger its state does not accept.
 
@@ -262,8 +360,8 @@ def equivalent(mutant: Mutant) -> str | None:
     return f"{before} and {after} are both final with outcome {ended}: the node ends the same way"
 
 
-def machine_text(machine: MachineDef) -> str:
-    """The machine as a machine file, for the command line."""
+def machine_text(machine: MachineDef, examples: Iterable[Example] = ()) -> str:
+    """The machine as a machine file, for the command line, with ``examples`` declared."""
     document: dict[str, Any] = {
         "machine": machine.name,
         "initial": machine.initial,
@@ -293,6 +391,24 @@ def machine_text(machine: MachineDef) -> str:
             }
             for t in machine.transitions
         ],
+        "examples": [
+            {
+                "name": example.name,
+                "with": dict(example.settings),
+                "steps": [
+                    {"trigger": step.trigger, "payload": dict(step.payload), "to": step.to}
+                    for step in example.steps
+                ],
+                **({"outcome": example.outcome} if example.outcome else {}),
+                **({"spent": dict(example.spent)} if example.spent is not None else {}),
+            }
+            for example in examples
+        ],
     }
     # One top-level key a line, each value in flow style (JSON is YAML's flow style).
     return "".join(f"{key}: {json.dumps(value)}\n" for key, value in document.items())
+
+
+if __name__ == "__main__":  # python -m phasegraph.testing._mutants: the kill rates
+    for kind, found in shipped_verdicts().items():
+        print(f"{kind}:\n{kill_table(found)}\n")

@@ -12,13 +12,16 @@ commit.
    within what its budgets allow (shown per node and level, in the budgets' own units:
    see :mod:`phasegraph.testing._bounds`);
 4. **outcomes**: every outcome a final state declares can be reached;
-5. **run** (graphs only): an uninterrupted run of the graph's own actions does not fail
+5. **examples**: every example the machines declare (``examples:`` in a machine file)
+   behaves as stated when fired through the engine's own stepping (see
+   :mod:`phasegraph.testing._examples`); the transitions no example takes are named;
+6. **run** (graphs only): an uninterrupted run of the graph's own actions does not fail
    (a failed run is shown with its steps and error log);
-6. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
+7. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
    as an uninterrupted run does (see :mod:`phasegraph.testing._crash`).
 
 Each result is handed on as soon as it is known (``on_result``): the four proofs come
-from one ``check``, in a second or so; the runs take longer.
+from one ``check``, in a second or so, the examples in milliseconds; the runs take longer.
 
 Use :func:`verify` from code, :func:`graph_test` / :func:`machine_test` as pytest tests.
 """
@@ -32,9 +35,11 @@ from typing import Any, Protocol
 
 from phasegraph.analysis import Code, Report, Severity, check
 from phasegraph.analysis._check import machine_family, resolve
+from phasegraph.model import MachineDef
 from phasegraph.spec import load_graph
 from phasegraph.testing._bounds import machine_bounds, node_bounds
 from phasegraph.testing._crash import RunTrace, crash_equivalence, uninterrupted_run
+from phasegraph.testing._examples import coverage, machine_examples, run_examples
 from phasegraph.testing._runs import PropertyFailed
 
 __all__ = ["PropertyResult", "graph_test", "machine_test", "verify"]
@@ -160,10 +165,44 @@ def verify(
         )
     done(termination)
     done(_from_findings("outcomes", "every declared outcome can be reached", report, _OUTCOMES))
+    done(_examples(target, kind, loads))
     if kind == "graph" and crash:
         trace = _run(target, run_input, runnable=not errors, approve=approve, done=done)
         done(_crash(target, run_input, trace, approve=approve))
     return results
+
+
+def _examples(target: str | Path, kind: str | None, loads: bool) -> PropertyResult:
+    name, claim = "examples", "every declared example behaves as stated"
+    if not loads:
+        return PropertyResult(name, claim, False, ("not run: the definition does not load",))
+    machines: Mapping[str, MachineDef]
+    if kind == "graph":
+        machines = load_graph(target).machines
+    else:
+        machines = machine_family(resolve(target).source)[1]
+    examples = [e for machine in machines.values() for e in machine_examples(machine)]
+    if not examples:
+        return PropertyResult(name, claim, True, ("no machine declares `examples:`",))
+    results = list(run_examples(examples, machines))
+    failures = [r.failure for r in results if r.failure is not None]
+    described = [m for m in machines if any(e.machine == m for e in examples)]
+    missed = coverage({m: machines[m] for m in described}, results)
+    taken = sum(len(machines[m].transitions) for m in described) - sum(map(len, missed.values()))
+    details = [
+        f"{len(results) - len(failures)} of {len(results)} examples hold; they take {taken} "
+        f"of the {sum(len(machines[m].transitions) for m in described)} transitions of "
+        f"{', '.join(described)}"
+    ]
+    for machine, indexes in missed.items():
+        for index in indexes:
+            transition = machines[machine].transitions[index]
+            where = f"{transition.location}: " if transition.location else ""
+            details.append(
+                f"{where}no example of {machine!r} takes transition {index} "
+                f"`{transition.trigger}` {','.join(transition.source)} -> {transition.dest}"
+            )
+    return PropertyResult(name, claim, not failures, (*failures, *details))
 
 
 def _run(
@@ -263,5 +302,5 @@ def graph_test(source: str | Path, run_input: Mapping[str, Any] | None = None) -
 
 
 def machine_test(source: str | Path) -> VerifyTest:
-    """A pytest test proving liveness, termination and outcomes of a machine."""
+    """A pytest test proving liveness, termination and outcomes of a machine, and its examples."""
     return _test(str(source), lambda: verify(source, crash=False))

@@ -1,12 +1,20 @@
 """Mutation testing: mutants of every shipped machine and graph (a transition dropped
 or redirected, a guard or an outcome flipped, a spend moved, an error handler deleted, a
-final state made non-final), and how many `phasegraph check --strict` kills.
+final state made non-final), and how many `phasegraph check --strict` and
+`phasegraph test` kill.
 
-The bulk runs in process (the same analysis `check` runs); one test runs the real
-command on mutant files and a property checks the two agree."""
+`check` kills the mutants that break a machine's structure; the rest still make sense,
+only not the intended machine (a retry that goes to another valid state), and are killed
+by the machines' own examples (`examples:` in each machine file, run by `phasegraph
+test`): the examples of the original machine are run against the mutant. The bulk runs
+in process (the same analysis `check` runs and the same example runner `test` runs);
+tests below run the real commands on mutant files and check the verdicts agree.
+`python -m phasegraph.testing._mutants` prints the table."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -16,25 +24,24 @@ from hypothesis import strategies as st
 
 from phasegraph.analysis import check
 from phasegraph.model import MachineDef
-from phasegraph.spec import load_graph
-from phasegraph.spec._loader import builtin_graphs, builtin_machines, load_machine_family
+from phasegraph.spec._loader import builtin_machines, load_machine_family
+from phasegraph.testing._examples import machine_examples
 from phasegraph.testing._mutants import (
     OPERATORS,
-    Mutant,
+    Verdict,
     check_kills,
     equivalent,
-    graph_mutants,
+    examples_kill,
+    kill_table,
     machine_mutants,
     machine_text,
+    shipped_verdicts,
 )
 
-# The fewest mutants `check --strict` must kill, per operator, of the shipped machines
+# The fewest mutants `check --strict` alone kills, per operator, of the shipped machines
 # (each on its own) and of the shipped graphs (the machines in place, with each node's
-# settings and bindings). The mutants that survive are mostly machines that still make
-# sense, only not the intended one (a retry that goes to another valid state): no
-# analysis can tell them from a design, which is what a graph's own runs
-# (`phasegraph test`) are for.
-KILLED = {
+# settings and bindings).
+KILLED_BY_CHECK = {
     "machines": {
         "drop-transition": 43,
         "delete-error-handler": 33,
@@ -55,7 +62,33 @@ KILLED = {
     },
 }
 
-# Every surviving mutant that behaves exactly as its original, and why.
+# The fewest mutants `check --strict` or `phasegraph test` (the machines' examples) kill.
+KILLED = {
+    "machines": {
+        "drop-transition": 81,
+        "delete-error-handler": 48,
+        "redirect-transition": 729,
+        "flip-guard": 63,
+        "flip-outcome": 36,
+        "make-non-final": 36,
+        "move-spend": 49,
+    },
+    "graphs": {
+        "drop-transition": 56,
+        "delete-error-handler": 51,
+        "redirect-transition": 552,
+        "flip-guard": 44,
+        "flip-outcome": 37,
+        "make-non-final": 37,
+        "move-spend": 22,
+    },
+}
+
+# The share of the mutants not shown equivalent that check or test must kill.
+LEAST_KILLED = 0.95
+
+# Every mutant check spares that is shown to behave as its original (the node ends the
+# same way), and why. An example still kills them: it names the state the node ends in.
 _SAME_END = "failed and rejected are both final with outcome failed: the node ends the same way"
 EQUIVALENT = {
     "spec_review: redirect transition 1 `fail` planning -> failed to rejected": _SAME_END,
@@ -67,73 +100,72 @@ EQUIVALENT = {
     "rejected": _SAME_END,
 }
 
+# Every mutant neither check nor test kills, and why no example could.
+SURVIVORS: dict[str, str] = {}
+
 
 def _families() -> dict[str, tuple[MachineDef, dict[str, MachineDef]]]:
     return {name: load_machine_family(name) for name in builtin_machines()}
 
 
 @pytest.fixture(scope="module")
-def verdicts() -> dict[str, list[tuple[Mutant, bool]]]:
-    """Every mutant of the shipped machines and graphs, and whether check kills it."""
-    machines = [
-        (mutant, check_kills(mutant, family))
-        for root, family in _families().values()
-        for mutant in machine_mutants(root)
-    ]
-    graphs = [
-        (mutant, check_kills(mutant, {}))
-        for name in builtin_graphs()
-        for mutant in graph_mutants(load_graph(name))
-    ]
-    return {"machines": machines, "graphs": graphs}
+def verdicts() -> dict[str, list[Verdict]]:
+    """Every mutant of the shipped machines and graphs, and what kills it."""
+    return shipped_verdicts()
 
 
-def _table(found: list[tuple[Mutant, bool]]) -> Counter[tuple[str, str]]:
-    table: Counter[tuple[str, str]] = Counter()
-    for mutant, killed in found:
-        verdict = "killed" if killed else ("equivalent" if equivalent(mutant) else "survived")
-        table[(mutant.operator, verdict)] += 1
-    return table
+def _counts(found: list[Verdict], killed: str) -> Counter[str]:
+    return Counter(v.mutant.operator for v in found if getattr(v, killed))
 
 
 @pytest.mark.parametrize("kind", ["machines", "graphs"])
-def test_check_kills_at_least_the_recorded_mutants(
-    verdicts: dict[str, list[tuple[Mutant, bool]]], kind: str
+def test_check_or_test_kill_at_least_the_recorded_mutants(
+    verdicts: dict[str, list[Verdict]], kind: str
 ) -> None:
-    table = _table(verdicts[kind])
-    shown = {op: {v: n for (o, v), n in table.items() if o == op} for op in OPERATORS}
-    for operator, floor in KILLED[kind].items():
-        assert table[(operator, "killed")] >= floor, shown
-    assert sum(n for (_, v), n in table.items() if v == "killed") >= sum(KILLED[kind].values())
+    table = kill_table(verdicts[kind])
+    by_check, either = _counts(verdicts[kind], "by_check"), _counts(verdicts[kind], "killed")
+    for operator in OPERATORS:
+        assert by_check[operator] >= KILLED_BY_CHECK[kind][operator], table
+        assert either[operator] >= KILLED[kind][operator], table
+
+
+@pytest.mark.parametrize("kind", ["machines", "graphs"])
+def test_check_or_test_kill_nearly_every_mutant_not_equivalent(
+    verdicts: dict[str, list[Verdict]], kind: str
+) -> None:
+    live = [v for v in verdicts[kind] if v.by_check or equivalent(v.mutant) is None]
+    killed = sum(v.killed for v in live)
+    assert killed >= LEAST_KILLED * len(live), kill_table(verdicts[kind])
 
 
 def test_every_operator_makes_mutants_of_the_shipped_machines(
-    verdicts: dict[str, list[tuple[Mutant, bool]]],
+    verdicts: dict[str, list[Verdict]],
 ) -> None:
-    made = {mutant.operator for mutant, _ in verdicts["machines"]}
+    made = {v.mutant.operator for v in verdicts["machines"]}
     assert made == set(OPERATORS)
-    keys = [mutant.key for mutant, _ in verdicts["machines"] + verdicts["graphs"]]
+    keys = [v.mutant.key for v in verdicts["machines"] + verdicts["graphs"]]
     assert len(keys) == len(set(keys))  # each mutant is named apart
 
 
-def test_final_states_made_non_final_are_always_killed(
-    verdicts: dict[str, list[tuple[Mutant, bool]]],
+def test_final_states_made_non_final_are_always_killed_by_check(
+    verdicts: dict[str, list[Verdict]],
 ) -> None:
     """A state with no way out that ends nothing: every node reaching it never finishes."""
-    found = [m for m, _ in verdicts["machines"] + verdicts["graphs"]]
-    spared = [m.key for m, k in verdicts["machines"] + verdicts["graphs"] if not k]
-    assert all(m.key not in spared for m in found if m.operator == "make-non-final")
+    found = verdicts["machines"] + verdicts["graphs"]
+    assert all(v.by_check for v in found if v.mutant.operator == "make-non-final")
 
 
-def test_the_equivalent_survivors_are_listed_with_their_reason(
-    verdicts: dict[str, list[tuple[Mutant, bool]]],
+def test_the_equivalent_mutants_are_listed_with_their_reason(
+    verdicts: dict[str, list[Verdict]],
 ) -> None:
-    found = {
-        mutant.key: reason
-        for mutant, killed in verdicts["machines"] + verdicts["graphs"]
-        if not killed and (reason := equivalent(mutant)) is not None
-    }
-    assert found == EQUIVALENT
+    found = verdicts["machines"] + verdicts["graphs"]
+    spared = [v for v in found if not v.by_check]
+    assert {v.mutant.key: r for v in spared if (r := equivalent(v.mutant))} == EQUIVALENT
+
+
+def test_the_survivors_are_listed_with_their_reason(verdicts: dict[str, list[Verdict]]) -> None:
+    found = verdicts["machines"] + verdicts["graphs"]
+    assert {v.mutant.key for v in found if not v.killed} == set(SURVIVORS)
 
 
 _SAMPLED = [m for root, family in _families().values() for m in machine_mutants(root)]
@@ -155,8 +187,6 @@ def test_the_in_process_verdict_is_the_verdict_of_check_on_the_file(
 def test_check_strict_on_the_command_line_kills_what_the_suite_counts(tmp_path: Path) -> None:
     """The real command, in a subprocess, on one killed and one surviving mutant."""
     import json
-    import subprocess
-    import sys
 
     root, family = load_machine_family("loop")
     mutants = {m.key: m for m in machine_mutants(root)}
@@ -179,3 +209,55 @@ def test_check_strict_on_the_command_line_kills_what_the_suite_counts(tmp_path: 
         )
         assert done.returncode == status, done.stdout + done.stderr
         assert bool(json.loads(done.stdout)) == bool(status)
+
+
+def _main(*args: str) -> subprocess.CompletedProcess[str]:
+    main = "import sys; from phasegraph.cli import main; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", main, *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_phasegraph_test_on_the_command_line_kills_what_check_spares(tmp_path: Path) -> None:
+    """A mutant check passes, written out with its original's examples: `test` fails it."""
+    root, family = load_machine_family("loop")
+    examples = machine_examples(root)
+    mutants = {m.key: m for m in machine_mutants(root)}
+    survivor = mutants["loop: final state exhausted ends success instead of failed"]
+    assert not check_kills(survivor, family)
+    assert examples_kill(survivor, examples, family)
+    for name, machine, status in (("original", root, 0), ("mutant", survivor.machine, 1)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(machine_text(machine, examples), encoding="utf-8")
+        done = _main("test", str(path))
+        assert done.returncode == status, done.stdout + done.stderr
+    assert "ok      check: the definition passes `phasegraph check`" in done.stdout
+    assert _main("check", "--strict", str(path)).returncode == 0
+    assert "FAILED  examples" in done.stdout
+    assert "expected to end failed, but it ended success" in done.stdout
+    assert "expected: work --again--> work --again--> exhausted (ended failed)" in done.stdout
+    assert "actual:   work --again--> work --again--> exhausted (ended success)" in done.stdout
+
+
+_WITH_EXAMPLES = [
+    (m, family)
+    for root, family in _families().values()
+    if machine_examples(root)
+    for m in machine_mutants(root)
+    if all(s.machine is None for s in root.states.values())
+]
+
+
+@settings(max_examples=15)
+@given(index=st.integers(min_value=0, max_value=len(_WITH_EXAMPLES) - 1))
+def test_the_in_process_verdict_is_the_verdict_of_test_on_the_file(
+    tmp_path_factory: pytest.TempPathFactory, index: int
+) -> None:
+    from phasegraph.testing import verify
+
+    mutant, family = _WITH_EXAMPLES[index]
+    examples = machine_examples(mutant.original)
+    path = tmp_path_factory.mktemp("mutant") / "mutant.yaml"
+    path.write_text(machine_text(mutant.machine, examples), encoding="utf-8")
+    results = {r.name: r for r in verify(path, crash=False)}
+    assert (not results["examples"].ok) == examples_kill(mutant, examples, family), mutant.key

@@ -37,9 +37,10 @@ def test_cli_test_proves_a_shipped_graph() -> None:
     done = _cli("test", "hello", "--input", "who=ada")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines if line[:1] in "oF"] == ["ok"] * 6
+    assert [line.split()[0] for line in lines if line[:1] in "oF"] == ["ok"] * 7
     assert "node 'plan' on machine 'task': no budget; no state is entered twice" in done.stdout
-    assert lines[-1] == "hello: 6 properties, 6 hold, 0 fail"
+    assert "2 of 2 examples hold; they take 2 of the 2 transitions of task" in done.stdout
+    assert lines[-1] == "hello: 7 properties, 7 hold, 0 fail"
 
 
 def test_cli_test_finds_an_action_keeping_state_outside_the_run() -> None:
@@ -59,7 +60,13 @@ def test_cli_test_json_names_each_property() -> None:
     done = _cli("test", "--json", str(DEFECTS / "gap_budget.yaml"))
     assert done.returncode == 1
     verdicts = {r["property"]: r["ok"] for r in json.loads(done.stdout)}
-    assert verdicts == {"check": False, "liveness": False, "termination": True, "outcomes": True}
+    assert verdicts == {
+        "check": False,
+        "liveness": False,
+        "termination": True,
+        "outcomes": True,
+        "examples": True,
+    }
 
 
 def test_crash_equivalence_passes_deterministic_actions() -> None:
@@ -95,7 +102,7 @@ def test_graph_test_fails_readably_under_pytest(tmp_path: Path) -> None:
     assert done.returncode == 1
     out = done.stdout
     assert "2 failed" in out
-    assert "keeps_state.yaml: 1 of 6 properties fail" in out
+    assert "keeps_state.yaml: 1 of 7 properties fail" in out
     assert "- crash-equivalence:" in out
     assert "trigger 'decide' in state 'review' is refused by every guard" in out
     assert "shortest trace: review --decide--> refused" in out

@@ -49,7 +49,7 @@ def test_results_stream_before_the_runs_end(tmp_path: Path) -> None:
         rest, errors = process.communicate()
     assert process.returncode == 0, first + rest + errors
     assert "ok      run: an uninterrupted run" in rest
-    assert rest.splitlines()[-1].endswith("6 properties, 6 hold, 0 fail")
+    assert rest.splitlines()[-1].endswith("7 properties, 7 hold, 0 fail")
 
 
 def test_input_the_graph_rejects_is_one_clear_error() -> None:
