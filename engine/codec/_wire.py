@@ -223,7 +223,7 @@ def _node_wire(node: model.NodeState) -> Node:
         steps=node.steps,
         outcome=node.outcome,
         path=node.path,
-        payload=_user(node.payload, ".payload"),
+        payload=_user(node.payload, ".payload") if node.payload else {},
         status=node.status,
     )
 
@@ -303,11 +303,15 @@ def record_wire(record: model.StepRecord) -> Record:
     Raises:
         Unencodable: A user value is outside the type table or a datetime is naive.
     """
-    interrupts = record.interrupts
-    appended = record.appended
+    interrupts, appended, data, result = (
+        record.interrupts,
+        record.appended,
+        record.data,
+        record.result,
+    )
     return Record(
         appended=_appended(appended) if appended else {},
-        data=_user(record.data, ".data"),
+        data=_user(data, ".data") if data else {},
         dest=record.dest,
         errors=_list(record.errors, _error_wire, ".errors") if record.errors else [],
         events=_list(record.events, _event_wire, ".events") if record.events else [],
@@ -317,7 +321,7 @@ def record_wire(record: model.StepRecord) -> Record:
         node=record.node,
         nodes=_map(record.nodes, _node_wire, ".nodes"),
         seq=record.seq,
-        result=_user(record.result, ".result"),
+        result=_user(result, ".result") if result else {},
         status=record.status,
         source=record.source,
         time=aware(record.time, ".time"),
