@@ -405,6 +405,9 @@ def _node_state(wire: Node) -> model.NodeState:
 
 
 def _nodes(nodes: dict[str, Node]) -> Mapping[str, model.NodeState]:
+    if len(nodes) == 1:  # the usual record: one node moved
+        for key, node in nodes.items():
+            return MappingProxyType({key: _node_state(node)})
     if not nodes:
         return _EMPTY
     # zip/map rather than a comprehension: no extra frame per record (Python 3.11).
@@ -476,17 +479,18 @@ def step_record(wire: Record) -> model.StepRecord:
     Raises:
         CodecError: User data or a timestamp is invalid; the message names the field.
     """
-    result, data, appended, errors, interrupts, events = (
+    result, data, appended, errors, interrupts, events, time = (
         wire.result,
         wire.data,
         wire.appended,
         wire.errors,
         wire.interrupts,
         wire.events,
+        wire.time,
     )
     return model.StepRecord(
         seq=wire.seq,
-        time=_when(wire.time, "record.time"),
+        time=time if type(time) is datetime else _when(time, "record.time"),
         kind=wire.kind,
         node=wire.node,
         source=wire.source,

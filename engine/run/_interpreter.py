@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, NamedTuple, Self, TypeVar
 
-from msgspec import Struct
-
 from phasegraph import codec
 from phasegraph.actions import (
     Action,
@@ -50,6 +48,7 @@ from phasegraph.model import (
     OnUnknown,
     RunState,
     StepRecord,
+    Value,
 )
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._lease import Hold
@@ -72,16 +71,16 @@ _RUNNING: Final = NodeStatus.RUNNING
 _RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
-class _Outcome(Struct, frozen=True):
+class _Outcome(Value, frozen=True, kw_only=True, gc=True):  # may hold anything
     """What a finished action task hands back: a result or the error it raised.
 
-    A struct (built in C, positionally): a named tuple's ``__new__`` is a Python call,
-    and one outcome is built per step.
+    A value (built in C) rather than a named tuple, whose ``__new__`` is a Python call:
+    one outcome is built per step.
     """
 
     result: ActionResult | None
-    error: BaseException | None
-    events: tuple[Mapping[str, Any], ...]
+    error: BaseException | None = None
+    events: tuple[Mapping[str, Any], ...] = ()
 
 
 class _Site(NamedTuple):
@@ -168,14 +167,14 @@ async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, 
     raised by the action itself, and so cancels the run.
     """
     try:
-        return _Outcome(await action(ctx), None, tuple(events) if events else ())
+        return _Outcome(result=await action(ctx), events=(*events,))
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is None or task.cancelling():
             raise
-        return _Outcome(None, exc, tuple(events))
+        return _Outcome(result=None, error=exc, events=(*events,))
     except Exception as exc:
-        return _Outcome(None, exc, tuple(events))
+        return _Outcome(result=None, error=exc, events=(*events,))
 
 
 class Run:
