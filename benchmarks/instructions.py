@@ -7,8 +7,10 @@ Run from the repository root (needs valgrind; ``redis`` needs a Redis)::
 
 Each case runs twice under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``: once
 for a short loop and once for a long one, and reports ``(Ir(long) - Ir(short)) / (long -
-short)`` steps, so start-up, imports and preparation cancel out. ``history`` counts one
-``Engine.history`` of a 2,000-step SQLite run the same way (reads of 1 and 6); ``many``,
+short)`` steps, so start-up, imports and preparation cancel out (each tree's child runs
+once uncounted first, so bytecode compiled after an edit lands on neither count).
+``history`` counts one ``Engine.history`` of a 2,000-step SQLite run the same way (reads
+of 1 and 6); ``many``,
 one run of 5 steps among 200 or 1,000 driven at once on the memory store (the garbage
 collector's share grows with the objects alive, so this is where it shows). With
 ``--base``, ``DIR`` is another checkout whose ``engine/`` is imported instead, and the
