@@ -7,8 +7,10 @@ Run from the repository root (needs valgrind; ``redis`` needs a Redis)::
 
 Each case runs twice under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``: once
 for a short loop and once for a long one, and reports ``(Ir(long) - Ir(short)) / (long -
-short)`` steps, so start-up, imports and preparation cancel out. ``history`` counts one
-``Engine.history`` of a 2,000-step SQLite run the same way (reads of 1 and 6); ``many``,
+short)`` steps, so start-up, imports and preparation cancel out (each tree's child runs
+once uncounted first, so bytecode compiled after an edit lands on neither count).
+``history`` counts one ``Engine.history`` of a 2,000-step SQLite run the same way (reads
+of 1 and 6); ``many``,
 one run of 5 steps among 200 or 1,000 driven at once on the memory store (the garbage
 collector's share grows with the objects alive, so this is where it shows). With
 ``--base``, ``DIR`` is another checkout whose ``engine/`` is imported instead, and the
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -59,17 +63,27 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
 """
 
 
-def _instructions(root: Path | None, case: str, count: int, redis: str) -> int:
+def _instructions(
+    root: Path | None, case: str, count: int, redis: str, *, warm: bool = False
+) -> int:
+    """Instructions of the child for ``count``; ``warm``: run it once first, uncounted.
+
+    The warm-up writes what a first run writes (the bytecode of modules edited since the
+    last run, the compiled-graph cache), which would otherwise land on one count only.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "child.py"
         script.write_text(_CHILD.format(bench=str(HERE), loop=str(HERE / "loop.yaml")))
         env = with_checkout(dict(os.environ, PYTHONHASHSEED="0"), root, Path(tmp))
-        return instructions([str(script), case, str(count), redis], env, Path(tmp))
+        argv = [str(script), case, str(count), redis]
+        if warm:
+            subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True)
+        return instructions(argv, env, Path(tmp))
 
 
 def _per_unit(root: Path | None, case: str, redis: str) -> float:
     low, high = {"history": READS, "many": MANY}.get(case, (SHORT, LONG))
-    few = _instructions(root, case, low, redis)
+    few = _instructions(root, case, low, redis, warm=True)
     many = _instructions(root, case, high, redis)
     return (many - few) / (high - low)
 

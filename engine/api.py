@@ -371,7 +371,7 @@ class Engine:
         """
         # Read every blob first, then decode them in one synchronous block: no await
         # inside it, so the collector can be paused while thousands of records are built.
-        stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
+        stored = await self.store.history_list(run_id, start=start, stop=stop)
         return decode_history(run_id, stored, start)
 
     async def history_json(self, run_id: str, *, start: int = 0, stop: int | None = None) -> bytes:
@@ -388,7 +388,7 @@ class Engine:
                 names the run and the seq.
         """
         # As history: every blob read first, then rendered in one synchronous block.
-        stored = [item async for item in self.store.history(run_id, start=start, stop=stop)]
+        stored = await self.store.history_list(run_id, start=start, stop=stop)
         return history_json(run_id, stored, start)
 
     async def list_runs(

@@ -223,7 +223,7 @@ def _node_wire(node: model.NodeState) -> Node:
         steps=node.steps,
         outcome=node.outcome,
         path=node.path,
-        payload=_user(node.payload, ".payload"),
+        payload=_user(node.payload, ".payload") if node.payload else {},
         status=node.status,
     )
 
@@ -303,11 +303,15 @@ def record_wire(record: model.StepRecord) -> Record:
     Raises:
         Unencodable: A user value is outside the type table or a datetime is naive.
     """
-    interrupts = record.interrupts
-    appended = record.appended
+    interrupts, appended, data, result = (
+        record.interrupts,
+        record.appended,
+        record.data,
+        record.result,
+    )
     return Record(
         appended=_appended(appended) if appended else {},
-        data=_user(record.data, ".data"),
+        data=_user(data, ".data") if data else {},
         dest=record.dest,
         errors=_list(record.errors, _error_wire, ".errors") if record.errors else [],
         events=_list(record.events, _event_wire, ".events") if record.events else [],
@@ -317,7 +321,7 @@ def record_wire(record: model.StepRecord) -> Record:
         node=record.node,
         nodes=_map(record.nodes, _node_wire, ".nodes"),
         seq=record.seq,
-        result=_user(record.result, ".result"),
+        result=_user(result, ".result") if result else {},
         status=record.status,
         source=record.source,
         time=aware(record.time, ".time"),
@@ -401,6 +405,9 @@ def _node_state(wire: Node) -> model.NodeState:
 
 
 def _nodes(nodes: dict[str, Node]) -> Mapping[str, model.NodeState]:
+    if len(nodes) == 1:  # the usual record: one node moved
+        for key, node in nodes.items():
+            return MappingProxyType({key: _node_state(node)})
     if not nodes:
         return _EMPTY
     # zip/map rather than a comprehension: no extra frame per record (Python 3.11).
@@ -472,17 +479,18 @@ def step_record(wire: Record) -> model.StepRecord:
     Raises:
         CodecError: User data or a timestamp is invalid; the message names the field.
     """
-    result, data, appended, errors, interrupts, events = (
+    result, data, appended, errors, interrupts, events, time = (
         wire.result,
         wire.data,
         wire.appended,
         wire.errors,
         wire.interrupts,
         wire.events,
+        wire.time,
     )
     return model.StepRecord(
         seq=wire.seq,
-        time=_when(wire.time, "record.time"),
+        time=time if type(time) is datetime else _when(time, "record.time"),
         kind=wire.kind,
         node=wire.node,
         source=wire.source,

@@ -173,10 +173,15 @@ _WAITING = _STATUS_SLOT[NodeStatus.WAITING]
 _SUCCESS = _OUTCOME_SLOT[NodeOutcome.SUCCESS]
 _PARKED = _OUTCOME_SLOT[NodeOutcome.PARKED]
 _SLOTS: Final = len(NodeStatus) + len(_OUTCOME_SLOT)
+# Enum members read from their class cost a property call each (Python 3.11): once here.
+_IS_PENDING: Final = NodeStatus.PENDING
+_IS_COMPLETED: Final = NodeStatus.COMPLETED
+_IS_SUCCESS: Final = NodeOutcome.SUCCESS
+_RUN_RUNNING: Final = RunStatus.RUNNING
 
 
 def _succeeded(state: NodeState) -> bool:
-    return state.status is NodeStatus.COMPLETED and state.outcome is NodeOutcome.SUCCESS
+    return state.status is _IS_COMPLETED and state.outcome is _IS_SUCCESS
 
 
 class Frontier:
@@ -204,7 +209,7 @@ class Frontier:
         self._ready = {
             node_id
             for node_id, count in self._unmet.items()
-            if count == 0 and nodes[node_id].status is NodeStatus.PENDING
+            if count == 0 and nodes[node_id].status is _IS_PENDING
         }
         # Ready nodes by graph position; entries no longer ready are dropped lazily.
         self._queue = [workflow.position[node_id] for node_id in self._ready]
@@ -247,7 +252,7 @@ class Frontier:
             counts = counts.copy()
             self._shift(counts, moved)
         if counts[_RUNNING] or (counts[_PENDING] and self._any_ready(moved)):
-            return RunStatus.RUNNING
+            return _RUN_RUNNING
         if counts[_WAITING]:
             parked = counts[_PARKED] or any(i.parked for i in interrupts.values())
             return RunStatus.PARKED if parked else RunStatus.WAITING
@@ -266,7 +271,7 @@ class Frontier:
         for node_id, delta in unmet.items():
             self._unmet[node_id] += delta
         for node_id in moved.keys() | unmet.keys():
-            if self._unmet[node_id] == 0 and self._nodes[node_id].status is NodeStatus.PENDING:
+            if self._unmet[node_id] == 0 and self._nodes[node_id].status is _IS_PENDING:
                 if node_id not in self._ready:
                     self._ready.add(node_id)
                     heapq.heappush(self._queue, self._workflow.position[node_id])
@@ -281,7 +286,7 @@ class Frontier:
         touched = moved.keys() | unmet.keys()
         return any(node_id not in touched for node_id in self._ready) or any(
             self._unmet[node_id] + unmet.get(node_id, 0) == 0
-            and moved.get(node_id, self._nodes[node_id]).status is NodeStatus.PENDING
+            and moved.get(node_id, self._nodes[node_id]).status is _IS_PENDING
             for node_id in touched
         )
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
+from msgspec import Struct
 from transitions import Machine, MachineError
 
 from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError, Problem, SpecError
@@ -46,8 +47,12 @@ __all__ = [
 ]
 
 
-class _Guard(NamedTuple):
-    """What guards may look at while one trigger fires (the condition callables' argument)."""
+class _Guard(Struct, frozen=True, gc=False):
+    """What guards may look at while one trigger fires (the condition callables' argument).
+
+    A struct (built in C, positionally) rather than a named tuple, whose ``__new__`` is a
+    Python function: one is built per step.
+    """
 
     node_id: str
     counters: Mapping[str, int]
@@ -72,6 +77,13 @@ class _Route:
 
     dest: str
     checks: tuple[tuple[Predicate, bool], ...]
+    # What a step needs of ``dest`` once the route is taken, read here once rather than
+    # looked up per step: its nested machine, its outcome if final, the budgets entering
+    # it spends, and the path ``(dest,)`` of a flat machine (one tuple, shared).
+    nested: str | None
+    final: NodeOutcome | None
+    spends: tuple[str, ...]
+    alone: tuple[str]
 
 
 class _Cursor:
@@ -93,12 +105,19 @@ def _setting(settings: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
-def _routes(machine: Machine) -> dict[tuple[str, str], tuple[_Route, ...]]:
+def _routes(
+    machine: Machine, states: Mapping[str, StateDef], spent_on: Mapping[str, tuple[str, ...]]
+) -> dict[tuple[str, str], tuple[_Route, ...]]:
     """The library's expansion of every trigger, keyed by (source state, trigger)."""
+
+    def route(dest: str, checks: tuple[tuple[Predicate, bool], ...]) -> _Route:
+        entered = states[dest]
+        return _Route(dest, checks, entered.machine, entered.final, spent_on[dest], (dest,))
+
     return {
         (source, trigger): tuple(
             # Conditions are always our own callables, never names (see _transition_config).
-            _Route(str(t.dest), tuple((cast(Predicate, c.func), c.target) for c in t.conditions))
+            route(str(t.dest), tuple((cast(Predicate, c.func), c.target) for c in t.conditions))
             for t in candidates
         )
         for trigger, event in machine.events.items()
@@ -134,7 +153,7 @@ class CompiledMachine:
             queued=False,
         )
         self._machine.add_model(self._cursor, initial=definition.initial)
-        self._routes = _routes(self._machine)
+        self._routes = _routes(self._machine, definition.states, self._spent_on)
         self._legal = {
             state: tuple(sorted(self._machine.get_triggers(state))) for state in definition.states
         }
@@ -143,8 +162,13 @@ class CompiledMachine:
 
     def _transition_config(self, transition: Any) -> dict[str, Any]:
         conditions = [self._predicate(name) for name in transition.conditions]
-        # The engine's own guard: never enter a state whose budget is spent.
-        conditions += [_budget_left(b) for b in self._spent_on.get(transition.dest, ())]
+        # The engine's own guard: never enter a state whose budget is spent (once: a
+        # transition that already asks ``budget:X`` needs no second check of it).
+        conditions += [
+            _budget_left(b)
+            for b in self._spent_on.get(transition.dest, ())
+            if f"budget:{b}" not in transition.conditions
+        ]
         return {
             "trigger": transition.trigger,
             "source": list(transition.source),
@@ -204,13 +228,21 @@ class CompiledMachine:
             IllegalTriggerError: The trigger is unknown, not declared from ``state``, or
                 every transition it has from ``state`` was refused by its guards.
         """
+        return self._route(state, trigger, guard).dest
+
+    def _route(self, state: str, trigger: str, guard: _Guard) -> _Route:
+        """The route :meth:`fire` takes (what :meth:`MachineSet.step` reads of it).
+
+        Raises:
+            IllegalTriggerError: As :meth:`fire`.
+        """
         routes = self._routes.get((state, trigger))
         if routes is None:
             raise IllegalTriggerError(trigger, state, self._legal[state], node_id=guard.node_id)
         chosen = _first_open(routes, guard)
         if chosen < 0:
             raise self._refused(state, trigger, guard)
-        return routes[chosen].dest
+        return routes[chosen]
 
     def choose(
         self,
@@ -375,19 +407,18 @@ class MachineSet:
             limits = machine.limits(settings)
             counters = position.counters
             guard = _Guard(node_id, counters, limits, payload, settings, "")
-            dest = machine.fire(path[0], trigger, guard)
-            entered = machine.state(dest)
-            if entered.machine is None:  # no nested machine to descend into
-                spends = machine.spends(dest)
+            route = machine._route(path[0], trigger, guard)
+            if route.nested is None:  # no nested machine to descend into
+                spends = route.spends
                 if spends:
-                    counters = _spent(dict(counters), "", spends, limits, node_id, dest)
+                    counters = _spent(dict(counters), "", spends, limits, node_id, route.dest)
                 elif type(counters) is not MappingProxyType:
                     counters = MappingProxyType(dict(counters))
-                position = Position(path=(dest,), counters=counters)
-                return StepResult(position=position, outcome=entered.final)
+                position = Position(path=route.alone, counters=counters)
+                return StepResult(position=position, outcome=route.final)
             # Fired already: descend into the nested machine without firing again.
             ctx = _StepContext(node_id=node_id, settings=settings, counters=dict(counters))
-            return self._enter(machines, (), "", dest, ctx)
+            return self._enter(machines, (), "", route.dest, ctx)
         ctx = _StepContext(node_id=node_id, settings=settings, counters=dict(position.counters))
         return self._fire_at(machines, path, trigger, payload, ctx)
 

@@ -61,6 +61,10 @@ class CheckpointPolicy:
         small = record_bytes >= self.small_ratio * snapshot_bytes
         return small and steps >= max(self.every // self.small_wait, 1)
 
+    def earliest(self) -> int:
+        """The fewest steps since the last snapshot at which :meth:`due` can say yes."""
+        return min(self.every, max(self.every // self.small_wait, 1))
+
 
 @final
 class Checkpoints:
@@ -75,7 +79,7 @@ class Checkpoints:
             only what changed since (``None``: made at the first snapshot).
     """
 
-    __slots__ = ("_cache", "_policy", "_record_bytes", "_seq", "_size")
+    __slots__ = ("_cache", "_earliest", "_policy", "_record_bytes", "_seq", "_size")
 
     def __init__(
         self,
@@ -86,6 +90,7 @@ class Checkpoints:
         cache: _chunks.SnapshotCache | None = None,
     ) -> None:
         self._policy = policy
+        self._earliest = policy.earliest()  # before this, due() is not asked (a step each)
         self._seq = seq
         self._size = size
         self._record_bytes = 0
@@ -99,8 +104,9 @@ class Checkpoints:
             record: The step's encoded record.
         """
         self._record_bytes += len(record)
-        if not self._policy.due(
-            steps=state.seq - self._seq, record_bytes=self._record_bytes, snapshot_bytes=self._size
+        steps = state.seq - self._seq
+        if steps < self._earliest or not self._policy.due(
+            steps=steps, record_bytes=self._record_bytes, snapshot_bytes=self._size
         ):
             return None
         if self._cache is None:

@@ -48,6 +48,7 @@ from phasegraph.model import (
     OnUnknown,
     RunState,
     StepRecord,
+    Value,
 )
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._lease import Hold
@@ -61,19 +62,25 @@ __all__ = ["Run", "check_reply"]
 
 T = TypeVar("T")
 
-_ONCE: Final = Effect.ONCE  # an enum member read from its class costs a property call
+# An enum member read from its class costs a property call (Python 3.11): read once here.
+_ONCE: Final = Effect.ONCE
+_RUNNING: Final = NodeStatus.RUNNING
 
 # Waits between attempts after a failed commit; the last one repeats until two leases'
 # length has passed (see Run._store_commit).
 _RETRY_DELAYS: Final = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
-class _Outcome(NamedTuple):
-    """What a finished action task hands back: a result or the error it raised."""
+class _Outcome(Value, frozen=True, kw_only=True, gc=True):  # may hold anything
+    """What a finished action task hands back: a result or the error it raised.
+
+    A value (built in C) rather than a named tuple, whose ``__new__`` is a Python call:
+    one outcome is built per step.
+    """
 
     result: ActionResult | None
-    error: BaseException | None
-    events: tuple[Mapping[str, Any], ...]
+    error: BaseException | None = None
+    events: tuple[Mapping[str, Any], ...] = ()
 
 
 class _Site(NamedTuple):
@@ -160,14 +167,14 @@ async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, 
     raised by the action itself, and so cancels the run.
     """
     try:
-        return _Outcome(await action(ctx), None, tuple(events))
+        return _Outcome(result=await action(ctx), events=(*events,))
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is None or task.cancelling():
             raise
-        return _Outcome(None, exc, tuple(events))
+        return _Outcome(result=None, error=exc, events=(*events,))
     except Exception as exc:
-        return _Outcome(None, exc, tuple(events))
+        return _Outcome(result=None, error=exc, events=(*events,))
 
 
 class Run:
@@ -459,6 +466,12 @@ class Run:
         def emit(kind: str, fields: Mapping[str, Any]) -> None:
             events.append({**fields, "kind": kind})
 
+        bind_tool = site.bind_tool
+
+        def tool(name: str, /, **arguments: Any) -> Awaitable[Mapping[str, Any]]:
+            # Bound on each use: most actions call no tool, so most steps bind none.
+            return bind_tool(emit, state)(name, **arguments)
+
         context = ActionContext(
             run_id=state.run_id,
             node_id=node_id,
@@ -472,7 +485,7 @@ class Run:
             steps=node.steps,
             payload=node.payload,
             emit=emit,
-            tool=site.bind_tool(emit, state),
+            tool=tool,
             offer=functools.partial(site.offer, state),
             # Bound per call rather than cached per node: no extra map on every run in flight.
             stream=functools.partial(self._stream, node_id),
@@ -525,7 +538,7 @@ class Run:
         An action that cancelled itself cancels the run: the other actions are stopped.
         """
         steps, state = self._steps, self._state
-        result, error, events = outcome
+        result, error, events = outcome.result, outcome.error, outcome.events
         if isinstance(error, asyncio.CancelledError):
             await self._stop_actions()
             reason = f"cancelled by the action of node {node_id!r}"
@@ -609,5 +622,5 @@ class Run:
         if node is not None and record.ledger is None:  # a ledger step moves no node
             # The record holds the node's new state (the run state's map is slower to read).
             moved = record.nodes.get(node) or state.nodes[node]
-            if moved.status is NodeStatus.RUNNING:
+            if moved.status is _RUNNING:
                 self._to_launch.append(node)

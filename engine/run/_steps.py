@@ -70,6 +70,10 @@ ACTION_DUE: Final = ActionDue()
 Decision = StepRecord | ActionDue | None
 """A step to commit, the word that an action's outcome is due, or ``None``: nothing to do."""
 
+# Enum members read from their class cost a property call each (Python 3.11): once here.
+_RUN_RUNNING: Final = RunStatus.RUNNING
+_FAILED: Final = NodeStatus.FAILED
+
 _STATUS_FOR_OUTCOME = {
     None: NodeStatus.RUNNING,
     NodeOutcome.SUCCESS: NodeStatus.COMPLETED,
@@ -90,6 +94,7 @@ class StepBuilder:
         "_deciding",
         "_frontier",
         "_frontier_of",
+        "_ledgers",
         "_prepared",
     )
 
@@ -99,6 +104,9 @@ class StepBuilder:
         self._concurrency = prepared.definition.concurrency
         self._frontier: Frontier | None = None
         self._frontier_of: Mapping[str, NodeState] = EMPTY
+        # Whether a node of the frontier's states may hold ledger entries (a step cut
+        # short after an effect): only then is an unknown outcome looked for.
+        self._ledgers = False
         # The moment of the decision being made (see decide), or None until it is read.
         self._decided_at: datetime | None = None
         self._deciding = False
@@ -142,16 +150,17 @@ class StepBuilder:
             record = self.expire(state)
             if record is not None:
                 return record
-        if state.status is not RunStatus.RUNNING:
+        if state.status is not _RUN_RUNNING:
             return None
-        record = self.start_next(state)
+        frontier = self._frontier_for(state)
+        record = self._start(state, frontier)
         if record is None and self._prepared.gates:  # the usual graph has no gates
             record = next(filter(None, (self.open_gate(state, n) for n in due)), None)
-        if record is None:
+        if record is None and self._ledgers:
             record = self._first_unknown_outcome(state, due)
         if record is not None:
             return record
-        if self._frontier_for(state).running:
+        if frontier.running:
             return ACTION_DUE
         return self.settle(state)
 
@@ -176,6 +185,8 @@ class StepBuilder:
         if after.nodes is not state.nodes:
             frontier.apply(record.nodes)
             self._frontier_of = after.nodes
+            if record.ledger is not None:
+                self._ledgers = True
         return after
 
     def _frontier_for(self, state: RunState) -> Frontier:
@@ -184,11 +195,14 @@ class StepBuilder:
         if self._frontier is None or state.nodes is not self._frontier_of:
             self._frontier = Frontier(self._prepared.workflow, state.nodes)
             self._frontier_of = state.nodes
+            self._ledgers = any(node.ledger for node in state.nodes.values())
         return self._frontier
 
     def start_next(self, state: RunState) -> StepRecord | None:
         """Start the first ready node if a concurrency slot is free."""
-        frontier = self._frontier_for(state)
+        return self._start(state, self._frontier_for(state))
+
+    def _start(self, state: RunState, frontier: Frontier) -> StepRecord | None:
         if frontier.running >= self._concurrency:
             return None
         node_id = frontier.first_ready()
@@ -251,7 +265,9 @@ class StepBuilder:
             result=summary,
             data=data,
             events=events,
-            logged=self._logged(node_id, current, result, events),
+            logged=self._logged(node_id, current, result, events)
+            if events or result.trigger == ERROR_TRIGGER
+            else (),
         )
 
     def _summary(self, result: ActionResult) -> dict[str, Any]:
@@ -280,9 +296,11 @@ class StepBuilder:
         result: ActionResult,
         events: tuple[Mapping[str, Any], ...],
     ) -> tuple[ErrorRecord, ...]:
-        """Error-log entries this step adds: a handled action error, and any the action logged."""
-        if not events and result.trigger != ERROR_TRIGGER:
-            return ()  # the usual step: nothing to log, so no clock reading either
+        """Error-log entries this step adds: a handled action error, and any the action logged.
+
+        Called only for a step that has events or fires ``error`` (the usual step has
+        neither: nothing to log, so no clock reading either).
+        """
         time = self._now()
         entries = []
         if result.trigger == ERROR_TRIGGER:
@@ -634,7 +652,7 @@ class StepBuilder:
         time = self._now()
         nodes = {node_id: node}
         errors = logged
-        if node.status is NodeStatus.FAILED:
+        if node.status is _FAILED:
             nodes.update(self._skipped(state, node_id))
             message = node.error or _ended(node, trigger, result)
             # Keep what the step's action logged (e.g. an emergency) before the failure.
@@ -650,7 +668,9 @@ class StepBuilder:
             )
         pending = state.interrupts if interrupts is None else interrupts
         status = self._frontier_for(state).status(nodes, pending)
-        data, appended = _split(state.data, data)
+        appended: Mapping[str, list[Any]] = EMPTY
+        if data:
+            data, appended = _split(state.data, data)
         return StepRecord(
             seq=state.seq + 1,
             time=time,

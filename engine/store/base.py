@@ -214,6 +214,20 @@ class Store(abc.ABC):
                 (raised on first iteration, before any record).
         """
 
+    async def history_list(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Every ``(seq, record)`` :meth:`history` yields, in one list.
+
+        The read of a whole history (``Engine.history``): a store that can fetch it at
+        once overrides this (SQLite: one query); the default collects :meth:`history`.
+
+        Raises:
+            RunNotFoundError: As :meth:`history`.
+            JournalHeadError: As :meth:`history`.
+        """
+        return [item async for item in self.history(run_id, start=start, stop=stop)]
+
     @abc.abstractmethod
     async def list_runs(
         self, *, status: str | None = None, limit: int = 100, offset: int = 0
@@ -282,6 +296,12 @@ class ForwardingStore(Store):
     ) -> AsyncIterator[tuple[int, bytes]]:
         """Forwarded to ``inner``."""
         return self.inner.history(run_id, start=start, stop=stop)
+
+    async def history_list(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Forwarded to ``inner``."""
+        return await self.inner.history_list(run_id, start=start, stop=stop)
 
     async def list_runs(
         self, *, status: str | None = None, limit: int = 100, offset: int = 0

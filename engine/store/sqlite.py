@@ -216,6 +216,12 @@ class SqliteStore(Store):
             seq += len(rows)
             batch = min(batch * 4, _HISTORY_BATCH_MAX)
 
+    async def history_list(
+        self, run_id: str, *, start: int = 0, stop: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Every ``(seq, record)`` of :meth:`history` in one list: one query, one worker hop."""
+        return await self._call(self._history, run_id, start, stop, write=False)
+
     async def list_runs(
         self, *, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunMeta]:
@@ -547,6 +553,14 @@ class SqliteStore(Store):
         return conn.execute(
             self._statements().records_from, (run_id, start, stop, limit)
         ).fetchall()
+
+    def _history(
+        self, conn: sqlite3.Connection, run_id: str, start: int, stop: int | None
+    ) -> list[tuple[int, bytes]]:
+        head = self._head(conn, run_id)
+        end = head + 1 if stop is None else min(stop, head + 1)
+        first = max(start, 0)
+        return self._records(conn, run_id, first, end, end - first) if first < end else []
 
     def _list(
         self, conn: sqlite3.Connection, status: str | None, limit: int, offset: int

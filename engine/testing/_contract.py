@@ -151,6 +151,9 @@ async def _refused(store: Store, run_id: str, head: int, last: int) -> None:
             await _drain(store.history(run_id, start=start, stop=stop), yielded)
         assert yielded == []
         assert (caught.value.seq, caught.value.last_stored) == (head, last)
+        with pytest.raises(JournalHeadError, match=named) as caught:
+            await store.history_list(run_id, start=start, stop=stop)
+        assert (caught.value.seq, caught.value.last_stored) == (head, last)
 
 
 async def _drain(history: AsyncIterator[tuple[int, bytes]], seqs: list[int]) -> None:
@@ -223,6 +226,8 @@ class StoreContract:
                 await store.read(run_id)
             with pytest.raises(RunNotFoundError, match=run_id):
                 [item async for item in store.history(run_id)]
+            with pytest.raises(RunNotFoundError, match=run_id):
+                await store.history_list(run_id)
 
     async def test_read_beyond_head_names_head(self, store: Store) -> None:
         """A read past the head (or below 0) names the run and the head."""
@@ -418,6 +423,16 @@ class StoreContract:
         assert window == [(s, b"record-%d" % s) for s in range(5, 9)]
         assert [s async for s, _ in store.history("r", start=298, stop=400)] == [298, 299]
         assert [s async for s, _ in store.history("r", start=7, stop=7)] == []
+
+    async def test_history_list_is_what_history_yields(self, store: Store) -> None:
+        """``history_list`` holds exactly what ``history`` yields, for any window."""
+        lease = await store.acquire("r", "w1", 30)
+        await _fill(store, lease, 300)
+        windows = ((0, None), (5, 9), (298, 400), (7, 7), (-3, 2), (299, None), (300, None))
+        for start, stop in windows:
+            listed = await store.history_list("r", start=start, stop=stop)
+            assert listed == [item async for item in store.history("r", start=start, stop=stop)]
+        assert [s for s, _ in await store.history_list("r")] == list(range(300))
 
     async def test_list_runs_filters_orders_and_pages(self, store: Store) -> None:
         """list_runs filters by status, orders by updated_at descending, honours limit/offset."""
