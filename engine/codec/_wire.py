@@ -24,6 +24,7 @@ from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map,
 from phasegraph.errors import CodecError
 
 __all__ = [
+    "Actor",
     "Error",
     "Interrupt",
     "Ledger",
@@ -80,8 +81,12 @@ class Node(Wire):
     status: model.NodeStatus = field(name="s")
 
 
-class Interrupt(Wire):
-    """A :class:`~phasegraph.model.Interrupt` (spec: *Interrupt*)."""
+class Interrupt(Wire, omit_defaults=True):
+    """A :class:`~phasegraph.model.Interrupt` (spec: *Interrupt*).
+
+    ``reviewers`` and ``seq`` (format 4) are written only when set, so a gate that
+    names no reviewers costs no more bytes than before.
+    """
 
     created_at: Any = field(name="ca")  # timestamp or nil
     deadline: Any = field(name="dl")  # timestamp or nil
@@ -90,6 +95,15 @@ class Interrupt(Wire):
     node: str = field(name="n")
     payload: dict[str, Any] = field(name="p")
     parked: bool = field(name="pk")
+    seq: int = field(name="q", default=0)
+    reviewers: list[str] = field(name="rv", default_factory=list)
+
+
+class Actor(Wire):
+    """An :class:`~phasegraph.model.Actor` (spec: *Actor*)."""
+
+    groups: list[str] = field(name="g")
+    name: str = field(name="n")
 
 
 class Error(Wire):
@@ -158,6 +172,8 @@ class Record(Wire):
     source: tuple[str, ...] = field(name="src")
     time: Any = field(name="t")  # timestamp
     trigger: str | None = field(name="tr")
+    # Written only on a step someone decided (format 4): the run's own steps carry no key.
+    actor: Actor | None = field(name="ac", default=None)
 
 
 # --------------------------------------------------------------------------- model → wire
@@ -246,7 +262,13 @@ def _interrupt_wire(item: model.Interrupt) -> Interrupt:
         node=item.node,
         payload=_user(item.payload, ".payload"),
         parked=item.parked,
+        seq=item.seq,
+        reviewers=list(item.reviewers),
     )
+
+
+def _actor_wire(actor: model.Actor) -> Actor:
+    return Actor(groups=list(actor.groups), name=actor.name)
 
 
 def _error_wire(error: model.ErrorRecord) -> Error:
@@ -322,6 +344,7 @@ def record_wire(record: model.StepRecord) -> Record:
         source=record.source,
         time=aware(record.time, ".time"),
         trigger=record.trigger,
+        actor=None if record.actor is None else _actor_wire(record.actor),
     )
 
 
@@ -416,6 +439,8 @@ def _interrupt(wire: Interrupt) -> model.Interrupt:
         deadline=_when_or_none(wire.deadline, "interrupt.deadline"),
         created_at=_when_or_none(wire.created_at, "interrupt.created_at"),
         parked=wire.parked,
+        reviewers=tuple(wire.reviewers),
+        seq=wire.seq,
     )
 
 
@@ -497,7 +522,12 @@ def step_record(wire: Record) -> model.StepRecord:
         interrupts=None if interrupts is None else _interrupts(interrupts),
         events=tuple(_frozen(event, "record.events") for event in events) if events else (),
         ledger=None if wire.ledger is None else _ledger(wire.ledger),
+        actor=None if wire.actor is None else _actor(wire.actor),
     )
+
+
+def _actor(wire: Actor) -> model.Actor:
+    return model.Actor(name=wire.name, groups=tuple(wire.groups))
 
 
 # --------------------------------------------------------------------------- records unbuilt
