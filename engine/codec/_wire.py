@@ -81,7 +81,7 @@ class Node(Wire):
     status: model.NodeStatus = field(name="s")
 
 
-class Interrupt(Wire, omit_defaults=True):
+class Interrupt(Wire, omit_defaults=True, kw_only=True):
     """A :class:`~phasegraph.model.Interrupt` (spec: *Interrupt*).
 
     ``reviewers`` and ``seq`` (format 4) are written only when set, so a gate that
@@ -153,10 +153,15 @@ class Snapshot(Wire):
     writers: dict[str, tuple[str, ...]] = field(name="w")
 
 
-class Record(Wire):
-    """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*)."""
+class Record(Wire, omit_defaults=True, kw_only=True):
+    """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*).
+
+    ``actor`` (format 4) is written only on a step someone decided: the steps a run
+    takes by itself carry no key for it.
+    """
 
     appended: dict[str, list[Any]] = field(name="a")
+    actor: Actor | None = field(name="ac", default=None)
     data: dict[str, Any] = field(name="d")
     dest: tuple[str, ...] = field(name="dst")
     errors: list[Error] = field(name="e")
@@ -172,8 +177,6 @@ class Record(Wire):
     source: tuple[str, ...] = field(name="src")
     time: Any = field(name="t")  # timestamp
     trigger: str | None = field(name="tr")
-    # Written only on a step someone decided (format 4): the run's own steps carry no key.
-    actor: Actor | None = field(name="ac", default=None)
 
 
 # --------------------------------------------------------------------------- model → wire

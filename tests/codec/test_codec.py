@@ -823,7 +823,7 @@ def test_nesting_deeper_than_the_stack_is_a_codec_error() -> None:
             "record.interrupts must be an interrupt map of ca, dl, id, k, n, p, pk, q, rv; missing",
         ),
         ("r", {1: 2}, "record.result has a map key that is not a str"),
-        ("zz", 1, "the record body must be a record map of a, d, dst, e, ev, i, k, l, n, ns, q"),
+        ("zz", 1, "the record body must be a record map of a, ac, d, dst, e, ev, i, k, l, n, ns"),
     ],
 )
 def test_refused_record_fields_are_named_by_their_model_field(
