@@ -314,15 +314,17 @@ class Engine:
         allow_changed: bool = False,
         actor: Actor | None = None,
         step: int | None = None,
+        trusted: bool = False,
     ) -> RunState:
         """Answer a pending interrupt, then (by default) drive the run on.
 
         A reply applies once. It answers the gate ``interrupt_id`` as it is open now, or,
         given ``step``, only the opening of it at that step (the gate's ``seq``); a reply
         to an opening already answered or closed is refused, and so is one by an
-        ``actor`` the gate does not name among its ``reviewers``. ``actor=None`` is a
-        trusted local caller (a program with the store in hand, the CLI on its machine),
-        whom reviewers do not restrict; a server always names its caller.
+        ``actor`` the gate does not name among its ``reviewers``. A caller with the store
+        in hand is trusted: with ``actor=None``, or ``trusted=True`` (the CLI, which names
+        the local user only to record it), reviewers do not restrict it. A server names
+        its caller and never trusts it.
 
         Args:
             run_id: The run.
@@ -335,6 +337,7 @@ class Engine:
             allow_changed: Answer even if the graph changed since the run started.
             actor: Who answers; recorded on the reply's step.
             step: The step that opened the gate, as the answerer was shown it.
+            trusted: Record ``actor`` without holding it to the gate's reviewers.
 
         Raises:
             GateAnsweredError: The gate (that opening of it) was answered already.
@@ -356,7 +359,7 @@ class Engine:
                     run_id=run_id,
                 )
                 raise await refused_reply(self.store, run.state, interrupt_id, step, refused)
-            await run.reply(interrupt_id, result, actor=actor, step=step)
+            await run.reply(interrupt_id, result, actor=actor, step=step, trusted=trusted)
             if drive:
                 await run.drive()
             return run.state

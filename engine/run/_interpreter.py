@@ -130,6 +130,7 @@ def check_reply(
     *,
     actor: Actor | None = None,
     step: int | None = None,
+    trusted: bool = False,
 ) -> None:
     """Raise what :meth:`Run.reply` would refuse ``result`` with in ``state``; write nothing.
 
@@ -142,7 +143,8 @@ def check_reply(
             reply to a gate answered already is not told apart (no history is read).
         CodecError: As :meth:`Run.reply`.
     """
-    _reply_step(StepBuilder(prepared, clock), state, interrupt_id, result, actor, step)
+    steps = StepBuilder(prepared, clock)
+    _reply_step(steps, state, interrupt_id, result, _Answer(actor, step, trusted))
 
 
 def _reply_step(
@@ -150,8 +152,7 @@ def _reply_step(
     state: RunState,
     interrupt_id: str,
     result: ActionResult,
-    actor: Actor | None,
-    step: int | None,
+    who: _Answer,
 ) -> tuple[StepRecord, bytes]:
     """The encoded step answering ``interrupt_id`` with ``result``, or the refusal raised."""
     if not state.interrupts:
@@ -159,7 +160,18 @@ def _reply_step(
             f"run {state.run_id!r} is not waiting for a reply (status {state.status})",
             run_id=state.run_id,
         )
-    return _encode(steps.answer(state, interrupt_id, result, actor=actor, step=step))
+    record = steps.answer(
+        state, interrupt_id, result, actor=who.actor, step=who.step, trusted=who.trusted
+    )
+    return _encode(record)
+
+
+class _Answer(NamedTuple):
+    """Who answers a gate, and which opening of it (see :meth:`Run.reply`)."""
+
+    actor: Actor | None
+    step: int | None
+    trusted: bool
 
 
 async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Outcome:
@@ -309,6 +321,7 @@ class Run:
         *,
         actor: Actor | None = None,
         step: int | None = None,
+        trusted: bool = False,
     ) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
 
@@ -321,6 +334,8 @@ class Run:
                 whom a gate's reviewers do not restrict).
             step: The step that opened the gate, as the answerer saw it (see
                 :attr:`~phasegraph.model.Interrupt.seq`); ``None``: the pending opening.
+            trusted: The caller is local and trusted (the CLI on the store's machine):
+                the gate's reviewers do not restrict ``actor``, who is still recorded.
 
         Raises:
             GateAnsweredError: That opening of the gate was answered already.
@@ -332,7 +347,8 @@ class Run:
             DataConflictError: The reply's data writes a key the node may not write.
             CodecError: The reply's data cannot be stored.
         """
-        return await self._leased(self._reply(interrupt_id, result, actor, step))
+        who = _Answer(actor, step, trusted)
+        return await self._leased(self._reply(interrupt_id, result, who))
 
     async def cancel(
         self, reason: str = "cancelled by request", *, actor: Actor | None = None
@@ -433,15 +449,13 @@ class Run:
         finally:
             hold.leave()
 
-    async def _reply(
-        self, interrupt_id: str, result: ActionResult, actor: Actor | None, step: int | None
-    ) -> StepRecord:
+    async def _reply(self, interrupt_id: str, result: ActionResult, who: _Answer) -> StepRecord:
         async with self._lock:
             state = self._state
             try:
-                answer = _reply_step(self._steps, state, interrupt_id, result, actor, step)
+                answer = _reply_step(self._steps, state, interrupt_id, result, who)
             except RunStateError as exc:
-                raise await refused_reply(self._store, state, interrupt_id, step, exc) from None
+                raise await refused_reply(self._store, state, interrupt_id, who.step, exc) from None
             return await self._commit(*answer)
 
     async def _cancel(self, reason: str, actor: Actor | None) -> StepRecord:

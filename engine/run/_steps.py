@@ -531,6 +531,7 @@ class StepBuilder:
         *,
         actor: Actor | None = None,
         step: int | None = None,
+        trusted: bool = False,
     ) -> StepRecord:
         """Fire a reply's trigger on the waiting node and close its interrupt.
 
@@ -541,6 +542,8 @@ class StepBuilder:
             actor: Who answers (recorded on the step; ``None``: a trusted local caller).
             step: The step that opened the gate, as the answerer was shown it; ``None``:
                 whichever opening of the gate is pending.
+            trusted: The caller is local and trusted: the gate's reviewers do not
+                restrict ``actor`` (who is still recorded).
 
         Raises:
             RunStateError: No such pending interrupt.
@@ -558,7 +561,7 @@ class StepBuilder:
             )
         if step is not None and step != interrupt.seq:
             raise stale_reply(state.run_id, interrupt_id, step, interrupt.seq)
-        if not admits(interrupt.reviewers, actor):
+        if not trusted and not admits(interrupt.reviewers, actor):
             raise not_a_reviewer(state.run_id, interrupt, actor)
         remaining = MappingProxyType(
             {k: v for k, v in state.interrupts.items() if k != interrupt_id}
