@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from phasegraph import model
 from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map, type_name
@@ -330,7 +331,7 @@ def record_wire(record: model.StepRecord) -> Record:
     """
     interrupts = record.interrupts
     appended = record.appended
-    return Record(
+    wire = Record(
         appended=_appended(appended) if appended else {},
         data=_user(record.data, ".data"),
         dest=record.dest,
@@ -347,8 +348,9 @@ def record_wire(record: model.StepRecord) -> Record:
         source=record.source,
         time=aware(record.time, ".time"),
         trigger=record.trigger,
-        actor=None if record.actor is None else _actor_wire(record.actor),
     )
+    # Most steps name no actor: they pay no keyword for one.
+    return wire if record.actor is None else replace(wire, actor=_actor_wire(record.actor))
 
 
 def _appended(appended: Mapping[str, list[Any]]) -> dict[str, Any]:
@@ -508,7 +510,7 @@ def step_record(wire: Record) -> model.StepRecord:
         wire.interrupts,
         wire.events,
     )
-    return model.StepRecord(
+    record = model.StepRecord(
         seq=wire.seq,
         time=_when(wire.time, "record.time"),
         kind=wire.kind,
@@ -525,8 +527,9 @@ def step_record(wire: Record) -> model.StepRecord:
         interrupts=None if interrupts is None else _interrupts(interrupts),
         events=tuple(_frozen(event, "record.events") for event in events) if events else (),
         ledger=None if wire.ledger is None else _ledger(wire.ledger),
-        actor=None if wire.actor is None else _actor(wire.actor),
     )
+    # Most steps name no actor: they pay no keyword for one.
+    return record if wire.actor is None else model.replace(record, actor=_actor(wire.actor))
 
 
 def _actor(wire: Actor) -> model.Actor:
