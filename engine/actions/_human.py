@@ -6,9 +6,10 @@ records a pending interrupt and the node waits. A reply (``phasegraph reply`` or
 
 A gate may name its ``reviewers``: principal names (``alice``, ``local:alice``) and
 ``group:NAME`` entries (every member of group ``NAME``). A reply that names its actor
-is then refused unless the actor is one of them (:func:`admits`); a reply that names
-none comes from a trusted local caller (the CLI on the machine that holds the store,
-a program calling :meth:`~phasegraph.Engine.reply` itself) and is let through.
+is then refused unless the actor is one of them (:func:`admits`). A caller with the
+store in hand is trusted: a program calling :meth:`~phasegraph.Engine.reply` without an
+actor, and the command line, which records the local user (``local:USER``) but passes
+``trusted=True``. A server names its caller and never trusts it.
 """
 
 from __future__ import annotations
