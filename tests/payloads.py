@@ -49,9 +49,7 @@ CALL = LedgerEntry(
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
     state = golden_state_v3()
-    gate = replace(
-        state.interrupts[GATE], reviewers=("local:ana", "group:release"), seq=state.seq
-    )
+    gate = replace(state.interrupts[GATE], reviewers=("local:ana", "group:release"), seq=state.seq)
     return replace(state, interrupts=MappingProxyType({GATE: gate}))
 
 
