@@ -23,6 +23,7 @@ def test_the_local_user_is_on_the_record_and_a_reply_applies_once(tmp_path: Path
     me = {"name": f"local:{getpass.getuser()}", "groups": []}
     started = _cli(store, "run", str(GATES / "reviewed.yaml"), "--run-id", "r1", "-q")
     assert started.returncode == 3, started.stderr
+    assert "reviewers: alice, group:release" in started.stdout
     (gate,) = json.loads(_cli(store, "status", "r1", "--json").stdout)["interrupts"]
     assert gate["reviewers"] == ["alice", "group:release"]
     step = gate["seq"]
