@@ -71,6 +71,7 @@ async def test_a_non_reviewer_is_refused_naming_the_gate_then_a_reviewer_answers
         # A member of a listed group answers.
         done = await eng.reply(waiting.run_id, gate, "confirm", actor=CAROL, graph=definition)
         assert done.status is RunStatus.COMPLETED
+        assert (await eng.replay(waiting.run_id, definition)).identical
         answer = (await eng.history(waiting.run_id, start=waiting.seq + 1))[0]
         assert answer.kind == "reply"
         assert answer.actor == CAROL
@@ -149,6 +150,8 @@ async def test_starting_cancelling_and_forking_record_the_actor() -> None:
         assert [r.actor for r in history[1:-1]] == [None] * (len(history) - 2)
         forked = await eng.history(fork)
         assert forked[0].actor == CAROL
+        # Who decided is an outside input a replay feeds as recorded.
+        assert (await eng.replay(waiting.run_id, definition)).identical
         # The fork's gate was opened by its own first step.
         assert (await eng.get(fork)).interrupts[gate_of(fork)].seq == 0
 
