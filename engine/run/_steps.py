@@ -412,12 +412,15 @@ class StepBuilder:
             created_at=now,
             parked=gate.park,
             reviewers=gate.reviewers,
-            seq=state.seq + 1,
         )
         return self._waiting(state, interrupt)
 
     def _waiting(self, state: RunState, interrupt: Interrupt) -> StepRecord:
-        """The ``wait`` step that opens ``interrupt``: its node waits where it is."""
+        """The ``wait`` step that opens ``interrupt``: its node waits where it is.
+
+        The interrupt records this step as the one that opened it (a reply may quote it).
+        """
+        interrupt = replace(interrupt, seq=state.seq + 1)
         request = {
             "kind": f"{interrupt.kind}_request",
             "id": interrupt.id,
