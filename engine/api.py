@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
 from phasegraph import run as runs
 from phasegraph.errors import InputError, RunStateError
 from phasegraph.events import EventBus
-from phasegraph.model import GraphDef, RunState, RunStatus, StepRecord, frozen_map
+from phasegraph.model import Actor, GraphDef, RunState, RunStatus, StepRecord, frozen_map
 from phasegraph.run import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._create import create_run
@@ -160,8 +160,11 @@ class Engine:
         run_input: Mapping[str, Any] | None = None,
         *,
         run_id: str | None = None,
+        actor: Actor | None = None,
     ) -> AsyncIterator[Run]:
         """Create a run (committing seq 0) and hold it open for stepping.
+
+        ``actor`` (who starts it) is recorded on the seq-0 step.
 
         Raises:
             SpecError: The graph is invalid.
@@ -169,11 +172,15 @@ class Engine:
                 breaks the run-id rule (:data:`~phasegraph.run.RUN_ID_PATTERN`).
             RunStateError: A run with ``run_id`` exists already.
         """
-        async with await self._create(graph, run_input, run_id) as run:
+        async with await self._create(graph, run_input, run_id, actor) as run:
             yield run
 
     async def _create(
-        self, graph: GraphSource, run_input: Mapping[str, Any] | None, run_id: str | None
+        self,
+        graph: GraphSource,
+        run_input: Mapping[str, Any] | None,
+        run_id: str | None,
+        actor: Actor | None = None,
     ) -> Run:
         """Create a run (committing seq 0); the caller enters the returned run."""
         prepared = self.prepare(graph)
@@ -184,7 +191,10 @@ class Engine:
 
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
         state = initial_state(prepared, run_id, run_input, self.clock.now())
-        created = await create_run(self.store, self.leases, state)
+        record = None
+        if actor is not None:
+            record = StepRecord(seq=0, time=state.created_at, kind="created", actor=actor)
+        created = await create_run(self.store, self.leases, state, record)
         checkpoints = Checkpoints(
             self.options.checkpoint_policy(), seq=0, size=created.snapshot_bytes
         )
@@ -262,11 +272,15 @@ class Engine:
         run_input: Mapping[str, Any] | None = None,
         *,
         run_id: str | None = None,
+        actor: Actor | None = None,
     ) -> RunState:
-        """Start a run and drive it until it finishes or waits; return its state."""
+        """Start a run and drive it until it finishes or waits; return its state.
+
+        ``actor`` (who starts it) is recorded on the seq-0 step.
+        """
         # As ``start``, without a generator frame held for as long as the run goes on, and
         # without holding each step's record until the next one is committed.
-        async with await self._create(graph, run_input, run_id) as run:
+        async with await self._create(graph, run_input, run_id, actor) as run:
             await run.drive()
             return run.state
 
@@ -298,8 +312,19 @@ class Engine:
         drive: bool = True,
         graph: GraphSource | None = None,
         allow_changed: bool = False,
+        actor: Actor | None = None,
+        step: int | None = None,
+        trusted: bool = False,
     ) -> RunState:
         """Answer a pending interrupt, then (by default) drive the run on.
+
+        A reply applies once. It answers the gate ``interrupt_id`` as it is open now, or,
+        given ``step``, only the opening of it at that step (the gate's ``seq``); a reply
+        to an opening already answered or closed is refused, and so is one by an
+        ``actor`` the gate does not name among its ``reviewers``. A caller with the store
+        in hand is trusted: with ``actor=None``, or ``trusted=True`` (the CLI, which names
+        the local user only to record it), reviewers do not restrict it. A server names
+        its caller and never trusts it.
 
         Args:
             run_id: The run.
@@ -310,8 +335,14 @@ class Engine:
             drive: Continue the run until it finishes or waits again.
             graph: Use this graph instead of the one the run recorded.
             allow_changed: Answer even if the graph changed since the run started.
+            actor: Who answers; recorded on the reply's step.
+            step: The step that opened the gate, as the answerer was shown it.
+            trusted: Record ``actor`` without holding it to the gate's reviewers.
 
         Raises:
+            GateAnsweredError: The gate (that opening of it) was answered already.
+            StaleReplyError: ``step`` is not the step that opened the gate now pending.
+            NotAReviewerError: The gate names reviewers and ``actor`` is not one of them.
             RunStateError: The run is not waiting, or has no such interrupt, or the graph
                 changed and ``allow_changed`` is false.
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
@@ -321,11 +352,14 @@ class Engine:
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
         async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
             if run.state.status.terminal:
-                raise RunStateError(
+                from phasegraph.run._gates import refused_reply
+
+                refused = RunStateError(
                     f"run {run_id!r} already {run.state.status}; it waits for no reply",
                     run_id=run_id,
                 )
-            await run.reply(interrupt_id, result)
+                raise await refused_reply(self.store, run.state, interrupt_id, step, refused)
+            await run.reply(interrupt_id, result, actor=actor, step=step, trusted=trusted)
             if drive:
                 await run.drive()
             return run.state
@@ -336,15 +370,18 @@ class Engine:
         reason: str = "cancelled by request",
         *,
         graph: GraphSource | None = None,
+        actor: Actor | None = None,
     ) -> RunState:
         """Cancel a run that no live process is driving (waiting, parked or crashed).
+
+        ``actor`` (who cancels it) is recorded on the cancel step.
 
         Raises:
             LeaseHeldError: A live process is driving the run.
             RunStateError: The run already finished.
         """
         async with self.open(run_id, graph=graph, allow_changed=True) as run:
-            await run.cancel(reason)
+            await run.cancel(reason, actor=actor)
             return run.state
 
     async def get(self, run_id: str, seq: int | None = None) -> RunState:
@@ -400,14 +437,20 @@ class Engine:
         )
 
     async def fork(
-        self, run_id: str, at_seq: int | None = None, patch: Mapping[str, Any] | None = None
+        self,
+        run_id: str,
+        at_seq: int | None = None,
+        patch: Mapping[str, Any] | None = None,
+        *,
+        actor: Actor | None = None,
     ) -> str:
         """Create a new run from the state of ``run_id`` at ``at_seq``; return its id.
 
         The new run's seq 0 is the source state at ``at_seq`` (default: the head) with
-        ``patch`` merged into its data per top-level key, under the same graph and status.
-        The source run is only read. ``resume`` continues the fork if it was not finished
-        at that seq (see :func:`phasegraph.run.fork_state`).
+        ``patch`` merged into its data per top-level key, under the same graph and status;
+        ``actor`` (who forks it) is recorded on that step. The source run is only read.
+        ``resume`` continues the fork if it was not finished at that seq (see
+        :func:`phasegraph.run.fork_state`).
 
         Raises:
             RunNotFoundError: No such run, or no such seq in it.
@@ -416,7 +459,7 @@ class Engine:
         """
         source = await self.get(run_id, at_seq)
         state, record = fork_state(
-            source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now()
+            source, run_id=self.ids.new_run_id(), patch=patch, now=self.clock.now(), actor=actor
         )
         created = await create_run(self.store, self.leases, state, record)
         await created.hold.release()

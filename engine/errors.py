@@ -16,6 +16,9 @@ status) and structured context (location, run, node, seq)::
     │   ├── LoopDetectedError              loop_detected       an action repeats the same call
     │   ├── DataConflictError              data_conflict       unordered nodes wrote one key
     │   ├── RunStateError                  run_state           not allowed in the run's status
+    │   │   ├── NotAReviewerError          not_a_reviewer      the gate names other reviewers
+    │   │   ├── GateAnsweredError          gate_answered       the gate was answered already
+    │   │   └── StaleReplyError            stale_reply         the reply's gate step is past
     │   └── RunNotFoundError(LookupError)  run_not_found       no such run or seq
     ├── StoreError                         store_error         the store refused an operation
     │   ├── LeaseHeldError                 lease_held          another live writer holds the run
@@ -45,12 +48,14 @@ __all__ = [
     "CodecError",
     "DataConflictError",
     "ErrorCode",
+    "GateAnsweredError",
     "IllegalTriggerError",
     "InputError",
     "JournalHeadError",
     "LeaseHeldError",
     "LeaseLostError",
     "LoopDetectedError",
+    "NotAReviewerError",
     "PhasegraphError",
     "Problem",
     "RequestError",
@@ -60,6 +65,7 @@ __all__ = [
     "SequenceConflictError",
     "SourceLocation",
     "SpecError",
+    "StaleReplyError",
     "StoreError",
     "StoreUnavailableError",
     "UnsupportedFormatError",
@@ -80,6 +86,9 @@ class ErrorCode(StrEnum):
     ACTION_TIMEOUT = "action_timeout"
     DATA_CONFLICT = "data_conflict"
     RUN_STATE = "run_state"
+    NOT_A_REVIEWER = "not_a_reviewer"
+    GATE_ANSWERED = "gate_answered"
+    STALE_REPLY = "stale_reply"
     RUN_NOT_FOUND = "run_not_found"
     STORE = "store_error"
     LEASE_HELD = "lease_held"
@@ -292,6 +301,85 @@ class RunStateError(RunError):
     """The operation is not allowed in the run's current status."""
 
     code = ErrorCode.RUN_STATE
+
+
+class NotAReviewerError(RunStateError):
+    """Whoever replied is not among the reviewers the gate names; nothing was committed.
+
+    Attributes:
+        gate: The interrupt id of the gate.
+        reviewers: Who may answer it (principal names and ``group:NAME`` entries).
+        actor: The name of whoever was refused.
+    """
+
+    code = ErrorCode.NOT_A_REVIEWER
+
+    def __init__(
+        self, message: str, *, gate: str, reviewers: tuple[str, ...], actor: str, run_id: str
+    ) -> None:
+        super().__init__(message, run_id=run_id)
+        self.gate = gate
+        self.reviewers = reviewers
+        self.actor = actor
+
+    def context(self) -> dict[str, Any]:
+        """The base fields, the gate, who may answer it and who was refused."""
+        return {
+            **super().context(),
+            "gate": self.gate,
+            "reviewers": list(self.reviewers),
+            "actor": self.actor,
+        }
+
+
+class GateAnsweredError(RunStateError):
+    """The reply is for a gate opening that was answered already: a reply applies once.
+
+    Attributes:
+        gate: The interrupt id of the gate.
+        answered_at: The step that answered it.
+        answered_by: Who answered it, when the answer named someone.
+    """
+
+    code = ErrorCode.GATE_ANSWERED
+
+    def __init__(
+        self, message: str, *, gate: str, answered_at: int, answered_by: str | None, run_id: str
+    ) -> None:
+        super().__init__(message, run_id=run_id, seq=answered_at)
+        self.gate = gate
+        self.answered_at = answered_at
+        self.answered_by = answered_by
+
+    def context(self) -> dict[str, Any]:
+        """The base fields, the gate, the step that answered it and by whom."""
+        by = {} if self.answered_by is None else {"answered_by": self.answered_by}
+        return {**super().context(), "gate": self.gate, "answered_at": self.answered_at, **by}
+
+
+class StaleReplyError(RunStateError):
+    """The reply quotes a step of the gate that is not the one it waits at now.
+
+    Attributes:
+        gate: The interrupt id of the gate.
+        step: The step the reply quoted.
+        current: The step that opened the gate now pending, or ``None`` if it is closed.
+    """
+
+    code = ErrorCode.STALE_REPLY
+
+    def __init__(
+        self, message: str, *, gate: str, step: int, current: int | None, run_id: str
+    ) -> None:
+        super().__init__(message, run_id=run_id)
+        self.gate = gate
+        self.step = step
+        self.current = current
+
+    def context(self) -> dict[str, Any]:
+        """The base fields, the gate, the step quoted and the pending opening's step."""
+        now = {} if self.current is None else {"current_step": self.current}
+        return {**super().context(), "gate": self.gate, "step": self.step, **now}
 
 
 class RunNotFoundError(RunError, LookupError):

@@ -24,6 +24,7 @@ from phasegraph.errors import RunStateError, SourceLocation
 
 __all__ = [
     "ActionDef",
+    "Actor",
     "BudgetDef",
     "ChunkedMap",
     "Effect",
@@ -580,6 +581,23 @@ class NodeState(Value, frozen=True, kw_only=True):
         return PATH_SEPARATOR.join(self.path)
 
 
+class Actor(Value, frozen=True, kw_only=True):
+    """Who decided something about a run: started, answered, cancelled or forked it.
+
+    Recorded on the step the decision committed (:attr:`StepRecord.actor`), under the
+    same checksum as the rest of the step.
+
+    Attributes:
+        name: The principal's name (``local:alice`` for a command run on the machine
+            that holds the store; a server names its own principals).
+        groups: The groups the principal belongs to: a gate's ``group:NAME`` reviewer
+            admits every member of ``NAME``.
+    """
+
+    name: str
+    groups: tuple[str, ...] = ()
+
+
 class Interrupt(Value, frozen=True, kw_only=True):
     """A question the run is waiting on (a human gate).
 
@@ -591,6 +609,11 @@ class Interrupt(Value, frozen=True, kw_only=True):
         deadline: When the timeout trigger fires, if ever.
         created_at: When it was asked.
         parked: Whether the run counts as parked (not just waiting) while this is open.
+        reviewers: Who may answer: principal names and ``group:NAME`` entries (empty:
+            anyone who may reply to the run).
+        seq: The step that opened this gate: a reply may quote it, so that an answer
+            meant for an earlier opening of the same gate is refused (0: opened before
+            format 4 recorded it).
     """
 
     id: str
@@ -600,6 +623,8 @@ class Interrupt(Value, frozen=True, kw_only=True):
     deadline: datetime | None = None
     created_at: datetime | None = None
     parked: bool = False
+    reviewers: tuple[str, ...] = ()
+    seq: int = 0
 
 
 class ErrorRecord(Value, frozen=True, kw_only=True):
@@ -684,6 +709,9 @@ class StepRecord(Value, frozen=True, kw_only=True):
         ledger: For an ``intent`` or ``effect`` step (a ``once`` effect about to run, a
             tool call's result) the ledger entry it commits to its node's step in
             flight; the node itself does not move.
+        actor: Who made the decision this step records (a run's creation or fork, a
+            reply, a cancellation), when one was named; ``None`` on every step the run
+            took by itself.
     """
 
     seq: int
@@ -702,6 +730,7 @@ class StepRecord(Value, frozen=True, kw_only=True):
     interrupts: Mapping[str, Interrupt] | None = None
     events: tuple[Mapping[str, Any], ...] = ()
     ledger: LedgerEntry | None = None
+    actor: Actor | None = None
 
 
 def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:

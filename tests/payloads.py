@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.model import (
+    Actor,
     Effect,
     ErrorRecord,
     Interrupt,
@@ -47,6 +48,17 @@ CALL = LedgerEntry(
 
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
+    state = golden_state_v3()
+    gate = replace(state.interrupts[GATE], reviewers=("local:ana", "group:release"), seq=state.seq)
+    return replace(state, interrupts=MappingProxyType({GATE: gate}))
+
+
+GATE = "run-0001:review:spec_review"
+"""The golden run's open gate."""
+
+
+def golden_state_v3() -> RunState:
+    """The golden run state of format 3, whose gates named no reviewers nor their step."""
     state = golden_state_v2()
     review = replace(state.nodes["review"], ledger=(CALL,))
     return replace(state, nodes=MappingProxyType({**state.nodes, "review": review}))
@@ -122,6 +134,11 @@ def golden_state_v2() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
+    return replace(golden_record_v3(), actor=Actor(name="local:ana", groups=("release",)))
+
+
+def golden_record_v3() -> StepRecord:
+    """The golden record of format 3, which named no actor."""
     node = NodeState(status=NodeStatus.RUNNING, path=("executing",), ledger=(CALL,))
     return replace(golden_record_v2(), ledger=CALL, nodes=MappingProxyType({"review": node}))
 

@@ -3,6 +3,13 @@
 A human gate is not a callable: when a node enters a state bound to one, the interpreter
 records a pending interrupt and the node waits. A reply (``phasegraph reply`` or
 ``Engine.reply``) fires the chosen trigger; a passed deadline fires ``timeout``.
+
+A gate may name its ``reviewers``: principal names (``alice``, ``local:alice``) and
+``group:NAME`` entries (every member of group ``NAME``). A reply that names its actor
+is then refused unless the actor is one of them (:func:`admits`). A caller with the
+store in hand is trusted: a program calling :meth:`~phasegraph.Engine.reply` without an
+actor, and the command line, which records the local user (``local:USER``) but passes
+``trusted=True``. A server names its caller and never trusts it.
 """
 
 from __future__ import annotations
@@ -13,14 +20,16 @@ from typing import Any
 
 from phasegraph.actions._shell import render
 from phasegraph.errors import ActionError, Problem, SpecError
-from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, empty_field
+from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, Actor, empty_field
 
 __all__ = [
     "DEFAULT_REVIEW_TIMEOUT",
+    "GROUP_PREFIX",
     "REVIEW_KIND",
     "REVIEW_TIMEOUT_SETTING",
     "TIMEOUT_TRIGGER",
     "HumanGate",
+    "admits",
     "build_gate",
     "render_payload",
 ]
@@ -38,6 +47,23 @@ names no ``timeout`` (the node setting :data:`REVIEW_TIMEOUT_SETTING` changes it
 REVIEW_TIMEOUT_SETTING = "review_timeout"
 """The node setting (``with: {review_timeout: SECONDS}``) that replaces the 30 minutes."""
 
+GROUP_PREFIX = "group:"
+"""A reviewer entry ``group:NAME`` admits every actor in group ``NAME``."""
+
+
+def admits(reviewers: tuple[str, ...], actor: Actor | None) -> bool:
+    """Whether ``actor`` may answer a gate that names ``reviewers``.
+
+    A gate that names none admits anyone; a reply that names no actor comes from a
+    trusted local caller and is admitted too. Otherwise the actor's name must be listed,
+    or one of its groups as ``group:NAME``.
+    """
+    if not reviewers or actor is None:
+        return True
+    if actor.name in reviewers:
+        return True
+    return any(GROUP_PREFIX + group in reviewers for group in actor.groups)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HumanGate:
@@ -49,6 +75,7 @@ class HumanGate:
         timeout: Seconds until ``timeout`` fires, if ever.
         park: Whether the run counts as parked (not waiting) while the gate is open.
         triggers: The triggers a reply may fire (empty: any the state accepts).
+        reviewers: Who may answer (see :func:`admits`; empty: anyone).
     """
 
     kind: str
@@ -56,6 +83,7 @@ class HumanGate:
     timeout: float | None = None
     park: bool = False
     triggers: tuple[str, ...] = ()
+    reviewers: tuple[str, ...] = ()
 
 
 def build_gate(
@@ -92,6 +120,7 @@ def build_gate(
         timeout=float(timeout) if timeout is not None else None,
         park=bool(config.get("park", False)),
         triggers=definition.triggers,
+        reviewers=tuple(config.get("reviewers") or ()),
     )
 
 

@@ -256,6 +256,15 @@ def _reply(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--id", required=True, help="the interrupt id (see 'phasegraph status RUN')"
     )
+    parser.add_argument(
+        "--step",
+        type=_seq,
+        default=None,
+        metavar="SEQ",
+        help="the step that opened the gate (its seq in 'phasegraph status RUN --json'): the "
+        "reply is refused if the gate was answered or opened again since (default: the gate "
+        "as open now)",
+    )
     choice = parser.add_mutually_exclusive_group(required=True)
     choice.add_argument("--confirm", action="store_true", help="fire 'confirm'")
     choice.add_argument("--reject", metavar="FEEDBACK", help="fire 'reject' with this feedback")

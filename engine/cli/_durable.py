@@ -13,6 +13,7 @@ from phasegraph.cli._support import (
     EXIT_OK,
     emit,
     finished,
+    local_actor,
     parse_inputs,
     progress,
     with_engine,
@@ -28,7 +29,7 @@ async def _cmd_fork(args: argparse.Namespace) -> int:
     patch = parse_inputs(args.set, None)
 
     async def body(engine: Engine) -> int:
-        new_id = await engine.fork(args.run, args.at, patch)
+        new_id = await engine.fork(args.run, args.at, patch, actor=local_actor())
         args.run_id = new_id  # an interrupted fork names the new run (see run_command)
         state = await engine.get(new_id)
         (created,) = await engine.history(new_id, stop=1)

@@ -115,6 +115,8 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
         lines.append(
             f"\n  node {interrupt.node} waits for a {interrupt.kind} (id {interrupt.id}{due})"
         )
+        if interrupt.reviewers:
+            lines.append(f"\n    reviewers: {', '.join(interrupt.reviewers)}")
         if interrupt.payload:
             lines.append("\n    to judge:")
             lines += [f"\n      {key}: {shown(value)}" for key, value in interrupt.payload.items()]

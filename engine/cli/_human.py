@@ -11,7 +11,14 @@ from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._runs import fits_changed_graph
-from phasegraph.cli._support import emit, finished, parse_inputs, progress, with_engine
+from phasegraph.cli._support import (
+    emit,
+    finished,
+    local_actor,
+    parse_inputs,
+    progress,
+    with_engine,
+)
 from phasegraph.errors import LeaseHeldError
 from phasegraph.model import frozen_map
 
@@ -52,6 +59,9 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
                     data=data,
                     drive=not args.detach,
                     allow_changed=args.allow_changed,
+                    actor=local_actor(),
+                    step=args.step,
+                    trusted=True,
                 )
         except LeaseHeldError:
             from phasegraph.cli._worker import reply_by_worker
@@ -78,7 +88,7 @@ async def _cmd_cancel(args: argparse.Namespace) -> int:
         before = await engine.get(args.run)
         by = ""
         try:
-            state = await engine.cancel(args.run, args.reason)
+            state = await engine.cancel(args.run, args.reason, actor=local_actor())
         except LeaseHeldError:
             from phasegraph.cli._worker import cancel_through_worker
 

@@ -18,6 +18,7 @@ from phasegraph.cli._support import (
     emit,
     emit_bytes,
     finished,
+    local_actor,
     parse_inputs,
     progress,
     resume_command,
@@ -53,7 +54,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
         if args.detach:
             return await _start_detached(args, engine, run_input)
         with contextlib.ExitStack() as shown:
-            async with engine.start(args.graph, run_input, run_id=args.run_id) as run:
+            start = engine.start(args.graph, run_input, run_id=args.run_id, actor=local_actor())
+            async with start as run:
                 # Shown once the run exists (its first step is committed), not before.
                 watch = await progress(args, engine, args.run_id, graph=args.graph, state=run.state)
                 shown.enter_context(watch)
@@ -71,7 +73,8 @@ async def _start_detached(args: argparse.Namespace, engine: Engine, run_input: A
     from phasegraph.cli._worker import can_hand_over, detached, hand_over
 
     can_hand_over(args, engine.store)
-    async with engine.start(args.graph, run_input, run_id=args.run_id) as run:
+    start = engine.start(args.graph, run_input, run_id=args.run_id, actor=local_actor())
+    async with start as run:
         state = run.state
     await hand_over(engine, state.run_id)
     return detached(args, state)
@@ -304,9 +307,10 @@ async def _cmd_history(args: argparse.Namespace) -> int:
                 entry = r.ledger
                 what = f"{entry.tool} #{entry.index}" if entry.tool else "the action"
                 move = f"{what} ({entry.effect}, id {entry.id}) in "
+            by = "" if r.actor is None else f"  by {r.actor.name}"
             lines.append(
                 f"{r.seq:>5}  {r.time:%H:%M:%S}  {r.kind:<10} {r.node or '-':<16} "
-                f"{move}{'/'.join(r.dest)}  [{r.status}]"
+                f"{move}{'/'.join(r.dest)}  [{r.status}]{by}"
             )
         emit(args, None, "\n".join(lines))
         return EXIT_OK
@@ -356,7 +360,9 @@ async def _approve_all(
         if not answerable:
             break
         gate, trigger = answerable[0]
-        state = await engine.reply(state.run_id, gate.interrupt.id, trigger)
+        state = await engine.reply(
+            state.run_id, gate.interrupt.id, trigger, actor=local_actor(), trusted=True
+        )
     left = await open_gates(engine, state)
     if left and not args.json:
         flags = " ".join(

@@ -34,7 +34,7 @@ from phasegraph.errors import (
     PhasegraphError,
     RunNotFoundError,
 )
-from phasegraph.model import RunState, RunStatus
+from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import RunOptions
 from phasegraph.store import DEFAULT_STORE_URL, open_store
 from phasegraph.store._open import redact_url
@@ -54,12 +54,14 @@ __all__ = [
     "EXIT_PIPE_CLOSED",
     "EXIT_STOPPED",
     "EXIT_WAITING",
+    "LOCAL_PREFIX",
     "emit",
     "emit_bytes",
     "exit_for",
     "finished",
     "interrupted",
     "lease_ttl",
+    "local_actor",
     "parse_inputs",
     "progress",
     "report_error",
@@ -92,6 +94,9 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.LOOP_DETECTED: EXIT_FAILED,
         ErrorCode.DATA_CONFLICT: EXIT_FAILED,
         ErrorCode.RUN_STATE: EXIT_BAD_INPUT,
+        ErrorCode.NOT_A_REVIEWER: EXIT_BAD_INPUT,
+        ErrorCode.GATE_ANSWERED: EXIT_BAD_INPUT,
+        ErrorCode.STALE_REPLY: EXIT_BAD_INPUT,
         ErrorCode.RUN_NOT_FOUND: EXIT_BAD_INPUT,
         ErrorCode.STORE: EXIT_BAD_INPUT,
         ErrorCode.LEASE_HELD: EXIT_BAD_INPUT,
@@ -105,6 +110,25 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
 )
 """Exit status for every error code: 2 when the request was wrong (nothing was committed),
 1 when a run failed, 4 when a run stopped and ``resume`` continues it."""
+
+LOCAL_PREFIX: Final = "local:"
+"""Names the actor of a command run on the machine that holds the store: ``local:USER``."""
+
+
+def local_actor() -> Actor:
+    """Who runs this command: the operating-system user, as ``local:USER``.
+
+    The command line is a trusted local caller (it holds the store): the actor is recorded
+    on the steps it decides (start, reply, cancel, fork) but a gate's reviewers do not
+    restrict it.
+    """
+    import getpass  # here: only the commands that decide something ask
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return Actor(name=LOCAL_PREFIX + user)
 
 
 def run_command(handler: Handler, args: argparse.Namespace) -> int:

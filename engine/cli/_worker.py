@@ -23,7 +23,7 @@ from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._logs import configure_logging
-from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, tracer_provider
+from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, local_actor, tracer_provider
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
@@ -165,7 +165,16 @@ async def reply_by_worker(
     async with worker_queue(engine.store) as queue:
         if not await queue.queued(args.run):
             return None
-        state = await post_reply(engine, queue, args.run, args.id, result)
+        state = await post_reply(
+            engine,
+            queue,
+            args.run,
+            args.id,
+            result,
+            actor=local_actor(),
+            step=args.step,
+            trusted=True,
+        )
     emit(
         args,
         {"run_id": args.run, "status": state.status, "seq": state.seq, "queued": True},

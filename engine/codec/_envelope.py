@@ -84,7 +84,7 @@ __all__ = [
 RecordBody: TypeAlias = Record
 """A step record as :func:`read_record` reads it: checked, in its wire form (``seq`` is its seq)."""
 
-FORMAT_VERSION: Final = 3
+FORMAT_VERSION: Final = 4
 """The format version this phasegraph writes, and the newest it reads."""
 
 _Migration = Callable[[str, Any], Any]
@@ -113,7 +113,18 @@ def _two_to_three(kind: str, body: Any) -> Any:
     return {**body, "l": None} if kind == "record" else body
 
 
-_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType({1: _one_to_two, 2: _two_to_three})
+def _three_to_four(kind: str, body: Any) -> Any:
+    """Format 4 adds a record's ``actor`` and an interrupt's ``reviewers`` and ``seq``.
+
+    All three are written only when set, so a format-3 body reads as a format-4 one
+    that names nobody: the body is kept as it is.
+    """
+    return body
+
+
+_MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
+    {1: _one_to_two, 2: _two_to_three, 3: _three_to_four}
+)
 """Version ``n`` → the migration from ``n`` to ``n + 1``."""
 
 _B = TypeVar("_B")

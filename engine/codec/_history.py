@@ -26,7 +26,7 @@ import msgspec
 from phasegraph import model
 from phasegraph.codec._envelope import encode_record, read_record
 from phasegraph.codec._json import _ENCODE
-from phasegraph.codec._wire import Error, Interrupt, Ledger, Node, Record
+from phasegraph.codec._wire import Actor, Error, Interrupt, Ledger, Node, Record
 
 __all__ = ["history_json", "history_page_json", "record_json"]
 
@@ -107,7 +107,13 @@ def _interrupt(item: Interrupt) -> dict[str, Any]:
         "deadline": None if deadline is None else deadline.isoformat(),
         "created_at": None if created_at is None else created_at.isoformat(),
         "parked": item.parked,
+        "reviewers": item.reviewers,
+        "seq": item.seq,
     }
+
+
+def _actor(actor: Actor) -> dict[str, Any]:
+    return {"name": actor.name, "groups": actor.groups}
 
 
 def _record(body: Record) -> dict[str, Any]:
@@ -134,6 +140,7 @@ def _record(body: Record) -> dict[str, Any]:
         ),
         "events": [_user(event) for event in events] if events else [],
         "ledger": None if body.ledger is None else _entry(body.ledger),
+        "actor": None if body.actor is None else _actor(body.actor),
     }
 
 

@@ -18,12 +18,14 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from phasegraph import model
 from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map, type_name
 from phasegraph.errors import CodecError
 
 __all__ = [
+    "Actor",
     "Error",
     "Interrupt",
     "Ledger",
@@ -80,8 +82,12 @@ class Node(Wire):
     status: model.NodeStatus = field(name="s")
 
 
-class Interrupt(Wire):
-    """A :class:`~phasegraph.model.Interrupt` (spec: *Interrupt*)."""
+class Interrupt(Wire, omit_defaults=True, kw_only=True):
+    """A :class:`~phasegraph.model.Interrupt` (spec: *Interrupt*).
+
+    ``reviewers`` and ``seq`` (format 4) are written only when set, so a gate that
+    names no reviewers costs no more bytes than before.
+    """
 
     created_at: Any = field(name="ca")  # timestamp or nil
     deadline: Any = field(name="dl")  # timestamp or nil
@@ -90,6 +96,15 @@ class Interrupt(Wire):
     node: str = field(name="n")
     payload: dict[str, Any] = field(name="p")
     parked: bool = field(name="pk")
+    seq: int = field(name="q", default=0)
+    reviewers: list[str] = field(name="rv", default_factory=list)
+
+
+class Actor(Wire):
+    """An :class:`~phasegraph.model.Actor` (spec: *Actor*)."""
+
+    groups: list[str] = field(name="g")
+    name: str = field(name="n")
 
 
 class Error(Wire):
@@ -139,10 +154,15 @@ class Snapshot(Wire):
     writers: dict[str, tuple[str, ...]] = field(name="w")
 
 
-class Record(Wire):
-    """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*)."""
+class Record(Wire, omit_defaults=True, kw_only=True):
+    """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*).
+
+    ``actor`` (format 4) is written only on a step someone decided: the steps a run
+    takes by itself carry no key for it.
+    """
 
     appended: dict[str, list[Any]] = field(name="a")
+    actor: Actor | None = field(name="ac", default=None)
     data: dict[str, Any] = field(name="d")
     dest: tuple[str, ...] = field(name="dst")
     errors: list[Error] = field(name="e")
@@ -246,7 +266,13 @@ def _interrupt_wire(item: model.Interrupt) -> Interrupt:
         node=item.node,
         payload=_user(item.payload, ".payload"),
         parked=item.parked,
+        seq=item.seq,
+        reviewers=list(item.reviewers),
     )
+
+
+def _actor_wire(actor: model.Actor) -> Actor:
+    return Actor(groups=list(actor.groups), name=actor.name)
 
 
 def _error_wire(error: model.ErrorRecord) -> Error:
@@ -309,7 +335,7 @@ def record_wire(record: model.StepRecord) -> Record:
         record.data,
         record.result,
     )
-    return Record(
+    wire = Record(
         appended=_appended(appended) if appended else {},
         data=_user(data, ".data") if data else {},
         dest=record.dest,
@@ -327,6 +353,8 @@ def record_wire(record: model.StepRecord) -> Record:
         time=aware(record.time, ".time"),
         trigger=record.trigger,
     )
+    # Most steps name no actor: they pay no keyword for one.
+    return wire if record.actor is None else replace(wire, actor=_actor_wire(record.actor))
 
 
 def _appended(appended: Mapping[str, list[Any]]) -> dict[str, Any]:
@@ -423,6 +451,8 @@ def _interrupt(wire: Interrupt) -> model.Interrupt:
         deadline=_when_or_none(wire.deadline, "interrupt.deadline"),
         created_at=_when_or_none(wire.created_at, "interrupt.created_at"),
         parked=wire.parked,
+        reviewers=tuple(wire.reviewers),
+        seq=wire.seq,
     )
 
 
@@ -488,7 +518,7 @@ def step_record(wire: Record) -> model.StepRecord:
         wire.events,
         wire.time,
     )
-    return model.StepRecord(
+    record = model.StepRecord(
         seq=wire.seq,
         time=time if type(time) is datetime else _when(time, "record.time"),
         kind=wire.kind,
@@ -506,6 +536,12 @@ def step_record(wire: Record) -> model.StepRecord:
         events=tuple(_frozen(event, "record.events") for event in events) if events else (),
         ledger=None if wire.ledger is None else _ledger(wire.ledger),
     )
+    # Most steps name no actor: they pay no keyword for one.
+    return record if wire.actor is None else model.replace(record, actor=_actor(wire.actor))
+
+
+def _actor(wire: Actor) -> model.Actor:
+    return model.Actor(name=wire.name, groups=tuple(wire.groups))
 
 
 # --------------------------------------------------------------------------- records unbuilt

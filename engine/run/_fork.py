@@ -19,13 +19,18 @@ from datetime import datetime
 from typing import Any
 
 from phasegraph.errors import InputError
-from phasegraph.model import RunState, StepRecord, frozen_map, replace
+from phasegraph.model import Actor, RunState, StepRecord, frozen_map, replace
 
 __all__ = ["fork_state"]
 
 
 def fork_state(
-    source: RunState, *, run_id: str, patch: Mapping[str, Any] | None, now: datetime
+    source: RunState,
+    *,
+    run_id: str,
+    patch: Mapping[str, Any] | None,
+    now: datetime,
+    actor: Actor | None = None,
 ) -> tuple[RunState, StepRecord]:
     """The seq-0 state and record of a run forked from ``source``.
 
@@ -34,6 +39,7 @@ def fork_state(
         run_id: The new run's id.
         patch: Data keys to set (each replaces the whole top-level value).
         now: The new run's creation time.
+        actor: Who forked it (recorded on the seq-0 record), if named.
 
     Returns:
         The new run's state and its seq-0 record (kind ``created``, whose ``result``
@@ -48,10 +54,11 @@ def fork_state(
         raise InputError(
             f"fork of run {source.run_id!r}: bad data keys {bad!r}", run_id=source.run_id
         )
-    # Interrupt ids embed the run id; the fork's replies quote the fork's id.
+    # Interrupt ids embed the run id; the fork's replies quote the fork's id, and the
+    # step that opened its gates is its own first one.
     interrupts = {
         _rekey(item.id, source.run_id, run_id): replace(
-            item, id=_rekey(item.id, source.run_id, run_id)
+            item, id=_rekey(item.id, source.run_id, run_id), seq=0
         )
         for item in source.interrupts.values()
     }
@@ -66,7 +73,12 @@ def fork_state(
     )
     provenance = {"forked_from": source.run_id, "at": source.seq, "patched": sorted(changes)}
     record = StepRecord(
-        seq=0, time=now, kind="created", status=state.status, result=frozen_map(provenance)
+        seq=0,
+        time=now,
+        kind="created",
+        status=state.status,
+        result=frozen_map(provenance),
+        actor=actor,
     )
     return state, record
 

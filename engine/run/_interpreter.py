@@ -41,6 +41,7 @@ from phasegraph.errors import (
 )
 from phasegraph.events import events_for, live_event
 from phasegraph.model import (
+    Actor,
     Effect,
     LedgerEntry,
     NodeState,
@@ -51,6 +52,7 @@ from phasegraph.model import (
     Value,
 )
 from phasegraph.run._checkpoint import Checkpoints
+from phasegraph.run._gates import refused_reply
 from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
 from phasegraph.run._prepare import PreparedGraph
@@ -132,6 +134,10 @@ def check_reply(
     interrupt_id: str,
     result: ActionResult,
     clock: Clock,
+    *,
+    actor: Actor | None = None,
+    step: int | None = None,
+    trusted: bool = False,
 ) -> None:
     """Raise what :meth:`Run.reply` would refuse ``result`` with in ``state``; write nothing.
 
@@ -140,14 +146,20 @@ def check_reply(
 
     Raises:
         RunError: As :meth:`Run.reply` (no such interrupt, an illegal trigger, a budget
-            spent, a data conflict).
+            spent, a data conflict, a reviewer refused, a stale step), except that a
+            reply to a gate answered already is not told apart (no history is read).
         CodecError: As :meth:`Run.reply`.
     """
-    _reply_step(StepBuilder(prepared, clock), state, interrupt_id, result)
+    steps = StepBuilder(prepared, clock)
+    _reply_step(steps, state, interrupt_id, result, _Answer(actor, step, trusted))
 
 
 def _reply_step(
-    steps: StepBuilder, state: RunState, interrupt_id: str, result: ActionResult
+    steps: StepBuilder,
+    state: RunState,
+    interrupt_id: str,
+    result: ActionResult,
+    who: _Answer,
 ) -> tuple[StepRecord, bytes]:
     """The encoded step answering ``interrupt_id`` with ``result``, or the refusal raised."""
     if not state.interrupts:
@@ -155,7 +167,18 @@ def _reply_step(
             f"run {state.run_id!r} is not waiting for a reply (status {state.status})",
             run_id=state.run_id,
         )
-    return _encode(steps.answer(state, interrupt_id, result))
+    record = steps.answer(
+        state, interrupt_id, result, actor=who.actor, step=who.step, trusted=who.trusted
+    )
+    return _encode(record)
+
+
+class _Answer(NamedTuple):
+    """Who answers a gate, and which opening of it (see :meth:`Run.reply`)."""
+
+    actor: Actor | None
+    step: int | None
+    trusted: bool
 
 
 async def _invoke(action: Action, ctx: ActionContext, events: list[Mapping[str, Any]]) -> _Outcome:
@@ -298,22 +321,46 @@ class Run:
         """
         await self._leased(self._advance(once=False))
 
-    async def reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
+    async def reply(
+        self,
+        interrupt_id: str,
+        result: ActionResult,
+        *,
+        actor: Actor | None = None,
+        step: int | None = None,
+        trusted: bool = False,
+    ) -> StepRecord:
         """Answer a pending interrupt: fire ``result.trigger`` on the waiting node.
 
         Nothing is committed if the reply is refused.
 
+        Args:
+            interrupt_id: The gate answered.
+            result: The reply.
+            actor: Who answers, recorded on the step (``None``: a trusted local caller,
+                whom a gate's reviewers do not restrict).
+            step: The step that opened the gate, as the answerer saw it (see
+                :attr:`~phasegraph.model.Interrupt.seq`); ``None``: the pending opening.
+            trusted: The caller is local and trusted (the CLI on the store's machine):
+                the gate's reviewers do not restrict ``actor``, who is still recorded.
+
         Raises:
+            GateAnsweredError: That opening of the gate was answered already.
+            StaleReplyError: The quoted step is not the pending opening's.
+            NotAReviewerError: ``actor`` is not among the gate's reviewers.
             RunStateError: The run has no such pending interrupt (or is not waiting).
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
             BudgetExhaustedError: The trigger's destination would exceed a budget.
             DataConflictError: The reply's data writes a key the node may not write.
             CodecError: The reply's data cannot be stored.
         """
-        return await self._leased(self._reply(interrupt_id, result))
+        who = _Answer(actor, step, trusted)
+        return await self._leased(self._reply(interrupt_id, result, who))
 
-    async def cancel(self, reason: str = "cancelled by request") -> StepRecord:
-        """Stop in-flight actions and commit the run as cancelled.
+    async def cancel(
+        self, reason: str = "cancelled by request", *, actor: Actor | None = None
+    ) -> StepRecord:
+        """Stop in-flight actions and commit the run as cancelled (by ``actor``, if named).
 
         Raises:
             RunStateError: The run already finished.
@@ -323,7 +370,7 @@ class Run:
                 f"run {self.run_id!r} already {self._state.status}; nothing to cancel",
                 run_id=self.run_id,
             )
-        return await self._leased(self._cancel(reason))
+        return await self._leased(self._cancel(reason, actor))
 
     # -- the step loop -----------------------------------------------------------------
 
@@ -409,15 +456,19 @@ class Run:
         finally:
             hold.leave()
 
-    async def _reply(self, interrupt_id: str, result: ActionResult) -> StepRecord:
+    async def _reply(self, interrupt_id: str, result: ActionResult, who: _Answer) -> StepRecord:
         async with self._lock:
-            step = _reply_step(self._steps, self._state, interrupt_id, result)
-            return await self._commit(*step)
+            state = self._state
+            try:
+                answer = _reply_step(self._steps, state, interrupt_id, result, who)
+            except RunStateError as exc:
+                raise await refused_reply(self._store, state, interrupt_id, who.step, exc) from None
+            return await self._commit(*answer)
 
-    async def _cancel(self, reason: str) -> StepRecord:
+    async def _cancel(self, reason: str, actor: Actor | None) -> StepRecord:
         async with self._lock:
             await self._stop_actions()
-            return await self._commit(*_encode(self._steps.cancel(self._state, reason)))
+            return await self._commit(*_encode(self._steps.cancel(self._state, reason, actor)))
 
     # -- actions -----------------------------------------------------------------------
 

@@ -214,7 +214,7 @@ class _Replayer:
             return self._steps.ledger_step(self._state, recorded.node, recorded.ledger)
         if recorded.kind == "cancel":
             reason = next((str(e["message"]) for e in recorded.events if "message" in e), "")
-            return self._steps.cancel(self._state, reason)
+            return self._steps.cancel(self._state, reason, recorded.actor)
         acted = self._is_action_outcome(recorded)
         decided = self._steps.decide(self._state, self._due, deadlines=not acted)
         if decided is None:
@@ -254,7 +254,9 @@ class _Replayer:
         answered = next((str(e["id"]) for e in recorded.events if e.get("id") in pending), None)
         if answered is None:
             return "the replay has no pending interrupt for this reply"
-        return self._steps.answer(self._state, answered, self._result(recorded))
+        # Who answered is an outside input, fed as recorded (and checked when it was given).
+        result = self._result(recorded)
+        return self._steps.answer(self._state, answered, result, actor=recorded.actor, trusted=True)
 
     def _result(self, recorded: StepRecord) -> ActionResult:
         """The action result (or reply) that produced ``recorded``, as it was returned.

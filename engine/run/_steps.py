@@ -22,7 +22,7 @@ from phasegraph.actions._failures import (
     classify_error,
     describe_error,
 )
-from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, render_payload
+from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, admits, render_payload
 from phasegraph.core._graph import Frontier
 from phasegraph.core._machine import Position, StepResult
 from phasegraph.errors import (
@@ -34,6 +34,7 @@ from phasegraph.errors import (
 from phasegraph.model import (
     EMPTY,
     PATH_SEPARATOR,
+    Actor,
     ErrorRecord,
     Interrupt,
     LedgerEntry,
@@ -49,6 +50,7 @@ from phasegraph.model import (
     replace,
 )
 from phasegraph.run._effects import OUTCOME_UNKNOWN, describe, effect_gate, settle, uncertain
+from phasegraph.run._gates import not_a_reviewer, stale_reply
 from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
 from phasegraph.run._prepare import PreparedGraph
@@ -427,16 +429,23 @@ class StepBuilder:
             deadline=deadline,
             created_at=now,
             parked=gate.park,
+            reviewers=gate.reviewers,
         )
         return self._waiting(state, interrupt)
 
     def _waiting(self, state: RunState, interrupt: Interrupt) -> StepRecord:
-        """The ``wait`` step that opens ``interrupt``: its node waits where it is."""
+        """The ``wait`` step that opens ``interrupt``: its node waits where it is.
+
+        The interrupt records this step as the one that opened it (a reply may quote it).
+        """
+        interrupt = replace(interrupt, seq=state.seq + 1)
         request = {
             "kind": f"{interrupt.kind}_request",
             "id": interrupt.id,
             "payload": {**interrupt.payload},
         }
+        if interrupt.reviewers:
+            request["reviewers"] = list(interrupt.reviewers)
         node = replace(state.nodes[interrupt.node], status=NodeStatus.WAITING)
         return self._record(
             state,
@@ -535,11 +544,32 @@ class StepBuilder:
             interrupts=remaining,
         )
 
-    def answer(self, state: RunState, interrupt_id: str, result: ActionResult) -> StepRecord:
+    def answer(
+        self,
+        state: RunState,
+        interrupt_id: str,
+        result: ActionResult,
+        *,
+        actor: Actor | None = None,
+        step: int | None = None,
+        trusted: bool = False,
+    ) -> StepRecord:
         """Fire a reply's trigger on the waiting node and close its interrupt.
+
+        Args:
+            state: The run state.
+            interrupt_id: The gate answered.
+            result: The reply.
+            actor: Who answers (recorded on the step; ``None``: a trusted local caller).
+            step: The step that opened the gate, as the answerer was shown it; ``None``:
+                whichever opening of the gate is pending.
+            trusted: The caller is local and trusted: the gate's reviewers do not
+                restrict ``actor`` (who is still recorded).
 
         Raises:
             RunStateError: No such pending interrupt.
+            StaleReplyError: ``step`` is not the step that opened the pending gate.
+            NotAReviewerError: The gate names reviewers and ``actor`` is not one of them.
             IllegalTriggerError: The reply's trigger is not legal in the node's state.
         """
         interrupt = state.interrupts.get(interrupt_id)
@@ -550,6 +580,10 @@ class StepBuilder:
                 f"(pending: {pending})",
                 run_id=state.run_id,
             )
+        if step is not None and step != interrupt.seq:
+            raise stale_reply(state.run_id, interrupt_id, step, interrupt.seq)
+        if not trusted and not admits(interrupt.reviewers, actor):
+            raise not_a_reviewer(state.run_id, interrupt, actor)
         remaining = MappingProxyType(
             {k: v for k, v in state.interrupts.items() if k != interrupt_id}
         )
@@ -560,10 +594,12 @@ class StepBuilder:
             "payload": dict(result.payload),
         }
         if interrupt.kind == OUTCOME_UNKNOWN:
-            return self._settle_effect(state, interrupt, result, reply, remaining)
-        return self.transition(
-            state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining
-        )
+            record = self._settle_effect(state, interrupt, result, reply, remaining)
+        else:
+            record = self.transition(
+                state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining
+            )
+        return record if actor is None else replace(record, actor=actor)
 
     def expire(self, state: RunState) -> StepRecord | None:
         """Fire ``timeout`` on the first interrupt whose deadline has passed, if any."""
@@ -586,8 +622,8 @@ class StepBuilder:
                 state, interrupt.node, exc, (), interrupts=MappingProxyType(remaining)
             )
 
-    def cancel(self, state: RunState, reason: str) -> StepRecord:
-        """Cancel every unfinished node and close every interrupt."""
+    def cancel(self, state: RunState, reason: str, actor: Actor | None = None) -> StepRecord:
+        """Cancel every unfinished node and close every interrupt (``actor``: who asked)."""
         nodes = {
             node_id: replace(node, status=NodeStatus.CANCELLED, error=reason)
             for node_id, node in state.nodes.items()
@@ -600,6 +636,7 @@ class StepBuilder:
             nodes=MappingProxyType(nodes),
             status=RunStatus.CANCELLED,
             interrupts=MappingProxyType({}),
+            actor=actor,
             events=(
                 {"kind": "cancelled", "message": reason},  # first: replay reads the reason here
                 # An open gate is closed with its own reply event, so whoever waits on

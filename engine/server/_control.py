@@ -26,7 +26,7 @@ from phasegraph.server._support import (
 __all__ = ["routes"]
 
 _TRIGGER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
-_REPLY_FIELDS: Final = frozenset({"interrupt_id", "trigger", "payload", "data"})
+_REPLY_FIELDS: Final = frozenset({"interrupt_id", "trigger", "payload", "data", "step"})
 _FORK_FIELDS: Final = frozenset({"at_seq", "data"})
 _MAX_REASON: Final = 1000
 
@@ -40,12 +40,16 @@ async def reply(request: web.Request) -> web.Response:
     trigger = optional_string(body, "trigger", _TRIGGER)
     if interrupt_id is None or trigger is None:
         fail("body", "`interrupt_id` and `trigger` are required")
+    step = body.get("step")
+    if step is not None and (type(step) is not int or step < 0):
+        fail("body.step", "must be the seq that opened the gate (the interrupt's `seq`, >= 0)")
     result = ActionResult(
         trigger=trigger,
         payload=frozen_map(optional_mapping(body, "payload")),
         data=frozen_map(optional_mapping(body, "data")),
     )
-    state = await request.app[EXECUTOR].reply(run_id, interrupt_id, result)
+    # Without `step`, the gate as it is open now; a reply applies once either way.
+    state = await request.app[EXECUTOR].reply(run_id, interrupt_id, result, step=step)
     return ok(run_json(request.app, state))
 
 

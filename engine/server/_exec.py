@@ -25,12 +25,12 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import InputError, LeaseHeldError, PhasegraphError, RunStateError
-from phasegraph.model import RunState, RunStatus
+from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.store.base import RunMeta
 from phasegraph.worker import WorkQueue
@@ -43,6 +43,13 @@ __all__ = ["Executor", "ExecutorOptions"]
 _log = logging.getLogger("phasegraph.server")
 
 _PAGE: Final = 500
+
+
+class _Answer(NamedTuple):
+    """Who answers a gate, and which opening of it."""
+
+    actor: Actor | None
+    step: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,13 +130,28 @@ class Executor:
         self.submit(state.run_id)
         return state
 
-    async def reply(self, run_id: str, interrupt_id: str, result: ActionResult) -> RunState:
-        """Answer a pending interrupt and log it; see :meth:`_reply`."""
-        state = await self._reply(run_id, interrupt_id, result)
+    async def reply(
+        self,
+        run_id: str,
+        interrupt_id: str,
+        result: ActionResult,
+        *,
+        actor: Actor | None = None,
+        step: int | None = None,
+    ) -> RunState:
+        """Answer a pending interrupt and log it; see :meth:`_reply`.
+
+        ``actor`` (who answers: held to the gate's reviewers and recorded) and ``step``
+        (the gate's opening the answer is for) are as :meth:`~phasegraph.Engine.reply`
+        takes them.
+        """
+        state = await self._reply(run_id, interrupt_id, result, _Answer(actor, step))
         _log_run("reply", state, outcome=result.trigger, interrupt_id=interrupt_id)
         return state
 
-    async def _reply(self, run_id: str, interrupt_id: str, result: ActionResult) -> RunState:
+    async def _reply(
+        self, run_id: str, interrupt_id: str, result: ActionResult, who: _Answer
+    ) -> RunState:
         """Answer a pending interrupt; return the state right after the reply's step.
 
         The run then goes on in the background.
@@ -144,19 +166,27 @@ class Executor:
         if queue is not None:
             try:
                 async with self._engine.open(run_id) as run:
-                    await run.reply(interrupt_id, result)
+                    await run.reply(interrupt_id, result, actor=who.actor, step=who.step)
                     state = run.state
             except LeaseHeldError:
                 if not await queue.queued(run_id):
                     raise
                 # A worker drives the run (a gate opened beside running nodes): it applies
                 # the reply between two steps, as this server would.
-                before = await post_reply(self._engine, queue, run_id, interrupt_id, result)
+                before = await post_reply(
+                    self._engine,
+                    queue,
+                    run_id,
+                    interrupt_id,
+                    result,
+                    actor=who.actor,
+                    step=who.step,
+                )
                 return await reply_applied(self._engine, run_id, interrupt_id, before.seq)
             await queue.enqueue(run_id)
             return state
         self._refuse_if_closing(run_id)
-        done = self._mail.post_reply(run_id, interrupt_id, result)
+        done = self._mail.post_reply(run_id, interrupt_id, result, actor=who.actor, step=who.step)
         self.submit(run_id)
         return await done
 

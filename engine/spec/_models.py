@@ -34,6 +34,7 @@ __all__ = [
     "ID_PATTERN",
     "NAME_PATTERN",
     "PREDICATE_PATTERN",
+    "REVIEWER_PATTERN",
     "SHELL_FALLBACK_TRIGGER",
     "STATE_PATH_PATTERN",
     "STATUS_PATTERN",
@@ -93,6 +94,9 @@ _Ident = Annotated[str, Field(pattern=ID_PATTERN)]
 _Predicate = Annotated[str, Field(pattern=PREDICATE_PATTERN)]
 _Outcome = Literal["success", "failed", "parked", "gave_up", "cancelled"]
 _NonEmpty = Annotated[str, Field(min_length=1)]
+REVIEWER_PATTERN = r"^(group:)?[^\s:][^\s]*$"
+"""A gate's reviewer: a principal name, or ``group:NAME``; no spaces, not empty."""
+_Reviewer = Annotated[str, Field(pattern=REVIEWER_PATTERN)]
 Loc = tuple[str | int, ...]
 """A key path into a document: mapping keys and list indexes."""
 FALLBACK = ("<fallback>",)
@@ -112,6 +116,15 @@ def _action_kind(value: Any) -> str | None:
         if len(kinds) == 1:
             return f"<{kinds[0]}>"
     return None
+
+
+def _distinct(values: list[str]) -> list[str]:
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise PydanticCustomError(
+            "listed_twice", "{name} is listed twice: name each once", {"name": repr(twice[0])}
+        )
+    return values
 
 
 def _string_keys(value: object) -> object:
@@ -466,6 +479,12 @@ class HumanAction(_ActionBase):
     )
     park: bool = Field(False, description="While it waits, the run is parked (not waiting).")
     triggers: list[_Name] | None = Field(None, description="Replies accepted (and timeout).")
+    reviewers: Annotated[list[_Reviewer], AfterValidator(_distinct)] | None = Field(
+        None,
+        min_length=1,
+        description="Who may answer: principal names and group:NAME entries "
+        "(default: anyone who may reply).",
+    )
 
 
 class LlmRequest(_Spec):

@@ -35,7 +35,7 @@ from phasegraph.errors import (
     RunStateError,
     StoreUnavailableError,
 )
-from phasegraph.model import RunState, RunStatus
+from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import Run
 
 __all__ = ["Driven", "Mailbox", "Outcome", "Reply", "RunDriver"]
@@ -49,10 +49,16 @@ _LEFT: Final = (LeaseHeldError, LeaseLostError, StoreUnavailableError)
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """An answer to a run's pending interrupt, waiting in its mailbox."""
+    """An answer to a run's pending interrupt, waiting in its mailbox.
+
+    ``actor``, ``step`` and ``trusted`` are as :meth:`~phasegraph.Engine.reply` takes them.
+    """
 
     interrupt_id: str
     result: ActionResult
+    actor: Actor | None = None
+    step: int | None = None
+    trusted: bool = False
 
 
 Outcome: TypeAlias = RunState | PhasegraphError
@@ -299,7 +305,13 @@ class RunDriver:
         try:
             for reply in await self._mailbox.replies(run_id):
                 try:
-                    await run.reply(reply.interrupt_id, reply.result)
+                    await run.reply(
+                        reply.interrupt_id,
+                        reply.result,
+                        actor=reply.actor,
+                        step=reply.step,
+                        trusted=reply.trusted,
+                    )
                     outcomes.append(run.state)
                 except (RunError, CodecError) as exc:
                     # Answered meanwhile, a re-delivery after a crash, or refused in the

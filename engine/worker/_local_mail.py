@@ -15,7 +15,7 @@ from typing import final
 
 from phasegraph.actions import ActionResult
 from phasegraph.errors import PhasegraphError, RunStateError
-from phasegraph.model import RunState
+from phasegraph.model import Actor, RunState
 from phasegraph.run import Clock
 from phasegraph.worker._driver import Outcome, Reply
 
@@ -47,10 +47,20 @@ class LocalMailbox:
         self._timers: dict[str, asyncio.Task[None]] = {}
 
     def post_reply(
-        self, run_id: str, interrupt_id: str, result: ActionResult
+        self,
+        run_id: str,
+        interrupt_id: str,
+        result: ActionResult,
+        *,
+        actor: Actor | None = None,
+        step: int | None = None,
     ) -> asyncio.Future[RunState]:
-        """Queue a reply; the future receives the run right after its step."""
-        return self._post(self._replies, run_id, Reply(interrupt_id, result))
+        """Queue a reply; the future receives the run right after its step.
+
+        ``actor`` and ``step`` are as :meth:`~phasegraph.Engine.reply` takes them.
+        """
+        reply = Reply(interrupt_id, result, actor=actor, step=step)
+        return self._post(self._replies, run_id, reply)
 
     def request_cancel(self, run_id: str, reason: str) -> asyncio.Future[RunState]:
         """Queue a cancel request; the future receives the run once cancelled."""

@@ -16,12 +16,13 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Final, final
+from typing import Any, Final, final
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import PhasegraphError, RunStateError
-from phasegraph.model import RunState, RunStatus, frozen_map
+from phasegraph.model import Actor, RunState, RunStatus, frozen_map
+from phasegraph.run._gates import refused_reply
 from phasegraph.run._interpreter import check_reply
 from phasegraph.worker._driver import Outcome, Reply
 from phasegraph.worker._queue import WorkQueue
@@ -56,6 +57,9 @@ class QueueMailbox:
                     payload=frozen_map(reply.get("payload") or {}),
                     data=frozen_map(reply.get("data") or {}),
                 ),
+                actor=_actor(reply.get("actor")),
+                step=step if type(step := reply.get("step")) is int else None,
+                trusted=reply.get("trusted") is True,
             )
             for reply in await self._queue.replies(run_id)
         ]
@@ -88,26 +92,61 @@ class QueueMailbox:
         """Keep the mail: the run's next drive deals with it."""
 
 
+def _actor(value: Any) -> Actor | None:
+    """The actor a queued reply names (the queue is the store's: written by trusted hands)."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    groups = value.get("groups") or []
+    return Actor(name=value["name"], groups=tuple(str(g) for g in groups))
+
+
 async def post_reply(
-    engine: Engine, queue: WorkQueue, run_id: str, interrupt_id: str, result: ActionResult
+    engine: Engine,
+    queue: WorkQueue,
+    run_id: str,
+    interrupt_id: str,
+    result: ActionResult,
+    *,
+    actor: Actor | None = None,
+    step: int | None = None,
+    trusted: bool = False,
 ) -> RunState:
     """Check a reply against the run's open gate and hand it to the worker driving the run.
+
+    ``actor``, ``step`` and ``trusted`` are as :meth:`~phasegraph.Engine.reply` takes them.
 
     Returns:
         The run as committed before the reply.
 
     Raises:
         RunError: The reply is refused as the worker would refuse it: no such pending
-            interrupt, an illegal trigger, a budget spent, a data conflict.
+            interrupt (a gate answered already, a stale step), a reviewer refused, an
+            illegal trigger, a budget spent, a data conflict.
         CodecError: The reply's data cannot be stored.
     """
     state = await engine.get(run_id)
-    check_reply(engine.prepare(state.graph_source), state, interrupt_id, result, engine.clock)
+    prepared = engine.prepare(state.graph_source)
+    try:
+        check_reply(
+            prepared,
+            state,
+            interrupt_id,
+            result,
+            engine.clock,
+            actor=actor,
+            step=step,
+            trusted=trusted,
+        )
+    except RunStateError as exc:
+        raise await refused_reply(engine.store, state, interrupt_id, step, exc) from None
     reply = {
         "interrupt_id": interrupt_id,
         "trigger": result.trigger,
         "payload": dict(result.payload),
         "data": dict(result.data),
+        "actor": None if actor is None else {"name": actor.name, "groups": list(actor.groups)},
+        "step": step,
+        "trusted": trusted,
     }
     await queue.post_reply(run_id, reply)
     return state

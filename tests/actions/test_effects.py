@@ -139,6 +139,7 @@ async def test_an_uncertain_action_is_asked_about_then_answered(
             "fx:call:0",
             "",
         )
+        assert gate.seq == state.seq  # the step that asked: a reply may quote it
         with pytest.raises(RunError, match="happened needs the trigger"):
             await engine.reply("fx", gate.id, "happened", graph=definition)
         payload = {"trigger": "ok"} if answer == "happened" else {}

@@ -9,7 +9,7 @@ import pytest
 
 from builders import FakeClock, engine, graph, prepared, returning, review_machine
 from phasegraph.actions import ActionContext, ActionResult
-from phasegraph.errors import IllegalTriggerError, RunStateError
+from phasegraph.errors import GateAnsweredError, IllegalTriggerError, RunStateError
 from phasegraph.model import (
     ActionDef,
     NodeDef,
@@ -116,7 +116,8 @@ async def test_reply_refusals_commit_nothing():
         done = await eng.reply(
             waiting.run_id, f"{waiting.run_id}:feature:review", "confirm", graph=definition
         )
-        with pytest.raises(RunStateError, match="already completed"):
+        # The run completed: a second confirm is named for what it is, a replayed reply.
+        with pytest.raises(GateAnsweredError, match="answered already, at step"):
             await eng.reply(
                 done.run_id, f"{done.run_id}:feature:review", "confirm", graph=definition
             )

@@ -33,8 +33,10 @@ from payloads import (
     golden_record,
     golden_record_v1,
     golden_record_v2,
+    golden_record_v3,
     golden_state,
     golden_state_v2,
+    golden_state_v3,
 )
 from phasegraph import codec
 from phasegraph.codec import _chunks, _envelope
@@ -42,6 +44,7 @@ from phasegraph.codec import _envelope as codec_envelope
 from phasegraph.codec import _wire as codec_wire
 from phasegraph.errors import CodecError, UnsupportedFormatError
 from phasegraph.model import (
+    Actor,
     Effect,
     ErrorRecord,
     Interrupt,
@@ -307,8 +310,10 @@ GOLDEN_CASES: list[
     (1, "record_v1.bin", golden_record_v1, codec.encode_record, codec.decode_record),
     (2, "snapshot_v2.bin", golden_state_v2, codec.encode_snapshot, codec.decode_snapshot),
     (2, "record_v2.bin", golden_record_v2, codec.encode_record, codec.decode_record),
-    (3, "snapshot_v3.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
-    (3, "record_v3.bin", golden_record, codec.encode_record, codec.decode_record),
+    (3, "snapshot_v3.bin", golden_state_v3, codec.encode_snapshot, codec.decode_snapshot),
+    (3, "record_v3.bin", golden_record_v3, codec.encode_record, codec.decode_record),
+    (4, "snapshot_v4.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (4, "record_v4.bin", golden_record, codec.encode_record, codec.decode_record),
 ]
 
 
@@ -349,6 +354,7 @@ LAYOUTS = [
     (codec_wire.Interrupt, Interrupt, "### Interrupt"),
     (codec_wire.Ledger, LedgerEntry, "### Ledger entry"),
     (codec_wire.Error, ErrorRecord, "### Error record"),
+    (codec_wire.Actor, Actor, "### Actor"),
     (codec_wire.Segment, None, "### List segment"),
 ]
 
@@ -814,10 +820,10 @@ def test_nesting_deeper_than_the_stack_is_a_codec_error() -> None:
         (
             "i",
             {"g": {}},
-            "record.interrupts must be an interrupt map of ca, dl, id, k, n, p, pk; missing",
+            "record.interrupts must be an interrupt map of ca, dl, id, k, n, p, pk, q, rv; missing",
         ),
         ("r", {1: 2}, "record.result has a map key that is not a str"),
-        ("zz", 1, "the record body must be a record map of a, d, dst, e, ev, i, k, l, n, ns, q"),
+        ("zz", 1, "the record body must be a record map of a, ac, d, dst, e, ev, i, k, l, n, ns"),
     ],
 )
 def test_refused_record_fields_are_named_by_their_model_field(

@@ -42,7 +42,15 @@ from test_codec_records import (
 )
 
 from history_checks import assert_holds
-from payloads import T0, golden_record, golden_record_v1, golden_record_v2, loop_record, shape
+from payloads import (
+    T0,
+    golden_record,
+    golden_record_v1,
+    golden_record_v2,
+    golden_record_v3,
+    loop_record,
+    shape,
+)
 from phasegraph import codec
 from phasegraph.codec import _envelope, _history, _values
 from phasegraph.codec import _wire as codec_wire
@@ -258,6 +266,7 @@ CALL_JSON = {
 """The golden ledger entry's JSON."""
 
 GOLDEN_RECORD_JSON = {
+    "actor": {"groups": ["release"], "name": "local:ana"},
     "appended": {"plan": ["ship", {"by": "ana"}]},
     "data": {"approved": True, "reviewer": "ana"},
     "dest": ["executing"],
@@ -324,14 +333,25 @@ def test_history_json_holds_every_record_however_it_is_paged(
 def test_history_json_of_the_golden_record_is_indented_and_sorted() -> None:
     text = rendered([codec.encode_record(golden_record())])
     assert json.loads(text) == [GOLDEN_RECORD_JSON]
-    assert text.startswith(b'[\n  {\n    "appended": {\n      "plan": [\n        "ship",')
+    assert text.startswith(b'[\n  {\n    "actor": {\n      "groups": [\n        "release"')
     assert text.endswith(b'    "trigger": "confirm"\n  }\n]')
     assert rendered([]) == b"[]"
 
 
 def _without_ledgers(record: dict[str, Any]) -> dict[str, Any]:
     nodes = {key: {**node, "ledger": []} for key, node in record["nodes"].items()}
-    return {**record, "ledger": None, "nodes": nodes}
+    return {**_without_actor(record), "ledger": None, "nodes": nodes}
+
+
+def _without_actor(record: dict[str, Any]) -> dict[str, Any]:
+    return {**record, "actor": None}
+
+
+def test_history_json_of_a_format_3_record() -> None:
+    """Format 3 named no actor: a record's reads as null."""
+    blob = (GOLDEN / "record_v3.bin").read_bytes()
+    items = assert_holds(rendered([blob]), [golden_record_v3()])
+    assert items == [_without_actor(GOLDEN_RECORD_JSON)]
 
 
 def test_history_json_of_a_format_1_record() -> None:

@@ -433,3 +433,32 @@ def test_a_gate_of_a_changed_graph_says_how_to_answer_it(
         f"phasegraph reply {run_id} --id {run_id}:spec:spec_review --confirm --allow-changed"
     )
     assert gate.locator("button.trigger", has_text="confirm").is_enabled()
+
+
+def test_who_decided_a_step_shows_on_the_run_page(page: Any, served: Served) -> None:
+    import getpass
+
+    me = f"local:{getpass.getuser()}"
+    graph = str(REPO / "tests" / "fixtures" / "gates" / "reviewed.yaml")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = cli_argv(*args, "--store", served.store)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+    run_id = "viewer-actors"
+    assert cli("run", graph, "--run-id", run_id, "-q").returncode == 3  # waits at the gate
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    gate = page.locator(".gate")
+    gate.wait_for()
+    assert gate.locator(".reviewers").inner_text() == "Reviewers: alice, group:release"
+    started = page.locator("tr[data-seq='0'] .actor")
+    started.wait_for()
+    assert re.fullmatch(rf" · started by {re.escape(me)} at \d\d:\d\d:\d\d", started.inner_text())
+
+    answered = cli("reply", run_id, "--id", f"{run_id}:review:run", "--trigger", "ok")
+    assert answered.returncode == 0, answered.stderr
+    page.locator("h1 .badge.st-completed").wait_for()
+    reply = page.locator("tr:has(.actor:has-text('answered ok by'))")
+    reply.wait_for()
+    assert me in reply.inner_text()
+    shot(page, "run-actors.png")

@@ -18,8 +18,8 @@ import pytest
 
 from phasegraph import Engine, open_store
 from phasegraph.actions import ActionResult
-from phasegraph.errors import DataConflictError, RunStateError
-from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
+from phasegraph.errors import DataConflictError, GateAnsweredError, RunStateError, StaleReplyError
+from phasegraph.model import Actor, NodeStatus, RunState, RunStatus, frozen_map
 from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
 from phasegraph.worker._driver import RunDriver
 from phasegraph.worker._mail import post_reply, reply_applied
@@ -126,3 +126,26 @@ async def test_a_reply_refused_where_it_is_applied_leaves_the_drive_going(
         steps = (await engine.get(run_id)).nodes["count"].steps
         going = await _until(engine, run_id, lambda s: s.nodes["count"].steps >= steps + 5)
     assert gate in going.interrupts  # still open, for a reply that can be applied
+
+
+async def test_a_reply_handed_to_the_worker_keeps_its_actor_and_step(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    alice = Actor(name="alice", groups=("release",))
+    async with _driven(store_url) as (engine, queue, run_id):
+        state = await engine.get(run_id)
+        ((gate, interrupt),) = state.interrupts.items()
+        ok = ActionResult(trigger="ok")
+        stale = post_reply(engine, queue, run_id, gate, ok, actor=alice, step=interrupt.seq - 1)
+        said = await _raises(stale, StaleReplyError)
+        assert f"the gate pending now was opened at step {interrupt.seq}" in said
+        assert await queue.replies(run_id) == []  # nothing handed to the worker
+        before = await post_reply(engine, queue, run_id, gate, ok, actor=alice, step=interrupt.seq)
+        answered = await reply_applied(engine, run_id, gate, before.seq)
+        history = await engine.history(run_id, start=before.seq + 1, stop=answered.seq + 1)
+        # The same reply again is refused where it is given: the gate was answered.
+        again = post_reply(engine, queue, run_id, gate, ok, actor=alice, step=interrupt.seq)
+        assert "answered already" in await _raises(again, GateAnsweredError)
+    (reply,) = [record for record in history if record.kind == "reply"]
+    assert reply.actor == alice

@@ -307,7 +307,10 @@ export function showRun(main, runId) {
   }
 
   async function sendReply(interrupt, trigger, payload) {
-    await api(`${base}/reply`, { method: "POST", body: { interrupt_id: interrupt.id, trigger, payload } });
+    // The gate's step binds the answer to the question shown: one asked again since is not answered by it.
+    const body = { interrupt_id: interrupt.id, trigger, payload };
+    if (interrupt.seq) body.step = interrupt.seq;
+    await api(`${base}/reply`, { method: "POST", body });
     say(`Gate ${interrupt.id} answered with ${trigger}.`);
     await refresh();
     restartStream();
@@ -352,6 +355,8 @@ export function showRun(main, runId) {
       h("h2", { id: `gate-h-${n}` }, interrupt.parked ? "Parked: " : "Waiting: ", interrupt.kind, " at node ", h("strong", {}, interrupt.node)),
       h("p", { class: "muted" }, `asked ${when(interrupt.created_at)}`,
         interrupt.deadline ? ` · times out ${when(interrupt.deadline)}` : "", " · id ", h("span", { class: "mono" }, interrupt.id)),
+      interrupt.reviewers && interrupt.reviewers.length
+        ? h("p", { class: "reviewers" }, "Reviewers: ", interrupt.reviewers.join(", ")) : "",
       json(interrupt.payload),
       h("label", { for: `feedback-${n}` }, "Feedback"), feedback,
       h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? [...buttons, guard("gates:answer", [...buttons, feedback])] : h("span", { class: "muted" }, "This gate declares no triggers.")),
@@ -373,12 +378,23 @@ export function showRun(main, runId) {
       h("td", { class: "num" }, h("button", { type: "button", class: "link seq", onclick: () => pickStep(record.seq) }, String(record.seq))),
       h("td", { class: "mono" }, clock(record.time)),
       h("td", {}, record.node || "—"),
-      h("td", {}, move, record.errors.length ? h("span", { class: "err-dot", title: "errors logged" }, " !") : ""),
+      h("td", {}, move, record.errors.length ? h("span", { class: "err-dot", title: "errors logged" }, " !") : "", byWhom(record)),
       h("td", { class: "num" }, duration(took)));
     tr.addEventListener("click", (e) => {
       if (e.target.tagName !== "BUTTON") pickStep(record.seq);
     });
     return tr;
+  }
+
+  // Who decided a step: "confirmed by alice at 14:02:07", "started by local:ana at …".
+  function byWhom(record) {
+    if (!record.actor) return "";
+    const at = clock(record.time).slice(0, 8);
+    const trigger = record.trigger;
+    const did = record.kind === "created" ? (record.result.forked_from ? "forked" : "started")
+      : record.kind === "cancel" ? "cancelled"
+        : trigger === "confirm" ? "confirmed" : trigger === "reject" ? "rejected" : `answered ${trigger || ""}`.trim();
+    return h("span", { class: "actor muted" }, ` · ${did} by `, h("strong", {}, record.actor.name), ` at ${at}`);
   }
 
   function previousOf(index) {
