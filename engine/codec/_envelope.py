@@ -128,6 +128,7 @@ _MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
 """Version ``n`` → the migration from ``n`` to ``n + 1``."""
 
 _B = TypeVar("_B")
+_R = TypeVar("_R")
 
 
 class _Envelope(msgspec.Struct, Generic[_B], forbid_unknown_fields=True):
@@ -469,20 +470,7 @@ def decode_records(blobs: Iterable[bytes]) -> list[model.StepRecord]:
             error :func:`decode_record` raises for the first such record (which one is
             not said: decode them one by one to name it).
     """
-    records: list[model.StepRecord] = []
-    append, decode, build = records.append, _DECODE_RECORD, step_record
-    for data in blobs:
-        if verified(data):
-            try:
-                envelope = decode(data)
-            except _DECODE_ERRORS:
-                pass
-            else:
-                if envelope.v == FORMAT_VERSION and envelope.kind == "record":
-                    append(build(envelope.body))
-                    continue
-        append(decode_record(data))  # the checked way says why, or reads an older format
-    return records
+    return _each_record(blobs, step_record, decode_record)
 
 
 def read_record(data: bytes) -> RecordBody:
@@ -516,8 +504,24 @@ def read_records(blobs: Iterable[bytes]) -> list[RecordBody]:
             error :func:`read_record` raises for the first such record (which one is not
             said: read them one by one to name it).
     """
-    bodies: list[Record] = []
-    append, decode, check = bodies.append, _DECODE_RECORD, check_record
+    return _each_record(blobs, _body_checked, read_record)
+
+
+def _body_checked(body: Record) -> Record:
+    check_record(body)
+    return body
+
+
+def _each_record(
+    blobs: Iterable[bytes], take: Callable[[Record], _R], one: Callable[[bytes], _R]
+) -> list[_R]:
+    """``take`` of each current-format record body of ``blobs``, in one loop.
+
+    A record that is not a valid payload of the current format goes through ``one``, the
+    checked way, which says why or reads an older format.
+    """
+    out: list[_R] = []
+    append, decode = out.append, _DECODE_RECORD
     for data in blobs:
         if verified(data):
             try:
@@ -526,11 +530,10 @@ def read_records(blobs: Iterable[bytes]) -> list[RecordBody]:
                 pass
             else:
                 if envelope.v == FORMAT_VERSION and envelope.kind == "record":
-                    check(envelope.body)
-                    append(envelope.body)
+                    append(take(envelope.body))
                     continue
-        append(read_record(data))  # the checked way says why, or reads an older format
-    return bodies
+        append(one(data))
+    return out
 
 
 def _record_body(data: bytes) -> Record:
