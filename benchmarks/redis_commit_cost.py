@@ -143,7 +143,10 @@ def _server_ir(steps: int, base: Path | None) -> tuple[int, int]:
             url = f"redis://127.0.0.1:{port}/0"
             child = [sys.executable, __file__, "--redis", url, "--steps", str(steps)]
             report = subprocess.run(child, env=env, check=True, capture_output=True, text=True)
-            commits = int(report.stdout.split()[0])
+            found = re.search(r"^(\d+) commits", report.stdout, re.MULTILINE)
+            if found is None:
+                raise SystemExit(f"the run reported no commits: {report.stdout!r}")
+            commits = int(found.group(1))
             client.shutdown(nosave=True)
         except redis.ConnectionError:
             pass  # the shutdown closed the connection
@@ -168,6 +171,8 @@ def _client_ir(base: Path | None, url: str) -> float:
         script = Path(tmp) / "child.py"
         script.write_text(_CLIENT.format(loop=str(HERE / "loop.yaml")))
         env = with_checkout(dict(os.environ, PYTHONHASHSEED="0"), base, Path(tmp))
+        # Once outside callgrind first: a tree's modules are compiled by their first import.
+        subprocess.run([sys.executable, str(script), url, "2"], env=env, check=True)
         for steps in (SHORT, LONG):
             counts.append(instructions([str(script), url, str(steps)], env, Path(tmp)))
     return (counts[1] - counts[0]) / (LONG - SHORT)

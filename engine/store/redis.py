@@ -236,7 +236,8 @@ class RedisStore(Store):
         """Write one step with one command (two or three on a cluster); see :meth:`Store.commit`.
 
         A step that follows this store's last commit of the run under the same lease, with
-        no snapshot and no change but the head and time, sends four arguments; any other,
+        no change but the head, time and maybe a snapshot, sends four arguments (and the
+        snapshot) after a prefix kept per lease; any other,
         or any reply but "written", goes the full way (which retries a connection error a
         few times, about two seconds in all: a commit whose reply was lost is found already
         written and succeeds).
@@ -250,20 +251,23 @@ class RedisStore(Store):
             and not self._cluster  # whose index is written by commands of the store's own
             and sent.lease is lease
             and sent.seq == seq - 1
-            and commit.snapshot is None
             and sent.low <= meta.updated_at < sent.high
             and sent.status == meta.status
             and sent.graph == meta.graph
             and sent.created_at == meta.created_at
         ):
             step, time_at, record = b"%d" % seq, b"%.17g" % meta.updated_at, commit.record
-            command = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
-                *(sent.head, len(step), step, len(record)),
-                *(record, len(time_at), time_at),
+            snapshot = commit.snapshot
+            count, more = 8, b""
+            if snapshot is not None:
+                count, more = 10, b"$8\r\nsnapshot\r\n$%d\r\n%s\r\n" % (len(snapshot), snapshot)
+            command = b"*%d\r\n%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+                *(count, sent.head, len(step), step, len(record)),
+                *(record, len(time_at), time_at, more),
             )
             try:
                 # Awaited here: no coroutine between the command and its reply.
-                raw = await self._wire.call_packed(command, sent.route)
+                raw = await self._wire.request(command, sent.route)
             except _UNAVAILABLE:
                 raw = None  # the full way retries
             if raw == 1:
@@ -452,7 +456,7 @@ class RedisStore(Store):
         sent = _Sent(
             lease=lease,
             seq=seq,
-            head=b"*8\r\n" + head,  # and seq, record, updated_at
+            head=head,
             route=meta_key,
             status=meta.status,
             graph=meta.graph,
@@ -618,8 +622,8 @@ class _Sent:
         lease: The lease the commit was made under.
         seq: The commit's seq (the run's head, unless another writer came since: the
             script then refuses the next commit, which goes the full way).
-        head: The packed start of a commit command that sends nothing but the head:
-            array header, EVALSHA, digest, the meta key and the lease value.
+        head: The packed start of a commit command (no array header): EVALSHA, digest,
+            the meta key and the lease value; seq, record and time follow.
         route: The key the command is routed by (meta).
         status: The status written.
         graph: The graph written.
