@@ -450,8 +450,8 @@ class RedisStore(Store):
                 pairs += ("listed", b"%d" % minute)
         if commit.snapshot is not None:
             pairs += ("snapshot", commit.snapshot)
-        args = ("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, value, seq, commit.record)
-        command = pack((*args, b"%.17g" % meta.updated_at, *pairs))
+        args: tuple[Arg, ...] = ("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, value, seq)
+        command = pack((*args, commit.record, b"%.17g" % meta.updated_at, *pairs))
         head = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], 1, meta_key, value))
         sent = _Sent(
             lease=lease,

@@ -334,8 +334,10 @@ async def test_a_step_that_moves_only_the_head_sends_four_arguments(
     # EVALSHA, digest, one key, then lease value, seq, record and time
     assert len(sent["command"].split()) == 8
     stored = await client.hgetall(store.run_keys("r")[0])
-    assert stored[b"seq"] == b"1" and float(stored[b"updated_at"]) == 601.0
-    assert stored[b"graph"] == b"g" and stored[b"status"] == b"running"
+    assert stored[b"seq"] == b"1"
+    assert float(stored[b"updated_at"]) == 601.0
+    assert stored[b"graph"] == b"g"
+    assert stored[b"status"] == b"running"
 
 
 async def test_a_new_status_and_a_snapshot_reach_the_run_after_quiet_steps(
