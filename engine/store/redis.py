@@ -14,7 +14,10 @@ touch all of it:
 
 On one server (``redis://``, ``rediss://``, ``unix://``) a commit is one command, one
 round trip: an EVALSHA of the commit script, which checks the lease, the head and
-idempotency, then makes every write of the run and updates the index. Commands go
+idempotency, then makes every write of the run and updates the index. The store
+remembers what it last committed for each run it holds, so a step sends only what
+changed: usually the head alone (lease value, seq, record, time), packed after a prefix
+kept per lease. Commands go
 through :mod:`phasegraph.store._redis_wire`: every coroutine of the process shares one
 connection, so concurrent runs' commits reach the server pipelined; redis-py parses the
 URL.
