@@ -22,7 +22,12 @@ server's **instructions per commit** are ``(Ir(long) - Ir(short)) / (commits(lon
 commits(short))``: start-up and connection set-up cancel, and the machine's load cannot
 move the figure. ``--base DIR`` measures another checkout's ``engine/`` the same way.
 
-Instructions per step on the client are ``benchmarks/instructions.py --cases redis``.
+With ``--client``, the **client's instructions per step** are counted the same way
+(``python`` under callgrind, ``PYTHONHASHSEED=0``, a 300- and a 1,300-step run) on the
+memory store and on the Redis at ``--redis``, and their ratio printed: what a Redis step
+costs the process beyond a memory one. The lease lasts an hour there, so no renewal (a
+thread woken by the wall clock, which valgrind slows) lands in one run and not the other.
+``benchmarks/instructions.py --cases memory,redis`` counts the same with the default lease.
 """
 
 from __future__ import annotations
@@ -43,11 +48,28 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from _callgrind import instructions, with_checkout
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from phasegraph import Engine, open_store  # noqa: E402
+
+SHORT, LONG = 300, 1300
+
+_CLIENT = r"""
+import asyncio, sys, uuid
+from phasegraph import Engine, RunOptions, open_store
+
+async def main(url, count):
+    if url.startswith("redis"):
+        url += ("&" if "?" in url else "?") + "prefix=cli" + uuid.uuid4().hex[:8]
+    async with open_store(url) as store:
+        engine = Engine(store, options=RunOptions(lease_ttl=3600.0))
+        await engine.run(engine.prepare({loop!r}), {{"steps": count}})
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
 
 
 class _CountingSelector:
@@ -121,7 +143,10 @@ def _server_ir(steps: int, base: Path | None) -> tuple[int, int]:
             url = f"redis://127.0.0.1:{port}/0"
             child = [sys.executable, __file__, "--redis", url, "--steps", str(steps)]
             report = subprocess.run(child, env=env, check=True, capture_output=True, text=True)
-            commits = int(report.stdout.split()[0])
+            found = re.search(r"^(\d+) commits", report.stdout, re.MULTILINE)
+            if found is None:
+                raise SystemExit(f"the run reported no commits: {report.stdout!r}")
+            commits = int(found.group(1))
             client.shutdown(nosave=True)
         except redis.ConnectionError:
             pass  # the shutdown closed the connection
@@ -139,13 +164,42 @@ def _per_commit(base: Path | None, steps: int) -> float:
     return (many_ir - few_ir) / (many - few)
 
 
+def _client_ir(base: Path | None, url: str) -> float:
+    """Instructions per step of the client process on the store at ``url``."""
+    counts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "child.py"
+        script.write_text(_CLIENT.format(loop=str(HERE / "loop.yaml")))
+        env = with_checkout(dict(os.environ, PYTHONHASHSEED="0"), base, Path(tmp))
+        # Once outside callgrind first: a tree's modules are compiled by their first import.
+        subprocess.run([sys.executable, str(script), url, "2"], env=env, check=True)
+        for steps in (SHORT, LONG):
+            counts.append(instructions([str(script), url, str(steps)], env, Path(tmp)))
+    return (counts[1] - counts[0]) / (LONG - SHORT)
+
+
+def _client(base: Path | None, url: str) -> None:
+    trees = {"after": None} if base is None else {"before": base, "after": None}
+    for name, tree in trees.items():
+        memory, on_redis = _client_ir(tree, "memory://"), _client_ir(tree, url)
+        print(
+            f"client {name:6} memory {memory:9,.0f} Ir/step   redis {on_redis:9,.0f} Ir/step"
+            f"   redis/memory {on_redis / memory:.3f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--client", action="store_true")
     parser.add_argument("--base", type=Path, help="another checkout, measured as 'before'")
     args = parser.parse_args()
+    if args.client:
+        _client(args.base, args.redis)
+        return
     if args.callgrind:
         after = _per_commit(None, args.steps)
         line = f"server {after:10,.0f} Ir per commit"

@@ -15,9 +15,9 @@ Cases (the loop is ``loop.yaml``: one node, one committed step per iteration, ti
 
 * ``memory``, ``sqlite``, ``sqlite_full``: µs per step of a 1,000-step loop, wall and
   CPU; on SQLite also each commit's latency (p50, p99);
-* ``redis``: the same loop on Redis, and the floor: the same Lua commit script with the
-  same arguments (the loop's own commits, replayed to fresh keys) sent over a raw
-  blocking socket, hand-packed RESP, no event loop. The ratio is the target;
+* ``redis``: the same loop on Redis, and the floor: the very commit commands the store
+  sent (the loop's own, replayed to the run's keys emptied again) over a raw blocking
+  socket, no event loop. The ratio is the target;
 * ``many_1000``, ``many_10000``: that many concurrent 4-iteration runs on Redis
   (``asyncio.gather``, one Engine, one store): committed steps/s, wall and per CPU
   second; ``many_10000_tuned`` with the collector tuned as ``phasegraph serve`` does;
@@ -139,11 +139,12 @@ async def _loop(url: str, steps: int = 1000) -> dict[str, float]:
     }
 
 
-def _raw_floor(url: str, commits: list[Any], prefix: str) -> float:
-    """µs per commit of the COMMIT script over a blocking socket, hand-packed RESP."""
-    from phasegraph.store import _redis_scripts as scripts
-    from phasegraph.store._redis_scripts import COMMIT, SCRIPT_SHA
+def _raw_floor(url: str, commits: list[Any], prefix: str, sent: list[bytes]) -> float:
+    """µs per commit of the commit commands the store sent, replayed over a blocking socket.
 
+    The run's keys are deleted and its lease set again as it was, then the very bytes
+    the store wrote for each commit are sent again in order, each awaited.
+    """
     parts = urlsplit(url)
     sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -158,53 +159,70 @@ def _raw_floor(url: str, commits: list[Any], prefix: str) -> float:
 
     db = parts.path.strip("/") or "0"
     call("SELECT", db)
-    call("SCRIPT", "LOAD", COMMIT)
-    run = "floor" + uuid.uuid4().hex[:8]
-    base = f"{prefix}:{{{run}}}:"
+    lease = commits[0][0]
+    base = f"{prefix}:{{{lease.run_id}}}:"
     keys = [base + name for name in ("meta", "rec", "snap", "snaps", "lease", "token")]
-    keys.append(f"{prefix}:runs")
-    call("SET", keys[4], "1:floor")  # the lease, and the token counter that fences it
-    call("SET", keys[5], "1")
-    packed = []
-    for lease, one in commits:
-        if hasattr(scripts, "commit_argv"):  # the script's own order of arguments
-            lease = type(lease)(
-                run_id=run, owner="floor", token=1, expires_at=lease.expires_at, ttl=30.0
-            )
-            packed.append(scripts.commit_argv(lease, one, ""))
-            continue
-        snap = (0, b"") if one.snapshot is None else (1, one.snapshot)
-        meta = one.meta
-        args = (1, one.seq, one.record, *snap, meta.graph, meta.status)
-        # The lease's ttl and owner go last (a checkout whose script takes 11 ignores them).
-        packed.append((*args, meta.created_at, meta.updated_at, "", run, 30000, "floor"))
+
+    def fresh() -> None:  # the run as it was before its first commit, leased
+        call("DEL", *keys)
+        call("ZREM", f"{prefix}:runs", lease.run_id)
+        call("SET", keys[5], lease.token)  # the token counter that fences it
+        call("SET", keys[4], f"{lease.token}:{lease.owner}", "PX", 60_000)
+
+    fresh()
     started = time.perf_counter()
-    for args in packed:
-        if call("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, *args) != b"*1\r\n:1\r\n":
-            raise SystemExit("the raw commit was refused")
+    for command in sent:
+        sock.sendall(command)
+        reply = sock.recv(65536)
+        if reply not in (b":1\r\n", b"*1\r\n:1\r\n"):
+            raise SystemExit(f"the replayed commit was refused: {reply!r}")
     elapsed = time.perf_counter() - started
-    call("DEL", *keys[:6])
-    call("ZREM", keys[6], run)
+    fresh()
+    call("DEL", *keys)
     sock.close()
-    return elapsed / len(packed) * 1e6
+    return elapsed / len(sent) * 1e6
+
+
+def _sent_commands(store: Any) -> list[bytes]:
+    """Record every packed command the store's wire sends (a commit is one on one server)."""
+    sent: list[bytes] = []
+    wire = store._wire
+    for name in ("call_packed", "request"):
+        forward = getattr(wire, name, None)
+        if forward is None:
+            continue
+
+        def recorded(command: bytes, key: Any = b"", forward: Any = forward) -> Any:
+            sent.append(command)
+            return forward(command, key)
+
+        setattr(wire, name, recorded)
+    return sent
 
 
 async def _redis(url: str, prefix: str) -> dict[str, float]:
     from phasegraph import Engine, open_store
+    from phasegraph.store._redis_scripts import COMMIT, SCRIPT_SHA
 
     async with open_store(f"{url}?prefix={prefix}") as store:
         engine = Engine(store)
         prepared = engine.prepare(LOOP)
         await engine.run(prepared, {"steps": 50})
         steps, floors = [], []
+        wire = store._wire
+        digest = SCRIPT_SHA[COMMIT].encode()
         for _ in range(2):  # loop and floor alternate, so both see the same machine
             commits: list[Any] = []
             _timed_commits(store, commits)
+            sent = _sent_commands(store)
             started = time.perf_counter()
             state = await engine.run(prepared, {"steps": 1000})
             steps.append((time.perf_counter() - started) / state.seq * 1e6)
             del store.commit
-            floors.append(_raw_floor(url, commits, prefix))
+            for name in ("call_packed", "request"):
+                wire.__dict__.pop(name, None)
+            commands = [c for c in sent if digest in c[:64]]  # the commits, not the leases
+            floors.append(_raw_floor(url, commits, prefix, commands))
     step, floor = statistics.median(steps), statistics.median(floors)
     return {"us_step": step, "floor_us": floor, "floor_ratio": step / floor}
 

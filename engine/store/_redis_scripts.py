@@ -9,9 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-from phasegraph.store.base import Commit, Lease
-
-__all__ = ["COMMIT", "HEAD", "LEASE", "READ", "SCRIPT_SHA", "commit_argv", "ms"]
+__all__ = ["COMMIT", "HEAD", "LEASE", "READ", "SCRIPT_SHA", "ms"]
 
 # KEYS: lease, token. ARGV: op (acquire | takeover | renew | release), token, ttl ms,
 # owner, and for takeover the lease value seen (a holder the client found dead).
@@ -46,56 +44,82 @@ redis.call('INCR', KEYS[2])
 return {0, '', 0, now[1], now[2]}
 """
 
-# KEYS: meta, rec, snap, snaps, lease, token, and index (only on one server: on a Redis
-# Cluster the index is in another slot, and the store updates it with its own command).
-# ARGV: token, seq, record, graph, status, created_at, updated_at, retention ('' none,
-#       '0' persist, else expiry in ms), run id, lease ttl ms, owner, and the snapshot
-#       when the commit has one (a twelfth argument: no flag, no empty argument).
-# Returns {1} written, {2} already written (a retry), {-1, lease} lost, {-2, head}, or
-# {-3, head, last stored seq} when the records do not end at the head (changed outside).
-# The counter fences: while it shows our token nobody took the run, so a lease key that
-# expired meanwhile is set again (the lease is taken again) and the commit goes ahead.
-# The counter and the lease are read by one call, and the records' length is checked by
-# the push itself (undone if it does not land at seq): each call costs the script more
-# than the command's own work.
-# The index entry moves only when the commit's minute differs from the last one's (or
-# time went back): its score is updated_at cut to the minute, never above updated_at
-# and less than a minute below it, which is all listing needs (see list_runs).
+# KEYS: meta, and the index when the commit moves the run's index entry (only on one
+# server: on a Redis Cluster the index is in another slot, and the store updates it with
+# its own command). The run's other keys are named after meta (same prefix and hash tag).
+# ARGV: lease value ("<token>:<owner>"), seq, record, updated_at; then name/value pairs of
+# what the store has not sent for this run before (its first commit, a new lease) or what
+# changed since its last commit: 'graph', 'created_at', 'status' (meta fields), 'listed'
+# (the index score), 'snapshot', 'expire' ('0' persist, else the expiry in ms) and 'ttl'
+# (the lease ttl in ms, to set a lease key that expired). A step that changes nothing but
+# the head sends four arguments: each argument and each call costs the script more than
+# the command's own work.
+# Returns 1 written, {2} already written (a retry), {-1, lease} lost, {-2, head}, {-3,
+# head, last stored seq} when the records do not end at the head (changed outside), or
+# {-4} when the lease key expired and no 'ttl' came (the store sends it all again).
+# Fencing: the lease key holds "<token>:<owner>" of the holder whose token the counter
+# shows (every script that moves the counter replaces or deletes it), so while it holds
+# our value nobody took the run. If it holds another value, or none, the counter tells:
+# while it shows our token the lease key expired meanwhile, is set again (the lease is
+# taken again) and the commit goes ahead. The records' length is checked by the push
+# itself (undone if it does not land at seq).
 COMMIT: Final = """
-local fence = redis.call('MGET', KEYS[6], KEYS[5])
-if fence[1] ~= ARGV[1] then return {-1, fence[2] or ''} end
-if not fence[2] then
-  redis.call('SET', KEYS[5], ARGV[1] .. ':' .. ARGV[11], 'PX', ARGV[10])
+local call = redis.call
+local base = string.sub(KEYS[1], 1, -5)
+local lease = base .. 'lease'
+local held = call('GET', lease)
+if held ~= ARGV[1] then
+  if call('GET', base .. 'token') ~= string.match(ARGV[1], '^(%d+):') then
+    return {-1, held or ''}
+  end
+  if not held then
+    local ttl
+    for i = 5, #ARGV, 2 do
+      if ARGV[i] == 'ttl' then ttl = ARGV[i + 1] end
+    end
+    if not ttl then return {-4} end
+    call('SET', lease, ARGV[1], 'PX', ttl)
+  end
 end
 local seq = tonumber(ARGV[2])
-local m = redis.call('HMGET', KEYS[1], 'seq', 'updated_at')
-local head = tonumber(m[1] or '-1')
-if seq <= head and redis.call('LINDEX', KEYS[2], seq) == ARGV[3] then return {2} end
-if seq ~= head + 1 then return {-2, head} end
-local stored = redis.call('RPUSH', KEYS[2], ARGV[3])
+local rec = base .. 'rec'
+local head = tonumber(call('HGET', KEYS[1], 'seq') or '-1')
+if head + 1 ~= seq then
+  if seq <= head and call('LINDEX', rec, seq) == ARGV[3] then return {2} end
+  return {-2, head}
+end
+if #ARGV % 2 == 1 then return redis.error_reply('ERR commit arguments come in pairs') end
+local stored = call('RPUSH', rec, ARGV[3])
 if stored ~= seq + 1 then
-  redis.call('RPOP', KEYS[2])
+  call('RPOP', rec)
   return {-3, head, stored - 2}
 end
-if ARGV[12] then
-  redis.call('HSET', KEYS[3], ARGV[2], ARGV[12])
-  redis.call('ZADD', KEYS[4], seq, ARGV[2])
+if #ARGV == 4 then
+  call('HSET', KEYS[1], 'seq', ARGV[2], 'updated_at', ARGV[4])
+  return 1
 end
-redis.call('HSET', KEYS[1], 'graph', ARGV[4], 'status', ARGV[5], 'seq', ARGV[2],
-  'created_at', ARGV[6], 'updated_at', ARGV[7])
-if ARGV[8] ~= '' then
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]}) do
-    if ARGV[8] == '0' then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, ARGV[8]) end
+local fields, expire = {'seq', ARGV[2], 'updated_at', ARGV[4]}, nil
+for i = 5, #ARGV, 2 do
+  local name, value = ARGV[i], ARGV[i + 1]
+  if name == 'graph' or name == 'created_at' or name == 'status' then
+    fields[#fields + 1] = name
+    fields[#fields + 1] = value
+  elseif name == 'snapshot' then
+    call('HSET', base .. 'snap', ARGV[2], value)
+    call('ZADD', base .. 'snaps', seq, ARGV[2])
+  elseif name == 'listed' then
+    call('ZADD', KEYS[2], value, string.sub(KEYS[1], #KEYS[2] - 2, -7))
+  elseif name == 'expire' then
+    expire = value
   end
 end
-if KEYS[7] then
-  local now, last = tonumber(ARGV[7]), tonumber(m[2] or '')
-  local minute = math.floor(now / 60)
-  if not last or now < last or minute ~= math.floor(last / 60) then
-    redis.call('ZADD', KEYS[7], tostring(minute * 60), ARGV[9])
+call('HSET', KEYS[1], unpack(fields))
+if expire then
+  for _, key in ipairs({KEYS[1], rec, base .. 'snap', base .. 'snaps', base .. 'token'}) do
+    if expire == '0' then call('PERSIST', key) else call('PEXPIRE', key, expire) end
   end
 end
-return {1}
+return 1
 """
 
 # KEYS: meta, rec, snap, snaps. ARGV: seq or ''. Returns {-1} no run, {-2, head} no
@@ -134,26 +158,6 @@ SCRIPT_SHA: Final = {
     script: hashlib.sha1(script.encode()).hexdigest() for script in (LEASE, COMMIT, READ, HEAD)
 }
 """Each script's SHA-1 digest, the name EVALSHA knows it by."""
-
-
-def commit_argv(
-    lease: Lease, commit: Commit, retention: str
-) -> tuple[bytes | str | int | float, ...]:
-    """The ARGV of :data:`COMMIT` for ``commit`` under ``lease``, in the script's order.
-
-    Args:
-        lease: The lease the commit is made under.
-        commit: The commit.
-        retention: ``''`` leaves the run's expiry alone, ``'0'`` removes it, else the
-            expiry in milliseconds.
-    """
-    meta = commit.meta
-    argv = (
-        *(lease.token, commit.seq, commit.record),
-        *(meta.graph, meta.status, meta.created_at, meta.updated_at, retention),
-        *(lease.run_id, ms(lease.ttl), lease.owner),
-    )
-    return argv if commit.snapshot is None else (*argv, commit.snapshot)
 
 
 def ms(seconds: float) -> int:

@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast, final
 
@@ -288,6 +288,22 @@ class RedisWire:
             await connection.writable()
         return await future
 
+    def request(self, command: bytes, key: Arg = b"") -> Awaitable[Any]:
+        """Send a packed command now if the connection is open and writable; await its reply.
+
+        As :meth:`call_packed`, but on an open connection nothing runs between the caller
+        and the reply's future (no coroutine of the wire's own to step through twice).
+        """
+        connection = self._connection
+        if (
+            connection is None
+            or connection.broken is not None
+            or connection.blocked
+            or connection.loop is not asyncio.get_running_loop()
+        ):
+            return self.call_packed(command, key)
+        return connection.send_one(command)
+
     async def call_many(self, commands: Sequence[Sequence[Arg] | bytes]) -> list[Any]:
         """Send several commands (argument lists, or packed) and return their replies."""
         if not commands:
@@ -475,6 +491,10 @@ class ClusterWire:
             if not asking and self._slots:
                 self._slots[slot] = node
         return reply
+
+    def request(self, command: bytes, key: Arg) -> Awaitable[Any]:
+        """:meth:`call_packed`, as :meth:`RedisWire.request` is called."""
+        return self.call_packed(command, key)
 
     async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Commands, each on the primary of its key (its first argument after the name).

@@ -14,7 +14,10 @@ touch all of it:
 
 On one server (``redis://``, ``rediss://``, ``unix://``) a commit is one command, one
 round trip: an EVALSHA of the commit script, which checks the lease, the head and
-idempotency, then makes every write of the run and updates the index. Commands go
+idempotency, then makes every write of the run and updates the index. The store
+remembers what it last committed for each run it holds, so a step sends only what
+changed: usually the head alone (lease value, seq, record, time), packed after a prefix
+kept per lease. Commands go
 through :mod:`phasegraph.store._redis_wire`: every coroutine of the process shares one
 connection, so concurrent runs' commits reach the server pipelined; redis-py parses the
 URL.
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -80,7 +84,6 @@ from phasegraph.store._redis_scripts import (
     LEASE,
     READ,
     SCRIPT_SHA,
-    commit_argv,
     ms,
 )
 from phasegraph.store._redis_wire import (
@@ -105,9 +108,9 @@ _COMMIT_BACKOFF: Final = (0.05, 0.15, 0.4, 1.2)
 _HISTORY_BATCH: Final = 256
 _INDEX_PRUNE_AFTER: Final = 300.0  # seconds an index entry without meta is left alone
 _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
-# Runs whose packed commit head is kept: a run stepping alone reuses its own, and
-# thousands of concurrent runs do not each keep one (~0.5 KB a run).
-_HEADS_KEPT: Final = 64
+# Runs whose last commit is remembered (a few hundred bytes each; a run's entry goes when
+# its lease is released): a bound on a process that never releases, not a cache policy.
+_SENT_KEPT: Final = 100_000
 _QUEUE_CONNECTIONS: Final = 32  # the work queue's pool: enough for a worker's blocking reads
 # Error replies of a server that will answer soon (loading its data after a restart, ...).
 _NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
@@ -146,9 +149,9 @@ class RedisStore(Store):
         self._wire: RedisWire | ClusterWire = (
             ClusterWire(options) if self._cluster else RedisWire(options)
         )
-        # run id -> the packed head of its commit command (EVALSHA, digest, keys) without
-        # the array header, the key it is routed by, and the head's count of arguments
-        self._heads: dict[str, tuple[bytes, str, int]] = {}
+        # run id -> what this store last committed for it: the next commit sends only what
+        # changed (see the COMMIT script)
+        self._sent: dict[str, _Sent] = {}
 
     @property
     def prefix(self) -> str:
@@ -215,6 +218,7 @@ class RedisStore(Store):
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up if it is still ours; see :meth:`Store.release`."""
+        self._sent.pop(lease.run_id, None)
         await self._lease("release", lease.run_id, lease.token, 1.0, lease.owner)
 
     async def holder(self, run_id: str) -> str | None:
@@ -234,38 +238,89 @@ class RedisStore(Store):
     async def commit(self, lease: Lease, commit: Commit) -> None:
         """Write one step with one command (two or three on a cluster); see :meth:`Store.commit`.
 
-        A connection error is retried a few times (about two seconds in all): a commit
-        whose reply was lost is found already written and succeeds.
+        A step that follows this store's last commit of the run under the same lease, with
+        no change but the head, time and maybe a snapshot, sends four arguments (and the
+        snapshot) after a prefix kept per lease; any other,
+        or any reply but "written", goes the full way (which retries a connection error a
+        few times, about two seconds in all: a commit whose reply was lost is found already
+        written and succeeds).
         """
         check_commit(lease, commit)
-        run_id, seq, updated_at = lease.run_id, commit.seq, commit.meta.updated_at
+        sent = self._sent.get(lease.run_id)
+        meta = commit.meta
+        seq = commit.seq
+        if (
+            sent is not None
+            and not self._cluster  # whose index is written by commands of the store's own
+            and sent.lease is lease
+            and sent.seq == seq - 1
+            and sent.low <= meta.updated_at < sent.high
+            and sent.status == meta.status
+            and sent.graph == meta.graph
+            and sent.created_at == meta.created_at
+        ):
+            step, time_at, record = b"%d" % seq, b"%.17g" % meta.updated_at, commit.record
+            snapshot = commit.snapshot
+            count, more = 8, b""
+            if snapshot is not None:
+                count, more = 10, b"$8\r\nsnapshot\r\n$%d\r\n%s\r\n" % (len(snapshot), snapshot)
+            command = b"*%d\r\n%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+                *(count, sent.head, len(step), step, len(record)),
+                *(record, len(time_at), time_at, more),
+            )
+            try:
+                # Awaited here: no coroutine between the command and its reply.
+                raw = await self._wire.request(command, sent.route)
+            except _UNAVAILABLE:
+                raw = None  # the full way retries
+            if raw == 1:
+                sent.seq = seq
+                return
+        await self._commit_in_full(lease, commit)
+
+    async def _commit_in_full(self, lease: Lease, commit: Commit) -> None:
+        """Commit with every argument the run may lack; connection errors retried a few times."""
+        run_id = lease.run_id
         for delay in (*_COMMIT_BACKOFF, None):
             try:
+                command, sent = self._full_command(lease, commit)
                 if self._cluster:
-                    args = self._commit_args(lease, commit)
-                    raw = await self._send_commit(run_id, seq, updated_at, args)
-                else:  # one command, awaited here: no coroutine between it and the reply
-                    # While it waits, this frame holds the packed command alone (the
-                    # caller holds the commit): thousands of commits may be waiting.
-                    command, route = self._commit_command(run_id, self._commit_args(lease, commit))
-                    raw = await self._wire.call_packed(command, route)
-                    if type(raw) is list and raw[0] == 1:
-                        return  # written: the usual reply, taken before any other check
-                    if isinstance(raw, ReplyError) and str(raw).startswith("NOSCRIPT"):
-                        raw = await self._wire.call_packed(_in_full(COMMIT, command), route)
+                    raw = await self._send_commit(run_id, commit, command, sent.route)
+                else:
+                    raw = await self._run_script(COMMIT, command, sent.route)
                 break
             except _UNAVAILABLE as exc:
                 if delay is None or self._closed:
                     raise self._unavailable(exc) from exc
                 await asyncio.sleep(delay)
-        reply = self._script_reply(raw)
+        if raw == 1:
+            if len(self._sent) >= _SENT_KEPT:
+                self._sent.clear()
+            self._sent[run_id] = sent
+            return
+        self._sent.pop(run_id, None)  # what the run holds is not what this store sent
+        self._check_written(lease, commit, self._script_reply(raw))
+
+    def _check_written(self, lease: Lease, commit: Commit, reply: list[Any]) -> None:
+        """Raise the error a commit script's reply other than "written" (1) stands for.
+
+        Raises:
+            LeaseLostError: Another holder took the run.
+            SequenceConflictError: The run's head is not the commit's seq minus one.
+            JournalHeadError: The run's records do not end at its head.
+            StoreError: Any reply the script does not give.
+        """
         code = int(reply[0])
+        if code == 2:
+            return  # already written: a retry whose first attempt landed
         if code == -1:
             raise lease_lost_error(lease, lease_owner(reply[1]) if reply[1] else None)
         if code == -2:
             raise sequence_conflict_error(lease.run_id, commit.seq, int(reply[1]))
         if code == -3:
             raise journal_head_error(lease.run_id, int(reply[1]), int(reply[2]))
+        # -4 (lease key expired, no ttl sent) cannot come back: the full command has the ttl
+        raise StoreError(f"Redis at {self._where} answered a commit with {reply!r}")
 
     async def read(self, run_id: str, seq: int | None = None) -> StoredRun:
         """Read a run at ``seq`` (default: head) in one round trip; see :meth:`Store.read`."""
@@ -363,15 +418,58 @@ class RedisStore(Store):
             reply = await self._eval(LEASE, keys, (op, token, ms(ttl), owner, seen))
         return lease_reply(reply)
 
-    def _commit_args(self, lease: Lease, commit: Commit) -> tuple[Arg, ...]:
-        # '' leaves expiry alone (no retention), '0' persists, else the expiry in ms.
-        finished = commit.meta.status in FINISHED_STATUSES
-        retention = self._retention if finished or not self._retention else "0"
-        return commit_argv(lease, commit, retention)
+    def _full_command(self, lease: Lease, commit: Commit) -> tuple[bytes, _Sent]:
+        """The commit's EVALSHA with every argument this store cannot be sure the run has.
 
-    async def _send_commit(
-        self, run_id: str, seq: int, updated_at: float, args: Sequence[Arg]
-    ) -> Any:
+        Also returns what the run holds once it is written. On one server the index entry
+        moves with it when its minute changes; a cluster's store writes the index itself.
+        """
+        run_id, meta, seq = lease.run_id, commit.meta, commit.seq
+        known = self._sent.get(run_id)
+        if known is not None and known.seq != seq - 1:
+            known = None  # not the run's head as this store left it
+        value = f"{lease.token}:{lease.owner}".encode()
+        pairs: list[Arg] = ["ttl", ms(lease.ttl)]
+        if known is None or (known.graph, known.created_at) != (meta.graph, meta.created_at):
+            pairs += ("graph", meta.graph, "created_at", b"%.17g" % meta.created_at)
+        if known is None or known.status != meta.status:
+            pairs += ("status", meta.status)
+        if self._retention:
+            # '0' removes an expiry a finished status set; a finished run's expiry counts
+            # from its last commit
+            if meta.status in FINISHED_STATUSES:
+                pairs += ("expire", self._retention)
+            elif known is None or known.status in FINISHED_STATUSES:
+                pairs += ("expire", "0")
+        meta_key = self.run_keys(run_id)[0]
+        keys: tuple[str, ...] = (meta_key,)
+        low, high = -math.inf, math.inf
+        if not self._cluster:
+            minute = meta.updated_at // 60 * 60  # the index scores by the minute
+            low, high = minute, minute + 60
+            # The entry moves when the minute differs from the last commit's (or time went back)
+            if known is None or not known.low <= meta.updated_at < known.high:
+                keys = (meta_key, self._index)
+                pairs += ("listed", b"%d" % minute)
+        if commit.snapshot is not None:
+            pairs += ("snapshot", commit.snapshot)
+        args: tuple[Arg, ...] = ("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, value, seq)
+        command = pack((*args, commit.record, b"%.17g" % meta.updated_at, *pairs))
+        head = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], 1, meta_key, value))
+        sent = _Sent(
+            lease=lease,
+            seq=seq,
+            head=head,
+            route=meta_key,
+            status=meta.status,
+            graph=meta.graph,
+            created_at=meta.created_at,
+            low=low,
+            high=high,
+        )
+        return command, sent
+
+    async def _send_commit(self, run_id: str, commit: Commit, command: bytes, route: str) -> Any:
         """On a cluster: the commit script's reply (an error reply as a value).
 
         The index is in a slot of its own and written with commands of its own (on one
@@ -380,9 +478,9 @@ class RedisStore(Store):
         idempotent, the index writes too), and the reply is the script's or the first
         error reply of the three commands.
         """
-        command, route = self._commit_command(run_id, args)
+        updated_at = commit.meta.updated_at
         listed = 0
-        if seq == 0:
+        if commit.seq == 0:
             # Listed before it exists, so a crash after the commit cannot leave it unlisted.
             # NX: a refused seq 0 (the id is taken) never moves a listed run's score.
             listed = await self._wire.call("ZADD", self._index, "NX", updated_at, run_id)
@@ -390,23 +488,12 @@ class RedisStore(Store):
                 return listed
         reply = await self._run_script(COMMIT, command, route)
         # Written (now or before), and not just listed with this very score.
-        if not isinstance(reply, ReplyError) and int(reply[0]) > 0 and listed != 1:
+        written = reply == 1 or (type(reply) is list and int(reply[0]) == 2)
+        if written and listed != 1:
             moved = await self._wire.call("ZADD", self._index, updated_at, run_id)
             if isinstance(moved, ReplyError):
                 return moved
         return reply
-
-    def _commit_command(self, run_id: str, args: Sequence[Arg]) -> tuple[bytes, str]:
-        """The commit's EVALSHA, packed, and its routing key; the part fixed per run is kept."""
-        kept = self._heads.get(run_id)
-        if kept is None:
-            if len(self._heads) >= _HEADS_KEPT:
-                self._heads.clear()  # a bound, not a cache policy: refilled on use
-            # On a cluster the index is not among the keys: it is in another slot.
-            keys = self.run_keys(run_id) if self._cluster else (*self.run_keys(run_id), self._index)
-            fixed = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys))
-            kept = self._heads[run_id] = (fixed, keys[0], 3 + len(keys))
-        return b"*%d\r\n%s%s" % (kept[2] + len(args), kept[0], pack_parts(args)), kept[1]
 
     async def _eval(self, script: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
         """Run a script by its digest (sent in full if the server does not have it).
@@ -528,6 +615,50 @@ def _newest_first(meta: RunMeta) -> tuple[float, str]:
 
 
 _RUN_KEYS: Final = ("meta", "rec", "snap", "snaps", "lease", "token")
+
+
+@final
+class _Sent:
+    """What one run holds after this store's last commit of it, as the store sent it.
+
+    Attributes:
+        lease: The lease the commit was made under.
+        seq: The commit's seq (the run's head, unless another writer came since: the
+            script then refuses the next commit, which goes the full way).
+        head: The packed start of a commit command (no array header): EVALSHA, digest,
+            the meta key and the lease value; seq, record and time follow.
+        route: The key the command is routed by (meta).
+        status: The status written.
+        graph: The graph written.
+        created_at: The creation time written.
+        low: Where the minute of the index score written starts (one server).
+        high: Where it ends.
+    """
+
+    __slots__ = ("created_at", "graph", "head", "high", "lease", "low", "route", "seq", "status")
+
+    def __init__(
+        self,
+        *,
+        lease: Lease,
+        seq: int,
+        head: bytes,
+        route: str,
+        status: str,
+        graph: str,
+        created_at: float,
+        low: float,
+        high: float,
+    ) -> None:
+        self.lease = lease
+        self.seq = seq
+        self.head = head
+        self.route = route
+        self.status = status
+        self.graph = graph
+        self.created_at = created_at
+        self.low = low
+        self.high = high
 
 
 def _wire_options(url: str, where: str) -> WireOptions:

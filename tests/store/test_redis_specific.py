@@ -160,6 +160,7 @@ async def test_a_commit_whose_reply_was_lost_is_retried_and_found_written(
         return reply
 
     monkeypatch.setattr(wire, "call_packed", lose_first_reply)
+    monkeypatch.setattr(wire, "request", lose_first_reply)  # a step's first try
     await store.commit(lease, make_commit("r", 1))
     assert sent == ["EVALSHA", "EVALSHA"]  # the retry found the step already written
     monkeypatch.undo()
@@ -319,3 +320,91 @@ def test_listing_follows_update_time_across_index_pages(
             assert [meta.run_id for meta in listed] == want
 
     asyncio.run(check())
+
+
+async def test_a_step_that_moves_only_the_head_sends_four_arguments(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0, updated_at=600.0))
+    seen = await _commands_during(
+        client, store.commit(lease, make_commit("r", 1, updated_at=601.0))
+    )
+    (sent,) = [c for c in seen if c["command"].startswith("EVALSHA")]
+    # EVALSHA, digest, one key, then lease value, seq, record and time
+    assert len(sent["command"].split()) == 8
+    stored = await client.hgetall(store.run_keys("r")[0])
+    assert stored[b"seq"] == b"1"
+    assert float(stored[b"updated_at"]) == 601.0
+    assert stored[b"graph"] == b"g"
+    assert stored[b"status"] == b"running"
+
+
+async def test_a_new_status_and_a_snapshot_reach_the_run_after_quiet_steps(
+    store: RedisStore,
+) -> None:
+    lease = await store.acquire("r", "w", 30)
+    for seq in range(3):
+        await store.commit(lease, make_commit("r", seq))
+    await store.commit(lease, make_commit("r", 3, snapshot=b"s3", status="waiting"))
+    read = await store.read("r")
+    assert (read.meta.status, read.meta.seq, read.snapshot_seq, read.snapshot) == (
+        "waiting",
+        3,
+        3,
+        b"s3",
+    )
+
+
+async def test_a_commit_after_the_lease_key_expired_takes_the_lease_again(
+    store: RedisStore, client: redis.asyncio.Redis
+) -> None:
+    """Nobody took the run while its lease key was gone: the commit sets it again."""
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0))
+    await store.commit(lease, make_commit("r", 1))
+    lease_key = store.run_keys("r")[4]
+    await client.delete(lease_key)  # as its expiry would
+    await store.commit(lease, make_commit("r", 2))
+    assert await client.get(lease_key) == f"{lease.token}:w".encode()
+    assert 0 < await client.pttl(lease_key) <= 30_000
+    assert (await store.read("r")).meta.seq == 2
+
+
+async def test_a_lease_taken_over_between_two_steps_fences_the_next_one(
+    redis_url: str, client: redis.asyncio.Redis
+) -> None:
+    async with (
+        isolated_redis_store(redis_url) as first,
+        open_store(f"{redis_url}?prefix={first.prefix}") as second,  # type: ignore[attr-defined]
+    ):
+        lease = await first.acquire("r", "one", 30)
+        await first.commit(lease, make_commit("r", 0))
+        await first.commit(lease, make_commit("r", 1))
+        await client.delete(first.run_keys("r")[4])  # expired
+        taken = await second.acquire("r", "two", 30)
+        with pytest.raises(LeaseLostError, match="'two'"):
+            await first.commit(lease, make_commit("r", 2))
+        await second.commit(taken, make_commit("r", 2, status="completed"))
+        read = await first.read("r")
+        assert (read.meta.seq, read.meta.status) == (2, "completed")
+        assert [s async for s, _ in first.history("r")] == [0, 1, 2]
+
+
+async def test_a_run_another_store_committed_is_continued_with_its_meta_kept(
+    redis_url: str, client: redis.asyncio.Redis
+) -> None:
+    """A store that did not write a run's last step sends all of its meta again."""
+    async with (
+        isolated_redis_store(redis_url) as first,
+        open_store(f"{redis_url}?prefix={first.prefix}") as second,  # type: ignore[attr-defined]
+    ):
+        lease = await first.acquire("r", "one", 30)
+        for seq in range(3):
+            await first.commit(lease, make_commit("r", seq))
+        await first.release(lease)
+        await client.hset(first.run_keys("r")[0], "status", "edited")  # then overwritten
+        again = await second.acquire("r", "two", 30)
+        await second.commit(again, make_commit("r", 3))
+        read = await second.read("r")
+        assert (read.meta.graph, read.meta.status, read.meta.seq) == ("g", "running", 3)
