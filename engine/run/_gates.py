@@ -115,6 +115,8 @@ async def refused_reply(
     """
     if type(error) not in (RunStateError, StaleReplyError):
         return error
+    if type(error) is RunStateError and gate in state.interrupts:
+        return error  # the gate is open: refused for what the reply says (its payload)
     run_id = state.run_id
     start = 0 if step is None else step + 1
     if start > state.seq:

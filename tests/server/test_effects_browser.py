@@ -109,12 +109,18 @@ def test_it_happened_commits_the_result_typed_in_the_page(
     gate.locator("textarea").fill(json.dumps(result))
     happened.click()
     page.locator("h1 .badge.st-completed").wait_for(timeout=DONE_MS)
+    history = server.history(run_id)
+    [opened] = [
+        r
+        for r in history
+        if r["interrupts"] and f"{effect_id(run_id, 1)}:outcome" in r["interrupts"]
+    ]
     assert [json.loads(sent) for sent in page.replies][-1] == {
         "interrupt_id": f"{effect_id(run_id, 1)}:outcome",
         "trigger": "happened",
         "payload": {"result": result},
+        "step": opened["seq"],  # the page quotes the step that opened the gate
     }
-    history = server.history(run_id)
     [reply] = [r for r in history if r["kind"] == "reply"]
     assert reply["result"]["payload"] == {"result": result}
     messages = [m for r in history for m in r["appended"].get("conversation", [])]

@@ -34,6 +34,11 @@ def test_happened_with_a_result_commits_it_as_the_calls_result(server: EffectsSe
     status, refused = server.call("POST", reply, wrong)
     assert status == 409
     assert "happened takes the call's result as a JSON object" in refused["detail"]
+    # Quoting the step that opened the gate (as the viewer does) changes nothing: the
+    # refusal is about the payload, not a reply to a gate the run has moved past.
+    status, refused = server.call("POST", reply, {**wrong, "step": gate["seq"]})
+    assert status == 409
+    assert "happened takes the call's result as a JSON object" in refused["detail"]
     status, refused = server.call("POST", reply, {"interrupt_id": gate["id"], "trigger": "maybe"})
     assert status == 409
     assert "answer happened, run_again, fail, not 'maybe'" in refused["detail"]
