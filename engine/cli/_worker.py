@@ -199,7 +199,7 @@ async def cancel_through_worker(args: argparse.Namespace, engine: Engine) -> Run
     async with worker_queue(engine.store) as queue:
         if not await queue.queued(args.run):
             return None
-        return await cancel_by_worker(engine, queue, args.run, args.reason)
+        return await cancel_by_worker(engine, queue, args.run, args.reason, actor=local_actor())
 
 
 def detached(args: argparse.Namespace, state: RunState) -> int:

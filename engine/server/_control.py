@@ -10,6 +10,7 @@ from aiohttp import web
 from phasegraph.actions import ActionResult
 from phasegraph.model import frozen_map
 from phasegraph.run._replay import report_view
+from phasegraph.server._principal import principal_of
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,
@@ -48,8 +49,12 @@ async def reply(request: web.Request) -> web.Response:
         payload=frozen_map(optional_mapping(body, "payload")),
         data=frozen_map(optional_mapping(body, "data")),
     )
-    # Without `step`, the gate as it is open now; a reply applies once either way.
-    state = await request.app[EXECUTOR].reply(run_id, interrupt_id, result, step=step)
+    # Without `step`, the gate as it is open now; a reply applies once either way. Who
+    # answers is held to the gate's reviewers unless trusted (Principal.trusted says who).
+    who = principal_of(request)
+    state = await request.app[EXECUTOR].reply(
+        run_id, interrupt_id, result, actor=who.actor, step=step, trusted=who.trusted
+    )
     return ok(run_json(request.app, state))
 
 
@@ -66,7 +71,8 @@ async def cancel(request: web.Request) -> web.Response:
     reason = optional_string(body, "reason") or "cancelled over HTTP"
     if len(reason) > _MAX_REASON:
         fail("body.reason", f"at most {_MAX_REASON} characters")
-    state = await request.app[EXECUTOR].cancel(request.match_info["run_id"], reason)
+    actor = principal_of(request).actor
+    state = await request.app[EXECUTOR].cancel(request.match_info["run_id"], reason, actor=actor)
     return ok(run_json(request.app, state))
 
 
@@ -80,7 +86,9 @@ async def fork(request: web.Request) -> web.Response:
         at_seq = int(at_seq)  # JSON has one number type: 3.0 is the integer 3
     if at_seq is not None and (type(at_seq) is not int or not 0 <= at_seq < MAX_SEQ):
         fail("body.at_seq", "expected a step number (an integer >= 0)")
-    state = await request.app[EXECUTOR].fork(run_id, at_seq, optional_mapping(body, "data"))
+    patch = optional_mapping(body, "data")
+    actor = principal_of(request).actor
+    state = await request.app[EXECUTOR].fork(run_id, at_seq, patch, actor=actor)
     view = {**run_json(request.app, state), "forked_from": run_id}
     return ok(view, status=201, headers={"Location": f"/runs/{state.run_id}"})
 

@@ -46,10 +46,11 @@ _PAGE: Final = 500
 
 
 class _Answer(NamedTuple):
-    """Who answers a gate, and which opening of it."""
+    """Who answers a gate (and whether they are trusted), and which opening of it."""
 
     actor: Actor | None
     step: int | None
+    trusted: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,15 +112,22 @@ class Executor:
         task.add_done_callback(_log_failure)
 
     async def create(
-        self, graph: PreparedGraph, run_input: Mapping[str, Any], run_id: str | None
+        self,
+        graph: PreparedGraph,
+        run_input: Mapping[str, Any],
+        run_id: str | None,
+        *,
+        actor: Actor | None = None,
     ) -> RunState:
         """Create a run (its seq 0 is committed on return) and drive it in the background.
+
+        ``actor`` (who starts it) is recorded on the seq-0 step.
 
         Raises:
             InputError: The input does not match the graph's input schema.
             SequenceConflictError: A run with that id exists.
         """
-        async with self._engine.start(graph, run_input, run_id=run_id) as run:
+        async with self._engine.start(graph, run_input, run_id=run_id, actor=actor) as run:
             state = run.state
         if self._options.queue is not None:
             await self._options.queue.enqueue(state.run_id)
@@ -138,14 +146,15 @@ class Executor:
         *,
         actor: Actor | None = None,
         step: int | None = None,
+        trusted: bool = False,
     ) -> RunState:
         """Answer a pending interrupt and log it; see :meth:`_reply`.
 
-        ``actor`` (who answers: held to the gate's reviewers and recorded) and ``step``
-        (the gate's opening the answer is for) are as :meth:`~phasegraph.Engine.reply`
-        takes them.
+        ``actor`` (who answers: held to the gate's reviewers unless ``trusted``, and
+        recorded) and ``step`` (the gate's opening the answer is for) are as
+        :meth:`~phasegraph.Engine.reply` takes them.
         """
-        state = await self._reply(run_id, interrupt_id, result, _Answer(actor, step))
+        state = await self._reply(run_id, interrupt_id, result, _Answer(actor, step, trusted))
         _log_run("reply", state, outcome=result.trigger, interrupt_id=interrupt_id)
         return state
 
@@ -166,7 +175,9 @@ class Executor:
         if queue is not None:
             try:
                 async with self._engine.open(run_id) as run:
-                    await run.reply(interrupt_id, result, actor=who.actor, step=who.step)
+                    await run.reply(
+                        interrupt_id, result, actor=who.actor, step=who.step, trusted=who.trusted
+                    )
                     state = run.state
             except LeaseHeldError:
                 if not await queue.queued(run_id):
@@ -181,12 +192,15 @@ class Executor:
                     result,
                     actor=who.actor,
                     step=who.step,
+                    trusted=who.trusted,
                 )
                 return await reply_applied(self._engine, run_id, interrupt_id, before.seq)
             await queue.enqueue(run_id)
             return state
         self._refuse_if_closing(run_id)
-        done = self._mail.post_reply(run_id, interrupt_id, result, actor=who.actor, step=who.step)
+        done = self._mail.post_reply(
+            run_id, interrupt_id, result, actor=who.actor, step=who.step, trusted=who.trusted
+        )
         self.submit(run_id)
         return await done
 
@@ -208,13 +222,16 @@ class Executor:
         self.submit(run_id)
         return state
 
-    async def cancel(self, run_id: str, reason: str) -> RunState:
-        """Cancel the run and log it; see :meth:`_cancel`."""
-        state = await self._cancel(run_id, reason)
+    async def cancel(self, run_id: str, reason: str, *, actor: Actor | None = None) -> RunState:
+        """Cancel the run and log it; see :meth:`_cancel`.
+
+        ``actor`` (who cancels it) is recorded on the cancel step.
+        """
+        state = await self._cancel(run_id, reason, actor)
         _log_run("cancel", state, outcome=reason)
         return state
 
-    async def _cancel(self, run_id: str, reason: str) -> RunState:
+    async def _cancel(self, run_id: str, reason: str, actor: Actor | None) -> RunState:
         """Stop driving the run (at its last committed step) and commit it as cancelled.
 
         Raises:
@@ -225,23 +242,31 @@ class Executor:
         queue = self._options.queue
         if queue is not None:
             try:
-                state = await self._engine.cancel(run_id, reason)
+                state = await self._engine.cancel(run_id, reason, actor=actor)
             except LeaseHeldError:
                 if not await queue.queued(run_id):
                     raise
-                state = await cancel_by_worker(self._engine, queue, run_id, reason)
+                state = await cancel_by_worker(self._engine, queue, run_id, reason, actor=actor)
             await queue.unschedule(run_id)  # its deadline has nothing to fire
             return state
         self._refuse_if_closing(run_id)
-        done = self._mail.request_cancel(run_id, reason)
+        done = self._mail.request_cancel(run_id, reason, actor=actor)
         self.submit(run_id)  # committed between two steps of its drive, or a new drive's
         return await done
 
     async def fork(
-        self, run_id: str, at_seq: int | None, patch: Mapping[str, Any] | None
+        self,
+        run_id: str,
+        at_seq: int | None,
+        patch: Mapping[str, Any] | None,
+        *,
+        actor: Actor | None = None,
     ) -> RunState:
-        """Fork a run at ``at_seq`` with ``patch``; drive the fork if it is unfinished."""
-        new_id = await self._engine.fork(run_id, at_seq, patch)
+        """Fork a run at ``at_seq`` with ``patch``; drive the fork if it is unfinished.
+
+        ``actor`` (who forks it) is recorded on the fork's first step.
+        """
+        new_id = await self._engine.fork(run_id, at_seq, patch, actor=actor)
         state = await self._engine.get(new_id)
         if self._options.queue is not None:
             if state.status is RunStatus.RUNNING:

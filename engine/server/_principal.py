@@ -13,6 +13,8 @@ from typing import Final
 
 from aiohttp import web
 
+from phasegraph.model import Actor
+
 __all__ = [
     "ADMIN",
     "GATES_ANSWER",
@@ -88,6 +90,22 @@ class Principal:
         if graph is None:
             return any(held.startswith(RUNS_START + ":") for held in self.scopes)
         return f"{RUNS_START}:{graph}" in self.scopes
+
+    @property
+    def actor(self) -> Actor:
+        """Who this principal is to the engine: recorded on every step it decides."""
+        return Actor(name=self.name, groups=self.groups)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the engine records this principal's replies without holding it to reviewers.
+
+        Only ``local`` is: a loopback server with no sign-in configured, where whoever
+        reaches it has the machine (and its store) in hand, as the command line does.
+        Every signed-in principal — the ``--token`` operator too — is held to a gate's
+        reviewers: an administrator is not silently a reviewer.
+        """
+        return self.source == "local"
 
 
 class CredentialRefused(Exception):

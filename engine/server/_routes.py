@@ -13,6 +13,7 @@ from aiohttp import web
 from phasegraph.model import GraphDef, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.server._access import require_start
+from phasegraph.server._principal import principal_of
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,
@@ -48,7 +49,8 @@ async def create_run(request: web.Request) -> web.Response:
     run_input = optional_mapping(body, "input")
     run_id = run_id_of(body)
     prepared = await _graph_of(request, body)
-    state = await request.app[EXECUTOR].create(prepared, run_input, run_id)
+    actor = principal_of(request).actor
+    state = await request.app[EXECUTOR].create(prepared, run_input, run_id, actor=actor)
     return ok(
         run_json(request.app, state), status=201, headers={"Location": f"/runs/{state.run_id}"}
     )

@@ -20,8 +20,9 @@ Keys (``P`` is the store's prefix): the stream ``P:{q<i>}:work``, the deadlines
 hash, so ``phasegraph status`` can tell a queued run from an abandoned one) of each
 partition ``i`` share a hash tag, so one script may touch them all on a Redis Cluster.
 Replies and cancel requests for a run a worker is driving wait in the run's own hash
-slot, ``P:{<run>}:inbox`` (a list) and ``P:{<run>}:cancel``, and an entry in the stream
-wakes that worker up.
+slot, ``P:{<run>}:inbox`` (a list of JSON replies) and ``P:{<run>}:cancel`` (JSON: the
+reason and who asked; plain text, the reason alone, from earlier versions), and an entry
+in the stream wakes that worker up.
 
 A run belongs to partition ``crc32(run_id) % partitions``. The number of partitions is
 fixed when the first client writes ``P:{q}:partitions`` and read from there by every
@@ -35,6 +36,7 @@ the store's own wire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import zlib
 from collections.abc import Mapping, Sequence
@@ -236,15 +238,29 @@ class RunQueue:
         """Forget the first ``count`` replies (applied, or refused and logged)."""
         await self._client.ltrim(self._run_key(run_id, "inbox"), count, -1)
 
-    async def request_cancel(self, run_id: str, reason: str) -> None:
-        """Ask whichever worker drives the run to stop it and commit it as cancelled."""
-        await self._client.set(self._run_key(run_id, "cancel"), reason.encode())
+    async def request_cancel(
+        self, run_id: str, reason: str, *, actor: Mapping[str, Any] | None = None
+    ) -> None:
+        """Ask whichever worker drives the run to stop it and commit it as cancelled.
+
+        ``actor`` (who asks: ``name`` and ``groups``) is kept beside the reason.
+        """
+        request = {"reason": reason, "actor": None if actor is None else dict(actor)}
+        await self._client.set(self._run_key(run_id, "cancel"), json.dumps(request))
         await self.enqueue(run_id)
 
-    async def cancel_requested(self, run_id: str) -> str | None:
-        """The reason of a pending cancel request, if there is one."""
+    async def cancel_requested(self, run_id: str) -> dict[str, Any] | None:
+        """A pending cancel request (``reason`` and ``actor``), if there is one."""
         found = await self._client.get(self._run_key(run_id, "cancel"))
-        return None if found is None else bytes(found).decode(errors="replace")
+        if found is None:
+            return None
+        text = bytes(found).decode(errors="replace")
+        with contextlib.suppress(ValueError):
+            request = json.loads(text)
+            if isinstance(request, dict) and isinstance(request.get("reason"), str):
+                return {"reason": request["reason"], "actor": request.get("actor")}
+        # Written by an earlier phasegraph: the reason alone, as plain text.
+        return {"reason": text, "actor": None}
 
     async def cancel_done(self, run_id: str) -> None:
         """The run is cancelled (or had finished): drop the request."""

@@ -38,7 +38,7 @@ from phasegraph.errors import (
 from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import Run
 
-__all__ = ["Driven", "Mailbox", "Outcome", "Reply", "RunDriver"]
+__all__ = ["Cancel", "Driven", "Mailbox", "Outcome", "Reply", "RunDriver"]
 
 _HELD_RETRIES: Final = (0.1, 0.3, 1.0, 2.0)  # seconds: waits for a lease held elsewhere
 _MAX_WAIT: Final = 60.0  # seconds: the longest wait before a run left for later is tried again
@@ -61,6 +61,18 @@ class Reply:
     trusted: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """A request to cancel a run, waiting in its mailbox.
+
+    ``reason`` and ``actor`` (who asked; recorded on the cancel step) are as
+    :meth:`~phasegraph.Engine.cancel` takes them.
+    """
+
+    reason: str
+    actor: Actor | None = None
+
+
 Outcome: TypeAlias = RunState | PhasegraphError
 """What became of a reply or a cancel request: the run right after its step, or why not."""
 
@@ -76,8 +88,8 @@ class Mailbox(Protocol):
         """The first ``len(outcomes)`` replies were dealt with: answer and forget them."""
         ...
 
-    async def cancel_requested(self, run_id: str) -> str | None:
-        """A pending cancel request's reason."""
+    async def cancel_requested(self, run_id: str) -> Cancel | None:
+        """The pending cancel request, if there is one."""
         ...
 
     async def cancel_done(self, run_id: str, outcome: Outcome) -> None:
@@ -273,13 +285,13 @@ class RunDriver:
         steps = 0
         # Looked at before opening: a run is cancelled even if its graph changed since it
         # started (as engine.cancel does). The first delivery acts on what this found.
-        reason: str | _Look | None = await self._mailbox.cancel_requested(run_id)
-        async with self._engine.open(run_id, graph=graph, allow_changed=reason is not None) as run:
+        cancel: Cancel | _Look | None = await self._mailbox.cancel_requested(run_id)
+        async with self._engine.open(run_id, graph=graph, allow_changed=cancel is not None) as run:
             while True:
                 if drive.mail:
                     drive.mail = False
-                    await self._deliver(run, reason)
-                    reason = _LOOK
+                    await self._deliver(run, cancel)
+                    cancel = _LOOK
                 drive.stepping = True
                 try:
                     stepped = await run.next() is not None
@@ -289,15 +301,15 @@ class RunDriver:
                 if not stepped and not drive.mail:
                     return run.state, steps
 
-    async def _deliver(self, run: Run, reason: str | _Look | None) -> None:
-        """Act on a cancel request (``reason``, or looked up), then apply the replies."""
+    async def _deliver(self, run: Run, cancel: Cancel | _Look | None) -> None:
+        """Act on a cancel request (``cancel``, or looked up), then apply the replies."""
         run_id = run.run_id
-        if isinstance(reason, _Look):
-            reason = await self._mailbox.cancel_requested(run_id)
-        if reason is not None:
+        if isinstance(cancel, _Look):
+            cancel = await self._mailbox.cancel_requested(run_id)
+        if cancel is not None:
             try:
-                await run.cancel(reason)
-                self._log.info("run %s cancelled: %s", run_id, reason)
+                await run.cancel(cancel.reason, actor=cancel.actor)
+                self._log.info("run %s cancelled: %s", run_id, cancel.reason)
                 await self._mailbox.cancel_done(run_id, run.state)
             except RunStateError as exc:  # it had finished
                 await self._mailbox.cancel_done(run_id, exc)
@@ -351,9 +363,9 @@ class RunDriver:
         misses (the store away, a drive between two steps) is still acted on there.
         """
         try:
-            reason = await self._mailbox.cancel_requested(run_id)
+            cancel = await self._mailbox.cancel_requested(run_id)
         except Exception as exc:  # any mailbox's error: the drive looks again between steps
             self._log.warning("cannot read run %s's cancel request (%s)", run_id, exc)
             return
-        if reason is not None and drive.stepping and drive.attempt is not None:
+        if cancel is not None and drive.stepping and drive.attempt is not None:
             drive.attempt.cancel()

@@ -17,16 +17,16 @@ from phasegraph.actions import ActionResult
 from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState
 from phasegraph.run import Clock
-from phasegraph.worker._driver import Outcome, Reply
+from phasegraph.worker._driver import Cancel, Outcome, Reply
 
 __all__ = ["LocalMailbox"]
 
 
 @dataclass(frozen=True, slots=True)
 class _Letter:
-    """A reply (or a cancel request's reason) and the future its sender awaits."""
+    """A reply or a cancel request, and the future its sender awaits."""
 
-    content: Reply | str
+    content: Reply | Cancel
     done: asyncio.Future[RunState]
 
 
@@ -54,17 +54,24 @@ class LocalMailbox:
         *,
         actor: Actor | None = None,
         step: int | None = None,
+        trusted: bool = False,
     ) -> asyncio.Future[RunState]:
         """Queue a reply; the future receives the run right after its step.
 
-        ``actor`` and ``step`` are as :meth:`~phasegraph.Engine.reply` takes them.
+        ``actor``, ``step`` and ``trusted`` are as :meth:`~phasegraph.Engine.reply` takes them.
         """
-        reply = Reply(interrupt_id, result, actor=actor, step=step)
+        reply = Reply(interrupt_id, result, actor=actor, step=step, trusted=trusted)
         return self._post(self._replies, run_id, reply)
 
-    def request_cancel(self, run_id: str, reason: str) -> asyncio.Future[RunState]:
-        """Queue a cancel request; the future receives the run once cancelled."""
-        return self._post(self._cancels, run_id, reason)
+    def request_cancel(
+        self, run_id: str, reason: str, *, actor: Actor | None = None
+    ) -> asyncio.Future[RunState]:
+        """Queue a cancel request; the future receives the run once cancelled.
+
+        ``actor`` (who cancels: recorded on the cancel step) is as
+        :meth:`~phasegraph.Engine.cancel` takes it.
+        """
+        return self._post(self._cancels, run_id, Cancel(reason, actor))
 
     def has_mail(self, run_id: str) -> bool:
         """Whether a reply or cancel request of the run still waits for an answer."""
@@ -105,10 +112,12 @@ class LocalMailbox:
         if not letters:
             self._replies.pop(run_id, None)
 
-    async def cancel_requested(self, run_id: str) -> str | None:
-        """The first pending cancel request's reason."""
+    async def cancel_requested(self, run_id: str) -> Cancel | None:
+        """The first pending cancel request."""
         letters = self._cancels.get(run_id)
-        return str(letters[0].content) if letters else None
+        if not letters or not isinstance(letters[0].content, Cancel):
+            return None
+        return letters[0].content
 
     async def cancel_done(self, run_id: str, outcome: Outcome) -> None:
         """Answer every cancel request of the run with ``outcome``."""
@@ -133,7 +142,7 @@ class LocalMailbox:
     # -- helpers --------------------------------------------------------------------------
 
     def _post(
-        self, box: dict[str, list[_Letter]], run_id: str, content: Reply | str
+        self, box: dict[str, list[_Letter]], run_id: str, content: Reply | Cancel
     ) -> asyncio.Future[RunState]:
         done: asyncio.Future[RunState] = asyncio.get_running_loop().create_future()
         box.setdefault(run_id, []).append(_Letter(content, done))

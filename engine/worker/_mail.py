@@ -24,7 +24,7 @@ from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState, RunStatus, frozen_map
 from phasegraph.run._gates import refused_reply
 from phasegraph.run._interpreter import check_reply
-from phasegraph.worker._driver import Outcome, Reply
+from phasegraph.worker._driver import Cancel, Outcome, Reply
 from phasegraph.worker._queue import WorkQueue
 
 __all__ = ["QueueMailbox", "cancel_by_worker", "post_reply", "reply_applied"]
@@ -71,9 +71,12 @@ class QueueMailbox:
                 _log.warning("reply to run %s not applied: %s", run_id, outcome)
         await self._queue.replies_done(run_id, len(outcomes))
 
-    async def cancel_requested(self, run_id: str) -> str | None:
-        """The reason of the run's pending cancel request."""
-        return await self._queue.cancel_requested(run_id)
+    async def cancel_requested(self, run_id: str) -> Cancel | None:
+        """The run's pending cancel request."""
+        request = await self._queue.cancel_requested(run_id)
+        if request is None:
+            return None
+        return Cancel(str(request.get("reason", "")), _actor(request.get("actor")))
 
     async def cancel_done(self, run_id: str, outcome: Outcome) -> None:
         """Drop the request (the run is cancelled, or had finished)."""
@@ -93,11 +96,16 @@ class QueueMailbox:
 
 
 def _actor(value: Any) -> Actor | None:
-    """The actor a queued reply names (the queue is the store's: written by trusted hands)."""
+    """The actor a queued reply or cancel names (the queue is the store's: trusted hands)."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None
     groups = value.get("groups") or []
     return Actor(name=value["name"], groups=tuple(str(g) for g in groups))
+
+
+def _actor_json(actor: Actor | None) -> dict[str, Any] | None:
+    """How a queued reply or cancel names its actor."""
+    return None if actor is None else {"name": actor.name, "groups": list(actor.groups)}
 
 
 async def post_reply(
@@ -144,7 +152,7 @@ async def post_reply(
         "trigger": result.trigger,
         "payload": dict(result.payload),
         "data": dict(result.data),
-        "actor": None if actor is None else {"name": actor.name, "groups": list(actor.groups)},
+        "actor": _actor_json(actor),
         "step": step,
         "trusted": trusted,
     }
@@ -189,7 +197,13 @@ async def reply_applied(
 
 
 async def cancel_by_worker(
-    engine: Engine, queue: WorkQueue, run_id: str, reason: str, *, within: float | None = None
+    engine: Engine,
+    queue: WorkQueue,
+    run_id: str,
+    reason: str,
+    *,
+    actor: Actor | None = None,
+    within: float | None = None,
 ) -> RunState:
     """Ask the worker driving the run to cancel it; the run once cancelled.
 
@@ -198,6 +212,7 @@ async def cancel_by_worker(
         queue: The store's work queue.
         run_id: The run.
         reason: Why, as the cancelled run records it.
+        actor: Who cancels it, as the cancel step records it.
         within: Seconds to wait (default: two of ``engine``'s lease lengths and 5 s).
 
     Raises:
@@ -206,7 +221,7 @@ async def cancel_by_worker(
     """
     if within is None:
         within = _patience(engine)
-    await queue.request_cancel(run_id, reason)
+    await queue.request_cancel(run_id, reason, actor=_actor_json(actor))
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         state = await engine.get(run_id)

@@ -44,12 +44,14 @@ class WorkQueue(Protocol):
         """Forget replies dealt with."""
         ...
 
-    async def request_cancel(self, run_id: str, reason: str) -> None:
-        """Ask the worker driving a run to cancel it."""
+    async def request_cancel(
+        self, run_id: str, reason: str, *, actor: Mapping[str, Any] | None = None
+    ) -> None:
+        """Ask the worker driving a run to cancel it (``actor``: who asks, as a mapping)."""
         ...
 
-    async def cancel_requested(self, run_id: str) -> str | None:
-        """A pending cancel request's reason."""
+    async def cancel_requested(self, run_id: str) -> dict[str, Any] | None:
+        """A pending cancel request: its ``reason`` and ``actor`` (``None``: nobody named)."""
         ...
 
     async def cancel_done(self, run_id: str) -> None:

@@ -121,6 +121,11 @@ async def test_a_reply_and_a_cancel_reach_runs_a_worker_is_driving(
                 path = f"/runs/{cancelled_id}/cancel"
                 cancelled = await _json(session, "POST", path, json={"reason": "enough"})
                 assert cancelled["status"] == "cancelled"
+                # The worker committed both, naming the server's principal (no sign-in: local).
+                local = {"name": "local", "groups": []}
+                for run_id, kind in ((answered_id, "reply"), (cancelled_id, "cancel")):
+                    page = await _json(session, "GET", f"/runs/{run_id}/history?limit=1000")
+                    assert [r["actor"] for r in page["records"] if r["kind"] == kind] == [local]
                 release.touch()
                 done = await _until(session, answered_id, lambda v: v["status"] == "completed")
                 # The worker drove the side loop on past the reply, each step counted once.

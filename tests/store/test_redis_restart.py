@@ -27,12 +27,12 @@ async def test_the_queue_answers_the_first_call_after_a_restart(server: Restarta
             await queue.request_cancel("r1", "enough")
             # Several connections in the pool, idle when the server goes.
             found = await asyncio.gather(*(queue.cancel_requested("r1") for _ in range(4)))
-            assert found == ["enough"] * 4
+            assert found == [{"reason": "enough", "actor": None}] * 4
             server.stop()
             server.start()
             # Each of them was closed by the old server; the calls still answer.
             found = await asyncio.gather(*(queue.cancel_requested("r1") for _ in range(4)))
-            assert found == ["enough"] * 4
+            assert found == [{"reason": "enough", "actor": None}] * 4
         finally:
             await queue.aclose()
 

@@ -23,7 +23,7 @@ from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
 from phasegraph.store import Store
 from phasegraph.testing import isolated_redis_url
 from phasegraph.worker import work_queue_of
-from phasegraph.worker._driver import Driven, Outcome, Reply, RunDriver
+from phasegraph.worker._driver import Cancel, Driven, Outcome, Reply, RunDriver
 from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import QueueMailbox
 
@@ -45,7 +45,7 @@ class _Recording:
     async def replies_done(self, run_id: str, outcomes: Sequence[Outcome]) -> None:
         await self.inner.replies_done(run_id, outcomes)
 
-    async def cancel_requested(self, run_id: str) -> str | None:
+    async def cancel_requested(self, run_id: str) -> Cancel | None:
         return await self.inner.cancel_requested(run_id)
 
     async def cancel_done(self, run_id: str, outcome: Outcome) -> None:

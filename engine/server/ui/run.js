@@ -3,7 +3,7 @@
 // The event stream only says "something was committed": each batch triggers one refresh
 // of the run view and of the history after the last step shown.
 
-import { guard } from "./access.js";
+import { guard, guardGate } from "./access.js";
 import { api, ApiError, enc, follow } from "./api.js";
 import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.js";
 import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
@@ -359,7 +359,7 @@ export function showRun(main, runId) {
         ? h("p", { class: "reviewers" }, "Reviewers: ", interrupt.reviewers.join(", ")) : "",
       json(interrupt.payload),
       h("label", { for: `feedback-${n}` }, "Feedback"), feedback,
-      h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? [...buttons, guard("gates:answer", [...buttons, feedback])] : h("span", { class: "muted" }, "This gate declares no triggers.")),
+      h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? [...buttons, guardGate(interrupt.reviewers, [...buttons, feedback])] : h("span", { class: "muted" }, "This gate declares no triggers.")),
       status);
   }
 
