@@ -27,8 +27,8 @@ from typing import Any
 from doc_kit import DOCS, REPO, Session, blocks, heading_line, run_page
 
 # The one home of the browser fixture and the screenshots is the viewer's own tests.
-sys.path.insert(0, str(REPO / "tests" / "server"))
-from test_viewer_browser import WAIT_MS, browser, shot  # noqa: E402
+sys.path.append(str(REPO / "tests" / "server"))
+from test_viewer_browser import WAIT_MS, browser, shot
 
 __all__ = ["browser"]  # the browser fixture, shared
 
@@ -45,7 +45,7 @@ def _serve_command() -> str:
     assert len(found) == 1, f"{PAGE}: {len(found)} blocks are tested by {HERE}, expected 1"
     (block,) = found
     assert block.text.startswith("phasegraph serve"), block.text
-    assert block.line > heading_line(PAGE, GATE), f"{block.where}: the serve block is above {GATE!r}"
+    assert block.line > heading_line(PAGE, GATE), f"{block.where}: not under {GATE!r}"
     return block.text
 
 
