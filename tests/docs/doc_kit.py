@@ -12,6 +12,9 @@ an HTML comment on the line right above it (invisible on the rendered page):
 - ``<!-- illustration -->``: not run (YAML is still parsed, Python still compiled).
 - ``<!-- tested by PATH -->``: run by that test file instead (it must exist).
 
+A page may also be run up to one of its headings (``run_page(..., until="## Heading")``),
+for a test that takes over from there, as a reader would at that point of the page.
+
 Otherwise ``sh``/``bash`` blocks run in ``bash -e``, ``console`` blocks run their ``$ ``
 lines, ``python`` blocks run in the suite's interpreter, and ``yaml`` blocks must be
 whole graphs or machines, checked with ``check --strict``. ``text`` and ``mermaid``
@@ -194,9 +197,25 @@ def _parse(block: Block) -> None:
         ast.parse(block.text)
 
 
-def run_page(page: Path, folder: Path) -> None:
-    """Run every block of a page in one session, then check the definitions it wrote."""
+def heading_line(page: Path, heading: str) -> int:
+    """The line (1-based) of the page's one heading written exactly ``heading``."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    found = [number for number, line in enumerate(lines, 1) if line.strip() == heading]
+    assert len(found) == 1, f"{shown(page)}: {len(found)} lines read {heading!r}, expected 1"
+    return found[0]
+
+
+def run_page(page: Path, folder: Path, *, until: str | None = None) -> Session:
+    """Run a page's blocks in one session, then check the definitions it wrote.
+
+    With ``until`` (a heading, such as ``"## Answer the gate"``), only the blocks above
+    that heading run; the session is returned for the test to go on from there.
+    """
+    last = heading_line(page, until) if until is not None else None
     session = Session(folder)
     for block in blocks(page):
+        if last is not None and block.line > last:
+            break
         session.run(block)
     session.check(session.definitions, shown(page))
+    return session

@@ -30,6 +30,22 @@ def test_a_command_that_fails_fails_the_page_unless_its_exit_is_given(tmp_path: 
     run_page(_page(tmp_path / "b", "<!-- exit: 2 -->\n" + text), tmp_path / "b" / "session")
 
 
+def test_a_page_runs_up_to_a_heading_and_hands_its_session_over(tmp_path: Path) -> None:
+    text = (
+        "```sh\necho above > above.txt\n```\n\n## Later\n\n"
+        "```sh\nphasegraph status no-such-run\n```\n"
+    )
+    page = _page(tmp_path, text)
+    session = run_page(page, tmp_path / "session", until="## Later")
+    assert session.folder == tmp_path / "session"
+    assert (session.folder / "above.txt").read_text(encoding="utf-8") == "above\n"
+    with pytest.raises(AssertionError, match=r"page.md: 0 lines read '## Sooner', expected 1"):
+        run_page(page, tmp_path / "session", until="## Sooner")
+    (tmp_path / "whole").mkdir()
+    with pytest.raises(AssertionError, match="exit 2, expected 0"):  # the block below it
+        run_page(page, tmp_path / "whole")
+
+
 def test_a_written_graph_is_checked_strictly(tmp_path: Path) -> None:
     # A machine whose last transition is missing: check finds a guard gap.
     machine = (REPO / "docs" / "tutorial" / "first-graph.md").read_text(encoding="utf-8")
