@@ -17,7 +17,6 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,9 +25,8 @@ from typing import Any
 
 from doc_kit import DOCS, REPO, Session, blocks, heading_line, run_page
 
-# The one home of the browser fixture and the screenshots is the viewer's own tests.
-sys.path.append(str(REPO / "tests" / "server"))
-from test_viewer_browser import WAIT_MS, browser, shot
+# The one home of the browser fixture and the screenshots.
+from browser_kit import WAIT_MS, browser, shot
 
 __all__ = ["browser"]  # the browser fixture, shared
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 from effects_kit import TOKEN, EffectsServer, effect_id, effects_server
-from test_viewer_browser import browser, signed_in
+
+from browser_kit import browser, signed_in
 
 __all__ = ["browser"]  # the module's Chromium, shared with the viewer's tests
 DONE_MS = 120_000  # a failure guard for what the server does next, on a machine under load

@@ -13,13 +13,11 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.request
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,30 +25,14 @@ from typing import Any, TypeVar
 import pytest
 from test_server import FIXTURES
 
+from browser_kit import WAIT_MS, browser, shot, signed_in
 from builders import REPO, cli_argv
 from phasegraph import Engine, open_store
 
 T = TypeVar("T")
-CHROMIUM = os.environ.get("PHASEGRAPH_TEST_CHROMIUM", "/usr/bin/chromium")
-SHOTS = REPO / "build" / "screenshots"
+__all__ = ["WAIT_MS", "browser", "shot", "signed_in"]  # shared by the module's tests
 TOKEN = "viewer-token"
 VIEWER = (FIXTURES / "viewer.yaml").read_text(encoding="utf-8")
-WAIT_MS = 15_000  # how long a page may take to show what a step committed
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}: CI must run the browser tests (see .ci/run)")
-    pytest.skip(reason)
 
 
 @dataclass
@@ -121,55 +103,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             server.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
-    with sync_playwright() as playwright:
-        # The system's Chromium: Playwright never downloads a browser here.
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@contextmanager
-def signed_in(browser: Any, url: str, token: str, height: int = 800) -> Iterator[Any]:
-    """A fresh tab (empty sessionStorage), 1280 wide, that gave ``token`` to the viewer."""
-    context = browser.new_context(viewport={"width": 1280, "height": height})
-    tab = context.new_page()
-    tab.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.goto(url + "/ui")
-    tab.fill("#token", token)
-    tab.click("text=Use token")
-    tab.wait_for_selector("table.runs")
-    try:
-        yield tab
-    finally:
-        context.close()
-    assert errors == [], errors  # no script error on any page the test visited
-
-
 @pytest.fixture
 def page(browser: Any, served: Served) -> Iterator[Any]:
     """A fresh tab at 1280 by 800 that has given the token."""
     with signed_in(browser, served.url, TOKEN) as tab:
         yield tab
-
-
-def shot(tab: Any, name: str) -> Path:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    path = SHOTS / name
-    tab.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")  # shown with -s; CI lists the folder after the tests
-    return path
 
 
 def test_a_missing_or_wrong_token_is_said_plainly(browser: Any, served: Served) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from test_server import FIXTURES
-from test_viewer_browser import TOKEN, Served, browser, shot, signed_in
+from test_viewer_browser import TOKEN, Served
 
+from browser_kit import browser, shot, signed_in
 from builders import cli_argv
 from phasegraph.server._tokens import load_book, save_book
 
