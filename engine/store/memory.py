@@ -12,6 +12,7 @@ import bisect
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import final
 
 from phasegraph.errors import LeaseLostError, StoreError
@@ -31,21 +32,17 @@ from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, Stor
 __all__ = ["MemoryStore"]
 
 
-# A plain class, not a dataclass: defining a dataclass costs every run's start more
-# (dataclasses writes and compiles its methods) than it saves here.
+@dataclass(slots=True)
 class _Run:
     """Everything kept for one run id (which may have a lease but no commit yet)."""
 
-    __slots__ = ("expires_at", "meta", "owner", "records", "snapshot_seqs", "snapshots", "token")
-
-    def __init__(self) -> None:
-        self.meta: RunMeta | None = None
-        self.records: list[bytes] = []
-        self.snapshots: dict[int, bytes] = {}
-        self.snapshot_seqs: list[int] = []  # ascending, for bisect
-        self.owner: str | None = None  # None: no live holder (released or never taken)
-        self.token = 0  # the last token issued
-        self.expires_at = 0.0
+    meta: RunMeta | None = None
+    records: list[bytes] = field(default_factory=list)
+    snapshots: dict[int, bytes] = field(default_factory=dict)
+    snapshot_seqs: list[int] = field(default_factory=list)  # ascending, for bisect
+    owner: str | None = None  # None: no live holder (released or never taken)
+    token: int = 0  # the last token issued
+    expires_at: float = 0.0
 
     @property
     def head(self) -> int:
