@@ -6,7 +6,6 @@ import argparse
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -22,7 +21,8 @@ _VALUE_CHARS: Final = 400
 """How much of one payload value the text output shows (``--json`` shows all)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# A plain class, not a dataclass: every run command defines it, and a dataclass costs its
+# start more to define (dataclasses writes and compiles its methods) than it saves.
 class OpenGate:
     """A pending interrupt and the triggers a reply may fire on it.
 
@@ -33,8 +33,11 @@ class OpenGate:
             could not be loaded to ask.
     """
 
-    interrupt: Interrupt
-    answers: tuple[str, ...]
+    __slots__ = ("answers", "interrupt")
+
+    def __init__(self, *, interrupt: Interrupt, answers: tuple[str, ...]) -> None:
+        self.interrupt: Final = interrupt
+        self.answers: Final = answers
 
 
 async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:

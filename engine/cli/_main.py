@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 
 from phasegraph import __version__
@@ -33,8 +34,12 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every command (importing none of their modules)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser for every command (importing none of their modules).
+
+    Args:
+        only: Build the sub-parser of this command alone (see :func:`_command_of`).
+    """
     parser = argparse.ArgumentParser(
         prog="phasegraph",
         description="Run explicit state-machine workflows with a durable snapshot per step.",
@@ -46,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common()
     for command in COMMANDS:
+        if only is not None and command.name != only:
+            continue
         parsed = sub.add_parser(
             command.name, parents=[common], help=command.help, description=command.help
         )
@@ -54,9 +61,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` starts with, or None when it starts with anything else.
+
+    Then the top-level parser reads nothing but the command's name and hands every later
+    word to that command's sub-parser, whose errors and help are its own (the top-level
+    usage names no command: ``COMMAND``). So the parser of that one command parses
+    ``argv`` exactly as the whole one would, without building every other sub-parser
+    (a good part of a short command's start-up). Anything else (an option first, no
+    command, an unknown one) gets the whole parser, and its help or error.
+    """
+    if argv and argv[0] in _NAMES:
+        return argv[0]
+    return None
+
+
+_NAMES = frozenset(command.name for command in COMMANDS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``phasegraph`` console script."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(only=_command_of(words)).parse_args(words)
     handler: Handler = args.load_handler()  # imports the command's module, and the engine with it
     # Imported here, not at the top, for the same reason: it needs the engine.
     from phasegraph.cli._support import run_command

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
@@ -111,15 +110,18 @@ class _Plain(Progress):
             print(line, file=self._stream, flush=True)
 
 
-@dataclass(slots=True)
+# A plain class, not a dataclass: see OpenGate in phasegraph.cli._gates.
 class _Row:
     """One node's line of the table, kept from the committed state and the events."""
 
-    status: str = "pending"
-    state: str = ""
-    steps: int = 0
-    counters: Mapping[str, int] = field(default_factory=dict)
-    turn: int | None = None  # the model's answers so far, as the llm action records them
+    __slots__ = ("counters", "state", "status", "steps", "turn")
+
+    def __init__(self) -> None:
+        self.status = "pending"
+        self.state = ""
+        self.steps = 0
+        self.counters: Mapping[str, int] = {}
+        self.turn: int | None = None  # the model's answers so far, as the llm action records
 
     def moved(self, node: NodeState) -> None:
         """Take what ``node`` (a committed state) says."""

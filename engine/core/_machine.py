@@ -20,9 +20,8 @@ library's global nested-state separator is never touched.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from msgspec import Struct
 from transitions import Machine, MachineError
@@ -65,7 +64,8 @@ class _Guard(Struct, frozen=True, gc=False):
 Predicate = Callable[[_Guard], bool]
 
 
-@dataclass(frozen=True, slots=True)
+# A plain class, not a dataclass: defining a dataclass costs every run's start more
+# (dataclasses writes and compiles its methods) than it saves here.
 class _Route:
     """One candidate transition for a (source state, trigger), read from the library.
 
@@ -75,15 +75,26 @@ class _Route:
             ``conditions``, ``False`` for ``unless``), in the library's order.
     """
 
-    dest: str
-    checks: tuple[tuple[Predicate, bool], ...]
-    # What a step needs of ``dest`` once the route is taken, read here once rather than
-    # looked up per step: its nested machine, its outcome if final, the budgets entering
-    # it spends, and the path ``(dest,)`` of a flat machine (one tuple, shared).
-    nested: str | None
-    final: NodeOutcome | None
-    spends: tuple[str, ...]
-    alone: tuple[str]
+    __slots__ = ("alone", "checks", "dest", "final", "nested", "spends")
+
+    def __init__(
+        self,
+        dest: str,
+        checks: tuple[tuple[Predicate, bool], ...],
+        nested: str | None,
+        final: NodeOutcome | None,
+        spends: tuple[str, ...],
+        alone: tuple[str],
+    ) -> None:
+        self.dest: Final = dest
+        self.checks: Final = checks
+        # What a step needs of ``dest`` once the route is taken, read here once rather
+        # than looked up per step: its nested machine, its outcome if final, the budgets
+        # entering it spends, and the path ``(dest,)`` of a flat machine (one tuple, shared).
+        self.nested: Final = nested
+        self.final: Final = final
+        self.spends: Final = spends
+        self.alone: Final = alone
 
 
 class _Cursor:
@@ -469,11 +480,15 @@ class MachineSet:
         return StepResult(position=position, outcome=definition.final)
 
 
-@dataclass(slots=True, kw_only=True)
-class _StepContext:
-    node_id: str
-    settings: Mapping[str, Any]
-    counters: dict[str, int]
+class _StepContext:  # a plain class: see _Route
+    __slots__ = ("counters", "node_id", "settings")
+
+    def __init__(
+        self, *, node_id: str, settings: Mapping[str, Any], counters: dict[str, int]
+    ) -> None:
+        self.node_id = node_id
+        self.settings = settings
+        self.counters = counters
 
 
 def _spend(machine: CompiledMachine, prefix: str, state: str, ctx: _StepContext) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from itertools import pairwise
+from typing import Final
 
 from phasegraph.core._graph import WorkflowGraph
 from phasegraph.model import NodeDef
@@ -20,7 +20,8 @@ from phasegraph.model import NodeDef
 __all__ = ["WriteConflict", "declared_conflicts", "shared_keys", "write_conflict"]
 
 
-@dataclass(frozen=True, slots=True)
+# A plain class, not a dataclass: defining a dataclass costs every run's start more
+# (dataclasses writes and compiles its methods) than it saves here.
 class WriteConflict:
     """Two unordered nodes that write the same keys with no reducer to combine them.
 
@@ -30,9 +31,12 @@ class WriteConflict:
         keys: The keys both write, sorted.
     """
 
-    first: str
-    second: str
-    keys: tuple[str, ...]
+    __slots__ = ("first", "keys", "second")
+
+    def __init__(self, first: str, second: str, keys: tuple[str, ...]) -> None:
+        self.first: Final = first
+        self.second: Final = second
+        self.keys: Final = keys
 
     def message(self) -> str:
         """What is wrong and the two ways to fix it."""

@@ -6,7 +6,7 @@ those) — creates it here, with :func:`create_run`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from phasegraph.errors import RunStateError, SequenceConflictError
 from phasegraph.model import RunState, StepRecord
@@ -17,7 +17,8 @@ from phasegraph.store.base import Store
 __all__ = ["Created", "create_run"]
 
 
-@dataclass(frozen=True, slots=True)
+# A plain class, not a dataclass: defining a dataclass costs every run's start more
+# (dataclasses writes and compiles its methods) than it saves here.
 class Created:
     """A run just created, its lease still held.
 
@@ -27,8 +28,11 @@ class Created:
             the run's records against).
     """
 
-    hold: Hold
-    snapshot_bytes: int
+    __slots__ = ("hold", "snapshot_bytes")
+
+    def __init__(self, hold: Hold, snapshot_bytes: int) -> None:
+        self.hold: Final = hold
+        self.snapshot_bytes: Final = snapshot_bytes
 
 
 async def create_run(

@@ -113,7 +113,8 @@ class RunOptions:
         return owner_with_holder(self.owner or f"{socket.gethostname()}:{os.getpid()}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# A plain class, not a dataclass: defining a dataclass costs every run's start more
+# (dataclasses writes and compiles its methods) than it saves here.
 class RunEnvironment:
     """What every run an engine drives shares: where it commits, its clock, its events.
 
@@ -123,6 +124,9 @@ class RunEnvironment:
         bus: Receives the run's events, once each step is committed.
     """
 
-    store: Store
-    clock: Clock
-    bus: EventBus
+    __slots__ = ("bus", "clock", "store")
+
+    def __init__(self, *, store: Store, clock: Clock, bus: EventBus) -> None:
+        self.store: Final = store
+        self.clock: Final = clock
+        self.bus: Final = bus

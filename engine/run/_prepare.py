@@ -7,14 +7,14 @@ first step, so bad names fail fast and the per-step path does no lookups by stri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from phasegraph.actions import Action, effect_of
+from phasegraph.actions import Action, EventSink, ToolCall, effect_of
 from phasegraph.actions._base import declared_writes
 from phasegraph.actions._build import build_action
 from phasegraph.actions._effects import EffectPolicy, effect_policy
@@ -26,6 +26,7 @@ from phasegraph.errors import Problem, SpecError
 from phasegraph.model import (
     Effect,
     GraphDef,
+    NodeDef,
     NodeState,
     RunState,
     RunStatus,
@@ -34,9 +35,12 @@ from phasegraph.model import (
     replace,
 )
 from phasegraph.run._middleware import Middleware, build_middleware, chain
-from phasegraph.tools._registry import ToolFactory, build_tools
 
-__all__ = ["REDUCERS", "PreparedGraph", "initial_state", "prepare"]
+if TYPE_CHECKING:
+    from phasegraph.tools._mcp._servers import McpServers
+    from phasegraph.tools._registry import ToolFactory
+
+__all__ = ["REDUCERS", "DeferredTools", "PreparedGraph", "initial_state", "prepare"]
 
 REDUCERS = frozenset({"append", "merge"})
 """How writes to a key from unordered nodes may be combined."""
@@ -52,7 +56,8 @@ class PreparedGraph:
         workflow: The compiled DAG.
         machines: Every machine compiled once.
         actions: ``(node id, hook)`` → the bound action wrapped in the middleware chain.
-        tools: Binds ``ctx.tool`` for each action call.
+        tools: Binds ``ctx.tool`` for each action call (a :class:`DeferredTools` when
+            nothing about the graph's tools can be wrong: built on the first tool call).
         gates: ``(node id, hook)`` → the human gate bound there.
         effects: ``(node id, hook)`` → what the bound action declares about its side
             effects (see :mod:`phasegraph.actions._effects`).
@@ -65,12 +70,96 @@ class PreparedGraph:
     workflow: WorkflowGraph
     machines: MachineSet
     actions: Mapping[tuple[str, str], Action]
-    tools: ToolFactory
+    tools: ToolFactory | DeferredTools
     gates: Mapping[tuple[str, str], HumanGate]
     effects: Mapping[tuple[str, str], EffectPolicy] = field(default_factory=dict)
     sites: dict[tuple[str, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+
+class DeferredTools:
+    """A graph's tool factory, built the first time an action calls or offers a tool.
+
+    Only for a graph whose tools cannot be wrong (no ``mcp:``, no node with tool rules:
+    :func:`~phasegraph.tools._registry.build_tools` has nothing to refuse there), so
+    building it later changes nothing but when the tool modules are imported: most
+    graphs' actions call no tool, and a run of one never imports them.
+    """
+
+    __slots__ = ("_definition", "_factory")
+
+    def __init__(self, definition: GraphDef) -> None:
+        self._definition = definition
+        self._factory: ToolFactory | None = None
+
+    @property
+    def factory(self) -> ToolFactory:
+        """The tool factory, built on first use."""
+        if self._factory is None:
+            from phasegraph.tools._registry import build_tools
+
+            self._factory = build_tools(self._definition)
+        return self._factory
+
+    @property
+    def servers(self) -> McpServers | None:
+        """None: a graph with MCP servers has its factory built at once."""
+        return None
+
+    @property
+    def has_servers(self) -> bool:
+        """False: a graph with MCP servers has its factory built at once."""
+        return False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """See :attr:`ToolFactory.names <phasegraph.tools._registry.ToolFactory.names>`."""
+        return self.factory.names
+
+    async def offered(
+        self, node: NodeDef, state: str, run: RunState | None, wanted: Sequence[str]
+    ) -> list[Mapping[str, Any]]:
+        """See :meth:`ToolFactory.offered <phasegraph.tools._registry.ToolFactory.offered>`."""
+        return await self.factory.offered(node, state, run, wanted)
+
+    def effect(self, name: str) -> Effect:
+        """See :meth:`ToolFactory.effect <phasegraph.tools._registry.ToolFactory.effect>`."""
+        return self.factory.effect(name)
+
+    async def close_run(self, run_id: str) -> None:
+        """Nothing to close: the graph has no MCP servers."""
+
+    def bind(
+        self, node: NodeDef, state: str, emit: EventSink, run: RunState | None = None
+    ) -> ToolCall:
+        """See :meth:`ToolFactory.bind <phasegraph.tools._registry.ToolFactory.bind>`."""
+        return self.factory.bind(node, state, emit, run)
+
+    def binder(self, node: NodeDef, state: str) -> Callable[[EventSink, RunState | None], ToolCall]:
+        """See :meth:`ToolFactory.binder <phasegraph.tools._registry.ToolFactory.binder>`.
+
+        The factory is built when the result is first called (an action calls a tool).
+        """
+        bound: list[Callable[[EventSink, RunState | None], ToolCall]] = []
+
+        def bind(emit: EventSink, run: RunState | None = None) -> ToolCall:
+            if not bound:
+                bound.append(self.factory.binder(node, state))
+            return bound[0](emit, run)
+
+        return bind
+
+
+def _tools(definition: GraphDef) -> ToolFactory | DeferredTools:
+    """The graph's tool factory: built now where it may refuse something, else on demand."""
+    if not definition.mcp and not any(
+        "phases" in node.settings or "workspace" in node.settings for node in definition.nodes
+    ):
+        return DeferredTools(definition)
+    from phasegraph.tools._registry import build_tools  # see DeferredTools
+
+    return build_tools(definition)
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
@@ -147,7 +236,7 @@ def prepare(
         workflow=workflow,
         machines=compile_machines(definition.machines),
         actions=MappingProxyType(bound),
-        tools=build_tools(definition),
+        tools=_tools(definition),
         gates=MappingProxyType(gates),
         effects=MappingProxyType(effects),
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from phasegraph import codec
@@ -36,7 +35,8 @@ _JSON_PAGE: Final = 256
 """Records :func:`history_json` renders at a time."""
 
 
-@dataclass(frozen=True, slots=True)
+# A plain class, not a dataclass: defining a dataclass costs every run's start more
+# (dataclasses writes and compiles its methods) than it saves here.
 class Loaded:
     """A run read at a seq, with what a writer continuing it needs.
 
@@ -49,10 +49,19 @@ class Loaded:
             and those of the segments it refers to).
     """
 
-    stored: StoredRun
-    state: RunState
-    snapshots: _chunks.SnapshotCache
-    snapshot_bytes: int
+    __slots__ = ("snapshot_bytes", "snapshots", "state", "stored")
+
+    def __init__(
+        self,
+        stored: StoredRun,
+        state: RunState,
+        snapshots: _chunks.SnapshotCache,
+        snapshot_bytes: int,
+    ) -> None:
+        self.stored: Final = stored
+        self.state: Final = state
+        self.snapshots: Final = snapshots
+        self.snapshot_bytes: Final = snapshot_bytes
 
 
 async def load(store: Store, run_id: str, seq: int | None = None) -> Loaded:

@@ -422,6 +422,13 @@ def test_unknown_preset_is_refused():
         prepared(concern_graph(solo_node({"phases": "strict"})), {})
 
 
+def test_a_workspace_alone_is_checked_before_the_run():
+    # A node with a workspace but no phases still has rules: they are read when the
+    # graph is prepared, not when its first tool is called.
+    with pytest.raises(SpecError, match="workspace must be a folder path"):
+        prepared(concern_graph(solo_node({"workspace": 5})), {})
+
+
 # --------------------------------------------------------------------------- symbols
 
 PY_SOURCE = '''import os
