@@ -122,21 +122,13 @@ def local_actor() -> Actor:
     on the steps it decides (start, reply, cancel, fork) but a gate's reviewers do not
     restrict it.
     """
-    # getpass.getuser()'s documented rule, without importing getpass (and termios with
-    # it) at the start of every run: the first login variable set, else the passwd entry.
-    user = next((os.environ[name] for name in _LOGIN_VARIABLES if os.environ.get(name)), "")
-    if not user:
-        try:
-            import pwd  # here: most environments name the user
+    import getpass  # here: only the commands that decide something ask
 
-            user = pwd.getpwuid(os.getuid()).pw_name
-        except (ImportError, KeyError):  # no passwd entry (a bare container), or no pwd
-            user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
     return Actor(name=LOCAL_PREFIX + user)
-
-
-_LOGIN_VARIABLES: Final = ("LOGNAME", "USER", "LNAME", "USERNAME")
-"""Where :func:`getpass.getuser` looks for the login name, in its order."""
 
 
 def run_command(handler: Handler, args: argparse.Namespace) -> int:

@@ -139,16 +139,10 @@ run a graph read back from the compiled-graph cache, with an input that passed b
 
 
 TOOLING = frozenset(
-    {
-        "phasegraph.spec._loader",
-        "phasegraph.tools._registry",
-        "phasegraph.tools._builtins",
-        "getpass",
-        "termios",
-    }
+    {"phasegraph.spec._loader", "phasegraph.tools._registry", "phasegraph.tools._builtins"}
 )
-"""The graph loader; the tools and their rules, which a graph whose actions call no tool
-never needs; and getpass, whose rule for the user's name the CLI follows on its own."""
+"""The graph loader, and the tools and their rules, which a graph whose actions call no
+tool never needs."""
 
 
 def test_running_an_unchanged_graph_again_loads_nothing_again(
