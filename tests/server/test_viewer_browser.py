@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -64,9 +65,10 @@ class Served:
         raise AssertionError(f"run {run_id} never reached {status}")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    folder = tmp_path_factory.mktemp("viewer")
+@contextmanager
+def serving(folder: Path, *options: str) -> Iterator[Served]:
+    """``phasegraph serve`` on a free port with the viewer's token and a SQLite store in
+    ``folder``, and ``options`` (more sign-in, say); stopped on leaving."""
     store = f"sqlite:///{folder / 'runs.db'}"
     argv = cli_argv(
         "serve",
@@ -82,6 +84,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         "gate_actions",
         "--allow-python",
         "phasegraph.concerns.spec",
+        *options,
     )
     env = {
         **os.environ,
@@ -101,6 +104,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         finally:
             server.terminate()
             server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("viewer")) as server:
+        yield server
 
 
 @pytest.fixture

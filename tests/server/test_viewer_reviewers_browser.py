@@ -8,18 +8,13 @@ and the timeline says she confirmed it.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_server import FIXTURES
-from test_viewer_browser import TOKEN, VIEWER, Served
+from test_viewer_browser import VIEWER, Served, serving
 
 from browser_kit import browser, shot, signed_in
-from builders import cli_argv
 from phasegraph.server._tokens import load_book, save_book
 
 __all__ = ["browser"]  # the module's browser fixture, shared
@@ -41,36 +36,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str
     book, bob = load_book(tokens).add("bob", scopes, ("qa",), now=0.0)
     book, alice = book.add("alice", scopes, ("qa",), now=0.0)
     save_book(tokens, book)
-    store = f"sqlite:///{folder / 'runs.db'}"
-    argv = cli_argv(
-        "serve",
-        "--port",
-        "0",
-        "--token",
-        TOKEN,
-        "--tokens",
-        str(tokens),
-        "--store",
-        store,
-        "--upload-dir",
-        str(folder / "uploads"),
-        "--allow-python",
-        "gate_actions",
-        "phasegraph.concerns.spec",
-    )
-    path = os.pathsep.join(filter(None, [str(FIXTURES), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    ) as server:
-        assert server.stdout is not None
-        match = re.search(r"http://\S+", server.stdout.readline())
-        assert match
-        try:
-            yield Served(match[0], store), bob, alice
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with serving(folder, "--tokens", str(tokens)) as served:
+        yield served, bob, alice
 
 
 def test_only_a_reviewer_may_press_a_gates_buttons(

@@ -6,19 +6,14 @@ Chromium through Playwright (skipped without them, as the other viewer tests).
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server import FIXTURES
-from test_viewer_browser import TOKEN, Served
+from test_viewer_browser import TOKEN, Served, serving
 
 from browser_kit import browser, shot, signed_in
-from builders import cli_argv
 from phasegraph.server._tokens import load_book, save_book
 
 __all__ = ["browser"]  # the module's browser fixture, shared
@@ -30,36 +25,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str
     tokens = folder / "tokens.json"
     book, reader = load_book(tokens).add("rita", ("runs:read",), ("qa",), now=0.0)
     save_book(tokens, book)
-    store = f"sqlite:///{folder / 'runs.db'}"
-    argv = cli_argv(
-        "serve",
-        "--port",
-        "0",
-        "--token",
-        TOKEN,
-        "--tokens",
-        str(tokens),
-        "--store",
-        store,
-        "--upload-dir",
-        str(folder / "uploads"),
-        "--allow-python",
-        "gate_actions",
-        "phasegraph.concerns.spec",
-    )
-    path = os.pathsep.join(filter(None, [str(FIXTURES), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    ) as server:
-        assert server.stdout is not None
-        match = re.search(r"http://\S+", server.stdout.readline())
-        assert match
-        try:
-            yield Served(match[0], store), reader
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with serving(folder, "--tokens", str(tokens)) as served:
+        yield served, reader
 
 
 def test_a_reader_sees_disabled_controls_with_their_reasons(
