@@ -67,8 +67,8 @@ def shown(path: Path) -> str:
 
 
 def pages() -> list[Path]:
-    """The README and every hand-written page of the site."""
-    found = [REPO / "README.md"]
+    """The README, the files the site includes, and every hand-written page of the site."""
+    found = [REPO / name for name in ("README.md", "CONTRIBUTING.md", "benchmarks/README.md")]
     for page in sorted(DOCS.rglob("*.md")):
         relative = page.relative_to(DOCS).as_posix()
         if not relative.startswith(NOT_HAND_WRITTEN):

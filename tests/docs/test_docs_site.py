@@ -1,7 +1,7 @@
 """The site builds with no warning (``mkdocs build --strict``), every page in the nav.
 
-CI builds it in a step of its own, after installing the ``docs`` extra; here it is built
-when MkDocs is installed (``pip install -e '.[docs]'``).
+The ``test`` extra installs MkDocs (the ``docs`` extra); CI also builds the site in a
+step of its own.
 """
 
 from __future__ import annotations
