@@ -116,7 +116,7 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
         interrupt = gate.interrupt
         due = _due(args, state.run_id, interrupt.deadline) if interrupt.deadline else ""
         lines.append(
-            f"\n  node {interrupt.node} waits for a {interrupt.kind} (id {interrupt.id}{due})"
+            f"\n  node {interrupt.node} waits at its {interrupt.kind} gate (id {interrupt.id}{due})"
         )
         if interrupt.reviewers:
             lines.append(f"\n    reviewers: {', '.join(interrupt.reviewers)}")

@@ -184,6 +184,11 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
         abandoned = known and holder is None
         if abandoned and await queued_runs(engine, [state.run_id]):
             head += " (queued: the next free 'phasegraph worker' drives it)"
+        elif abandoned and state.seq == 0:
+            head += (
+                f" (not started: created, and no process has driven it yet; drive it with "
+                f"'{resume_command(args, state.run_id)}')"
+            )
         elif abandoned:
             head += (
                 f" (abandoned: no live process drives it; continue it with "
@@ -249,18 +254,31 @@ async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
     ]
     # A run nobody drives is only abandoned if no worker is going to take it either.
     queued = await queued_runs(engine, undriven)
-    abandoned = [run_id for run_id in undriven if run_id not in queued]
-    shown = {**dict.fromkeys(abandoned, "abandoned"), **dict.fromkeys(queued, "queued")}
+    # One created and never driven (a fork made with --no-run, say) has not stopped: it
+    # has not started.
+    created = {m.run_id for m in runs if m.seq == 0}
+    unstarted = [run_id for run_id in undriven if run_id not in queued and run_id in created]
+    abandoned = [run_id for run_id in undriven if run_id not in queued and run_id not in created]
+    shown = {
+        **dict.fromkeys(abandoned, "abandoned"),
+        **dict.fromkeys(unstarted, "not started"),
+        **dict.fromkeys(queued, "queued"),
+    }
     lines = [
         f"{m.run_id:<28} unreadable: {m.unreadable}"
         if m.unreadable
-        else f"{m.run_id:<28} {m.graph:<20} {shown.get(m.run_id, m.status):<10} step {m.seq}"
+        else f"{m.run_id:<28} {m.graph:<20} {shown.get(m.run_id, m.status):<11} step {m.seq}"
         for m in runs
     ]
     if abandoned:
         lines.append(
             "abandoned: running, but no live process drives it (it stopped or crashed); "
             f"continue one with '{resume_command(args, abandoned[0])}'"
+        )
+    if unstarted:
+        lines.append(
+            "not started: created, and no process has driven it yet; "
+            f"drive one with '{resume_command(args, unstarted[0])}'"
         )
     text = "\n".join(lines) or f"no runs in {store_label(args.store)}"
     emit(args, [meta_view(meta) for meta in runs], text, plain=True)

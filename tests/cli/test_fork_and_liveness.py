@@ -1,5 +1,6 @@
 """``fork`` drives the new run (or only creates it with ``--no-run``); ``status`` tells an
-abandoned run from one a live process drives, and says how to resume it."""
+abandoned run from one a live process drives and from one not started yet, and says how to
+resume it."""
 
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ def test_fork_drives_the_new_run_and_no_run_leaves_it_to_resume(tmp_path: Path) 
     new_id = created.stdout.strip()  # the id alone, for NEW=$(phasegraph fork ...)
     one = _cli(store, "status", new_id)
     assert one.stdout.startswith(
-        f"run {new_id} (hello) running at step 0 (abandoned: no live process drives it; "
-        f"continue it with 'phasegraph resume {new_id} --store {store}')"
+        f"run {new_id} (hello) running at step 0 (not started: created, and no process has "
+        f"driven it yet; drive it with 'phasegraph resume {new_id} --store {store}')"
     )
     listing = _cli(store, "status").stdout
-    assert f"{new_id:<28} hello                abandoned  step 0" in listing
-    assert f"continue one with 'phasegraph resume {new_id} --store {store}'" in listing
+    assert f"{new_id:<28} hello                not started step 0" in listing
+    assert f"drive one with 'phasegraph resume {new_id} --store {store}'" in listing
+    assert "abandoned" not in listing
     resumed = _cli(store, "resume", new_id, "-q")
     assert resumed.returncode == 0
     assert resumed.stdout == (
@@ -74,3 +76,31 @@ def test_status_says_a_live_run_is_driven(tmp_path: Path) -> None:
     )
     assert "abandoned" not in listing
     assert driver.returncode == 0
+
+
+def test_status_says_a_run_whose_driver_died_is_abandoned(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    started = tmp_path / "started"
+    env = {
+        **os.environ,
+        "PHASEGRAPH_TEST_STARTED": str(started),
+        "PHASEGRAPH_TEST_RELEASE": str(tmp_path / "never"),
+    }
+    argv = cli_argv("run", str(GATES / "blocking.yaml"), "--run-id", "gone", "--store", store)
+    driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        while not started.exists():
+            if driver.poll() is not None:
+                pytest.fail(driver.communicate()[1].decode())
+            time.sleep(0.01)
+    finally:
+        driver.kill()  # SIGKILL: its lease stays, held by a process that is gone
+        driver.communicate(timeout=120)
+    shown = _cli(store, "status", "gone").stdout
+    assert shown.startswith(
+        "run gone (blocking) running at step 1 (abandoned: no live process drives it; "
+        f"continue it with 'phasegraph resume gone --store {store}')"
+    )
+    listing = _cli(store, "status").stdout
+    assert f"{'gone':<28} blocking             abandoned   step 1" in listing
+    assert f"continue one with 'phasegraph resume gone --store {store}'" in listing

@@ -30,6 +30,7 @@ def test_waiting_message_lists_the_gates_own_triggers_and_exact_commands(tmp_pat
     done = _cli(store, "run", str(GATES / "okfail.yaml"), "--run-id", "g1", "-q")
     assert done.returncode == 3, done.stderr
     out = done.stdout
+    assert "node review waits at its review gate (id g1:review:run)" in out
     assert "it accepts ok, fail; answer with one of:" in out
     assert f"phasegraph reply g1 --id g1:review:run --trigger ok --store {store}" in out
     assert "--confirm" not in out  # this gate has no `confirm`: never suggest it
