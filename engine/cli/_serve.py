@@ -147,7 +147,6 @@ def _one_line_for_bad_requests(record: logging.LogRecord) -> bool:
 
 
 async def _cmd_serve(args: argparse.Namespace) -> int:
-    tune_collector()
     ttl = args.lease_ttl if args.lease_ttl is not None else lease_ttl()
     settings = _settings(args, ttl)
     tls = _tls(args)
@@ -170,6 +169,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
         try:
             site = web.TCPSite(runner, args.host, args.port, ssl_context=tls)
             await _listen(site, args.host, args.port)
+            tune_collector()  # started: a refused flag or port never tunes the process
             # Only once listening: a port refused is one line, with no log lines before it.
             configure_logging(args.log_format, quiet=args.quiet)
             stop = asyncio.Event()

@@ -55,7 +55,6 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     )
     # Worker lines (runs taken over, drives given up) as text on stderr.
     configure_logging("text", quiet=args.quiet, logger_name="phasegraph.worker")
-    tune_collector()
     run_options = RunOptions(lease_ttl=ttl, owner=f"worker {name}")
     async with (
         open_store(args.store) as store,
@@ -68,6 +67,7 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         partitions = await queue.partitions()
+        tune_collector()  # started: a store refused or without a queue never tunes the process
         print(
             f"worker {name} on {redact_url(args.store)}: {partitions} partition(s), "
             f"{options.concurrency} runs at once; a dead worker's runs are taken over after "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -405,9 +406,12 @@ def test_serve_refuses_a_public_address_without_a_token(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PHASEGRAPH_TOKEN", raising=False)
+    collector = gc.get_threshold(), gc.get_freeze_count()
     argv = ["serve", "--store", "memory://", "--host", "0.0.0.0", "--port", "0"]
     assert cli.main(argv) == 2
     assert "needs a bearer token" in capsys.readouterr().err
+    # A serve that never started leaves the process's collector as it found it.
+    assert (gc.get_threshold(), gc.get_freeze_count()) == collector
     with pytest.raises(SystemExit) as exited:
         cli.main(["serve", "--max-runs", "0"])
     assert exited.value.code == 2
