@@ -352,9 +352,9 @@ class Engine:
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
         async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
             if run.state.status.terminal:
-                from phasegraph.run._gates import refused_reply
+                from phasegraph.run._gates import GateNotOpen, refused_reply
 
-                refused = RunStateError(
+                refused = GateNotOpen(
                     f"run {run_id!r} already {run.state.status}; it waits for no reply",
                     run_id=run_id,
                 )

@@ -24,7 +24,21 @@ from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._stored import decode_history
 from phasegraph.store.base import Store
 
-__all__ = ["answered", "gate_answers", "not_a_reviewer", "refused_reply", "stale_reply"]
+__all__ = [
+    "GateNotOpen",
+    "answered",
+    "gate_answers",
+    "not_a_reviewer",
+    "refused_reply",
+    "stale_reply",
+]
+
+
+class GateNotOpen(RunStateError):
+    """A reply found no such gate open: :func:`refused_reply` reads the history for why.
+
+    Every other refusal of a reply (its payload, a reviewer, a trigger) is said as it is.
+    """
 
 
 def gate_answers(prepared: PreparedGraph | None, state: RunState) -> dict[str, tuple[str, ...]]:
@@ -113,10 +127,8 @@ async def refused_reply(
     a :class:`StaleReplyError`; otherwise ``error`` itself (the gate never opened).
     Any other refusal (a reviewer refused, an illegal trigger) is ``error`` as it is.
     """
-    if type(error) not in (RunStateError, StaleReplyError):
+    if not isinstance(error, GateNotOpen | StaleReplyError):
         return error
-    if type(error) is RunStateError and gate in state.interrupts:
-        return error  # the gate is open: refused for what the reply says (its payload)
     run_id = state.run_id
     start = 0 if step is None else step + 1
     if start > state.seq:

@@ -52,7 +52,7 @@ from phasegraph.model import (
     Value,
 )
 from phasegraph.run._checkpoint import Checkpoints
-from phasegraph.run._gates import refused_reply
+from phasegraph.run._gates import GateNotOpen, refused_reply
 from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
 from phasegraph.run._prepare import PreparedGraph
@@ -163,7 +163,7 @@ def _reply_step(
 ) -> tuple[StepRecord, bytes]:
     """The encoded step answering ``interrupt_id`` with ``result``, or the refusal raised."""
     if not state.interrupts:
-        raise RunStateError(
+        raise GateNotOpen(
             f"run {state.run_id!r} is not waiting for a reply (status {state.status})",
             run_id=state.run_id,
         )

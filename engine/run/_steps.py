@@ -29,7 +29,6 @@ from phasegraph.errors import (
     ActionError,
     BudgetExhaustedError,
     RunError,
-    RunStateError,
 )
 from phasegraph.model import (
     EMPTY,
@@ -50,7 +49,7 @@ from phasegraph.model import (
     replace,
 )
 from phasegraph.run._effects import OUTCOME_UNKNOWN, describe, effect_gate, settle, uncertain
-from phasegraph.run._gates import not_a_reviewer, stale_reply
+from phasegraph.run._gates import GateNotOpen, not_a_reviewer, stale_reply
 from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
 from phasegraph.run._prepare import PreparedGraph
@@ -575,7 +574,7 @@ class StepBuilder:
         interrupt = state.interrupts.get(interrupt_id)
         if interrupt is None:
             pending = ", ".join(state.interrupts) or "none"
-            raise RunStateError(
+            raise GateNotOpen(
                 f"run {state.run_id!r} has no pending interrupt {interrupt_id!r} "
                 f"(pending: {pending})",
                 run_id=state.run_id,
