@@ -72,7 +72,7 @@ GOALS = (
     ("SQLite commit p99 (FULL)", "sqlite_full", "commit_p99_ms", 1.0, "ms", "lower"),
     ("Redis step", "redis", "us_step", None, "µs", "lower"),
     ("Redis raw-socket Lua commit (floor)", "redis", "floor_us", None, "µs", "lower"),
-    ("Redis step ÷ floor", "redis", "floor_ratio", 1.25, "x", "lower"),
+    ("Redis step ÷ floor", "redis", "floor_ratio", 2.5, "x", "lower"),
     ("1,000 concurrent runs, Redis", "many_1000", "steps_s", 15_000.0, "steps/s", "higher"),
     ("10,000 concurrent runs, Redis", "many_10000", "steps_s", 10_000.0, "steps/s", "higher"),
     ("10,000 runs, steps per CPU second", "many_10000", "steps_cpu_s", None, "steps/s", "higher"),
@@ -96,8 +96,13 @@ GOALS = (
     ("200 concurrent runs, SQLite NORMAL", "sqlite_many", "steps_s", None, "steps/s", "higher"),
     ("200 concurrent runs, SQLite FULL", "sqlite_many_full", "steps_s", None, "steps/s", "higher"),
     ("Engine.get after 10,000 steps (SQLite)", "read", "get_ms", 0.3, "ms", "lower"),
-    ("Engine.history of 10,000 steps (SQLite)", "read", "history_ms", None, "ms", "lower"),
+    ("Engine.history of 10,000 steps (SQLite)", "read", "history_ms", 30.0, "ms", "lower"),
 )
+# Every goal but memory per run is a wall-clock figure, which other tenants' load moves
+# 3-30x: its verdict is given only when the load average (1 min) stayed at or below this
+# during the goal's samples (the benchmark's own child counts for about 1).
+IDLE_LOAD = 1.0
+NOT_WALL = frozenset({"kb_run"})
 
 
 # ----------------------------------------------------------------------------- child side
@@ -405,9 +410,12 @@ def report(samples: dict[str, dict[str, list[dict[str, float]]]], trees: list[st
             before, after = values
             cells.append("—" if before is None or after is None else f"{after / before:.2f}")
         last = values[-1]
+        load = max((s["load"] for s in samples[trees[-1]].get(case, [])), default=0.0)
         met = (
             "—"
             if target is None or last is None
+            else f"not idle (load {load:.1f}): no verdict"
+            if load > IDLE_LOAD and key not in NOT_WALL
             else ("yes" if (last <= target if better == "lower" else last >= target) else "no")
         )
         cells.append(met)

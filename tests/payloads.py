@@ -204,3 +204,32 @@ def shape(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value), tuple(shape(item) for item in value)
     return type(value)
+
+
+# Every key a format-5 record or node state leaves out when empty or nil, with the value
+# format 4 wrote for it (specs/snapshot-format.md).
+FORMAT_4_RECORD_KEYS: Mapping[str, Any] = MappingProxyType(
+    {
+        "a": {},
+        "d": {},
+        "dst": [],
+        "e": [],
+        "ev": [],
+        "i": None,
+        "l": None,
+        "n": None,
+        "ns": {},
+        "r": {},
+        "src": [],
+        "tr": None,
+    }
+)
+FORMAT_4_NODE_KEYS: Mapping[str, Any] = MappingProxyType(
+    {"c": {}, "e": None, "l": [], "o": None, "pl": {}}
+)
+
+
+def format_4_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw format-5 record body as format 4 wrote it: every key present."""
+    nodes = {key: {**FORMAT_4_NODE_KEYS, **node} for key, node in body.get("ns", {}).items()}
+    return {**FORMAT_4_RECORD_KEYS, **body, "ns": nodes}

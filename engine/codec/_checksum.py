@@ -10,6 +10,7 @@ a flipped bit anywhere in it is refused as corruption, not read as a changed val
 
 from __future__ import annotations
 
+import struct
 import zlib
 from typing import Final
 
@@ -18,6 +19,7 @@ __all__ = ["intact", "seal", "seal_parts", "sealed", "verified"]
 _HEADER: Final = 0x84  # a fixmap of four entries: body, kind, v, z
 _TRAILER: Final = b"\xa1z\xce"  # the key "z", then a uint32 marker
 _TAIL: Final = len(_TRAILER) + 4
+_TRAILER_AND_CRC: Final = struct.Struct(">3sI").unpack_from
 
 
 def seal(encoded: bytes) -> bytes:
@@ -51,12 +53,12 @@ def verified(data: bytes) -> bool:
     """:func:`sealed` and :func:`intact` in one call: the usual check of every payload read.
 
     Payloads are read by the thousand (a history, the records after a snapshot): the two
-    checks are written out here rather than called, with the CRC over a copied slice (a
-    few hundred bytes copy faster than a memoryview is made).
+    checks are written out here rather than called, the trailer and the checksum read in
+    one unpacking, and the CRC taken over a copied slice (a few hundred bytes copy faster
+    than a memoryview is made).
     """
-    return (
-        len(data) > _TAIL
-        and data[0] == _HEADER
-        and data[-_TAIL:-4] == _TRAILER
-        and zlib.crc32(data[1:-_TAIL]) == int.from_bytes(data[-4:], "big")
-    )
+    end = len(data) - _TAIL
+    if end <= 0 or data[0] != _HEADER:
+        return False
+    found: tuple[bytes, int] = _TRAILER_AND_CRC(data, end)
+    return found[0] == _TRAILER and zlib.crc32(data[1:end]) == found[1]

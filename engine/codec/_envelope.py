@@ -28,6 +28,7 @@ from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Final, Generic, TypeAlias, TypeVar, Union, get_args, get_origin
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from phasegraph import model
 from phasegraph.codec._checksum import (
@@ -84,7 +85,7 @@ __all__ = [
 RecordBody: TypeAlias = Record
 """A step record as :func:`read_record` reads it: checked, in its wire form (``seq`` is its seq)."""
 
-FORMAT_VERSION: Final = 4
+FORMAT_VERSION: Final = 5
 """The format version this phasegraph writes, and the newest it reads."""
 
 _Migration = Callable[[str, Any], Any]
@@ -122,16 +123,29 @@ def _three_to_four(kind: str, body: Any) -> Any:
     return body
 
 
+def _four_to_five(kind: str, body: Any) -> Any:
+    """Format 5 leaves out a record's and a node's empty and nil fields.
+
+    Every such key of a format-4 body is present, with the value it reads as: the body
+    is kept as it is (and read directly, like a format-5 one).
+    """
+    return body
+
+
 _MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
-    {1: _one_to_two, 2: _two_to_three, 3: _three_to_four}
+    {1: _one_to_two, 2: _two_to_three, 3: _three_to_four, 4: _four_to_five}
 )
 """Version ``n`` → the migration from ``n`` to ``n + 1``."""
+
+_READ_DIRECTLY: Final = frozenset({4, FORMAT_VERSION})
+"""The versions whose bodies the current layout reads as they are (format 5 only leaves
+out keys format 4 writes), so an older run's history is read as fast as a new one's."""
 
 _B = TypeVar("_B")
 _R = TypeVar("_R")
 
 
-class _Envelope(msgspec.Struct, Generic[_B], forbid_unknown_fields=True):
+class _Envelope(msgspec.Struct, Generic[_B], forbid_unknown_fields=True, gc=False):
     body: _B
     kind: str
     v: int
@@ -317,7 +331,9 @@ def _refused_at(value: Any) -> list[tuple[str, Any]] | None:
         return None
     parts: Iterable[tuple[str, Any, Any]] = ()
     if isinstance(value, msgspec.Struct):
-        parts = ((f".{name}", None, getattr(value, name)) for name in value.__struct_fields__)
+        fields = ((name, getattr(value, name)) for name in value.__struct_fields__)
+        # A key left out (UNSET) is not written, so cannot be what the encoder refused.
+        parts = ((f".{name}", None, item) for name, item in fields if item is not UNSET)
     elif isinstance(value, dict):
         parts = ((f"[{key!r}]", key, item) for key, item in value.items())
     elif isinstance(value, list | tuple):
@@ -359,7 +375,7 @@ def read_snapshot(data: bytes) -> StoredSnapshot:
         except _DECODE_ERRORS:
             pass  # not the usual case: the checked way below says why
         else:
-            if envelope.v == FORMAT_VERSION and envelope.kind == "snapshot":
+            if envelope.v in _READ_DIRECTLY and envelope.kind == "snapshot":
                 return StoredSnapshot(envelope.body, len(data))
     return StoredSnapshot(_checked(data, "snapshot", Snapshot), len(data))
 
@@ -529,7 +545,7 @@ def _each_record(
             except _DECODE_ERRORS:
                 pass
             else:
-                if envelope.v == FORMAT_VERSION and envelope.kind == "record":
+                if envelope.v in _READ_DIRECTLY and envelope.kind == "record":
                     append(take(envelope.body))
                     continue
         append(one(data))
@@ -544,7 +560,7 @@ def _record_body(data: bytes) -> Record:
         except _DECODE_ERRORS:
             pass
         else:
-            if envelope.v == FORMAT_VERSION and envelope.kind == "record":
+            if envelope.v in _READ_DIRECTLY and envelope.kind == "record":
                 return envelope.body
     return _checked(data, "record", Record)
 
@@ -681,9 +697,9 @@ def _explain(exc: msgspec.ValidationError, layout: type[Wire], label: str) -> Co
 
 
 def _optional(kind: Any) -> Any:
-    """``X`` of ``X | None``; any other type as it is."""
+    """``X`` of ``X | None`` or of an optional key's ``X | UnsetType``; any other type as it is."""
     if get_origin(kind) in (Union, UnionType):
-        (kind,) = (arg for arg in get_args(kind) if arg is not NoneType)
+        (kind,) = (arg for arg in get_args(kind) if arg is not NoneType and arg is not UnsetType)
     return kind
 
 
@@ -695,8 +711,8 @@ def _items(kind: Any) -> Any:
 def _describe(kind: Any) -> str:
     """What a value of ``kind`` must be, as messages say it (``a list of str``)."""
     inner = _optional(kind)
-    if inner is not kind:
-        return f"{_describe(inner)} or nil"
+    if inner is not kind:  # an optional key holds the type alone; nil is said
+        return f"{_describe(inner)} or nil" if NoneType in get_args(kind) else _describe(inner)
     if isinstance(kind, type) and issubclass(kind, Wire):
         keys = ", ".join(field.encode_name for field in msgspec.structs.fields(kind))
         return f"{_a(kind.what())} map of {keys}"

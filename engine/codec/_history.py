@@ -64,10 +64,10 @@ def _node(node: Node) -> dict[str, Any]:
         "status": node.status,  # an enum member: msgspec writes its value
         "path": node.path,
         "outcome": node.outcome,
-        "counters": node.counters,
+        "counters": node.counters or {},
         "steps": node.steps,
         "error": node.error,
-        "payload": _user(payload) if payload else payload,
+        "payload": _user(payload) if payload else {},
         "ledger": [_entry(entry) for entry in node.ledger] if node.ledger else [],
     }
 
@@ -128,11 +128,11 @@ def _record(body: Record) -> dict[str, Any]:
         "source": body.source,
         "trigger": body.trigger,
         "dest": body.dest,
-        # An empty map is written as it is: {}.
-        "result": _user(result) if result else result,
-        "data": _user(data) if data else data,
-        "appended": _user(appended) if appended else appended,
-        "nodes": {key: _node(node) for key, node in nodes.items()} if nodes else nodes,
+        # An empty map (left out of the record's bytes since format 5) is written {}.
+        "result": _user(result) if result else {},
+        "data": _user(data) if data else {},
+        "appended": _user(appended) if appended else {},
+        "nodes": {key: _node(node) for key, node in nodes.items()} if nodes else {},
         "status": body.status,
         "errors": [_error(error) for error in errors] if errors else [],
         "interrupts": (

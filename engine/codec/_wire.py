@@ -17,7 +17,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 from msgspec.structs import replace
 
 from phasegraph import model
@@ -69,16 +69,19 @@ class Ledger(Wire):
     on_unknown: model.OnUnknown = field(name="u")
 
 
-class Node(Wire):
-    """A :class:`~phasegraph.model.NodeState` (spec: *Node state*)."""
+class Node(Wire, omit_defaults=True, kw_only=True):
+    """A :class:`~phasegraph.model.NodeState` (spec: *Node state*).
 
-    counters: dict[str, int] = field(name="c")
-    error: str | None = field(name="e")
-    ledger: list[Ledger] = field(name="l")
+    Since format 5 a field that is empty or nil is not written (see :class:`Record`).
+    """
+
+    counters: dict[str, int] | UnsetType = field(name="c", default=UNSET)
+    error: str | None = field(name="e", default=None)
+    ledger: tuple[Ledger, ...] = field(name="l", default=())
     steps: int = field(name="n")
-    outcome: model.NodeOutcome | None = field(name="o")
+    outcome: model.NodeOutcome | None = field(name="o", default=None)
     path: tuple[str, ...] = field(name="p")
-    payload: dict[str, Any] = field(name="pl")
+    payload: dict[str, Any] | UnsetType = field(name="pl", default=UNSET)
     status: model.NodeStatus = field(name="s")
 
 
@@ -139,7 +142,7 @@ class Snapshot(Wire):
 
     created_at: Any = field(name="ca")  # timestamp
     data: dict[str, Any] = field(name="d")
-    errors: list[Error] = field(name="e")
+    errors: tuple[Error, ...] = field(name="e")
     graph: str = field(name="g")
     graph_digest: str = field(name="gd")
     graph_source: str = field(name="gs")
@@ -157,27 +160,32 @@ class Snapshot(Wire):
 class Record(Wire, omit_defaults=True, kw_only=True):
     """A :class:`~phasegraph.model.StepRecord` (spec: *Step record body*).
 
-    ``actor`` (format 4) is written only on a step someone decided: the steps a run
-    takes by itself carry no key for it.
+    Since format 5 a field that is empty or nil is not written, and reads as its
+    default: a history is read by the thousand, and each key left out is a value
+    neither written nor decoded (a format-4 body, which has every key, reads as it is).
+    A missing list reads as the shared ``()``, a missing map as ``UNSET`` (falsy, like
+    the empty map it stands for; nil is not a map, and still refused). ``interrupts`` is
+    the exception: nil (unchanged) is left out, but an empty map (every gate closed)
+    means something else and is written.
     """
 
-    appended: dict[str, list[Any]] = field(name="a")
+    appended: dict[str, list[Any]] | UnsetType = field(name="a", default=UNSET)
     actor: Actor | None = field(name="ac", default=None)
-    data: dict[str, Any] = field(name="d")
-    dest: tuple[str, ...] = field(name="dst")
-    errors: list[Error] = field(name="e")
-    events: list[dict[str, Any]] = field(name="ev")
-    interrupts: dict[str, Interrupt] | None = field(name="i")
+    data: dict[str, Any] | UnsetType = field(name="d", default=UNSET)
+    dest: tuple[str, ...] = field(name="dst", default=())
+    errors: tuple[Error, ...] = field(name="e", default=())
+    events: tuple[dict[str, Any], ...] = field(name="ev", default=())
+    interrupts: dict[str, Interrupt] | None = field(name="i", default=None)
     kind: str = field(name="k")
-    ledger: Ledger | None = field(name="l")
-    node: str | None = field(name="n")
-    nodes: dict[str, Node] = field(name="ns")
+    ledger: Ledger | None = field(name="l", default=None)
+    node: str | None = field(name="n", default=None)
+    nodes: dict[str, Node] | UnsetType = field(name="ns", default=UNSET)
     seq: int = field(name="q")
-    result: dict[str, Any] = field(name="r")
+    result: dict[str, Any] | UnsetType = field(name="r", default=UNSET)
     status: model.RunStatus = field(name="s")
-    source: tuple[str, ...] = field(name="src")
+    source: tuple[str, ...] = field(name="src", default=())
     time: Any = field(name="t")  # timestamp
-    trigger: str | None = field(name="tr")
+    trigger: str | None = field(name="tr", default=None)
 
 
 # --------------------------------------------------------------------------- model → wire
@@ -207,7 +215,7 @@ def _map(items: Mapping[str, _T], wire: Callable[[_T], _W], label: str) -> dict[
     return out
 
 
-def _list(items: tuple[_T, ...], wire: Callable[[_T], _W], label: str) -> list[_W]:
+def _list(items: tuple[_T, ...], wire: Callable[[_T], _W], label: str) -> tuple[_W, ...]:
     out = []
     for index, item in enumerate(items):
         try:
@@ -215,7 +223,7 @@ def _list(items: tuple[_T, ...], wire: Callable[[_T], _W], label: str) -> list[_
         except Unencodable as exc:
             exc.path.append(f"{label}[{index}]")
             raise
-    return out
+    return tuple(out)
 
 
 def _time(value: datetime | None, label: str) -> datetime | None:
@@ -236,14 +244,15 @@ def _ledger_wire(entry: model.LedgerEntry) -> Ledger:
 
 
 def _node_wire(node: model.NodeState) -> Node:
+    counters = node.counters
     return Node(
-        counters=dict(node.counters),
+        counters=dict(counters) if counters else UNSET,
         error=node.error,
-        ledger=_list(node.ledger, _ledger_wire, ".ledger") if node.ledger else [],
+        ledger=_list(node.ledger, _ledger_wire, ".ledger") if node.ledger else (),
         steps=node.steps,
         outcome=node.outcome,
         path=node.path,
-        payload=_user(node.payload, ".payload") if node.payload else {},
+        payload=_user(node.payload, ".payload") if node.payload else UNSET,
         status=node.status,
     )
 
@@ -329,32 +338,46 @@ def record_wire(record: model.StepRecord) -> Record:
     Raises:
         Unencodable: A user value is outside the type table or a datetime is naive.
     """
-    interrupts, appended, data, result = (
-        record.interrupts,
-        record.appended,
-        record.data,
-        record.result,
-    )
+    appended, data, result = record.appended, record.data, record.result
+    # Twelve keywords, as in step_record: the fields most steps leave empty are set by
+    # a second call, only when one is not.
     wire = Record(
-        appended=_appended(appended) if appended else {},
-        data=_user(data, ".data") if data else {},
+        appended=_appended(appended) if appended else UNSET,
+        data=_user(data, ".data") if data else UNSET,
         dest=record.dest,
-        errors=_list(record.errors, _error_wire, ".errors") if record.errors else [],
-        events=_list(record.events, _event_wire, ".events") if record.events else [],
-        interrupts=None if interrupts is None else _map(interrupts, _interrupt_wire, ".interrupts"),
         kind=record.kind,
-        ledger=None if record.ledger is None else _ledger_wire(record.ledger),
         node=record.node,
-        nodes=_map(record.nodes, _node_wire, ".nodes"),
+        nodes=_map(record.nodes, _node_wire, ".nodes") if record.nodes else UNSET,
         seq=record.seq,
-        result=_user(result, ".result") if result else {},
+        result=_user(result, ".result") if result else UNSET,
         status=record.status,
         source=record.source,
         time=aware(record.time, ".time"),
         trigger=record.trigger,
     )
-    # Most steps name no actor: they pay no keyword for one.
-    return wire if record.actor is None else replace(wire, actor=_actor_wire(record.actor))
+    if (
+        record.errors
+        or record.events
+        or record.interrupts is not None
+        or record.ledger is not None
+        or record.actor is not None
+    ):
+        return replace(wire, **_logged_wire(record))
+    return wire
+
+
+def _logged_wire(record: model.StepRecord) -> dict[str, Any]:
+    """The wire form of the fields of a record that most steps leave empty."""
+    interrupts, ledger, actor = record.interrupts, record.ledger, record.actor
+    return {
+        "errors": _list(record.errors, _error_wire, ".errors") if record.errors else (),
+        "events": _list(record.events, _event_wire, ".events") if record.events else (),
+        "interrupts": (
+            None if interrupts is None else _map(interrupts, _interrupt_wire, ".interrupts")
+        ),
+        "ledger": None if ledger is None else _ledger_wire(ledger),
+        "actor": None if actor is None else _actor_wire(actor),
+    }
 
 
 def _appended(appended: Mapping[str, list[Any]]) -> dict[str, Any]:
@@ -432,12 +455,12 @@ def _node_state(wire: Node) -> model.NodeState:
     )
 
 
-def _nodes(nodes: dict[str, Node]) -> Mapping[str, model.NodeState]:
+def _nodes(nodes: dict[str, Node] | UnsetType) -> Mapping[str, model.NodeState]:
+    if not nodes:
+        return _EMPTY
     if len(nodes) == 1:  # the usual record: one node moved
         for key, node in nodes.items():
             return MappingProxyType({key: _node_state(node)})
-    if not nodes:
-        return _EMPTY
     # zip/map rather than a comprehension: no extra frame per record (Python 3.11).
     return MappingProxyType(dict(zip(nodes, map(_node_state, nodes.values()), strict=True)))
 
@@ -509,15 +532,10 @@ def step_record(wire: Record) -> model.StepRecord:
     Raises:
         CodecError: User data or a timestamp is invalid; the message names the field.
     """
-    result, data, appended, errors, interrupts, events, time = (
-        wire.result,
-        wire.data,
-        wire.appended,
-        wire.errors,
-        wire.interrupts,
-        wire.events,
-        wire.time,
-    )
+    result, data, appended, time = wire.result, wire.data, wire.appended, wire.time
+    # Twelve keywords: a call with sixteen or more is compiled to build a dict of them
+    # first, which costs more than the record itself. The fields most steps leave empty
+    # are set by a second call, only when one is not.
     record = model.StepRecord(
         seq=wire.seq,
         time=time if type(time) is datetime else _when(time, "record.time"),
@@ -531,13 +549,34 @@ def step_record(wire: Record) -> model.StepRecord:
         appended=_frozen(appended, "record.appended") if appended else _EMPTY,
         nodes=_nodes(wire.nodes),
         status=wire.status,
-        errors=tuple(map(_error, errors)) if errors else (),
-        interrupts=None if interrupts is None else _interrupts(interrupts),
-        events=tuple(_frozen(event, "record.events") for event in events) if events else (),
-        ledger=None if wire.ledger is None else _ledger(wire.ledger),
     )
-    # Most steps name no actor: they pay no keyword for one.
-    return record if wire.actor is None else model.replace(record, actor=_actor(wire.actor))
+    if (
+        wire.errors
+        or wire.events
+        or wire.interrupts is not None
+        or wire.ledger is not None
+        or wire.actor is not None
+    ):
+        return model.replace(record, **_logged(wire))
+    return record
+
+
+def _logged(wire: Record) -> dict[str, Any]:
+    """The fields of a record that most steps leave empty, as the model holds them."""
+    errors, interrupts, events, ledger, actor = (
+        wire.errors,
+        wire.interrupts,
+        wire.events,
+        wire.ledger,
+        wire.actor,
+    )
+    return {
+        "errors": tuple(map(_error, errors)),
+        "interrupts": None if interrupts is None else _interrupts(interrupts),
+        "events": tuple(_frozen(event, "record.events") for event in events),
+        "ledger": None if ledger is None else _ledger(ledger),
+        "actor": None if actor is None else _actor(actor),
+    }
 
 
 def _actor(wire: Actor) -> model.Actor:
@@ -571,15 +610,19 @@ def check_record(wire: Record) -> None:
         _check_user(wire.data, "record.data")
     if wire.appended:
         _check_user(wire.appended, "record.appended")
-    for node in wire.nodes.values():
+    if wire.nodes:
+        _check_nodes(wire.nodes)
+    if wire.errors or wire.interrupts or wire.events or wire.ledger is not None:
+        _check_logged(wire)
+
+
+def _check_nodes(nodes: dict[str, Node]) -> None:
+    """What :func:`_node_state` checks: each payload and ledger entry."""
+    for node in nodes.values():
         if node.payload:
             _check_user(node.payload, "node.payload")
         for entry in node.ledger:
             _check_ledger(entry)
-    if wire.ledger is not None:
-        _check_ledger(wire.ledger)
-    if wire.errors or wire.interrupts or wire.events:
-        _check_logged(wire)
 
 
 def _check_ledger(entry: Ledger) -> None:
@@ -590,7 +633,7 @@ def _check_ledger(entry: Ledger) -> None:
 
 
 def _check_logged(wire: Record) -> None:
-    """The checks of :func:`check_record` for a record's errors, interrupts and events."""
+    """The checks of :func:`check_record` for the fields :func:`_logged` builds, in its order."""
     for error in wire.errors:
         _when(error.time, "error.time")
         _check_user(error.details, "error.details")
@@ -601,3 +644,5 @@ def _check_logged(wire: Record) -> None:
             _when_or_none(item.created_at, "interrupt.created_at")
     for event in wire.events:
         _check_user(event, "record.events")
+    if wire.ledger is not None:
+        _check_ledger(wire.ledger)

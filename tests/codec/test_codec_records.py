@@ -132,10 +132,10 @@ def corrupted(body: dict[str, Any], place: str, key: int, value: Any) -> dict[st
     elif place.startswith("node"):
         node, wires = dict(NODE_BODY), wire_keys(codec_wire.Node)
         if place == "node drop":
-            del node[wires[key % len(wires)]]
+            node.pop(wires[key % len(wires)], None)  # an optional key may be absent
         else:
             node[wires[key % len(wires)]] = value
-        body["ns"] = {**body["ns"], "extra-node": node}
+        body["ns"] = {**body.get("ns", {}), "extra-node": node}
     elif place == "error":
         error, wires = dict(ERROR_BODY), wire_keys(codec_wire.Error)
         error[wires[key % len(wires)]] = value

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from builders import engine, graph, prepared
 from history_checks import assert_holds
-from payloads import golden_record_v1, golden_state, loop_record, shape
+from payloads import format_4_body, golden_record_v1, golden_state, loop_record, shape
 from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
@@ -257,9 +257,12 @@ def at(seq: int, record: bytes, snapshot: bytes | None, meta: RunMeta) -> Commit
 
 
 def format_1(record: StepRecord) -> bytes:
-    """``record`` as format 1 wrote it: no checksum and no ``appended`` field."""
-    body = msgpack.unpackb(codec.encode_record(record), timestamp=3)["body"]
-    del body["a"]
+    """``record`` as format 1 wrote it: no checksum, no ``appended`` field and no ledgers."""
+    body = format_4_body(msgpack.unpackb(codec.encode_record(record), timestamp=3)["body"])
+    del body["a"], body["l"]
+    body["ns"] = {
+        key: {k: v for k, v in node.items() if k != "l"} for key, node in body["ns"].items()
+    }
     return msgpack.packb({"body": body, "kind": "record", "v": 1}, datetime=True)
 
 
