@@ -648,7 +648,7 @@ class Document:
 
     Attributes:
         path: The file (or other name) problems are located in.
-        data: The parsed mapping.
+        data: The parsed mapping (the graph loader empties it once checked).
         node_marks: Where each node starts, by key path.
         key_marks: Where each mapping key starts, by the key path of its value.
         locate: Maps a key path into a checked (maybe salvaged) spec to the same place in
