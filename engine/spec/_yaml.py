@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -138,24 +138,24 @@ class _Frame:
         "is_list",
         "item_marks",
         "key",
-        "key_path",
+        "key_mark",
         "mark",
         "merges",
         "parent_key",
-        "path",
+        "places",
         "size",
         "tag",
     )
 
-    def __init__(self, container: Any, path: YamlPath | None, mark: Mark, tag: str | None) -> None:
+    def __init__(self, container: Any, places: _Places | None, mark: Mark, tag: str | None) -> None:
         self.container = container
         self.is_list = type(container) is list
-        self.path = path  # None inside a merge source: nothing there is located
+        self.places = places  # None inside a merge source: nothing there is located
         self.mark = mark
         self.tag = tag  # a tag that changes what the collection becomes (!!set, !!omap)
         self.anchor: str | None = None
         self.key: Any = _NO_KEY
-        self.key_path: YamlPath = ()
+        self.key_mark: Mark | None = None
         self.parent_key: Any = _NO_KEY
         self.size = 1
         self.depth = 0  # of the deepest child
@@ -166,6 +166,60 @@ class _Frame:
 def _mark(event: Any) -> Mark:
     start = event.start_mark
     return (start.line, start.column)
+
+
+_Places = dict[Any, Any]
+"""Where a located collection and its items are (see :func:`_packed`)."""
+
+_SELF: Final = object()  # the key of a collection's own marks in its places
+
+_LOW = (1 << 32) - 1
+
+
+def _packed(mark: Mark, key: Mark | None = None) -> int:
+    """A node's mark and its key's as one int: ``(key + 1) << 64 | line << 32 | column``.
+
+    Each located node of a document is noted in the places of the collection that holds
+    it, by its key or index: an int for a scalar (or an alias), the places of its own
+    items for a collection (its own marks under ``_SELF``). Ints, and dicts of nothing
+    but ints and dicts, are not tracked by the garbage collector: marks kept as a tuple
+    per node, keyed by a tuple path, made reading a graph of 20,000 nodes allocate a
+    million tracked tuples, and every collection meanwhile walk them. A line or column
+    past 2**32 would need a text of more characters than that.
+    """
+    line, column = mark
+    node = line << 32 | column
+    if key is None:
+        return node
+    return ((key[0] << 32 | key[1]) + 1) << 64 | node
+
+
+def _node_mark(entry: Any) -> Mark:
+    """Where the node noted as ``entry`` (packed marks, or a collection's places) starts."""
+    packed: int = entry[_SELF] if type(entry) is dict else entry
+    return ((packed >> 32) & _LOW, packed & _LOW)
+
+
+def _key_mark(entry: Any) -> Mark | None:
+    """Where the key of the node noted as ``entry`` starts (None: not a mapping value)."""
+    packed: int = entry[_SELF] if type(entry) is dict else entry
+    key = packed >> 64
+    if not key:
+        return None
+    key -= 1
+    return ((key >> 32) & _LOW, key & _LOW)
+
+
+def _noted(places: _Places, path: YamlPath = ()) -> Iterator[tuple[YamlPath, Any]]:
+    """Every node noted in ``places`` and below, by key path."""
+    yield path, places
+    for key, entry in places.items():
+        if key is _SELF:
+            continue
+        if type(entry) is dict:
+            yield from _noted(entry, (*path, key))
+        else:
+            yield (*path, key), entry
 
 
 def _kind(value: Any) -> str:
@@ -181,8 +235,7 @@ class _Reader:
         self.text = text
         self.shown = shown
         self.limits = limits
-        self.node_marks: dict[YamlPath, Mark] = {}
-        self.key_marks: dict[YamlPath, Mark] = {}
+        self.places: _Places = {}  # the root's: see _packed
         self.duplicates: list[tuple[Any, Mark]] = []
         self.stack: list[_Frame] = []
         self.root: Any = None
@@ -234,21 +287,27 @@ class _Reader:
     # ----------------------------------------------------------------- placing values
 
     def _place(
-        self, value: Any, mark: Mark, item_marks: list[Mark] | None = None
-    ) -> YamlPath | None:
-        """Put a value where the document has reached; its key path if it is located."""
+        self, value: Any, mark: Mark, item_marks: list[Mark] | None = None, *, opens: bool = False
+    ) -> _Places | None:
+        """Put a value where the document has reached, and note where it is.
+
+        ``opens``: the value is a collection about to be read; the places its items are
+        noted in come back (None: it is not located, being a key or merged).
+        """
         if not self.stack:
             self.root = value
-            self.node_marks[()] = mark
-            return ()
+            self.places[_SELF] = _packed(mark)
+            return self.places
         frame = self.stack[-1]
+        places = frame.places
         if frame.is_list:
             frame.container.append(value)
             if frame.item_marks is not None:
                 frame.item_marks.append(mark)
-            if frame.path is None:
+            if places is None:
                 return None
-            path = (*frame.path, len(frame.container) - 1)
+            key: Any = len(frame.container) - 1
+            packed = _packed(mark)
         elif frame.key is _NO_KEY:
             self._key(frame, value, mark)
             return None
@@ -257,13 +316,21 @@ class _Reader:
             frame.key = _NO_KEY
             return None
         else:
-            frame.container[frame.key] = value
+            key = frame.key
+            frame.container[key] = value
             frame.key = _NO_KEY
-            if frame.path is None:
+            if places is None:
                 return None
-            path = frame.key_path
-        self.node_marks[path] = mark
-        return path
+            packed = _packed(mark, frame.key_mark)
+            earlier = places.get(key)
+            if type(earlier) is dict:  # a repeated key: the items of the first stay noted
+                earlier[_SELF] = packed
+                return earlier if opens else None
+        if opens:
+            noted = places[key] = {_SELF: packed}
+            return noted
+        places[key] = packed
+        return None
 
     def _key(self, frame: _Frame, key: Any, mark: Mark) -> None:
         try:
@@ -272,12 +339,11 @@ class _Reader:
             detail = "found unhashable key while constructing a mapping"
             raise self._malformed(detail, mark) from None
         frame.key = key
-        if frame.path is None:
+        if frame.places is None:
             return
         if repeated:
             self.duplicates.append((key, mark))
-        frame.key_path = (*frame.path, key)
-        self.key_marks[frame.key_path] = mark
+        frame.key_mark = mark
 
     def _grow(self, size: int, depth: int) -> None:
         """Count a finished node (written out) into the collection that holds it."""
@@ -374,7 +440,7 @@ class _Reader:
         # What is merged is its pairs, whatever its tag (PyYAML merges nodes, not values).
         merged = item_marks is not None or (parent is not None and parent.item_marks is not None)
         tag = None if merged else tags[event.tag]
-        frame = _Frame(container, self._place(container, mark, item_marks), mark, tag)
+        frame = _Frame(container, self._place(container, mark, item_marks, opens=True), mark, tag)
         frame.anchor, frame.parent_key = event.anchor, parent_key
         if frame.is_list:
             frame.item_marks = item_marks
@@ -464,8 +530,9 @@ class _Reader:
             for index, item in enumerate(frame.container):
                 if not isinstance(item, dict) or len(item) != 1:
                     where = frame.mark
-                    if frame.path is not None:
-                        where = self.node_marks.get((*frame.path, index), where)
+                    noted = None if frame.places is None else frame.places.get(index)
+                    if noted is not None:
+                        where = _node_mark(noted)
                     detail = f"expected a mapping of length 1, but found {_kind(item)}"
                     raise self._malformed(f"{detail} while constructing an ordered map", where)
             value = [next(iter(item.items())) for item in frame.container]
@@ -649,17 +716,27 @@ class Document:
     Attributes:
         path: The file (or other name) problems are located in.
         data: The parsed mapping (the graph loader empties it once checked).
-        node_marks: Where each node starts, by key path.
-        key_marks: Where each mapping key starts, by the key path of its value.
+        places: Where the document and each node in it are, noted by key or index in
+            the collection that holds the node (see ``_packed``).
         locate: Maps a key path into a checked (maybe salvaged) spec to the same place in
             the document.
     """
 
     path: str
     data: dict[Any, Any]
-    node_marks: Mapping[YamlPath, Mark]
-    key_marks: Mapping[YamlPath, Mark]
+    places: Mapping[Any, Any]
     locate: Callable[[tuple[str | int, ...]], tuple[str | int, ...]] = _same
+
+    @property
+    def node_marks(self) -> dict[YamlPath, Mark]:
+        """Where each node starts, by key path (built anew from ``places``)."""
+        return {path: _node_mark(entry) for path, entry in _noted(dict(self.places))}
+
+    @property
+    def key_marks(self) -> dict[YamlPath, Mark]:
+        """Where each mapping key starts, by the key path of its value (built anew)."""
+        found = ((path, _key_mark(entry)) for path, entry in _noted(dict(self.places)))
+        return {path: mark for path, mark in found if mark is not None}
 
     def at(self, loc: tuple[str | int, ...]) -> SourceLocation:
         """The location of ``loc``, a key path into the checked (maybe salvaged) spec."""
@@ -671,14 +748,18 @@ class Document:
 
     def place(self, loc: tuple[str | int, ...]) -> SourceLocation:
         """The location of a document path, or of its deepest ancestor in the file."""
-        path: YamlPath = ()
+        entry: Any = self.places
+        if _SELF not in entry:
+            return location(self.path, None)
         for part in loc:
+            if type(entry) is not dict:
+                break  # a scalar, or an alias: nothing inside it is noted
             options = [part, int(part)] if isinstance(part, str) and part.isdigit() else [part]
-            step = next((option for option in options if (*path, option) in self.node_marks), None)
+            step = next((option for option in options if option in entry), None)
             if step is None:
                 break
-            path = (*path, step)
-        return location(self.path, self.key_marks.get(path) or self.node_marks.get(path))
+            entry = entry[step]
+        return location(self.path, _key_mark(entry) or _node_mark(entry))
 
 
 def read_file(
@@ -775,8 +856,10 @@ def parse_text(
         found = "an empty file" if data is None else f"a {type(data).__name__}"
         needs = "`initial:` and `states:`" if what == "machine" else "`nodes:`"
         message = f"a {what} file is a mapping with {needs}, not {found}"
-        return None, [*problems, Problem(message, location(shown, reader.node_marks.get(())))]
-    return Document(shown, data, reader.node_marks, reader.key_marks), problems
+        root = reader.places.get(_SELF)
+        mark = None if root is None else _node_mark(root)
+        return None, [*problems, Problem(message, location(shown, mark))]
+    return Document(shown, data, reader.places), problems
 
 
 def _place(problem: Problem) -> tuple[int, int]:
