@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -168,7 +168,7 @@ def _mark(event: Any) -> Mark:
     return (start.line, start.column)
 
 
-_Places = dict[Any, Any]
+_Places = dict[Any, int]
 """Where a located collection and its items are (see :func:`_packed`)."""
 
 _SELF: Final = object()  # the key of a collection's own marks in its places
@@ -180,12 +180,13 @@ def _packed(mark: Mark, key: Mark | None = None) -> int:
     """A node's mark and its key's as one int: ``(key + 1) << 64 | line << 32 | column``.
 
     Each located node of a document is noted in the places of the collection that holds
-    it, by its key or index: an int for a scalar (or an alias), the places of its own
-    items for a collection (its own marks under ``_SELF``). Ints, and dicts of nothing
-    but ints and dicts, are not tracked by the garbage collector: marks kept as a tuple
-    per node, keyed by a tuple path, made reading a graph of 20,000 nodes allocate a
-    million tracked tuples, and every collection meanwhile walk them. A line or column
-    past 2**32 would need a text of more characters than that.
+    it, by its key or index: its packed marks for a scalar (or an alias); for a
+    collection, ``-1 - i`` where ``i`` indexes the list of every collection's places
+    (the root's first), and its own marks are under ``_SELF`` in its places. A dict of
+    ints is not tracked by the garbage collector (a dict holding a dict would be): marks
+    kept as a tuple per node, keyed by a tuple path, made reading a graph of 20,000 nodes
+    allocate a million tracked tuples, and every collection meanwhile walk them. A line
+    or column past 2**32 would need a text of more characters than that.
     """
     line, column = mark
     node = line << 32 | column
@@ -194,15 +195,13 @@ def _packed(mark: Mark, key: Mark | None = None) -> int:
     return ((key[0] << 32 | key[1]) + 1) << 64 | node
 
 
-def _node_mark(entry: Any) -> Mark:
-    """Where the node noted as ``entry`` (packed marks, or a collection's places) starts."""
-    packed: int = entry[_SELF] if type(entry) is dict else entry
+def _node_mark(packed: int) -> Mark:
+    """Where the node of ``packed`` marks starts."""
     return ((packed >> 32) & _LOW, packed & _LOW)
 
 
-def _key_mark(entry: Any) -> Mark | None:
-    """Where the key of the node noted as ``entry`` starts (None: not a mapping value)."""
-    packed: int = entry[_SELF] if type(entry) is dict else entry
+def _key_mark(packed: int) -> Mark | None:
+    """Where the key of the node of ``packed`` marks starts (None: not a mapping value)."""
     key = packed >> 64
     if not key:
         return None
@@ -210,14 +209,22 @@ def _key_mark(entry: Any) -> Mark | None:
     return ((key >> 32) & _LOW, key & _LOW)
 
 
-def _noted(places: _Places, path: YamlPath = ()) -> Iterator[tuple[YamlPath, Any]]:
-    """Every node noted in ``places`` and below, by key path."""
-    yield path, places
+def _marks_of(entry: int, tables: Sequence[Mapping[Any, int]]) -> int:
+    """The packed marks of a node noted as ``entry`` in its collection's places."""
+    return entry if entry >= 0 else tables[-1 - entry][_SELF]
+
+
+def _noted(
+    tables: Sequence[Mapping[Any, int]], index: int = 0, path: YamlPath = ()
+) -> Iterator[tuple[YamlPath, int]]:
+    """Every node noted in the places ``tables[index]`` and below: key path, packed marks."""
+    places = tables[index]
+    yield path, places[_SELF]
     for key, entry in places.items():
         if key is _SELF:
             continue
-        if type(entry) is dict:
-            yield from _noted(entry, (*path, key))
+        if entry < 0:
+            yield from _noted(tables, -1 - entry, (*path, key))
         else:
             yield (*path, key), entry
 
@@ -235,7 +242,7 @@ class _Reader:
         self.text = text
         self.shown = shown
         self.limits = limits
-        self.places: _Places = {}  # the root's: see _packed
+        self.tables: list[_Places] = [{}]  # each collection's places, the root's first
         self.duplicates: list[tuple[Any, Mark]] = []
         self.stack: list[_Frame] = []
         self.root: Any = None
@@ -296,8 +303,8 @@ class _Reader:
         """
         if not self.stack:
             self.root = value
-            self.places[_SELF] = _packed(mark)
-            return self.places
+            self.tables[0][_SELF] = _packed(mark)
+            return self.tables[0]
         frame = self.stack[-1]
         places = frame.places
         if frame.is_list:
@@ -323,12 +330,15 @@ class _Reader:
                 return None
             packed = _packed(mark, frame.key_mark)
             earlier = places.get(key)
-            if type(earlier) is dict:  # a repeated key: the items of the first stay noted
-                earlier[_SELF] = packed
-                return earlier if opens else None
+            if earlier is not None and earlier < 0:  # a repeated key: the first's items stay
+                table = self.tables[-1 - earlier]
+                table[_SELF] = packed
+                return table if opens else None
         if opens:
-            noted = places[key] = {_SELF: packed}
-            return noted
+            places[key] = -1 - len(self.tables)
+            table = {_SELF: packed}
+            self.tables.append(table)
+            return table
         places[key] = packed
         return None
 
@@ -532,7 +542,7 @@ class _Reader:
                     where = frame.mark
                     noted = None if frame.places is None else frame.places.get(index)
                     if noted is not None:
-                        where = _node_mark(noted)
+                        where = _node_mark(_marks_of(noted, self.tables))
                     detail = f"expected a mapping of length 1, but found {_kind(item)}"
                     raise self._malformed(f"{detail} while constructing an ordered map", where)
             value = [next(iter(item.items())) for item in frame.container]
@@ -716,26 +726,26 @@ class Document:
     Attributes:
         path: The file (or other name) problems are located in.
         data: The parsed mapping (the graph loader empties it once checked).
-        places: Where the document and each node in it are, noted by key or index in
-            the collection that holds the node (see ``_packed``).
+        places: Where the document and each node in it are: each collection's places,
+            the root's first, noting its items by key or index (see ``_packed``).
         locate: Maps a key path into a checked (maybe salvaged) spec to the same place in
             the document.
     """
 
     path: str
     data: dict[Any, Any]
-    places: Mapping[Any, Any]
+    places: Sequence[Mapping[Any, int]]
     locate: Callable[[tuple[str | int, ...]], tuple[str | int, ...]] = _same
 
     @property
     def node_marks(self) -> dict[YamlPath, Mark]:
         """Where each node starts, by key path (built anew from ``places``)."""
-        return {path: _node_mark(entry) for path, entry in _noted(dict(self.places))}
+        return {path: _node_mark(packed) for path, packed in _noted(self.places)}
 
     @property
     def key_marks(self) -> dict[YamlPath, Mark]:
         """Where each mapping key starts, by the key path of its value (built anew)."""
-        found = ((path, _key_mark(entry)) for path, entry in _noted(dict(self.places)))
+        found = ((path, _key_mark(packed)) for path, packed in _noted(self.places))
         return {path: mark for path, mark in found if mark is not None}
 
     def at(self, loc: tuple[str | int, ...]) -> SourceLocation:
@@ -748,18 +758,22 @@ class Document:
 
     def place(self, loc: tuple[str | int, ...]) -> SourceLocation:
         """The location of a document path, or of its deepest ancestor in the file."""
-        entry: Any = self.places
-        if _SELF not in entry:
+        tables = self.places
+        places: Mapping[Any, int] | None = tables[0]
+        if _SELF not in tables[0]:
             return location(self.path, None)
+        packed = tables[0][_SELF]
         for part in loc:
-            if type(entry) is not dict:
+            if places is None:
                 break  # a scalar, or an alias: nothing inside it is noted
             options = [part, int(part)] if isinstance(part, str) and part.isdigit() else [part]
-            step = next((option for option in options if option in entry), None)
+            step = next((option for option in options if option in places), None)
             if step is None:
                 break
-            entry = entry[step]
-        return location(self.path, _key_mark(entry) or _node_mark(entry))
+            entry = places[step]
+            places = None if entry >= 0 else tables[-1 - entry]
+            packed = _marks_of(entry, tables)
+        return location(self.path, _key_mark(packed) or _node_mark(packed))
 
 
 def read_file(
@@ -856,10 +870,10 @@ def parse_text(
         found = "an empty file" if data is None else f"a {type(data).__name__}"
         needs = "`initial:` and `states:`" if what == "machine" else "`nodes:`"
         message = f"a {what} file is a mapping with {needs}, not {found}"
-        root = reader.places.get(_SELF)
+        root = reader.tables[0].get(_SELF)
         mark = None if root is None else _node_mark(root)
         return None, [*problems, Problem(message, location(shown, mark))]
-    return Document(shown, data, reader.places), problems
+    return Document(shown, data, reader.tables), problems
 
 
 def _place(problem: Problem) -> tuple[int, int]:
