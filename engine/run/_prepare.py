@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from phasegraph.actions import Action, EventSink, ToolCall, effect_of
-from phasegraph.actions._base import declared_writes
+from phasegraph.actions._base import declared_writes, declares_writes
 from phasegraph.actions._build import build_action
 from phasegraph.actions._effects import EffectPolicy, effect_policy
 from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, build_gate
@@ -278,7 +278,8 @@ def _with_action_writes(
     """
     by_node: dict[str, list[Action]] = {}
     for (node_id, _), action in actions.items():  # once: a graph may have 20,000 nodes
-        by_node.setdefault(node_id, []).append(action)
+        if declares_writes(action):  # the rest declare no keys: no list for their nodes
+            by_node.setdefault(node_id, []).append(action)
     widened = []
     for node in definition.nodes:
         keys = [
