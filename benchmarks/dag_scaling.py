@@ -19,6 +19,9 @@ process so one size's garbage never lands on another's clock:
 - prepare: CPU seconds to load the YAML, check it and compile it (``Engine.prepare``),
   after a first prepare of a 3-node graph (so imports made on first use are not counted);
 - prepare µs/node, and its ratio against the smallest size's, in the same round;
+- full GCs: the garbage collector's full (generation 2) collections while preparing,
+  counted with ``gc.callbacks``: load does not move it, and each one walks every object
+  alive, so it is what makes a big graph cost more per node than a small one;
 - peak MB: the child's peak resident memory after preparing;
 - µs/node: CPU of the run on the memory store (every step committed), per node;
 - ratio: µs/node against the smallest size's, in the same round.
@@ -30,6 +33,7 @@ interleaved, and its table follows.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -95,16 +99,29 @@ def child(size: int, shape: str) -> dict[str, float]:
             async with open_store("memory://") as store:
                 engine = Engine(store)
                 engine.prepare(warm)  # imports made on first use
+                full = [0]
+
+                def count(phase: str, info: dict[str, int]) -> None:
+                    if phase == "start" and info["generation"] == 2:
+                        full[0] += 1
+
+                gc.callbacks.append(count)
                 started = time.process_time()
                 prepared = engine.prepare(path)
                 prepare_s = time.process_time() - started
+                gc.callbacks.remove(count)
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
                 started = time.process_time()
                 state = await engine.run(prepared)
                 run_s = time.process_time() - started
             if str(state.status) != "completed":
                 raise SystemExit(f"the run of {size} nodes ended {state.status}")
-            return {"prepare": prepare_s, "peak_mb": peak, "us_node": run_s / size * 1e6}
+            return {
+                "prepare": prepare_s,
+                "full_gcs": full[0],
+                "peak_mb": peak,
+                "us_node": run_s / size * 1e6,
+            }
 
         return asyncio.run(measure())
 
@@ -129,21 +146,22 @@ def _table(label: str, sizes: list[int], rounds: list[dict[int, dict[str, float]
     base = sizes[0]
     print(f"{label}, medians of {len(rounds)} rounds (CPU)")
     print(
-        f"| N | prepare (s) | prepare µs/node | ratio to N={base} | peak MB | run µs/node "
-        f"| ratio to N={base} |"
+        f"| N | prepare (s) | prepare µs/node | ratio to N={base} | full GCs | peak MB "
+        f"| run µs/node | ratio to N={base} |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for size in sizes:
         prepare = statistics.median(r[size]["prepare"] for r in rounds)
         prep_ratio = statistics.median(
             r[size]["prepare"] / size / (r[base]["prepare"] / base) for r in rounds
         )
+        full = statistics.median(r[size]["full_gcs"] for r in rounds)
         peak = statistics.median(r[size]["peak_mb"] for r in rounds)
         per_node = statistics.median(r[size]["us_node"] for r in rounds)
         ratio = statistics.median(r[size]["us_node"] / r[base]["us_node"] for r in rounds)
         print(
             f"| {size} | {prepare:.3f} | {prepare / size * 1e6:.0f} | {prep_ratio:.2f} "
-            f"| {peak:.0f} | {per_node:.0f} | {ratio:.2f} |"
+            f"| {full:g} | {peak:.0f} | {per_node:.0f} | {ratio:.2f} |"
         )
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "carry_writes",
     "declare_effect",
     "declared_writes",
+    "declares_writes",
     "effect_of",
     "writes_data",
 ]
@@ -232,6 +233,11 @@ def writes_data(keys: KeysFor) -> Callable[[_Function], _Function]:
         return function
 
     return mark
+
+
+def declares_writes(action: object) -> bool:
+    """Whether ``action`` declared keys with :func:`writes_data` (most actions do not)."""
+    return getattr(action, _WRITES, None) is not None
 
 
 def declared_writes(action: object, settings: Mapping[str, Any]) -> tuple[str, ...]:

@@ -45,17 +45,19 @@ def _needs(nodes: Iterable[NodeDef]) -> dict[str, dict[str, None]]:
 
 def _generations(
     needs: Mapping[str, Mapping[str, None]],
-) -> tuple[list[list[str]], dict[str, list[str]]] | None:
+) -> tuple[list[list[str]], dict[str, dict[str, None]]] | None:
     """The topological layers and each node's dependents, or ``None`` if there is a cycle.
 
-    Kahn's algorithm: a layer is the nodes whose needs are all in earlier layers.
+    Kahn's algorithm: a layer is the nodes whose needs are all in earlier layers. Each
+    node's dependents are the keys of a dict, in the order found: a dict of strings is
+    not tracked by the garbage collector, a list is (20,000 of them for 20,000 nodes).
     """
-    dependents: dict[str, list[str]] = {node_id: [] for node_id in needs}
+    dependents: dict[str, dict[str, None]] = {node_id: {} for node_id in needs}
     waiting: dict[str, int] = {}
     for node_id, known in needs.items():
         waiting[node_id] = len(known)
         for need in known:
-            dependents[need].append(node_id)
+            dependents[need][node_id] = None
     layer = [node_id for node_id, count in waiting.items() if not count]
     layers: list[list[str]] = []
     placed = 0

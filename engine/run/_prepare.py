@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from phasegraph.actions import Action, EventSink, ToolCall, effect_of
-from phasegraph.actions._base import declared_writes
+from phasegraph.actions._base import declared_writes, declares_writes
 from phasegraph.actions._build import build_action
 from phasegraph.actions._effects import EffectPolicy, effect_policy
 from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, build_gate
@@ -209,6 +209,9 @@ def prepare(
         key: EffectPolicy(effect=effect_of(action, Effect.IDEMPOTENT))
         for key, action in built.items()
     }
+    # Equal policies are shared: most bindings have the default one, and a graph of
+    # 20,000 nodes would otherwise keep 20,000 copies for every collection to walk.
+    policies: dict[EffectPolicy, EffectPolicy] = {}
     for node in definition.nodes:
         for hook, action_def in node.bind.items():
             if (node.id, hook) in built:
@@ -222,7 +225,8 @@ def prepare(
                     )
                 else:
                     action = built[(node.id, hook)] = build_action(action_def, base_dir)
-                    effects[(node.id, hook)] = effect_policy(action_def, base_dir, action)
+                    policy = effect_policy(action_def, base_dir, action)
+                    effects[(node.id, hook)] = policies.setdefault(policy, policy)
             except SpecError as exc:
                 problems += exc.problems
     workflow = compile_graph(_with_action_writes(definition, built))
@@ -274,7 +278,8 @@ def _with_action_writes(
     """
     by_node: dict[str, list[Action]] = {}
     for (node_id, _), action in actions.items():  # once: a graph may have 20,000 nodes
-        by_node.setdefault(node_id, []).append(action)
+        if declares_writes(action):  # the rest declare no keys: no list for their nodes
+            by_node.setdefault(node_id, []).append(action)
     widened = []
     for node in definition.nodes:
         keys = [

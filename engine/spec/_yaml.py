@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -138,24 +138,24 @@ class _Frame:
         "is_list",
         "item_marks",
         "key",
-        "key_path",
+        "key_mark",
         "mark",
         "merges",
         "parent_key",
-        "path",
+        "places",
         "size",
         "tag",
     )
 
-    def __init__(self, container: Any, path: YamlPath | None, mark: Mark, tag: str | None) -> None:
+    def __init__(self, container: Any, places: _Places | None, mark: Mark, tag: str | None) -> None:
         self.container = container
         self.is_list = type(container) is list
-        self.path = path  # None inside a merge source: nothing there is located
+        self.places = places  # None inside a merge source: nothing there is located
         self.mark = mark
         self.tag = tag  # a tag that changes what the collection becomes (!!set, !!omap)
         self.anchor: str | None = None
         self.key: Any = _NO_KEY
-        self.key_path: YamlPath = ()
+        self.key_mark: Mark | None = None
         self.parent_key: Any = _NO_KEY
         self.size = 1
         self.depth = 0  # of the deepest child
@@ -166,6 +166,67 @@ class _Frame:
 def _mark(event: Any) -> Mark:
     start = event.start_mark
     return (start.line, start.column)
+
+
+_Places = dict[Any, int]
+"""Where a located collection and its items are (see :func:`_packed`)."""
+
+_SELF: Final = object()  # the key of a collection's own marks in its places
+
+_LOW = (1 << 32) - 1
+
+
+def _packed(mark: Mark, key: Mark | None = None) -> int:
+    """A node's mark and its key's as one int: ``(key + 1) << 64 | line << 32 | column``.
+
+    Each located node of a document is noted in the places of the collection that holds
+    it, by its key or index: its packed marks for a scalar (or an alias); for a
+    collection, ``-1 - i`` where ``i`` indexes the list of every collection's places
+    (the root's first), and its own marks are under ``_SELF`` in its places. A dict of
+    ints is not tracked by the garbage collector (a dict holding a dict would be): marks
+    kept as a tuple per node, keyed by a tuple path, made reading a graph of 20,000 nodes
+    allocate a million tracked tuples, and every collection meanwhile walk them. A line
+    or column past 2**32 would need a text of more characters than that.
+    """
+    line, column = mark
+    node = line << 32 | column
+    if key is None:
+        return node
+    return ((key[0] << 32 | key[1]) + 1) << 64 | node
+
+
+def _node_mark(packed: int) -> Mark:
+    """Where the node of ``packed`` marks starts."""
+    return ((packed >> 32) & _LOW, packed & _LOW)
+
+
+def _key_mark(packed: int) -> Mark | None:
+    """Where the key of the node of ``packed`` marks starts (None: not a mapping value)."""
+    key = packed >> 64
+    if not key:
+        return None
+    key -= 1
+    return ((key >> 32) & _LOW, key & _LOW)
+
+
+def _marks_of(entry: int, tables: Sequence[Mapping[Any, int]]) -> int:
+    """The packed marks of a node noted as ``entry`` in its collection's places."""
+    return entry if entry >= 0 else tables[-1 - entry][_SELF]
+
+
+def _noted(
+    tables: Sequence[Mapping[Any, int]], index: int = 0, path: YamlPath = ()
+) -> Iterator[tuple[YamlPath, int]]:
+    """Every node noted in the places ``tables[index]`` and below: key path, packed marks."""
+    places = tables[index]
+    yield path, places[_SELF]
+    for key, entry in places.items():
+        if key is _SELF:
+            continue
+        if entry < 0:
+            yield from _noted(tables, -1 - entry, (*path, key))
+        else:
+            yield (*path, key), entry
 
 
 def _kind(value: Any) -> str:
@@ -181,8 +242,7 @@ class _Reader:
         self.text = text
         self.shown = shown
         self.limits = limits
-        self.node_marks: dict[YamlPath, Mark] = {}
-        self.key_marks: dict[YamlPath, Mark] = {}
+        self.tables: list[_Places] = [{}]  # each collection's places, the root's first
         self.duplicates: list[tuple[Any, Mark]] = []
         self.stack: list[_Frame] = []
         self.root: Any = None
@@ -234,21 +294,27 @@ class _Reader:
     # ----------------------------------------------------------------- placing values
 
     def _place(
-        self, value: Any, mark: Mark, item_marks: list[Mark] | None = None
-    ) -> YamlPath | None:
-        """Put a value where the document has reached; its key path if it is located."""
+        self, value: Any, mark: Mark, item_marks: list[Mark] | None = None, *, opens: bool = False
+    ) -> _Places | None:
+        """Put a value where the document has reached, and note where it is.
+
+        ``opens``: the value is a collection about to be read; the places its items are
+        noted in come back (None: it is not located, being a key or merged).
+        """
         if not self.stack:
             self.root = value
-            self.node_marks[()] = mark
-            return ()
+            self.tables[0][_SELF] = _packed(mark)
+            return self.tables[0]
         frame = self.stack[-1]
+        places = frame.places
         if frame.is_list:
             frame.container.append(value)
             if frame.item_marks is not None:
                 frame.item_marks.append(mark)
-            if frame.path is None:
+            if places is None:
                 return None
-            path = (*frame.path, len(frame.container) - 1)
+            key: Any = len(frame.container) - 1
+            packed = _packed(mark)
         elif frame.key is _NO_KEY:
             self._key(frame, value, mark)
             return None
@@ -257,13 +323,24 @@ class _Reader:
             frame.key = _NO_KEY
             return None
         else:
-            frame.container[frame.key] = value
+            key = frame.key
+            frame.container[key] = value
             frame.key = _NO_KEY
-            if frame.path is None:
+            if places is None:
                 return None
-            path = frame.key_path
-        self.node_marks[path] = mark
-        return path
+            packed = _packed(mark, frame.key_mark)
+            earlier = places.get(key)
+            if earlier is not None and earlier < 0:  # a repeated key: the first's items stay
+                table = self.tables[-1 - earlier]
+                table[_SELF] = packed
+                return table if opens else None
+        if opens:
+            places[key] = -1 - len(self.tables)
+            table = {_SELF: packed}
+            self.tables.append(table)
+            return table
+        places[key] = packed
+        return None
 
     def _key(self, frame: _Frame, key: Any, mark: Mark) -> None:
         try:
@@ -272,12 +349,11 @@ class _Reader:
             detail = "found unhashable key while constructing a mapping"
             raise self._malformed(detail, mark) from None
         frame.key = key
-        if frame.path is None:
+        if frame.places is None:
             return
         if repeated:
             self.duplicates.append((key, mark))
-        frame.key_path = (*frame.path, key)
-        self.key_marks[frame.key_path] = mark
+        frame.key_mark = mark
 
     def _grow(self, size: int, depth: int) -> None:
         """Count a finished node (written out) into the collection that holds it."""
@@ -374,7 +450,7 @@ class _Reader:
         # What is merged is its pairs, whatever its tag (PyYAML merges nodes, not values).
         merged = item_marks is not None or (parent is not None and parent.item_marks is not None)
         tag = None if merged else tags[event.tag]
-        frame = _Frame(container, self._place(container, mark, item_marks), mark, tag)
+        frame = _Frame(container, self._place(container, mark, item_marks, opens=True), mark, tag)
         frame.anchor, frame.parent_key = event.anchor, parent_key
         if frame.is_list:
             frame.item_marks = item_marks
@@ -464,8 +540,9 @@ class _Reader:
             for index, item in enumerate(frame.container):
                 if not isinstance(item, dict) or len(item) != 1:
                     where = frame.mark
-                    if frame.path is not None:
-                        where = self.node_marks.get((*frame.path, index), where)
+                    noted = None if frame.places is None else frame.places.get(index)
+                    if noted is not None:
+                        where = _node_mark(_marks_of(noted, self.tables))
                     detail = f"expected a mapping of length 1, but found {_kind(item)}"
                     raise self._malformed(f"{detail} while constructing an ordered map", where)
             value = [next(iter(item.items())) for item in frame.container]
@@ -648,18 +725,28 @@ class Document:
 
     Attributes:
         path: The file (or other name) problems are located in.
-        data: The parsed mapping.
-        node_marks: Where each node starts, by key path.
-        key_marks: Where each mapping key starts, by the key path of its value.
+        data: The parsed mapping (the graph loader empties it once checked).
+        places: Where the document and each node in it are: each collection's places,
+            the root's first, noting its items by key or index (see ``_packed``).
         locate: Maps a key path into a checked (maybe salvaged) spec to the same place in
             the document.
     """
 
     path: str
     data: dict[Any, Any]
-    node_marks: Mapping[YamlPath, Mark]
-    key_marks: Mapping[YamlPath, Mark]
+    places: Sequence[Mapping[Any, int]]
     locate: Callable[[tuple[str | int, ...]], tuple[str | int, ...]] = _same
+
+    @property
+    def node_marks(self) -> dict[YamlPath, Mark]:
+        """Where each node starts, by key path (built anew from ``places``)."""
+        return {path: _node_mark(packed) for path, packed in _noted(self.places)}
+
+    @property
+    def key_marks(self) -> dict[YamlPath, Mark]:
+        """Where each mapping key starts, by the key path of its value (built anew)."""
+        found = ((path, _key_mark(packed)) for path, packed in _noted(self.places))
+        return {path: mark for path, mark in found if mark is not None}
 
     def at(self, loc: tuple[str | int, ...]) -> SourceLocation:
         """The location of ``loc``, a key path into the checked (maybe salvaged) spec."""
@@ -671,14 +758,22 @@ class Document:
 
     def place(self, loc: tuple[str | int, ...]) -> SourceLocation:
         """The location of a document path, or of its deepest ancestor in the file."""
-        path: YamlPath = ()
+        tables = self.places
+        places: Mapping[Any, int] | None = tables[0]
+        if _SELF not in tables[0]:
+            return location(self.path, None)
+        packed = tables[0][_SELF]
         for part in loc:
+            if places is None:
+                break  # a scalar, or an alias: nothing inside it is noted
             options = [part, int(part)] if isinstance(part, str) and part.isdigit() else [part]
-            step = next((option for option in options if (*path, option) in self.node_marks), None)
+            step = next((option for option in options if option in places), None)
             if step is None:
                 break
-            path = (*path, step)
-        return location(self.path, self.key_marks.get(path) or self.node_marks.get(path))
+            entry = places[step]
+            places = None if entry >= 0 else tables[-1 - entry]
+            packed = _marks_of(entry, tables)
+        return location(self.path, _key_mark(packed) or _node_mark(packed))
 
 
 def read_file(
@@ -775,8 +870,10 @@ def parse_text(
         found = "an empty file" if data is None else f"a {type(data).__name__}"
         needs = "`initial:` and `states:`" if what == "machine" else "`nodes:`"
         message = f"a {what} file is a mapping with {needs}, not {found}"
-        return None, [*problems, Problem(message, location(shown, reader.node_marks.get(())))]
-    return Document(shown, data, reader.node_marks, reader.key_marks), problems
+        root = reader.tables[0].get(_SELF)
+        mark = None if root is None else _node_mark(root)
+        return None, [*problems, Problem(message, location(shown, mark))]
+    return Document(shown, data, reader.tables), problems
 
 
 def _place(problem: Problem) -> tuple[int, int]:

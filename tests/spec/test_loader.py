@@ -354,6 +354,60 @@ def test_digest_changes_with_any_definition_change(tmp_path: Path) -> None:
     assert load_graph(graph_path).digest != first
 
 
+PINNED_MACHINE = """\
+machine: step
+description: One hooked state, then done or failed.
+initial: work
+states:
+  work: {hook: run}
+  done: {final: success}
+  failed: {final: failed}
+transitions:
+  - {trigger: ok, source: work, dest: done}
+  - {trigger: fail, source: work, dest: failed}
+"""
+PINNED_GRAPH = r"""graph: pinned
+description: "Every kind of field, and text JSON escapes: \"quotes\", tabs\t, ünïcode"
+concurrency: 4
+machines: [step.yaml]
+input: {type: object, properties: {who: {type: string}}}
+reducers: {log: append}
+middleware: [timing]
+output: [log]
+nodes:
+  - id: first
+    machine: step
+    writes: [log]
+    with: {retries: 2, paths: [b, a], nested: {z: 1, a: [true, null, 1.5]}}
+    bind:
+      run: {python: "tests.helpers:write", triggers: [ok, fail], timeout: 5}
+  - id: second
+    machine: step
+    needs: [first]
+    writes: [log]
+    bind:
+      run:
+        shell: ["sh", "-c", "echo {who}"]
+        on_exit: {0: ok, default: fail}
+  - id: third
+    machine: step
+    needs: [first, second]
+    bind:
+      run: {human: review, payload: {question: "ship it?"}, triggers: [ok, fail]}
+"""
+
+
+def test_the_digest_of_a_graph_stays_what_it_was(tmp_path: Path) -> None:
+    """A run resumes only on the graph it started with: how the digest is made is fixed.
+
+    Pinned to the value it had before the nodes were dumped one at a time; change it only
+    with a way for runs started before to resume.
+    """
+    write(tmp_path, "step.yaml", PINNED_MACHINE)
+    graph = load_graph(write(tmp_path, "pinned.yaml", PINNED_GRAPH))
+    assert graph.digest == "2211fd58b37d5aabf07f61ece99a48e6280e1128e91c584f72620ccb1d63f56b"
+
+
 def test_machine_file_nests_its_siblings() -> None:
     parent = load_machine(MACHINES / "parent.yaml")
     assert parent.name == "parent"

@@ -8,6 +8,7 @@ checked against ``yaml.safe_load``, PyYAML's reference reading.
 from __future__ import annotations
 
 import datetime
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,17 @@ def test_data_marks_and_key_marks_by_key_path(source: str) -> None:
     assert read.keys[("nodes", 0, "with", "deep", "x", 1, "y")] == (5, 22)
     assert read.keys[("nodes", 1, "t")] == (6, 34)
     assert read.keys[("graph",)] == (1, 1)
+
+
+def test_where_the_nodes_are_is_kept_out_of_the_collectors_walk(source: str) -> None:
+    """Marks are ints in dicts of nothing else: reading a big graph gives a collection
+    nothing more to walk, however the document nests, repeats or shares its values."""
+    text = NESTED + "shared: [&a {k: [1]}, *a, {<<: *a, j: 2}]\nrepeat: {x: [1]}\nrepeat: 2\n"
+    doc, _ = parse_text(text, "doc", "graph")
+    assert doc is not None
+    assert len(doc.places) > 10
+    assert not any(gc.is_tracked(places) for places in doc.places)
+    assert Read(text).keys[("repeat",)] == (9, 1)  # the later key, as the data keeps
 
 
 def test_problems_of_a_checked_spec_are_placed_at_the_deepest_known_key() -> None:
