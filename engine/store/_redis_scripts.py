@@ -49,8 +49,9 @@ return {0, '', 0, now[1], now[2]}
 # its own command). The run's other keys are named after meta (same prefix and hash tag).
 # ARGV: lease value ("<token>:<owner>"), seq and updated_at packed as two little-endian
 # doubles (16 bytes: the client packs them in one call, where formatting them as text
-# costs it more than the rest of the command; Redis writes a number it is given as exact
-# decimal text, so the meta hash holds what it always held), record; then name/value pairs
+# costs it more than the rest of the command; the script writes seq as integer text and
+# hands updated_at to HSET as a number, which Redis writes as exact decimal text, so the
+# meta hash holds what it always held), record; then name/value pairs
 # of what the store has not sent for this run before (its first commit, a new lease) or
 # what changed since its last commit: 'graph', 'created_at', 'status' (meta fields),
 # 'listed' (the index score), 'snapshot', 'expire' ('0' persist, else the expiry in ms)
@@ -85,6 +86,7 @@ if held ~= ARGV[1] then
   end
 end
 local seq, at = struct.unpack('<dd', ARGV[2])
+local step = string.format('%d', seq)
 local rec = base .. 'rec'
 local head = tonumber(call('HGET', KEYS[1], 'seq') or '-1')
 if head + 1 ~= seq then
@@ -98,18 +100,18 @@ if stored ~= seq + 1 then
   return {-3, head, stored - 2}
 end
 if #ARGV == 3 then
-  call('HSET', KEYS[1], 'seq', seq, 'updated_at', at)
+  call('HSET', KEYS[1], 'seq', step, 'updated_at', at)
   return 1
 end
-local fields, expire = {'seq', seq, 'updated_at', at}, nil
+local fields, expire = {'seq', step, 'updated_at', at}, nil
 for i = 4, #ARGV, 2 do
   local name, value = ARGV[i], ARGV[i + 1]
   if name == 'graph' or name == 'created_at' or name == 'status' then
     fields[#fields + 1] = name
     fields[#fields + 1] = value
   elseif name == 'snapshot' then
-    call('HSET', base .. 'snap', seq, value)
-    call('ZADD', base .. 'snaps', seq, seq)
+    call('HSET', base .. 'snap', step, value)
+    call('ZADD', base .. 'snaps', seq, step)
   elseif name == 'listed' then
     call('ZADD', KEYS[2], value, string.sub(KEYS[1], #KEYS[2] - 2, -7))
   elseif name == 'expire' then
