@@ -47,13 +47,17 @@ return {0, '', 0, now[1], now[2]}
 # KEYS: meta, and the index when the commit moves the run's index entry (only on one
 # server: on a Redis Cluster the index is in another slot, and the store updates it with
 # its own command). The run's other keys are named after meta (same prefix and hash tag).
-# ARGV: lease value ("<token>:<owner>"), seq, record, updated_at; then name/value pairs of
-# what the store has not sent for this run before (its first commit, a new lease) or what
-# changed since its last commit: 'graph', 'created_at', 'status' (meta fields), 'listed'
-# (the index score), 'snapshot', 'expire' ('0' persist, else the expiry in ms) and 'ttl'
-# (the lease ttl in ms, to set a lease key that expired). A step that changes nothing but
-# the head sends four arguments: each argument and each call costs the script more than
-# the command's own work.
+# ARGV: lease value ("<token>:<owner>"), seq and updated_at packed as two little-endian
+# doubles (16 bytes: the client packs them in one call, where formatting them as text
+# costs it more than the rest of the command; the script writes seq as integer text and
+# hands updated_at to HSET as a number, which Redis writes as exact decimal text, so the
+# meta hash holds what it always held), record; then name/value pairs
+# of what the store has not sent for this run before (its first commit, a new lease) or
+# what changed since its last commit: 'graph', 'created_at', 'status' (meta fields),
+# 'listed' (the index score), 'snapshot', 'expire' ('0' persist, else the expiry in ms)
+# and 'ttl' (the lease ttl in ms, to set a lease key that expired). A step that changes
+# nothing but the head sends three arguments: each argument and each call costs the
+# script more than the command's own work.
 # Returns 1 written, {2} already written (a retry), {-1, lease} lost, {-2, head}, {-3,
 # head, last stored seq} when the records do not end at the head (changed outside), or
 # {-4} when the lease key expired and no 'ttl' came (the store sends it all again).
@@ -74,39 +78,40 @@ if held ~= ARGV[1] then
   end
   if not held then
     local ttl
-    for i = 5, #ARGV, 2 do
+    for i = 4, #ARGV, 2 do
       if ARGV[i] == 'ttl' then ttl = ARGV[i + 1] end
     end
     if not ttl then return {-4} end
     call('SET', lease, ARGV[1], 'PX', ttl)
   end
 end
-local seq = tonumber(ARGV[2])
+local seq, at = struct.unpack('<dd', ARGV[2])
+local step = string.format('%d', seq)
 local rec = base .. 'rec'
 local head = tonumber(call('HGET', KEYS[1], 'seq') or '-1')
 if head + 1 ~= seq then
   if seq <= head and call('LINDEX', rec, seq) == ARGV[3] then return {2} end
   return {-2, head}
 end
-if #ARGV % 2 == 1 then return redis.error_reply('ERR commit arguments come in pairs') end
+if #ARGV % 2 == 0 then return redis.error_reply('ERR commit arguments come in pairs') end
 local stored = call('RPUSH', rec, ARGV[3])
 if stored ~= seq + 1 then
   call('RPOP', rec)
   return {-3, head, stored - 2}
 end
-if #ARGV == 4 then
-  call('HSET', KEYS[1], 'seq', ARGV[2], 'updated_at', ARGV[4])
+if #ARGV == 3 then
+  call('HSET', KEYS[1], 'seq', step, 'updated_at', at)
   return 1
 end
-local fields, expire = {'seq', ARGV[2], 'updated_at', ARGV[4]}, nil
-for i = 5, #ARGV, 2 do
+local fields, expire = {'seq', step, 'updated_at', at}, nil
+for i = 4, #ARGV, 2 do
   local name, value = ARGV[i], ARGV[i + 1]
   if name == 'graph' or name == 'created_at' or name == 'status' then
     fields[#fields + 1] = name
     fields[#fields + 1] = value
   elseif name == 'snapshot' then
-    call('HSET', base .. 'snap', ARGV[2], value)
-    call('ZADD', base .. 'snaps', seq, ARGV[2])
+    call('HSET', base .. 'snap', step, value)
+    call('ZADD', base .. 'snaps', seq, step)
   elseif name == 'listed' then
     call('ZADD', KEYS[2], value, string.sub(KEYS[1], #KEYS[2] - 2, -7))
   elseif name == 'expire' then

@@ -28,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import dataclasses
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast, final
 
@@ -111,6 +112,114 @@ def pack_parts(args: Sequence[Arg]) -> bytes:
     return packed[packed.index(b"\r\n") + 2 :]
 
 
+@final
+class _Reply:
+    """The reply to one command, awaited by one task, which it resumes as soon as it comes.
+
+    An asyncio future resumes the task awaiting it on the event loop's next turn: one more
+    poll of every socket, and a callback handle, between the reply and its caller. A reply
+    comes in the protocol's ``data_received``, which the loop calls with no task running,
+    so this one resumes its task right there (in the task's own context), as that next
+    turn would. Anything else that completes it (a broken connection, a cancellation), or
+    a reply that comes while a task runs, resumes the task the usual way, through the loop.
+
+    It takes the part of a future that a task awaiting it calls (``get_loop``,
+    ``add_done_callback``, ``result``, ``cancel``), and that the connection calls; it is
+    not for ``gather`` or ``wait``.
+    """
+
+    __slots__ = ("_asyncio_future_blocking", "_exception", "_loop", "_result", "_state", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._asyncio_future_blocking = False  # what tells a task it may wait on this
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiter: tuple[Callable[[_Reply], object], contextvars.Context] | None = None
+
+    def __await__(self) -> Generator[_Reply, None, Any]:
+        if self._state is _PENDING:
+            self._asyncio_future_blocking = True
+            yield self  # to the task, which calls add_done_callback
+        return self.result()
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop of the connection (a task checks it is its own)."""
+        return self._loop
+
+    def add_done_callback(
+        self, callback: Callable[[_Reply], object], *, context: contextvars.Context | None = None
+    ) -> None:
+        """Resume the awaiting task with ``callback`` once done (one waiter only)."""
+        if self._waiter is not None:
+            raise RuntimeError("a reply is awaited by one task only")
+        waiter = (callback, contextvars.copy_context() if context is None else context)
+        if self._state is not _PENDING:
+            self._loop.call_soon(callback, self, context=waiter[1])
+            return
+        self._waiter = waiter
+
+    def done(self) -> bool:
+        """Whether the reply came, or the command failed or was cancelled."""
+        return self._state is not _PENDING
+
+    def cancelled(self) -> bool:
+        """Whether the waiting task was cancelled."""
+        return self._state is _CANCELLED
+
+    def result(self) -> Any:
+        """The reply; the failure raised.
+
+        Raises:
+            asyncio.CancelledError: The waiting task was cancelled.
+            asyncio.InvalidStateError: No reply yet.
+        """
+        if self._state is _PENDING:
+            raise asyncio.InvalidStateError("the reply has not come")
+        if self._exception is not None:
+            raise self._exception
+        return self._result
+
+    def exception(self) -> BaseException | None:
+        """The failure, or ``None``."""
+        return self._exception
+
+    def set_result(self, result: Any) -> None:
+        """The reply came: resume the waiting task now (see the class docstring)."""
+        self._result, self._state = result, _DONE
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            callback, context = waiter
+            try:
+                context.run(callback, self)
+            except RuntimeError:  # a task is running (asyncio will not enter another)
+                self._loop.call_soon(callback, self, context=context)
+
+    def set_exception(self, exception: BaseException) -> None:
+        """The command failed: the waiting task gets ``exception`` on the loop's next turn."""
+        self._exception, self._state = exception, _DONE
+        self._schedule()
+
+    def cancel(self, msg: object = None) -> bool:
+        """Stop waiting (a task's ``cancel``); ``False`` if done already."""
+        if self._state is not _PENDING:
+            return False
+        self._exception, self._state = asyncio.CancelledError(msg), _CANCELLED
+        self._schedule()
+        return True
+
+    def _schedule(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._loop.call_soon(waiter[0], self, context=waiter[1])
+
+
+_PENDING: Final = "pending"
+_DONE: Final = "done"
+_CANCELLED: Final = "cancelled"
+
+
 # Commands queued in one event-loop turn are written together, or once they add up to
 # this many bytes: thousands of runs committing at once then never hold every command,
 # and a joined copy of them all, in memory at the same time.
@@ -126,7 +235,7 @@ class _Connection(asyncio.Protocol):
         self.broken: BaseException | None = None
         self._timeout = timeout
         self._reader = hiredis.Reader()
-        self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._pending: collections.deque[asyncio.Future[Any] | _Reply] = collections.deque()
         self._outgoing: list[bytes] = []
         self._queued = 0  # bytes in _outgoing
         self._transport: asyncio.Transport | None = None
@@ -172,23 +281,32 @@ class _Connection(asyncio.Protocol):
 
     def send_one(self, command: bytes) -> asyncio.Future[Any]:
         """Queue one packed command (as :meth:`send`); its future resolves with the reply."""
+        future = self.loop.create_future()
+        self._queue(command, future)
+        return future
+
+    def send_awaited(self, command: bytes) -> _Reply:
+        """Queue one packed command for one task to await (see :class:`_Reply`)."""
+        reply = _Reply(self.loop)
+        self._queue(command, reply)
+        return reply
+
+    def _queue(self, command: bytes, future: asyncio.Future[Any] | _Reply) -> None:
         if self.broken is not None:
             raise self.broken
-        future = self.loop.create_future()
         idle = not self._pending  # then nothing is queued either
         self._pending.append(future)
         if idle:
             self._progress = time.monotonic()
             if self._transport is not None:
                 self._transport.write(command)  # nobody to share a write with: send now
-                return future
+                return
         if not self._outgoing:
             self.loop.call_soon(self._flush)
         self._outgoing.append(command)
         self._queued += len(command)
         if self._queued >= _FLUSH_BYTES:
             self._flush()  # a burst: send what is queued now rather than hold it all
-        return future
 
     async def writable(self) -> None:
         """Wait while the socket's send buffer is over its high-water mark."""
@@ -292,7 +410,8 @@ class RedisWire:
         """Send a packed command now if the connection is open and writable; await its reply.
 
         As :meth:`call_packed`, but on an open connection nothing runs between the caller
-        and the reply's future (no coroutine of the wire's own to step through twice).
+        and the reply (no coroutine of the wire's own to step through twice), and the reply
+        resumes the caller as it is read (:class:`_Reply`). Awaited once, by one task.
         """
         connection = self._connection
         if (
@@ -302,7 +421,7 @@ class RedisWire:
             or connection.loop is not asyncio.get_running_loop()
         ):
             return self.call_packed(command, key)
-        return connection.send_one(command)
+        return connection.send_awaited(command)
 
     async def call_many(self, commands: Sequence[Sequence[Arg] | bytes]) -> list[Any]:
         """Send several commands (argument lists, or packed) and return their replies."""

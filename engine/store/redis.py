@@ -16,7 +16,7 @@ On one server (``redis://``, ``rediss://``, ``unix://``) a commit is one command
 round trip: an EVALSHA of the commit script, which checks the lease, the head and
 idempotency, then makes every write of the run and updates the index. The store
 remembers what it last committed for each run it holds, so a step sends only what
-changed: usually the head alone (lease value, seq, record, time), packed after a prefix
+changed: usually the head alone (lease value, seq and time, record), packed after a prefix
 kept per lease. Commands go
 through :mod:`phasegraph.store._redis_wire`: every coroutine of the process shares one
 connection, so concurrent runs' commits reach the server pipelined; redis-py parses the
@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import math
 import ssl
+import struct
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Final, cast, final
@@ -239,7 +240,7 @@ class RedisStore(Store):
         """Write one step with one command (two or three on a cluster); see :meth:`Store.commit`.
 
         A step that follows this store's last commit of the run under the same lease, with
-        no change but the head, time and maybe a snapshot, sends four arguments (and the
+        no change but the head, time and maybe a snapshot, sends three arguments (and the
         snapshot) after a prefix kept per lease; any other,
         or any reply but "written", goes the full way (which retries a connection error a
         few times, about two seconds in all: a commit whose reply was lost is found already
@@ -259,15 +260,20 @@ class RedisStore(Store):
             and sent.graph == meta.graph
             and sent.created_at == meta.created_at
         ):
-            step, time_at, record = b"%d" % seq, b"%.17g" % meta.updated_at, commit.record
-            snapshot = commit.snapshot
-            count, more = 8, b""
-            if snapshot is not None:
-                count, more = 10, b"$8\r\nsnapshot\r\n$%d\r\n%s\r\n" % (len(snapshot), snapshot)
-            command = b"*%d\r\n%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
-                *(count, sent.head, len(step), step, len(record)),
-                *(record, len(time_at), time_at, more),
-            )
+            record, snapshot = commit.record, commit.snapshot
+            if snapshot is None:
+                head, more = sent.head, b""
+            else:
+                head, more = (
+                    sent.head_more,
+                    b"$8\r\nsnapshot\r\n$%d\r\n%s\r\n"
+                    % (
+                        len(snapshot),
+                        snapshot,
+                    ),
+                )
+            at = _SEQ_AT(seq, meta.updated_at)
+            command = b"%s%s\r\n$%d\r\n%s\r\n%s" % (head, at, len(record), record, more)
             try:
                 # Awaited here: no coroutine between the command and its reply.
                 raw = await self._wire.request(command, sent.route)
@@ -453,13 +459,16 @@ class RedisStore(Store):
                 pairs += ("listed", b"%d" % minute)
         if commit.snapshot is not None:
             pairs += ("snapshot", commit.snapshot)
-        args: tuple[Arg, ...] = ("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, value, seq)
-        command = pack((*args, commit.record, b"%.17g" % meta.updated_at, *pairs))
-        head = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], 1, meta_key, value))
+        at = _SEQ_AT(seq, meta.updated_at)
+        args: tuple[Arg, ...] = ("EVALSHA", SCRIPT_SHA[COMMIT], len(keys), *keys, value, at)
+        command = pack((*args, commit.record, *pairs))
+        # Up to the seq and time's length (always 16): what every quiet step starts with.
+        head = pack_parts(("EVALSHA", SCRIPT_SHA[COMMIT], 1, meta_key, value)) + b"$16\r\n"
         sent = _Sent(
             lease=lease,
             seq=seq,
-            head=head,
+            head=b"*7\r\n" + head,
+            head_more=b"*9\r\n" + head,
             route=meta_key,
             status=meta.status,
             graph=meta.graph,
@@ -615,6 +624,8 @@ def _newest_first(meta: RunMeta) -> tuple[float, str]:
 
 
 _RUN_KEYS: Final = ("meta", "rec", "snap", "snaps", "lease", "token")
+# A commit's seq and updated_at, as the COMMIT script unpacks them.
+_SEQ_AT: Final = struct.Struct("<dd").pack
 
 
 @final
@@ -625,8 +636,10 @@ class _Sent:
         lease: The lease the commit was made under.
         seq: The commit's seq (the run's head, unless another writer came since: the
             script then refuses the next commit, which goes the full way).
-        head: The packed start of a commit command (no array header): EVALSHA, digest,
-            the meta key and the lease value; seq, record and time follow.
+        head: The packed start of a commit command that moves only the head: its array
+            header, EVALSHA, digest, the meta key, the lease value, and the length of the
+            packed seq and time, which follow, then the record.
+        head_more: The same for a command that also carries a snapshot (one more pair).
         route: The key the command is routed by (meta).
         status: The status written.
         graph: The graph written.
@@ -635,7 +648,18 @@ class _Sent:
         high: Where it ends.
     """
 
-    __slots__ = ("created_at", "graph", "head", "high", "lease", "low", "route", "seq", "status")
+    __slots__ = (
+        "created_at",
+        "graph",
+        "head",
+        "head_more",
+        "high",
+        "lease",
+        "low",
+        "route",
+        "seq",
+        "status",
+    )
 
     def __init__(
         self,
@@ -643,6 +667,7 @@ class _Sent:
         lease: Lease,
         seq: int,
         head: bytes,
+        head_more: bytes,
         route: str,
         status: str,
         graph: str,
@@ -653,6 +678,7 @@ class _Sent:
         self.lease = lease
         self.seq = seq
         self.head = head
+        self.head_more = head_more
         self.route = route
         self.status = status
         self.graph = graph

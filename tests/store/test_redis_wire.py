@@ -1,6 +1,7 @@
 """The multiplexed Redis connection: ordering, cancellation, timeouts, handshake, TLS, unix."""
 
 import asyncio
+import contextvars
 import dataclasses
 import select
 import shutil
@@ -15,7 +16,7 @@ import pytest
 
 from builders import free_port
 from phasegraph.errors import StoreError, StoreUnavailableError
-from phasegraph.store import open_store
+from phasegraph.store import _redis_wire, open_store
 from phasegraph.store._redis_wire import RedisWire, ReplyError, WireOptions, pack
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import make_commit
@@ -94,6 +95,67 @@ async def test_a_cancelled_caller_does_not_shift_the_replies(wire: RedisWire) ->
     slow.cancel()
     assert await behind == b"behind"
     assert await wire.call("ECHO", "after") == b"after"
+
+
+async def test_awaited_requests_resume_each_caller_with_its_own_reply_and_context(
+    wire: RedisWire,
+) -> None:
+    await wire.call("PING")  # open: request sends at once only on an open connection
+    mine: contextvars.ContextVar[int] = contextvars.ContextVar("mine")
+
+    async def caller(i: int) -> tuple[bytes, int]:
+        mine.set(i)
+        reply = await wire.request(pack(("ECHO", f"word-{i}")))
+        return reply, mine.get()
+
+    got = await asyncio.gather(*(caller(i) for i in range(50)))
+    assert got == [(f"word-{i}".encode(), i) for i in range(50)]
+
+
+async def test_an_awaited_request_given_up_does_not_shift_the_replies(wire: RedisWire) -> None:
+    await wire.call("PING")
+
+    async def slow() -> Any:
+        async with asyncio.timeout(0.05):
+            return await wire.request(pack(("EVAL", _SPIN, 0, 200)))
+
+    waiting = asyncio.ensure_future(slow())
+    await asyncio.sleep(0)
+    behind = asyncio.ensure_future(wire.request(pack(("ECHO", "behind"))))
+    with pytest.raises(TimeoutError):
+        await waiting
+    assert await behind == b"behind"
+    assert await wire.request(pack(("ECHO", "after"))) == b"after"
+
+
+async def test_a_killed_connection_fails_an_awaited_request(
+    wire: RedisWire, redis_url: str
+) -> None:
+    killer = RedisWire(_options(redis_url))
+    try:
+        own_id = await wire.call("CLIENT", "ID")
+        waiting = asyncio.ensure_future(
+            wire.request(pack(("BLPOP", "wire-test-empty-list", 5)))  # stays in flight
+        )
+        await asyncio.sleep(0.05)
+        assert await killer.call("CLIENT", "KILL", "ID", own_id) == 1
+        with pytest.raises(ConnectionError):
+            await waiting
+        assert await wire.request(pack(("ECHO", "again"))) == b"again"
+    finally:
+        await killer.aclose()
+
+
+async def test_a_reply_that_comes_while_a_task_runs_resumes_its_caller_through_the_loop() -> None:
+    reply = _redis_wire._Reply(asyncio.get_running_loop())
+
+    async def caller() -> Any:
+        return await reply
+
+    waiting = asyncio.ensure_future(caller())
+    await asyncio.sleep(0)  # it waits on the reply
+    reply.set_result(b"late")  # from this task: the caller cannot be entered from here
+    assert await waiting == b"late"
 
 
 async def test_an_overdue_reply_drops_the_connection_and_the_next_call_reconnects(
