@@ -142,7 +142,9 @@ class _Reply:
         if self._state is _PENDING:
             self._asyncio_future_blocking = True
             yield self  # to the task, which calls add_done_callback
-        return self.result()
+        if self._exception is not None:  # result(), written out: once per commit
+            raise self._exception
+        return self._result
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The loop of the connection (a task checks it is its own)."""
@@ -254,14 +256,17 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
         self._progress = time.monotonic()
-        pending = self._pending
+        pending, answered = self._pending, []
         try:
             while (reply := self._reader.gets()) is not False:
-                future = pending.popleft()
-                if not future.done():  # its caller may have been cancelled: drop the reply
-                    future.set_result(reply)
+                answered.append((pending.popleft(), reply))
         except (hiredis.ProtocolError, IndexError) as exc:  # garbage, or a reply nobody asked
             self.close(ConnectionError(f"unexpected data from the server: {exc!r}"))
+        # Every reply is matched to its command before any is handed over: a _Reply resumes
+        # its task right here, and that task may send, or close this connection, at once.
+        for future, reply in answered:
+            if not future.done():  # its caller may have been cancelled: drop the reply
+                future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(self.broken or ConnectionError(f"connection closed: {exc or 'by the server'}"))

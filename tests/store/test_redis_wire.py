@@ -354,3 +354,33 @@ async def test_tls_refuses_a_server_it_cannot_verify(
             await store.read("r")
     # Unless told not to verify.
     await _round_trip(f"rediss://:s3cret@127.0.0.1:{port}/0?ssl_cert_reqs=none&prefix=tls2")
+
+
+async def test_replies_read_together_reach_their_callers_though_the_first_closes_the_wire() -> None:
+    """Every reply of one read is matched to its command before any caller resumes.
+
+    A caller resumed by its reply may close the connection at once (a run's last commit,
+    then its store closed); the replies read with it still reach their own callers.
+    """
+    loop = asyncio.get_running_loop()
+    connection = _redis_wire._Connection(loop, timeout=5.0)
+    first, second = _redis_wire._Reply(loop), _redis_wire._Reply(loop)
+    connection._pending.extend((first, second))
+
+    async def closes_the_wire() -> Any:
+        got = await first
+        connection.close(ConnectionError("closed by its caller"))
+        return got
+
+    async def waits() -> Any:
+        return await second
+
+    callers = asyncio.ensure_future(asyncio.gather(closes_the_wire(), waits()))
+    await asyncio.sleep(0)  # both wait on their replies
+    read = loop.create_future()
+    # Handed over by the loop with no task running, as a socket's data is.
+    loop.call_soon(
+        lambda: (connection.data_received(b"$1\r\na\r\n$1\r\nb\r\n"), read.set_result(None))
+    )
+    await read
+    assert await callers == [b"a", b"b"]
