@@ -20,7 +20,7 @@ from typing import Final
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_OK
 from phasegraph.errors import InputError
-from phasegraph.server._tokens import TokenBook, TokenEntry, load_book, save_book
+from phasegraph.server._tokens import TokenBook, TokenEntry, edit_book, load_book
 
 __all__ = ["HANDLERS", "parse_age"]
 
@@ -60,10 +60,8 @@ def _when(seconds: float | None) -> str:
 
 def _add(args: argparse.Namespace, path: Path, now: float) -> None:
     expires = now + parse_age(args.expires) if args.expires else None
-    book, secret = load_book(path).add(
-        _name(args), tuple(args.scope), tuple(args.group), now=now, expires=expires
-    )
-    save_book(path, book)
+    name, scopes, groups = _name(args), tuple(args.scope), tuple(args.group)
+    secret = edit_book(path, lambda book: book.add(name, scopes, groups, now=now, expires=expires))
     if args.json:
         print(json.dumps({"name": args.name, "token": secret, "expires": expires}))
     else:
@@ -112,7 +110,7 @@ async def _cmd_tokens(args: argparse.Namespace) -> int:
         _list(args, load_book(path), now)
     else:
         name = _name(args)
-        save_book(path, load_book(path).revoke(name))
+        edit_book(path, lambda book: (book.revoke(name), None))
         if args.json:
             print(json.dumps({"revoked": name}))
         elif not args.quiet:

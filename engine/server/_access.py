@@ -178,6 +178,33 @@ async def _authenticate(
         return _unauthorized(exc.reason)
 
 
+AUTHENTICATOR: Final = web.AppKey("phasegraph.authenticator", Authenticator)
+"""The app's :class:`Authenticator`, for what outlives the request that signed in."""
+
+
+async def still_signed_in(request: web.Request) -> str | None:
+    """Why the request's credential no longer gives its route's scope, or ``None`` if it does.
+
+    The sign-in is checked once per request; an event stream lasts as long as its run, so
+    it asks again as it goes: a token revoked or expired, or a scope taken away, ends it.
+    An identity provider that cannot be reached is not the client's doing: the stream
+    goes on.
+    """
+    authenticator = request.app[AUTHENTICATOR]
+    if authenticator.open:
+        return None
+    try:
+        principal = await authenticator.principal(request.headers.get("Authorization", ""))
+    except SignInUnavailable:
+        return None
+    except CredentialRefused as exc:
+        return exc.reason
+    need = _need(request)
+    if need == SIGNED_IN or principal.allows(need):
+        return None
+    return f"{principal.name} lacks the scope {need!r} ({SCOPES[need]})"
+
+
 def access_guard(authenticator: Authenticator) -> Any:
     """The middleware that authenticates each request and checks its route's scope."""
 

@@ -31,7 +31,7 @@ from phasegraph.server import _events as server_events
 from phasegraph.server import _routes as server_routes
 from phasegraph.server import _shape as server_shape
 from phasegraph.server import _ui as server_ui
-from phasegraph.server._access import Authenticator, access_guard, forbidden
+from phasegraph.server._access import AUTHENTICATOR, Authenticator, access_guard, forbidden
 from phasegraph.server._exec import Executor, ExecutorOptions
 from phasegraph.server._feed import EventHub
 from phasegraph.server._guard import browser_guard
@@ -221,12 +221,14 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
     """
     config = settings or ServerSettings()
     guard = browser_guard(config.host, config.allowed_hosts, config.allowed_origins)
-    access = access_guard(Authenticator(config))
+    authenticator = Authenticator(config)
+    access = access_guard(authenticator)
     proxy = [forwarded_by_proxy()] if config.trust_proxy else []
     middlewares = [*proxy, _request_log, _problems, guard, access]
     app = web.Application(middlewares=middlewares, client_max_size=config.max_body_bytes)
     app[ENGINE] = engine
     app[SETTINGS] = config
+    app[AUTHENTICATOR] = authenticator
     app[GRAPHS] = {}
     app.add_routes(
         [

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from phasegraph.errors import PhasegraphError, StoreUnavailableError
 from phasegraph.events import Event
+from phasegraph.server._access import still_signed_in
 from phasegraph.server._feed import EventFeed, EventId, Subscription
 from phasegraph.server._support import ENGINE, HUB, SETTINGS, fail
 from phasegraph.views import jsonable
@@ -86,9 +87,15 @@ async def _follow(
     subscription: Subscription,
 ) -> None:
     settings, hub = request.app[SETTINGS], request.app[HUB]
-    quiet_since = time.monotonic()
+    quiet_since = checked = time.monotonic()
     while not feed.terminal and not hub.closed:
         await subscription.wait(settings.poll_interval)
+        if time.monotonic() - checked >= settings.poll_interval:
+            checked = time.monotonic()
+            if (refused := await still_signed_in(request)) is not None:
+                # The client reconnects and is told why (401 or 403), as any request is.
+                _log.warning("event stream of %s ends: %s", feed.run_id, refused)
+                return
         events = feed.take(*subscription.drain())
         if not events:
             # No bus event (a run stepped elsewhere, or a hole): the store has the truth.

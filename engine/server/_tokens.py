@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from phasegraph.errors import InputError
 from phasegraph.server._principal import CredentialRefused, Principal, check_scope
@@ -30,9 +30,12 @@ __all__ = [
     "TokenBook",
     "TokenEntry",
     "TokenFile",
+    "edit_book",
     "load_book",
     "save_book",
 ]
+
+_T = TypeVar("_T")
 
 TOKEN_PREFIX: Final = "pgt_"
 _FORMAT: Final = 1
@@ -231,6 +234,32 @@ def save_book(path: Path, book: TokenBook) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def edit_book(path: Path, change: Callable[[TokenBook], tuple[TokenBook, _T]]) -> _T:
+    """Read the book, ``change`` it and write it back, with no other edit in between.
+
+    Two ``phasegraph tokens add`` run at once would otherwise both read the same book and
+    the second write would drop the first one's token. The edit holds an exclusive lock
+    on a file beside the book (``.NAME.lock``); a server reading the book never waits.
+
+    Returns:
+        What ``change`` returns beside the new book (the secret of a token added).
+
+    Raises:
+        InputError: The book is malformed, or ``change`` refuses the edit.
+    """
+    import fcntl  # POSIX: the token file is edited on the server's host
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        book, result = change(load_book(path))
+        save_book(path, book)
+        return result
+    finally:
+        os.close(lock)  # which releases the lock
 
 
 class TokenFile:

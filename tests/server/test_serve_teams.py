@@ -13,6 +13,7 @@ import json
 import os
 import ssl
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from builders import cli_argv
+from phasegraph.server._tokens import TokenBook, edit_book
 
 
 def phasegraph(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -183,3 +185,34 @@ def test_serve_refuses_half_configured_sign_in(tmp_path: Path) -> None:
     assert bad_file.returncode == 2
     assert "tokens.json:1" in bad_file.stderr
     assert "Traceback" not in bad_file.stderr
+
+
+def test_an_edit_of_the_token_file_waits_for_the_one_in_progress(tmp_path: Path) -> None:
+    """Two edits at once both land: the second reads the book the first wrote.
+
+    The first edit is held inside its change while the second starts; the second can only
+    finish after the first has written, so neither token is lost. (Without the lock the
+    second reads the book before the first writes, and the first's write drops its token.)
+    """
+    tokens = tmp_path / "tokens.json"
+    inside, release = threading.Event(), threading.Event()
+
+    def first(book: TokenBook) -> tuple[TokenBook, str]:
+        inside.set()
+        release.wait(timeout=30)
+        return book.add("alice", ("runs:read",), (), now=0.0)
+
+    held = threading.Thread(target=edit_book, args=(tokens, first))
+    held.start()
+    assert inside.wait(timeout=30)
+    second = threading.Thread(
+        target=edit_book, args=(tokens, lambda book: book.add("bob", ("runs:read",), (), now=0.0))
+    )
+    second.start()
+    second.join(timeout=1.0)  # paces the test only: with the lock, bob is still waiting
+    release.set()
+    held.join()
+    second.join()
+    listed = phasegraph("tokens", "list", "--file", str(tokens), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(entry["name"] for entry in json.loads(listed.stdout)) == ["alice", "bob"]

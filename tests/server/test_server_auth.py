@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
 from hypothesis import strategies as st
-from test_server import serving, settings_for
+from test_server import FIXTURES, GATED, serving, settings_for, sse
 from test_server_contract import SPEC, call
 
 from phasegraph import Engine
@@ -130,6 +130,34 @@ async def test_revoked_and_expired_tokens_are_401_without_a_restart(
     assert (me["name"], me["scopes"]) == ("operator", ["admin"])
     assert "salt" in tokens.read_text()
     assert kept not in tokens.read_text()
+
+
+async def test_an_event_stream_ends_when_its_token_is_revoked_or_expires(
+    team: tuple[TestClient, Path], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream outlives its request's sign-in: it asks again as it goes, and ends."""
+    monkeypatch.syspath_prepend(str(FIXTURES))  # the gate graph's actions
+    client, tokens = team
+    created = await client.post(
+        "/runs",
+        json={"graph_yaml": GATED, "input": {"topic": "caching"}},
+        headers=bearer("operator-secret"),
+    )
+    assert created.status == 201, await created.text()
+    run_id = (await created.json())["run_id"]  # it waits at a gate: its stream stays open
+    revoked = add_token(tokens, "wes", "runs:read")
+    expiring = add_token(tokens, "eve", "runs:read", now=clock.now, expires=clock.now + 60)
+    for secret, take_away in (
+        (revoked, lambda: save_book(tokens, load_book(tokens).revoke("wes"))),
+        (expiring, lambda: setattr(clock, "now", clock.now + 60)),
+    ):
+        async with client.get(f"/runs/{run_id}/events", headers=bearer(secret)) as stream:
+            assert stream.status == 200
+            await sse(stream, until=lambda events: events[-1]["kind"] == "run_waiting")
+            take_away()
+            assert await sse(stream) == []  # the stream ends (sse gives up after 15 s)
+        again = await client.get(f"/runs/{run_id}/events", headers=bearer(secret))
+        assert again.status == 401
 
 
 async def test_a_forged_token_of_a_known_id_is_refused(team: tuple[TestClient, Path]) -> None:
