@@ -29,7 +29,7 @@ from phasegraph.cli._support import (
 )
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.events import events_for
-from phasegraph.model import NodeStatus, RunState, RunStatus
+from phasegraph.model import NodeStatus, RunState, RunStatus, apply_records
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
@@ -235,8 +235,9 @@ async def _follow(args: argparse.Namespace, engine: Engine) -> int:
                 for event in events_for(state.run_id, record, previous):
                     engine.bus.publish(event)
                 previous = record.status
-            if records:
-                state = await engine.get(state.run_id)
+            # The state after the records read, not the head now: steps committed since
+            # the read are the next read's, or their lines would never be shown.
+            state = apply_records(state, records)
     return await finished(args, engine, state)
 
 
