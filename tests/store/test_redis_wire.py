@@ -290,11 +290,17 @@ def _make_certificates(where: Path) -> None:
     def run(*args: str) -> None:
         subprocess.run([openssl, *args], cwd=where, check=True, capture_output=True)
 
+    # With the extensions a strict verifier (Python 3.13's default) asks of a CA and a leaf.
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
         "-keyout", "server.key", "-out", "server.csr")  # fmt: skip
-    (where / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    (where / "san.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1\nauthorityKeyIdentifier=keyid\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    )
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
         "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt")  # fmt: skip
 
