@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import sqlite3
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
@@ -191,3 +193,18 @@ def cli_argv(*args: str) -> list[str]:
         "from phasegraph.cli._main import main; raise SystemExit(main())",
         *args,
     ]
+
+
+@contextlib.contextmanager
+def sqlite_db(path: str | Path, **options: Any) -> Iterator[sqlite3.Connection]:
+    """A connection to a SQLite file, for a test that reads or damages the store's tables.
+
+    Committed when the block ends well, as ``with sqlite3.connect(...)`` does, and closed,
+    which that does not (Python 3.13 warns of every connection left to the collector).
+    """
+    conn = sqlite3.connect(path, **options)
+    try:
+        with conn:
+            yield conn
+    finally:
+        conn.close()

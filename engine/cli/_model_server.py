@@ -22,7 +22,7 @@ from typing import Any
 
 from phasegraph.actions.llm._scripted import ScriptedModelServer
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._support import EXIT_OK, emit
+from phasegraph.cli._support import EXIT_OK, cannot_listen, emit
 from phasegraph.errors import InputError
 
 __all__ = ["HANDLERS"]
@@ -55,10 +55,7 @@ async def _cmd_model_server(args: argparse.Namespace) -> int:
     try:
         await server.start()
     except OSError as exc:
-        raise InputError(
-            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
-            "choose another --port or --host"
-        ) from None
+        raise cannot_listen(args.host, args.port, exc) from None
     try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -34,7 +34,7 @@ from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._logs import configure_logging
-from phasegraph.cli._support import EXIT_OK, lease_ttl, tracer_provider
+from phasegraph.cli._support import EXIT_OK, cannot_listen, lease_ttl, tracer_provider
 from phasegraph.cli._worker import (
     default_worker_name,
     require_queue,
@@ -243,12 +243,7 @@ async def _listen(site: web.TCPSite, host: str, port: int) -> None:
     try:
         await site.start()
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        if "error while attempting to bind" in reason:
-            reason = reason.rsplit(": ", 1)[-1]
-        raise InputError(
-            f"cannot listen on {host}:{port}: {reason}; choose another --port or --host"
-        ) from None
+        raise cannot_listen(host, port, exc) from None
 
 
 HANDLERS: Handlers = MappingProxyType({"serve": _cmd_serve})

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -315,6 +316,20 @@ def parse_inputs(pairs: Sequence[str], input_file: str | None) -> dict[str, Any]
     except CodecError as exc:
         raise InputError(exc.message) from None
     return values
+
+
+_ERRNO: Final = re.compile(r"\[errno \d+\] ", re.IGNORECASE)
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> InputError:
+    """The one-line error for an address that cannot be listened on, with its reason.
+
+    asyncio words a refused bind "error while attempting to bind on address (...): address
+    already in use" (Python 3.13 adds "[errno 98] "): the reason is its last part, as the
+    system says it.
+    """
+    reason = _ERRNO.sub("", (exc.strerror or str(exc)).rsplit(": ", 1)[-1])
+    return InputError(f"cannot listen on {host}:{port}: {reason}; choose another --port or --host")
 
 
 async def finished(args: argparse.Namespace, engine: Engine, state: RunState) -> int:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import redis.asyncio
 
-from builders import TESTS, cli_argv
+from builders import TESTS, cli_argv, sqlite_db
 from phasegraph import Engine, open_store
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import JournalDamage, isolated_redis_url
@@ -83,7 +82,7 @@ async def _every_command_refuses(url: str, run_id: str, head: int, last: int, cw
 
 def _sqlite_rows(db: Path) -> list[tuple[object, ...]]:
     """Every row of the store file (the lease columns too)."""
-    with sqlite3.connect(db) as conn:
+    with sqlite_db(db) as conn:
         rows = []
         for table in ("runs", "records", "snapshots"):
             rows += [(table, *row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2")]

@@ -13,7 +13,6 @@ The real CLI, in a subprocess, on SQLite and on a real Redis:
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import time
 import uuid
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from builders import cli_argv
+from builders import cli_argv, sqlite_db
 
 GRAPH = """\
 graph: busy_loop
@@ -92,7 +91,7 @@ def _lease_expiry(store_url: str, run_id: str) -> float | None:
         path = store_url.removeprefix("sqlite:///")
         if not os.path.exists(path):
             return None
-        with sqlite3.connect(path, timeout=30) as conn:
+        with sqlite_db(path, timeout=30) as conn:
             row = conn.execute(
                 "SELECT lease_expires FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()

@@ -6,7 +6,10 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from builders import REPO, cli_argv
+from phasegraph.cli._support import cannot_listen
 
 LOOP = REPO / "benchmarks" / "loop.yaml"
 
@@ -58,3 +61,20 @@ def test_serve_on_a_taken_port_says_so_in_one_line() -> None:
         f"phasegraph: cannot listen on 127.0.0.1:{port}: address already in use; "
         "choose another --port or --host"
     )
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "address already in use",  # Python 3.11 and 3.12
+        "[errno 98] address already in use",  # Python 3.13
+    ],
+)
+def test_a_refused_bind_is_said_as_the_system_says_it(reason: str) -> None:
+    """asyncio's wording of a refused bind, of any Python this runs on, comes out the same."""
+    refused = OSError(98, f"error while attempting to bind on address ('127.0.0.1', 7): {reason}")
+    assert cannot_listen("127.0.0.1", 7, refused).message == (
+        "cannot listen on 127.0.0.1:7: address already in use; choose another --port or --host"
+    )
+    plain = OSError(13, "Permission denied")  # a bind refused before asyncio words it
+    assert "127.0.0.1:7: Permission denied;" in cannot_listen("127.0.0.1", 7, plain).message

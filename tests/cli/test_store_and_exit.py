@@ -7,14 +7,13 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from builders import TESTS, cli_argv
+from builders import TESTS, cli_argv, sqlite_db
 from phasegraph import open_store
 from phasegraph.errors import LeaseHeldError
 from phasegraph.run import RUN_ID_PATTERN
@@ -84,7 +83,7 @@ def test_bad_input_exits_2_and_commits_nothing(tmp_path: Path) -> None:
     done = _cli("status", "--store", f"sqlite:///{foreign}")
     assert done.returncode == 2
     assert "is not a phasegraph run store" in done.stderr
-    with sqlite3.connect(tmp_path / "runs.db") as conn:
+    with sqlite_db(tmp_path / "runs.db") as conn:
         conn.execute("PRAGMA user_version = 99")
     newer = _cli("status", "--store", store)
     assert newer.returncode == 2

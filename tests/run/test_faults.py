@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -14,7 +13,7 @@ import msgpack
 import pytest
 import redis
 
-from builders import TESTS, cli_argv, engine, free_port, graph, prepared
+from builders import TESTS, cli_argv, engine, free_port, graph, prepared, sqlite_db
 from phasegraph import Engine, open_store
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.cli import main
@@ -182,7 +181,7 @@ async def _partial_run(url: str, log: Path) -> str:
 
 
 def _dump(db: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(db) as conn:
+    with sqlite_db(db) as conn:
         rows = []
         for table in ("runs", "records", "snapshots"):
             rows += [(table, *row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2")]
@@ -194,7 +193,7 @@ _KEY = "(SELECT num << 32 FROM runs WHERE run_id = ?) + ?"
 
 
 def _overwrite(db: Path, sql: str, *params: object) -> None:
-    with sqlite3.connect(db) as conn:
+    with sqlite_db(db) as conn:
         assert conn.execute(sql, params).rowcount == 1
 
 
@@ -244,7 +243,7 @@ def test_unreadable_payload_is_refused_and_nothing_is_overwritten(
 
 def _flip_in_file(db: Path, blob: bytes) -> None:
     """Flip one bit of ``blob`` where it lies in the database file itself (as a bad disk)."""
-    with sqlite3.connect(db) as conn:
+    with sqlite_db(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     data = bytearray(db.read_bytes())
     at = data.find(blob)
@@ -255,7 +254,7 @@ def _flip_in_file(db: Path, blob: bytes) -> None:
 
 
 def _blob(db: Path, table: str, run_id: str, seq: int) -> bytes:
-    with sqlite3.connect(db) as conn:
+    with sqlite_db(db) as conn:
         (blob,) = conn.execute(
             f"SELECT blob FROM {table} WHERE key = {_KEY}", (run_id, seq)
         ).fetchone()

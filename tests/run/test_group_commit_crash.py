@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import TESTS
+from builders import TESTS, sqlite_db
 from phasegraph import Engine, open_store
 from phasegraph.model import NodeStatus, RunState, RunStatus
 from phasegraph.store.memory import MemoryStore
@@ -103,7 +103,7 @@ def test_sigkill_during_group_commits_then_each_run_resumes_exactly(tmp_path: Pa
             driver.stderr.close()
     at_kill = asyncio.run(_states(url))
     assert any(state.status is RunStatus.RUNNING for state in at_kill)
-    with sqlite3.connect(db) as conn:  # the killed writer's leases run out now
+    with sqlite_db(db) as conn:  # the killed writer's leases run out now
         conn.execute("UPDATE runs SET lease_expires = 0")
     finals = asyncio.run(_resume_all(url))
     for log, killed, final in zip(logs, at_kill, finals, strict=True):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 from test_server import serving, settings_for
 
-from builders import REPO, cli_argv
+from builders import REPO, cli_argv, sqlite_db
 from phasegraph import Engine
 from phasegraph.store import open_store
 from phasegraph.store.memory import MemoryStore
@@ -115,7 +114,7 @@ async def test_get_runs_answers_with_the_unreadable_run_marked(tmp_path: Path) -
         engine = Engine(store)
         for run_id in ("first", "broken"):
             await engine.run("hello", run_id=run_id)
-        with sqlite3.connect(path) as damage:
+        with sqlite_db(path) as damage:
             damage.execute("UPDATE runs SET status = 'lost' WHERE run_id = 'broken'")
         async with serving(engine, settings_for(tmp_path)) as client:
             response = await client.get("/runs")

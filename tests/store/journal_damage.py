@@ -6,12 +6,12 @@ suite's damaged-journal cases use them, and so do the tests that then run the CL
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from builders import sqlite_db
 from phasegraph.model import replace
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
@@ -41,13 +41,13 @@ class SqliteDamage:
         self.path = path
 
     def _change(self, sql: str, *params: object) -> None:
-        with sqlite3.connect(self.path) as conn:
+        with sqlite_db(self.path) as conn:
             assert conn.execute(sql, params).rowcount == 1
         conn.close()
 
     async def drop_last_record(self, run_id: str) -> None:
         """Delete the run's last row of ``records``; ``runs.seq`` stays."""
-        with sqlite3.connect(self.path) as conn:
+        with sqlite_db(self.path) as conn:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
         conn.close()
         if version < 3:  # keyed by (run_id, seq)

@@ -1,12 +1,12 @@
 """Choosing a store by URL, and clear refusals of bad URLs and bad database files."""
 
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 import phasegraph.store
+from builders import sqlite_db
 from phasegraph.errors import InputError, StoreError, StoreUnavailableError
 from phasegraph.store import DEFAULT_STORE_URL, open_store
 from phasegraph.store._redis_wire import ClusterWire
@@ -168,7 +168,7 @@ async def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> N
 
 async def test_sqlite_refuses_a_foreign_database(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
-    with sqlite3.connect(path) as conn:
+    with sqlite_db(path) as conn:
         conn.execute("CREATE TABLE invoices (id INTEGER)")
     conn.close()
     async with open_store(f"sqlite:///{path}") as store:
@@ -180,7 +180,7 @@ async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     async with open_store(f"sqlite:///{path}") as store:
         await store.list_runs()
-    with sqlite3.connect(path) as conn:
+    with sqlite_db(path) as conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
     async with open_store(f"sqlite:///{path}") as store:

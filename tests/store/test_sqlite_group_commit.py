@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import sqlite_db
 from phasegraph.errors import LeaseLostError, SequenceConflictError, StoreUnavailableError
 from phasegraph.store.base import Lease
 from phasegraph.store.sqlite import SqliteStore
@@ -14,7 +15,7 @@ from phasegraph.testing import make_commit
 
 def _wal_frames(path: Path) -> int:
     wal = Path(f"{path}-wal")
-    with sqlite3.connect(path) as conn:
+    with sqlite_db(path) as conn:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
     return (wal.stat().st_size - 32) // (page_size + 24)  # 32-byte header, 24 per frame
 
@@ -92,7 +93,7 @@ async def test_a_commit_failing_halfway_in_a_batch_fails_alone(tmp_path: Path) -
     async with SqliteStore(path) as store:
         leases = await _started(store, 3)
         # The records insert of run-1 fails after its head was moved in the same commit.
-        with sqlite3.connect(path) as conn:
+        with sqlite_db(path) as conn:
             conn.execute(
                 "CREATE TRIGGER refuse BEFORE INSERT ON records WHEN NEW.key >> 32 = "
                 "(SELECT num FROM runs WHERE run_id = 'run-1') "

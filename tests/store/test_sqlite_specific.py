@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import sqlite_db
 from phasegraph import Engine
 from phasegraph.errors import JournalHeadError, RunNotFoundError, StoreError
 from phasegraph.store._sqlite_layout import SCHEMA_VERSION
@@ -286,7 +287,7 @@ async def test_a_commit_onto_a_head_moved_back_is_refused_and_writes_nothing(
             await store.commit(lease, make_commit("r", seq))
         other = await store.acquire("other", "w", 30)
         await store.commit(other, make_commit("other", 0))
-    with sqlite3.connect(path) as conn:
+    with sqlite_db(path) as conn:
         conn.execute("UPDATE runs SET seq = 1 WHERE run_id = 'r'")
     async with SqliteStore(path) as store:  # both leases are still held
         for writer in ("x", "y"):  # several writers: concurrent commits share a batch
@@ -297,7 +298,7 @@ async def test_a_commit_onto_a_head_moved_back_is_refused_and_writes_nothing(
         outcomes = await asyncio.gather(*commits, return_exceptions=True)
     assert isinstance(outcomes[0], JournalHeadError), outcomes
     assert "its head is seq 1 but its journal goes on to seq 2" in str(outcomes[0])
-    with sqlite3.connect(path) as conn:
+    with sqlite_db(path) as conn:
         assert conn.execute("SELECT seq FROM runs WHERE run_id = 'r'").fetchone() == (1,)
         blobs = conn.execute(
             "SELECT blob FROM records WHERE key >> 32 = "

@@ -6,7 +6,6 @@ the file, an HSET on the server), then lists and reads through phasegraph.
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from builders import cli_argv
+from builders import cli_argv, sqlite_db
 from phasegraph.errors import StoreError
 from phasegraph.store import Store, open_store
 from phasegraph.store.redis import RedisStore
@@ -58,7 +57,7 @@ async def test_sqlite_lists_the_other_runs(
     path = tmp_path / "runs.db"
     async with open_store(f"sqlite:///{path}") as store:
         await three_runs(store)
-        with sqlite3.connect(path) as damage:
+        with sqlite_db(path) as damage:
             damage.execute(f"UPDATE runs SET {column} = ? WHERE run_id = 'b'", (value,))
         await check_listing(store, words)
 
@@ -98,7 +97,7 @@ def test_status_lists_the_other_runs(tmp_path: Path) -> None:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-    with sqlite3.connect(tmp_path / "runs.db") as damage:
+    with sqlite_db(tmp_path / "runs.db") as damage:
         damage.execute("UPDATE runs SET updated_at = 'x' WHERE run_id = 'broken'")
     status = subprocess.run(
         cli_argv("status", "--store", store), capture_output=True, text=True, check=False
