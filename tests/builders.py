@@ -7,7 +7,7 @@ import contextlib
 import socket
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
@@ -193,6 +193,30 @@ def cli_argv(*args: str) -> list[str]:
         "from phasegraph.cli._main import main; raise SystemExit(main())",
         *args,
     ]
+
+
+@contextlib.asynccontextmanager
+async def serve_command(
+    *args: str, cwd: Path, env: Mapping[str, str]
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``phasegraph serve ARGS`` as a process: it and the address it printed; stopped on exit."""
+    process = await asyncio.create_subprocess_exec(
+        *cli_argv("serve", *args),
+        cwd=cwd,
+        env=dict(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(30):
+            first = (await process.stdout.readline()).decode()
+        assert first.startswith("phasegraph serving "), first
+        yield process, first.split()[-1]
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
 
 
 @contextlib.contextmanager

@@ -199,7 +199,11 @@ async def still_signed_in(request: web.Request) -> str | None:
         return None
     except CredentialRefused as exc:
         return exc.reason
-    need = _need(request)
+    return _lacks(principal, _need(request))
+
+
+def _lacks(principal: Principal, need: str) -> str | None:
+    """Why ``principal`` may not do what a route ``need``s, or ``None`` if it may."""
     if need == SIGNED_IN or principal.allows(need):
         return None
     return f"{principal.name} lacks the scope {need!r} ({SCOPES[need]})"
@@ -220,9 +224,8 @@ def access_guard(authenticator: Authenticator) -> Any:
         if isinstance(principal, web.Response):
             return principal
         request[PRINCIPAL] = principal
-        if need != SIGNED_IN and not principal.allows(need):
-            detail = f"{principal.name} lacks the scope {need!r} ({SCOPES[need]})"
-            return forbidden(ScopeMissing(need, detail))
+        if (lacks := _lacks(principal, need)) is not None:
+            return forbidden(ScopeMissing(need, lacks))
         return await handler(request)
 
     return access

@@ -25,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, final
+from typing import Any, Final, final
 
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
@@ -34,7 +34,7 @@ from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.store.base import RunMeta
 from phasegraph.worker import WorkQueue
-from phasegraph.worker._driver import RunDriver
+from phasegraph.worker._driver import Reply, RunDriver
 from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import cancel_by_worker, post_reply, reply_applied
 
@@ -43,14 +43,6 @@ __all__ = ["Executor", "ExecutorOptions"]
 _log = logging.getLogger("phasegraph.server")
 
 _PAGE: Final = 500
-
-
-class _Answer(NamedTuple):
-    """Who answers a gate (and whether they are trusted), and which opening of it."""
-
-    actor: Actor | None
-    step: int | None
-    trusted: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,13 +146,12 @@ class Executor:
         recorded) and ``step`` (the gate's opening the answer is for) are as
         :meth:`~phasegraph.Engine.reply` takes them.
         """
-        state = await self._reply(run_id, interrupt_id, result, _Answer(actor, step, trusted))
+        reply = Reply(interrupt_id, result, actor=actor, step=step, trusted=trusted)
+        state = await self._reply(run_id, reply)
         _log_run("reply", state, outcome=result.trigger, interrupt_id=interrupt_id)
         return state
 
-    async def _reply(
-        self, run_id: str, interrupt_id: str, result: ActionResult, who: _Answer
-    ) -> RunState:
+    async def _reply(self, run_id: str, reply: Reply) -> RunState:
         """Answer a pending interrupt; return the state right after the reply's step.
 
         The run then goes on in the background.
@@ -176,7 +167,11 @@ class Executor:
             try:
                 async with self._engine.open(run_id) as run:
                     await run.reply(
-                        interrupt_id, result, actor=who.actor, step=who.step, trusted=who.trusted
+                        reply.interrupt_id,
+                        reply.result,
+                        actor=reply.actor,
+                        step=reply.step,
+                        trusted=reply.trusted,
                     )
                     state = run.state
             except LeaseHeldError:
@@ -188,19 +183,17 @@ class Executor:
                     self._engine,
                     queue,
                     run_id,
-                    interrupt_id,
-                    result,
-                    actor=who.actor,
-                    step=who.step,
-                    trusted=who.trusted,
+                    reply.interrupt_id,
+                    reply.result,
+                    actor=reply.actor,
+                    step=reply.step,
+                    trusted=reply.trusted,
                 )
-                return await reply_applied(self._engine, run_id, interrupt_id, before.seq)
+                return await reply_applied(self._engine, run_id, reply.interrupt_id, before.seq)
             await queue.enqueue(run_id)
             return state
         self._refuse_if_closing(run_id)
-        done = self._mail.post_reply(
-            run_id, interrupt_id, result, actor=who.actor, step=who.step, trusted=who.trusted
-        )
+        done = self._mail.post_reply(run_id, reply)
         self.submit(run_id)
         return await done
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import final
 
-from phasegraph.actions import ActionResult
 from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState
 from phasegraph.run import Clock
@@ -46,21 +45,8 @@ class LocalMailbox:
         self._cancels: dict[str, list[_Letter]] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
 
-    def post_reply(
-        self,
-        run_id: str,
-        interrupt_id: str,
-        result: ActionResult,
-        *,
-        actor: Actor | None = None,
-        step: int | None = None,
-        trusted: bool = False,
-    ) -> asyncio.Future[RunState]:
-        """Queue a reply; the future receives the run right after its step.
-
-        ``actor``, ``step`` and ``trusted`` are as :meth:`~phasegraph.Engine.reply` takes them.
-        """
-        reply = Reply(interrupt_id, result, actor=actor, step=step, trusted=trusted)
+    def post_reply(self, run_id: str, reply: Reply) -> asyncio.Future[RunState]:
+        """Queue a reply; the future receives the run right after its step."""
         return self._post(self._replies, run_id, reply)
 
     def request_cancel(

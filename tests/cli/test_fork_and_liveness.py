@@ -49,21 +49,29 @@ def test_fork_drives_the_new_run_and_no_run_leaves_it_to_resume(tmp_path: Path) 
     )
 
 
-def test_status_says_a_live_run_is_driven(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'runs.db'}"
-    started, release = tmp_path / "started", tmp_path / "release"
+def _driving(store: str, run_id: str, folder: Path, release: Path) -> subprocess.Popen[bytes]:
+    """``phasegraph run`` of the blocking graph, once its action has started (it waits
+    until ``release`` exists)."""
+    started = folder / "started"
     env = {
         **os.environ,
         "PHASEGRAPH_TEST_STARTED": str(started),
         "PHASEGRAPH_TEST_RELEASE": str(release),
     }
-    argv = cli_argv("run", str(GATES / "blocking.yaml"), "--run-id", "live", "--store", store)
+    argv = cli_argv("run", str(GATES / "blocking.yaml"), "--run-id", run_id, "--store", store)
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    while not started.exists():
+        if driver.poll() is not None:
+            pytest.fail(driver.communicate()[1].decode())
+        time.sleep(0.01)
+    return driver
+
+
+def test_status_says_a_live_run_is_driven(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    release = tmp_path / "release"
+    driver = _driving(store, "live", tmp_path, release)
     try:
-        while not started.exists():
-            if driver.poll() is not None:
-                pytest.fail(driver.communicate()[1].decode())
-            time.sleep(0.01)
         shown = _cli(store, "status", "live").stdout
         listing = _cli(store, "status").stdout
     finally:
@@ -80,22 +88,9 @@ def test_status_says_a_live_run_is_driven(tmp_path: Path) -> None:
 
 def test_status_says_a_run_whose_driver_died_is_abandoned(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    started = tmp_path / "started"
-    env = {
-        **os.environ,
-        "PHASEGRAPH_TEST_STARTED": str(started),
-        "PHASEGRAPH_TEST_RELEASE": str(tmp_path / "never"),
-    }
-    argv = cli_argv("run", str(GATES / "blocking.yaml"), "--run-id", "gone", "--store", store)
-    driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    try:
-        while not started.exists():
-            if driver.poll() is not None:
-                pytest.fail(driver.communicate()[1].decode())
-            time.sleep(0.01)
-    finally:
-        driver.kill()  # SIGKILL: its lease stays, held by a process that is gone
-        driver.communicate(timeout=120)
+    driver = _driving(store, "gone", tmp_path, tmp_path / "never")
+    driver.kill()  # SIGKILL: its lease stays, held by a process that is gone
+    driver.communicate(timeout=120)
     shown = _cli(store, "status", "gone").stdout
     assert shown.startswith(
         "run gone (blocking) running at step 1 (abandoned: no live process drives it; "

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from builders import cli_argv
+from builders import cli_argv, serve_command
 from phasegraph.server._tokens import TokenBook, edit_book
 
 
@@ -112,37 +112,11 @@ async def https_server(tmp_path: Path) -> AsyncIterator[tuple[str, Path, ssl.SSL
     cert, key = self_signed(tmp_path)
     tokens = tmp_path / "tokens.json"
     env = {k: v for k, v in os.environ.items() if k != "PHASEGRAPH_TOKEN"}
-    process = await asyncio.create_subprocess_exec(
-        *cli_argv(
-            "serve",
-            "--store",
-            "memory://",
-            "--port",
-            "0",
-            "--tokens",
-            str(tokens),
-            "--tls-cert",
-            str(cert),
-            "--tls-key",
-            str(key),
-            "-q",
-        ),
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert process.stdout is not None
-        async with asyncio.timeout(30):
-            first = (await process.stdout.readline()).decode()
-        assert first.startswith("phasegraph serving https://"), first
-        trust = ssl.create_default_context(cafile=str(cert))
-        yield first.split()[-1], tokens, trust
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        await process.wait()
+    options = ("--store", "memory://", "--port", "0", "--tokens", str(tokens))
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key), "-q")
+    async with serve_command(*options, *tls, cwd=tmp_path, env=env) as (_, address):
+        assert address.startswith("https://"), address
+        yield address, tokens, ssl.create_default_context(cafile=str(cert))
 
 
 async def test_https_server_reads_the_token_file_the_cli_changes(

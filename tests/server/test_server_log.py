@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from test_server import FIXTURES, GATED
 
-from builders import cli_argv
+from builders import serve_command
 
 TOKEN = "s3cret-token-never-logged"
 
@@ -42,8 +42,9 @@ class _Serve:
 
 
 async def _serve(tmp_path: Path, *options: str) -> AsyncIterator[_Serve]:
-    argv = cli_argv(
-        "serve",
+    path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PHASEGRAPH_TOKEN": TOKEN}
+    async with serve_command(
         "--store",
         f"sqlite:///{tmp_path / 'runs.db'}",
         "--port",
@@ -54,26 +55,11 @@ async def _serve(tmp_path: Path, *options: str) -> AsyncIterator[_Serve]:
         "--upload-dir",
         str(tmp_path / "uploads"),
         *options,
-    )
-    path = [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PHASEGRAPH_TOKEN": TOKEN}
-    process = await asyncio.create_subprocess_exec(
-        *argv,
         cwd=tmp_path,
         env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert process.stdout is not None
-        async with asyncio.timeout(30):
-            first = (await process.stdout.readline()).decode()
-        assert first.startswith("phasegraph serving http://"), first
-        yield _Serve(process, first.split()[-1])
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        await process.wait()
+    ) as (process, address):
+        assert address.startswith("http://"), address
+        yield _Serve(process, address)
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ class _Host:
         return gate
 
     def reply(self, run_id: str, gate: str, result: ActionResult) -> asyncio.Future[RunState]:
-        done = self.mail.inner.post_reply(run_id, gate, result)
+        done = self.mail.inner.post_reply(run_id, Reply(gate, result))
         assert self.driver.notify(run_id)  # its drive is under way: it looks
         return done
 
