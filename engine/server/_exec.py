@@ -166,13 +166,7 @@ class Executor:
         if queue is not None:
             try:
                 async with self._engine.open(run_id) as run:
-                    await run.reply(
-                        reply.interrupt_id,
-                        reply.result,
-                        actor=reply.actor,
-                        step=reply.step,
-                        trusted=reply.trusted,
-                    )
+                    await reply.apply(run)
                     state = run.state
             except LeaseHeldError:
                 if not await queue.queued(run_id):

@@ -60,6 +60,12 @@ class Reply:
     step: int | None = None
     trusted: bool = False
 
+    async def apply(self, run: Run) -> None:
+        """Commit this reply on ``run``, held open by the caller (see :meth:`Run.reply`)."""
+        await run.reply(
+            self.interrupt_id, self.result, actor=self.actor, step=self.step, trusted=self.trusted
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
@@ -317,13 +323,7 @@ class RunDriver:
         try:
             for reply in await self._mailbox.replies(run_id):
                 try:
-                    await run.reply(
-                        reply.interrupt_id,
-                        reply.result,
-                        actor=reply.actor,
-                        step=reply.step,
-                        trusted=reply.trusted,
-                    )
+                    await reply.apply(run)
                     outcomes.append(run.state)
                 except (RunError, CodecError) as exc:
                     # Answered meanwhile, a re-delivery after a crash, or refused in the
