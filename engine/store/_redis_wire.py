@@ -123,9 +123,10 @@ class _Reply:
     turn would. Anything else that completes it (a broken connection, a cancellation), or
     a reply that comes while a task runs, resumes the task the usual way, through the loop.
 
-    It takes the part of a future that a task awaiting it calls (``get_loop``,
-    ``add_done_callback``, ``result``, ``cancel``), and that the connection calls; it is
-    not for ``gather`` or ``wait``.
+    It takes the part of a future that a task awaiting it calls (``add_done_callback``,
+    ``result``, ``cancel``), and that the connection calls; it is not for ``gather`` or
+    ``wait``. A task finds the loop of a future-like object without ``get_loop`` in its
+    ``_loop`` attribute, so this has none: one Python call fewer per reply.
     """
 
     __slots__ = ("_asyncio_future_blocking", "_exception", "_loop", "_result", "_state", "_waiter")
@@ -145,10 +146,6 @@ class _Reply:
         if self._exception is not None:  # result(), written out: once per commit
             raise self._exception
         return self._result
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop of the connection (a task checks it is its own)."""
-        return self._loop
 
     def add_done_callback(
         self, callback: Callable[[_Reply], object], *, context: contextvars.Context | None = None
@@ -188,7 +185,12 @@ class _Reply:
         return self._exception
 
     def set_result(self, result: Any) -> None:
-        """The reply came: resume the waiting task now (see the class docstring)."""
+        """The reply came: resume the waiting task now (see the class docstring).
+
+        Dropped if the task stopped waiting (cancelled) or the command failed already.
+        """
+        if self._state is not _PENDING:
+            return
         self._result, self._state = result, _DONE
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
@@ -241,7 +243,12 @@ class _Connection(asyncio.Protocol):
         self._outgoing: list[bytes] = []
         self._queued = 0  # bytes in _outgoing
         self._transport: asyncio.Transport | None = None
-        self._progress = time.monotonic()  # last reply, or when the queue became non-empty
+        # The watchdog's sign of life is a count of reads, and of commands sent with nothing
+        # pending; the watchdog notes when it last saw the count move (or nothing pending),
+        # which spares every read and send a look at the clock.
+        self._progress = 0
+        self._seen = 0  # the count the watchdog last saw
+        self._since = time.monotonic()  # when it saw the count move, or nothing pending
         self._watchdog: asyncio.TimerHandle | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -254,18 +261,28 @@ class _Connection(asyncio.Protocol):
         self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)
 
     def data_received(self, data: bytes) -> None:
+        gets, pending = self._reader.gets, self._pending
         self._reader.feed(data)
-        self._progress = time.monotonic()
-        pending, answered = self._pending, []
+        self._progress += 1
+        answered: Sequence[tuple[asyncio.Future[Any] | _Reply, Any]] = ()
         try:
-            while (reply := self._reader.gets()) is not False:
-                answered.append((pending.popleft(), reply))
+            if (reply := gets()) is not False:
+                first = (pending.popleft(), reply)
+                if (reply := gets()) is False:
+                    answered = (first,)  # the usual read: one reply
+                else:
+                    many = [first, (pending.popleft(), reply)]
+                    while (reply := gets()) is not False:
+                        many.append((pending.popleft(), reply))
+                    answered = many
         except (hiredis.ProtocolError, IndexError) as exc:  # garbage, or a reply nobody asked
             self.close(ConnectionError(f"unexpected data from the server: {exc!r}"))
         # Every reply is matched to its command before any is handed over: a _Reply resumes
         # its task right here, and that task may send, or close this connection, at once.
         for future, reply in answered:
-            if not future.done():  # its caller may have been cancelled: drop the reply
+            if type(future) is _Reply:
+                future.set_result(reply)  # dropped if its caller was cancelled
+            elif not future.done():  # its caller was cancelled: drop the reply
                 future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -287,22 +304,17 @@ class _Connection(asyncio.Protocol):
     def send_one(self, command: bytes) -> asyncio.Future[Any]:
         """Queue one packed command (as :meth:`send`); its future resolves with the reply."""
         future = self.loop.create_future()
-        self._queue(command, future)
+        self.queue(command, future)
         return future
 
-    def send_awaited(self, command: bytes) -> _Reply:
-        """Queue one packed command for one task to await (see :class:`_Reply`)."""
-        reply = _Reply(self.loop)
-        self._queue(command, reply)
-        return reply
-
-    def _queue(self, command: bytes, future: asyncio.Future[Any] | _Reply) -> None:
+    def queue(self, command: bytes, future: asyncio.Future[Any] | _Reply) -> None:
+        """Queue one packed command whose reply ``future`` (or a :class:`_Reply`) receives."""
         if self.broken is not None:
             raise self.broken
         idle = not self._pending  # then nothing is queued either
         self._pending.append(future)
         if idle:
-            self._progress = time.monotonic()
+            self._progress += 1  # the wait for this reply starts now, not at the last reply
             if self._transport is not None:
                 self._transport.write(command)  # nobody to share a write with: send now
                 return
@@ -334,8 +346,12 @@ class _Connection(asyncio.Protocol):
     def _check_overdue(self) -> None:
         if self.broken is not None:
             return
-        overdue = time.monotonic() - self._progress
-        if self._pending and overdue > self._timeout:
+        now = time.monotonic()
+        if not self._pending or self._progress != self._seen:
+            # Nothing owed, or replies came (or a wait began) since the last look: a reply
+            # is judged overdue only once a whole timeout passed with neither.
+            self._seen, self._since = self._progress, now
+        elif now - self._since > self._timeout:
             # A busy event loop runs this late, and may not have read replies that are
             # waiting on the socket: blame the server only if a turn that reads the
             # socket first (a timer due now runs after the turn's I/O) brings nothing.
@@ -343,7 +359,7 @@ class _Connection(asyncio.Protocol):
             return
         self._watchdog = self.loop.call_later(self._timeout / 4, self._check_overdue)
 
-    def _confirm_overdue(self, progress: float) -> None:
+    def _confirm_overdue(self, progress: int) -> None:
         if self.broken is not None:
             return
         if self._pending and self._progress == progress:
@@ -426,7 +442,9 @@ class RedisWire:
             or connection.loop is not asyncio.get_running_loop()
         ):
             return self.call_packed(command, key)
-        return connection.send_awaited(command)
+        reply = _Reply(connection.loop)
+        connection.queue(command, reply)
+        return reply
 
     async def call_many(self, commands: Sequence[Sequence[Arg] | bytes]) -> list[Any]:
         """Send several commands (argument lists, or packed) and return their replies."""

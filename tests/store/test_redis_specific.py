@@ -343,6 +343,20 @@ async def test_a_step_that_moves_only_the_head_sends_three_arguments(
     assert stored[b"status"] == b"running"
 
 
+async def test_quiet_steps_of_every_record_size_store_the_record_whole(
+    store: RedisStore,
+) -> None:
+    """Records around the largest size whose length line is made ahead, and far past it."""
+    lease = await store.acquire("r", "w", 30)
+    await store.commit(lease, make_commit("r", 0, updated_at=600.0))
+    sizes = [0, 1, 9, 10, 2046, 2047, 2048, 2049, 70_000]
+    records = [bytes([65 + seq % 26]) * size for seq, size in enumerate(sizes, start=1)]
+    for seq, record in enumerate(records, start=1):
+        await store.commit(lease, make_commit("r", seq, updated_at=600.0 + seq, record=record))
+    stored = await store.history_list("r", start=1)
+    assert stored == list(enumerate(records, start=1))
+
+
 async def test_a_new_status_and_a_snapshot_reach_the_run_after_quiet_steps(
     store: RedisStore,
 ) -> None:

@@ -218,6 +218,36 @@ async def test_a_stalled_event_loop_is_not_taken_for_an_overdue_server(redis_url
         await wire.aclose()
 
 
+async def test_a_command_sent_after_the_loop_stalled_waits_its_whole_timeout(
+    redis_url: str,
+) -> None:
+    """A loop stalled past the timeout while nothing was pending does not make the next
+    command overdue the moment the watchdog looks again."""
+    wire = RedisWire(_options(redis_url, timeout=1.0))
+    try:
+        await wire.call("PING")
+        connection = wire._connection  # white-box: send right after the stall
+        assert connection is not None
+        looked = connection._watchdog
+        # Until the watchdog has looked once with nothing pending (its timer, renewed at each
+        # look, has no event to wait on).
+        while connection._watchdog is looked:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        sent: asyncio.Future[asyncio.Future[Any]] = loop.create_future()
+
+        def stall_then_send() -> None:
+            # The watchdog last looked before this, with nothing pending; it runs again
+            # right after, while the server still spins on this command.
+            time.sleep(1.3)
+            sent.set_result(connection.send_one(pack(("EVAL", _SPIN, 0, 300))))
+
+        loop.call_soon(stall_then_send)
+        assert await (await sent) == b"done"
+    finally:
+        await wire.aclose()
+
+
 async def test_a_killed_connection_fails_in_flight_calls_then_reconnects(
     wire: RedisWire, redis_url: str
 ) -> None:
