@@ -28,16 +28,20 @@ folder, so read-only commands work on a store in a read-only location.
 
 from __future__ import annotations
 
+import operator
+import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 from phasegraph.errors import StoreError
 
 __all__ = [
     "MAX_SEQ",
     "SCHEMA_VERSION",
+    "Statement",
     "Statements",
     "check_layout",
     "connect_read_only",
@@ -70,19 +74,61 @@ _SCHEMA: Final = (
 )
 
 
+Params = tuple[Any, ...]
+
+
+class Statement(NamedTuple):
+    """One statement's SQL, with plain ``?`` placeholders, and its parameters' order.
+
+    Statements are written with numbered placeholders (``?1``), so that a layout's
+    statement takes the same parameters as the other layouts' whatever order it uses
+    them in, and how often. Python 3.12 before 3.12.4 (Ubuntu 24.04's, for one) warns of
+    numbered placeholders bound to a sequence, taking them for names, so they are made
+    plain ones here, and :meth:`run` binds the parameters in their order.
+    """
+
+    sql: str
+    bind: Callable[[Params], Params]
+
+    def run(self, conn: sqlite3.Connection, params: Params) -> sqlite3.Cursor:
+        """Execute the statement on ``conn`` with ``params`` (in the documented order)."""
+        return conn.execute(self.sql, self.bind(params))
+
+
+_NUMBERED_MARK: Final = re.compile(r"\?(\d+)")
+
+
+def _statement(text: str) -> Statement:
+    """``text`` with its numbered placeholders made plain, and the order they take."""
+    order = [int(number) - 1 for number in _NUMBERED_MARK.findall(text)]
+    sql = _NUMBERED_MARK.sub("?", text)
+    if order and sql.count("?") != len(order):
+        raise ValueError(f"plain and numbered placeholders mixed: {text!r}")
+    if order == list(range(len(order))):
+        return Statement(sql, tuple)  # each parameter once, in order: bound as given
+    if len(order) == 1:
+        only = order[0]
+        return Statement(sql, lambda params: (params[only],))
+    return Statement(sql, operator.itemgetter(*order))
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
     """The SQL of every store operation that depends on the layout, for one version.
 
-    Each takes the same parameters on every layout, in the order given.
+    Each takes the same parameters on every layout, in the order given, through its
+    ``bind`` (see :class:`Statement`). A commit's statements take theirs in the order the
+    current layout's SQL uses them, a value used twice given twice: there they are bound
+    as given, with no reordering on the path every step takes.
 
     Attributes:
         read_meta: ``(run_id)`` → the run's metadata columns (``run_id, graph, status,
             seq, created_at, updated_at``) and the seq of its last record (or NULL).
-        move_head: ``(graph, status, seq, created_at, updated_at, lease expiry, run_id,
-            previous seq, token)``: moves the head if the lease and the head agree.
-        move_status: ``(status, updated_at, run_id)``, made after ``move_head`` moved
-            it; ``None`` where ``move_head`` sets the status itself.
+        move_head: ``(graph, seq, created_at, updated_at, lease expiry, run_id, previous
+            seq, token)``: moves the head if the lease and the head agree.
+        move_status: ``(status, updated_at, run_id, status, updated_at)``, made after
+            ``move_head`` moved it: sets the status (and the listing's minute) where it
+            changed.
         insert_record: ``(run_id, seq, blob)``.
         insert_snapshot: ``(run_id, seq, blob)``.
         last_record: ``(run_id)`` → the seq of the run's last record, or NULL.
@@ -95,78 +141,102 @@ class Statements:
         list_status: ``(status, limit, offset)`` → the same, of one status.
     """
 
-    read_meta: str
-    move_head: str
-    move_status: str | None
-    insert_record: str
-    insert_snapshot: str
-    last_record: str
-    record_at: str
-    nearest_snapshot: str
-    records_after: str
-    records_from: str
-    list_all: str
-    list_status: str
+    read_meta: Statement
+    move_head: Statement
+    move_status: Statement
+    insert_record: Statement
+    insert_snapshot: Statement
+    last_record: Statement
+    record_at: Statement
+    nearest_snapshot: Statement
+    records_after: Statement
+    records_from: Statement
+    list_all: Statement
+    list_status: Statement
 
 
 _META_COLUMNS: Final = "run_id, graph, status, seq, created_at, updated_at"
-_MOVE: Final = (
-    "created_at = ?4, updated_at = ?5, lease_expires = MAX(lease_expires, ?6) "
-    "WHERE run_id = ?7 AND seq = ?8 AND lease_token = ?9 AND lease_owner IS NOT NULL"
+# Neither the status nor the minute is set here: an indexed column in SET rewrites the
+# index entry even when its value is the same (move_status sets them when they change).
+_MOVE_HEAD: Final = _statement(
+    "UPDATE runs SET graph = ?, seq = ?, created_at = ?, updated_at = ?, "
+    "lease_expires = MAX(lease_expires, ?) "
+    "WHERE run_id = ? AND seq = ? AND lease_token = ? AND lease_owner IS NOT NULL"
 )
 
 # Versions 1 and 2: records and snapshots keyed by (run_id, seq).
 _KEYED: Final = Statements(
     # max() over the records' key prefix is one seek to the end of the run's records.
-    read_meta=f"SELECT {_META_COLUMNS}, "
-    "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id) "
-    "FROM runs WHERE run_id = ? AND seq >= 0",
-    move_head=f"UPDATE runs SET graph = ?1, status = ?2, seq = ?3, {_MOVE}",
-    move_status=None,
-    insert_record="INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)",
-    insert_snapshot="INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)",
-    last_record="SELECT max(seq) FROM records WHERE run_id = ?",
-    record_at="SELECT blob FROM records WHERE run_id = ? AND seq = ?",
-    nearest_snapshot="SELECT seq, blob FROM snapshots WHERE run_id = ? AND seq <= ? "
-    "ORDER BY seq DESC LIMIT 1",
-    records_after="SELECT blob FROM records WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
-    records_from="SELECT seq, blob FROM records WHERE run_id = ? AND seq >= ? AND seq < ? "
-    "ORDER BY seq LIMIT ?",
-    list_all=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 "
-    "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?",
-    list_status=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? "
-    "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?",
+    read_meta=_statement(
+        f"SELECT {_META_COLUMNS}, "
+        "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id) "
+        "FROM runs WHERE run_id = ? AND seq >= 0"
+    ),
+    move_head=_MOVE_HEAD,
+    move_status=_statement("UPDATE runs SET status = ?1 WHERE run_id = ?3 AND status IS NOT ?1"),
+    insert_record=_statement("INSERT INTO records (run_id, seq, blob) VALUES (?, ?, ?)"),
+    insert_snapshot=_statement("INSERT INTO snapshots (run_id, seq, blob) VALUES (?, ?, ?)"),
+    last_record=_statement("SELECT max(seq) FROM records WHERE run_id = ?"),
+    record_at=_statement("SELECT blob FROM records WHERE run_id = ? AND seq = ?"),
+    nearest_snapshot=_statement(
+        "SELECT seq, blob FROM snapshots WHERE run_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
+    ),
+    records_after=_statement(
+        "SELECT blob FROM records WHERE run_id = ? AND seq > ? AND seq <= ? ORDER BY seq"
+    ),
+    records_from=_statement(
+        "SELECT seq, blob FROM records WHERE run_id = ? AND seq >= ? AND seq < ? "
+        "ORDER BY seq LIMIT ?"
+    ),
+    list_all=_statement(
+        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 "
+        "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?"
+    ),
+    list_status=_statement(
+        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? "
+        "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?"
+    ),
 )
 
 # Version 3: a run's rows are keyed from ``num << 32`` (``_BASE`` finds it by run_id,
 # through the unique index, which holds the rowid: the runs table itself is not read).
 _BASE: Final = "(SELECT num << 32 FROM runs WHERE run_id = ?1)"
-_LISTED: Final = "CAST(?2 / 60 AS INTEGER)"  # updated_at in whole minutes
+_LISTED: Final = "CAST(? / 60 AS INTEGER)"  # updated_at in whole minutes
 _ORDER: Final = "ORDER BY listed DESC, updated_at DESC, run_id"
 _LAST_KEY: Final = (
     "(SELECT key FROM records WHERE key >= num << 32 AND key < (num + 1) << 32 "
     "ORDER BY key DESC LIMIT 1) - (num << 32)"
 )
 _NUMBERED: Final = Statements(
-    read_meta=f"SELECT {_META_COLUMNS}, {_LAST_KEY} FROM runs WHERE run_id = ? AND seq >= 0",
-    # Neither the status nor the minute is set here: an indexed column in SET rewrites
-    # the index entry even when its value is the same.
-    move_head=f"UPDATE runs SET graph = ?1, seq = ?3, {_MOVE}",
-    move_status=f"UPDATE runs SET status = ?1, listed = {_LISTED} "
-    f"WHERE run_id = ?3 AND (status IS NOT ?1 OR listed IS NOT {_LISTED})",
-    insert_record=f"INSERT INTO records (key, blob) VALUES ({_BASE} + ?2, ?3)",
-    insert_snapshot=f"INSERT INTO snapshots (key, blob) VALUES ({_BASE} + ?2, ?3)",
-    last_record=f"SELECT {_LAST_KEY} FROM runs WHERE run_id = ?",
-    record_at=f"SELECT blob FROM records WHERE key = {_BASE} + ?2",
-    nearest_snapshot=f"SELECT key - {_BASE}, blob FROM snapshots "
-    f"WHERE key >= {_BASE} AND key <= {_BASE} + ?2 ORDER BY key DESC LIMIT 1",
-    records_after=f"SELECT blob FROM records WHERE key > {_BASE} + ?2 AND key <= {_BASE} + ?3 "
-    "ORDER BY key",
-    records_from=f"SELECT key - {_BASE}, blob FROM records "
-    f"WHERE key >= {_BASE} + ?2 AND key < {_BASE} + ?3 ORDER BY key LIMIT ?4",
-    list_all=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 {_ORDER} LIMIT ? OFFSET ?",
-    list_status=f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? "
-    f"{_ORDER} LIMIT ? OFFSET ?",
+    read_meta=_statement(
+        f"SELECT {_META_COLUMNS}, {_LAST_KEY} FROM runs WHERE run_id = ? AND seq >= 0"
+    ),
+    move_head=_MOVE_HEAD,
+    move_status=_statement(
+        f"UPDATE runs SET status = ?, listed = {_LISTED} "
+        f"WHERE run_id = ? AND (status IS NOT ? OR listed IS NOT {_LISTED})"
+    ),
+    insert_record=_statement(f"INSERT INTO records (key, blob) VALUES ({_BASE} + ?2, ?3)"),
+    insert_snapshot=_statement(f"INSERT INTO snapshots (key, blob) VALUES ({_BASE} + ?2, ?3)"),
+    last_record=_statement(f"SELECT {_LAST_KEY} FROM runs WHERE run_id = ?"),
+    record_at=_statement(f"SELECT blob FROM records WHERE key = {_BASE} + ?2"),
+    nearest_snapshot=_statement(
+        f"SELECT key - {_BASE}, blob FROM snapshots "
+        f"WHERE key >= {_BASE} AND key <= {_BASE} + ?2 ORDER BY key DESC LIMIT 1"
+    ),
+    records_after=_statement(
+        f"SELECT blob FROM records WHERE key > {_BASE} + ?2 AND key <= {_BASE} + ?3 ORDER BY key"
+    ),
+    records_from=_statement(
+        f"SELECT key - {_BASE}, blob FROM records "
+        f"WHERE key >= {_BASE} + ?2 AND key < {_BASE} + ?3 ORDER BY key LIMIT ?4"
+    ),
+    list_all=_statement(
+        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 {_ORDER} LIMIT ? OFFSET ?"
+    ),
+    list_status=_statement(
+        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? {_ORDER} LIMIT ? OFFSET ?"
+    ),
 )
 
 _STATEMENTS: Final = {1: _KEYED, 2: _KEYED, SCHEMA_VERSION: _NUMBERED}

@@ -27,12 +27,12 @@ def test_tuning_freezes_what_is_alive_and_makes_young_collections_rarer() -> Non
         """
         import gc
         import phasegraph.cli
-        before = gc.get_freeze_count()
+        before = gc.get_freeze_count()  # not 0 on every Python: 3.12 starts with some
         phasegraph.cli.tune_collector()
-        print(before, gc.get_freeze_count() > 0, gc.get_threshold())
+        print(gc.get_freeze_count() > before, gc.get_threshold())
         """
     )
-    assert out == f"0 True {BUSY_THRESHOLDS}"
+    assert out == f"True {BUSY_THRESHOLDS}"
 
 
 def test_importing_and_driving_a_run_touches_no_collector_setting() -> None:

@@ -52,8 +52,9 @@ class SqliteDamage:
         conn.close()
         if version < 3:  # keyed by (run_id, seq)
             self._change(
-                "DELETE FROM records WHERE run_id = ?1 "
-                "AND seq = (SELECT max(seq) FROM records WHERE run_id = ?1)",
+                "DELETE FROM records WHERE run_id = ? "
+                "AND seq = (SELECT max(seq) FROM records WHERE run_id = ?)",
+                run_id,
                 run_id,
             )
             return
