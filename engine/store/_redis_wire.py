@@ -266,15 +266,14 @@ class _Connection(asyncio.Protocol):
         self._progress += 1
         answered: Sequence[tuple[asyncio.Future[Any] | _Reply, Any]] = ()
         try:
+            # Each reply is in ``answered`` as soon as it is matched: garbage after it
+            # closes the connection, and a command matched already must still get it.
             if (reply := gets()) is not False:
-                first = (pending.popleft(), reply)
-                if (reply := gets()) is False:
-                    answered = (first,)  # the usual read: one reply
-                else:
-                    many = [first, (pending.popleft(), reply)]
+                answered = (first := (pending.popleft(), reply),)  # the usual read: one
+                if (reply := gets()) is not False:
+                    answered = many = [first, (pending.popleft(), reply)]
                     while (reply := gets()) is not False:
                         many.append((pending.popleft(), reply))
-                    answered = many
         except (hiredis.ProtocolError, IndexError) as exc:  # garbage, or a reply nobody asked
             self.close(ConnectionError(f"unexpected data from the server: {exc!r}"))
         # Every reply is matched to its command before any is handed over: a _Reply resumes

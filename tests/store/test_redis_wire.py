@@ -392,6 +392,34 @@ async def test_tls_refuses_a_server_it_cannot_verify(
     await _round_trip(f"rediss://:s3cret@127.0.0.1:{port}/0?ssl_cert_reqs=none&prefix=tls2")
 
 
+@pytest.mark.parametrize("before", [1, 2, 3], ids=["one reply", "two", "three"])
+async def test_replies_read_before_garbage_reach_their_callers_and_the_rest_fail(
+    before: int,
+) -> None:
+    """Data the protocol cannot parse closes the connection; the replies read before it
+    still reach their callers, and the commands after them fail."""
+    loop = asyncio.get_running_loop()
+    connection = _redis_wire._Connection(loop, timeout=5.0)
+    replies = [_redis_wire._Reply(loop) for _ in range(before + 1)]
+    connection._pending.extend(replies)
+    callers = [asyncio.ensure_future(_awaited(reply)) for reply in replies]
+    await asyncio.sleep(0)  # each waits on its reply
+    read = loop.create_future()
+    data = b"".join(b"$1\r\n%d\r\n" % n for n in range(before)) + b"?garbage\r\n"
+    # Handed over by the loop with no task running, as a socket's data is.
+    loop.call_soon(lambda: (connection.data_received(data), read.set_result(None)))
+    await read
+    async with asyncio.timeout(60):  # a reply lost would leave its caller waiting for ever
+        done = await asyncio.gather(*callers, return_exceptions=True)
+    assert done[:before] == [b"%d" % n for n in range(before)]
+    assert isinstance(done[before], ConnectionError)
+    assert "unexpected data" in str(done[before])
+
+
+async def _awaited(reply: Any) -> Any:
+    return await reply
+
+
 async def test_replies_read_together_reach_their_callers_though_the_first_closes_the_wire() -> None:
     """Every reply of one read is matched to its command before any caller resumes.
 
