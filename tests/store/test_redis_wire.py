@@ -7,7 +7,7 @@ import select
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -128,24 +128,6 @@ async def test_an_awaited_request_given_up_does_not_shift_the_replies(wire: Redi
     assert await wire.request(pack(("ECHO", "after"))) == b"after"
 
 
-async def test_a_killed_connection_fails_an_awaited_request(
-    wire: RedisWire, redis_url: str
-) -> None:
-    killer = RedisWire(_options(redis_url))
-    try:
-        own_id = await wire.call("CLIENT", "ID")
-        waiting = asyncio.ensure_future(
-            wire.request(pack(("BLPOP", "wire-test-empty-list", 5)))  # stays in flight
-        )
-        await asyncio.sleep(0.05)
-        assert await killer.call("CLIENT", "KILL", "ID", own_id) == 1
-        with pytest.raises(ConnectionError):
-            await waiting
-        assert await wire.request(pack(("ECHO", "again"))) == b"again"
-    finally:
-        await killer.aclose()
-
-
 async def test_a_reply_that_comes_while_a_task_runs_resumes_its_caller_through_the_loop() -> None:
     reply = _redis_wire._Reply(asyncio.get_running_loop())
 
@@ -248,20 +230,29 @@ async def test_a_command_sent_after_the_loop_stalled_waits_its_whole_timeout(
         await wire.aclose()
 
 
-async def test_a_killed_connection_fails_in_flight_calls_then_reconnects(
-    wire: RedisWire, redis_url: str
+async def _by_call(wire: RedisWire, *command: str | int) -> Any:
+    return await wire.call(*command)
+
+
+async def _by_request(wire: RedisWire, *command: str | int) -> Any:
+    return await wire.request(pack(command))  # the reply that resumes its caller as read
+
+
+@pytest.mark.parametrize("send", [_by_call, _by_request], ids=["call", "request"])
+async def test_a_killed_connection_fails_the_command_in_flight_then_reconnects(
+    wire: RedisWire, redis_url: str, send: Callable[..., Awaitable[Any]]
 ) -> None:
     killer = RedisWire(_options(redis_url))
     try:
-        own_id = await wire.call("CLIENT", "ID")
+        own_id = await send(wire, "CLIENT", "ID")
         # A blocking pop keeps a command in flight (tests only: it stalls the connection).
-        waiting = asyncio.ensure_future(wire.call("BLPOP", "wire-test-empty-list", 5))
+        waiting = asyncio.ensure_future(send(wire, "BLPOP", "wire-test-empty-list", 5))
         await asyncio.sleep(0.05)
         assert await killer.call("CLIENT", "KILL", "ID", own_id) == 1
         with pytest.raises(ConnectionError):
             await waiting
-        assert await wire.call("ECHO", "again") == b"again"
-        assert await wire.call("CLIENT", "ID") != own_id
+        assert await send(wire, "ECHO", "again") == b"again"
+        assert await send(wire, "CLIENT", "ID") != own_id
     finally:
         await killer.aclose()
 

@@ -376,5 +376,9 @@ def test_a_statement_written_with_numbered_placeholders_takes_its_parameters_in_
         row = statement.run(conn, ("a", "b", "c")).fetchone()
     conn.close()
     assert row == ("b", "a", "bc")
+    with sqlite3.connect(":memory:") as conn:
+        row = _layout_module._statement("SELECT ?2").run(conn, ("a", "b")).fetchone()
+    conn.close()
+    assert row == ("b",)
     with pytest.raises(ValueError, match="mixed"):
         _layout_module._statement("SELECT ?1, ?")
