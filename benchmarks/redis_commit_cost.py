@@ -13,8 +13,8 @@ Redis store, keys under a throwaway prefix, deleted afterwards. Measured over th
   store commits with (``evalsha`` or ``fcall``), after ``CONFIG RESETSTAT``: the time the
   server spent inside the command, the script included. Redis times it by the clock, not
   by CPU used, so a virtual machine whose other tenants take the core stretches it: the
-  same 60,600 instructions per commit measured 4.3 µs on one day and 9.3 µs on another
-  on the same kind of machine (``--callgrind`` counts the instructions instead);
+  same work (about 61,000 server instructions per commit) measured 4.3 µs on one day and
+  9.3 µs on another, on the same kind of machine (``--callgrind`` counts instructions);
 * **server CPU per commit** — ``INFO cpu``: the CPU time of the server's main thread
   (user and system) over the run, per commit: every call of the step, with the reading
   and writing of its socket;
