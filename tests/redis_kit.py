@@ -50,6 +50,12 @@ class RestartableRedis:
         finally:
             client.close()
 
+    def kill(self) -> None:
+        """Kill the server (SIGKILL: as a crash would; what it acknowledged is on disk)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
     def stop(self) -> None:
         """Shut the server down (SIGTERM: it writes what it has, then exits)."""
         if self.process is not None and self.process.poll() is None:

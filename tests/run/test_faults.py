@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from phasegraph.cli import main
 from phasegraph.errors import LeaseHeldError, LeaseLostError
 from phasegraph.model import RunState, RunStatus
 from phasegraph.store.memory import MemoryStore
+from redis_kit import RestartableRedis
 
 GRAPH = TESTS / "fixtures" / "crash" / "crash.yaml"
 
@@ -60,44 +60,6 @@ def test_unreachable_redis_at_start_is_one_line_and_exit_2(tmp_path, capsys):
 # ------------------------------------------------------------ connection lost mid-run
 
 
-class _RedisServer:
-    """A private redis-server that keeps its data across a restart (append-only file)."""
-
-    def __init__(self, workdir: Path) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.fail("this test needs redis-server on PATH (apt-get install redis-server)")
-        self.argv = [exe, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
-        self.workdir = workdir
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [*self.argv, "--port", str(self.port), "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    pytest.fail("redis-server did not start")
-                time.sleep(0.02)
-            finally:
-                client.close()
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
 def _looping(marks: list[str], on_step: dict[int, object] | None = None):
     """Loops 6 times; records each execution; calls ``on_step[steps]()`` once if given."""
 
@@ -134,7 +96,7 @@ async def test_connection_lost_mid_run_stops_at_last_commit_and_resume_continues
             prepared(definition, {("a", "work"): _looping(reference_marks)})
         )
 
-    server = _RedisServer(tmp_path)
+    server = RestartableRedis(tmp_path)  # fsyncs every write: each commit survives a kill
     server.start()
     try:
         marks: list[str] = []
