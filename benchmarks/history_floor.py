@@ -1,0 +1,158 @@
+"""What ``Engine.history`` costs per record, part by part, against what 30 ms allows.
+
+Run from the repository root (needs valgrind)::
+
+    .venv/bin/python benchmarks/history_floor.py [--records 2000] [--base DIR]
+
+A run of ``--records`` steps of ``loop.yaml`` is written to a throwaway SQLite store
+(outside the counts). Each part of a history read is then counted by callgrind on its own
+(``PYTHONHASHSEED=0``, the part done once and six times in two processes: the difference
+over five, per record, so start-up and the store's set-up cancel):
+
+* **store read** — ``Store.history_list``: the rows fetched by ``sqlite3`` on the store's
+  thread, handed to the event loop;
+* **checksums** — each record's CRC checked (``codec._checksum.verified``);
+* **decode** — each record's bytes decoded by msgspec into the wire structs, their layout
+  checked (``codec._envelope``'s record decoder);
+* **model** — each decoded body built into a ``StepRecord`` (``codec._wire.step_record``);
+* **Engine.history** — the whole read, these and the checks that join them.
+
+The first three are what any read of the stored format must do before a model value
+exists. Then, in this process and outside valgrind, ``Engine.history`` of a run of 10,000
+records is timed (median of 15 reads) with the machine's load beside it. At the
+instructions per record counted above, that gives the machine's instructions per second,
+which turn "10,000 records in 30 ms" into instructions per record on this machine today.
+With ``--base DIR`` another checkout's ``engine/`` is counted beside this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _callgrind import instructions, with_checkout
+
+HERE = Path(__file__).resolve().parent
+PARTS = ("store read", "checksums", "decode", "model", "Engine.history")
+FEW, MANY = 1, 6
+GOAL_MS, GOAL_RECORDS = 30.0, 10_000
+
+_CHILD = r"""
+import asyncio, sys
+from phasegraph import Engine, open_store
+from phasegraph.codec import _envelope, _wire
+from phasegraph.codec._checksum import verified
+
+async def main(db, run_id, part, count):
+    async with open_store("sqlite:///" + db) as store:
+        engine = Engine(store)
+        stored = await store.history_list(run_id)
+        blobs = [blob for _, blob in stored]
+        decode = _envelope._DECODE_RECORD
+        bodies = [decode(blob).body for blob in blobs]
+        await engine.history(run_id)  # every path taken once before the counted ones
+        for _ in range(count):
+            if part == "store read":
+                await store.history_list(run_id)
+            elif part == "checksums":
+                [verified(blob) for blob in blobs]
+            elif part == "decode":
+                [decode(blob) for blob in blobs]
+            elif part == "model":
+                [_wire.step_record(body) for body in bodies]
+            else:
+                await engine.history(run_id)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+"""
+
+
+async def _write_run(db: Path, records: int) -> str:
+    from phasegraph import Engine, open_store
+
+    async with open_store(f"sqlite:///{db}") as store:
+        engine = Engine(store)
+        state = await engine.run(engine.prepare(HERE / "loop.yaml"), {"steps": records - 2})
+        return state.run_id
+
+
+async def _timed(db: Path, run_id: str, reads: int) -> list[float]:
+    from phasegraph import Engine, open_store
+
+    async with open_store(f"sqlite:///{db}") as store:
+        engine = Engine(store)
+        await engine.history(run_id)
+        times = []
+        for _ in range(reads):
+            started = time.perf_counter()
+            await engine.history(run_id)
+            times.append(time.perf_counter() - started)
+        return times
+
+
+def _per_record(root: Path | None, db: Path, run_id: str, part: str, records: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "child.py"
+        script.write_text(_CHILD)
+        env = with_checkout(dict(os.environ, PYTHONHASHSEED="0"), root, Path(tmp))
+        counts = [
+            instructions([str(script), str(db), run_id, part, str(count)], env, Path(tmp))
+            for count in (FEW, MANY)
+        ]
+    return (counts[1] - counts[0]) / (MANY - FEW) / records
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--base", type=Path, help="another checkout, counted as 'before'")
+    parser.add_argument("--time", nargs=2, metavar=("DB", "RUN"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.time:  # the timing child: the median seconds of 15 reads of RUN
+        print(statistics.median(asyncio.run(_timed(Path(args.time[0]), args.time[1], 15))))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "history.db"
+        run_id = asyncio.run(_write_run(db, args.records))
+        print(f"{'part':16} {'Ir per record':>14}" + ("   before   after/before" * bool(args.base)))
+        counted = {}
+        for part in PARTS:
+            counted[part] = _per_record(None, db, run_id, part, args.records)
+            line = f"{part:16} {counted[part]:14,.0f}"
+            if args.base is not None:
+                before = _per_record(args.base, db, run_id, part, args.records)
+                line += f"   {before:6,.0f}   {counted[part] / before:.3f}"
+            print(line, flush=True)
+        floor = sum(counted[part] for part in PARTS[:3])
+        print(f"{'first three':16} {floor:14,.0f}   (no model value built)")
+        # The goal's own read, timed in a fresh process (as an application's first read
+        # of a long run): a run of GOAL_RECORDS, its records counted as above.
+        long_run = asyncio.run(_write_run(db, GOAL_RECORDS))
+        timed = subprocess.run(
+            [sys.executable, __file__, "--time", str(db), long_run],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        seconds = float(timed.stdout)
+    load = os.getloadavg()[0]
+    speed = counted["Engine.history"] * GOAL_RECORDS / seconds
+    budget = speed * GOAL_MS / 1e3 / GOAL_RECORDS
+    print(
+        f"Engine.history of {GOAL_RECORDS:,} records: {seconds * 1e3:.1f} ms here "
+        f"(load {load:.1f} on {os.cpu_count()} CPUs), {speed / 1e9:.2f} G Ir/s;\n"
+        f"{GOAL_RECORDS:,} records in {GOAL_MS:.0f} ms at that speed allow "
+        f"{budget:,.0f} Ir per record, {floor / budget:.2f}x of which the stored format's "
+        "read, checksums and decode take"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
