@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from builders import TESTS, cli_argv
@@ -71,7 +71,13 @@ def test_a_timed_out_review_keeps_its_id_and_a_reply_with_it_resumes_the_parked_
     started = _cli(store, "run", str(GATES / "spec_review.yaml"), "--run-id", "sr", "-q")
     assert started.returncode == 3, started.stderr
     assert "id sr:spec:spec_review" in started.stdout
-    time.sleep(0.01)  # past the review's 1 ms deadline (with: {review_timeout: 0.001})
+    # The run stopped with the review open, its deadline 2 s on (with: {review_timeout: 2}):
+    # far enough that the process that opened it stops first, however busy the machine.
+    (review,) = json.loads(_cli(store, "status", "sr", "--json").stdout)["interrupts"]
+    assert not review["parked"], "the run's own process fired the review's deadline"
+    deadline = datetime.fromisoformat(review["deadline"])
+    while (left := (deadline - datetime.now(UTC)).total_seconds()) >= 0:
+        time.sleep(left + 0.01)
     # Nothing drives the run now: its status says the deadline passed and what fires it.
     shown = _cli(store, "status", "sr").stdout
     assert "times out at" not in shown
@@ -102,7 +108,7 @@ def test_a_review_without_timeout_gets_thirty_minutes_and_cancel_closes_it(
 ) -> None:
     graph = tmp_path / "review.yaml"
     text = (GATES / "spec_review.yaml").read_text(encoding="utf-8")
-    graph.write_text(text.replace("with: {review_timeout: 0.001}", ""), encoding="utf-8")
+    graph.write_text(text.replace("with: {review_timeout: 2}", ""), encoding="utf-8")
     shutil.copy(GATES / "gate_actions.py", tmp_path)
     store = _store(tmp_path)
     assert _cli(store, "run", str(graph), "--run-id", "long", "-q").returncode == 3
@@ -166,7 +172,7 @@ def test_reply_and_resume_after_an_edit_replay_the_history_first(tmp_path: Path)
 def test_check_refuses_a_review_timeout_that_run_refuses(tmp_path: Path) -> None:
     graph = tmp_path / "review.yaml"
     text = (GATES / "spec_review.yaml").read_text(encoding="utf-8")
-    graph.write_text(text.replace("review_timeout: 0.001", "review_timeout: soon"), "utf-8")
+    graph.write_text(text.replace("review_timeout: 2", "review_timeout: soon"), "utf-8")
     message = "nodes[0]: with.review_timeout must be a number of seconds >= 0, not 'soon'"
     checked = subprocess.run(
         cli_argv("check", str(graph)), capture_output=True, text=True, timeout=120, check=False
