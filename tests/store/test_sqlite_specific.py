@@ -2,6 +2,7 @@
 run read is made."""
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import shutil
@@ -372,13 +373,9 @@ def test_every_statement_binds_its_parameters_by_position_on_every_layout() -> N
 
 def test_a_statement_written_with_numbered_placeholders_takes_its_parameters_in_order() -> None:
     statement = _layout_module._statement("SELECT ?2, ?1, ?2 || ?3")
-    with sqlite3.connect(":memory:") as conn:
-        row = statement.run(conn, ("a", "b", "c")).fetchone()
-    conn.close()
-    assert row == ("b", "a", "bc")
-    with sqlite3.connect(":memory:") as conn:
-        row = _layout_module._statement("SELECT ?2").run(conn, ("a", "b")).fetchone()
-    conn.close()
-    assert row == ("b",)
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        assert statement.run(conn, ("a", "b", "c")).fetchone() == ("b", "a", "bc")
+        one = _layout_module._statement("SELECT ?2")  # one index: still a tuple of one
+        assert one.run(conn, ("a", "b")).fetchone() == ("b",)
     with pytest.raises(ValueError, match="mixed"):
         _layout_module._statement("SELECT ?1, ?")
