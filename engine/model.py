@@ -39,6 +39,8 @@ __all__ = [
     "NodeState",
     "NodeStatus",
     "OnUnknown",
+    "Plan",
+    "PlanItem",
     "RunState",
     "RunStatus",
     "StateDef",
@@ -95,6 +97,16 @@ def template_parts(template: str) -> list[tuple[str, tuple[str, ...] | None]]:
 
 PATH_SEPARATOR = "/"
 """Joins nested state names into one path string; state names may not contain it."""
+
+CHILD_SEPARATOR = "."
+"""Joins a node id and a plan item's id into the child node's id (``phases.build``).
+
+Node ids declared in a graph may not contain it, so a child's id never meets one."""
+
+
+def child_id(parent: str, item: str) -> str:
+    """The id of the child node that item ``item`` of ``parent``'s plan becomes."""
+    return f"{parent}{CHILD_SEPARATOR}{item}"
 
 
 def _no_entries() -> Mapping[str, Any]:
@@ -439,6 +451,9 @@ class ActionDef(Value, frozen=True, kw_only=True):
     config: Mapping[str, Any]
     triggers: tuple[str, ...] = ()
     location: SourceLocation | None = None
+    template: NodeDef | None = None
+    """For a ``plan:`` binding, the node each item of the plan becomes (its ``id`` is
+    ``*``; its ``needs`` are the binding node's own)."""
 
 
 class MiddlewareDef(Value, frozen=True, kw_only=True):
@@ -460,6 +475,9 @@ class NodeDef(Value, frozen=True, kw_only=True):
         settings: The node's ``with`` block (budgets, whitelists, timeouts, ...).
         writes: Top-level data keys the node declares it writes, if declared.
         location: Where the node is declared.
+        parent: For a child of a plan, the node whose plan made it.
+        item: For a child of a plan, its item as the plan gave it (``{item}`` in
+            templates, ``ctx.item`` in actions).
     """
 
     id: str
@@ -469,6 +487,8 @@ class NodeDef(Value, frozen=True, kw_only=True):
     settings: Mapping[str, Any] = EMPTY
     writes: tuple[str, ...] | None = None
     location: SourceLocation | None = None
+    parent: str | None = None
+    item: Any = None
 
 
 def nested_machines(root: str, machines: Mapping[str, MachineDef]) -> tuple[MachineDef, ...]:
@@ -564,6 +584,8 @@ class NodeState(Value, frozen=True, kw_only=True):
             next action sees as ``ctx.payload``, e.g. a reviewer's feedback).
         ledger: The effects of the step in flight committed so far (see
             :class:`LedgerEntry`); empty between steps.
+        result: For a child of a plan that declares a ``result:`` key, what the child
+            wrote to it: its parent gathers its children's results, in plan order.
     """
 
     status: NodeStatus = NodeStatus.PENDING
@@ -574,6 +596,7 @@ class NodeState(Value, frozen=True, kw_only=True):
     error: str | None = None
     payload: Mapping[str, Any] = EMPTY
     ledger: tuple[LedgerEntry, ...] = ()
+    result: Any = None
 
     @property
     def state(self) -> str:
@@ -627,6 +650,48 @@ class Interrupt(Value, frozen=True, kw_only=True):
     seq: int = 0
 
 
+class PlanItem(Value, frozen=True, kw_only=True):
+    """One item of a node's plan: a child node, made from the item and its template.
+
+    Attributes:
+        id: The item's id among its siblings; the child node's id is
+            ``PARENT.ID`` (:func:`child_id`).
+        needs: The ids of the siblings it needs.
+        value: The item as the plan gave it (what the child's templates read as
+            ``{item}``; a mapping's other fields are its settings).
+        version: The plan version that made this child.
+    """
+
+    id: str
+    needs: tuple[str, ...] = ()
+    value: Any = None
+    version: int = 1
+
+
+class Plan(Value, frozen=True, kw_only=True):
+    """The plan a node turned into children: every child it made, and which count now.
+
+    Committed as one step (``kind: expand``) before any child runs; a revision (a
+    replan) is a new version, committed the same way: children that finished are kept,
+    children that had not started are replaced or dropped.
+
+    Attributes:
+        hook: The ``plan:`` binding that made it (its template makes the children).
+        version: 1 for the first plan, one more for each revision.
+        items: Every child the plan has made, in the order made.
+        members: The ids of the current version's children, in plan order: the node's
+            outcome, and the results it gathers, are theirs.
+        limit: How many of its children may run at once (0: the graph's concurrency is
+            the only limit).
+    """
+
+    hook: str
+    version: int = 1
+    items: tuple[PlanItem, ...] = ()
+    members: tuple[str, ...] = ()
+    limit: int = 0
+
+
 class ErrorRecord(Value, frozen=True, kw_only=True):
     """One failure, recovery or emergency, kept in the run's error log."""
 
@@ -658,6 +723,7 @@ class RunState(Value, frozen=True, kw_only=True):
             detection; snapshots of older versions list every writer, the last one last).
         created_at: When the run was created.
         updated_at: When ``seq`` was committed.
+        plans: Node id → the plan it turned into children (see :class:`Plan`).
     """
 
     run_id: str
@@ -674,6 +740,7 @@ class RunState(Value, frozen=True, kw_only=True):
     writers: Mapping[str, tuple[str, ...]] = EMPTY
     created_at: datetime
     updated_at: datetime
+    plans: Mapping[str, Plan] = EMPTY
 
 
 class StepRecord(Value, frozen=True, kw_only=True):
@@ -688,7 +755,8 @@ class StepRecord(Value, frozen=True, kw_only=True):
         kind: ``created`` (seq 0), ``start`` (node entered its initial state),
             ``transition``, ``fail``, ``wait`` (a human gate opened), ``reply``,
             ``cancel``, ``status`` (run-level change), ``intent`` (a ``once`` effect is
-            about to run) or ``effect`` (a tool call's result).
+            about to run), ``effect`` (a tool call's result), ``expand`` (a node's plan
+            became its children) or ``join`` (a node's children all ended).
         node: The node that moved, if any.
         source: State path before the step.
         trigger: The trigger fired, if any.
@@ -712,6 +780,7 @@ class StepRecord(Value, frozen=True, kw_only=True):
         actor: Who made the decision this step records (a run's creation or fork, a
             reply, a cancellation), when one was named; ``None`` on every step the run
             took by itself.
+        plan: For an ``expand`` step, the node's plan as it now stands (a new version).
     """
 
     seq: int
@@ -731,6 +800,7 @@ class StepRecord(Value, frozen=True, kw_only=True):
     events: tuple[Mapping[str, Any], ...] = ()
     ledger: LedgerEntry | None = None
     actor: Actor | None = None
+    plan: Plan | None = None
 
 
 def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
@@ -751,6 +821,7 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
     nodes: Mapping[str, NodeState] = EMPTY
     errors: list[ErrorRecord] = []
     interrupts = state.interrupts
+    plans: dict[str, Plan] | None = None
     last: StepRecord | None = None
     for last in records:
         if last.seq != seq + 1:
@@ -772,8 +843,9 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         elif last.ledger is not None:  # an intent or effect step: the node does not move
             nodes = _entered(state.nodes, nodes, last)
         errors += last.errors
-        if last.interrupts is not None:
-            interrupts = last.interrupts
+        if last.interrupts is not None or last.plan is not None:  # gates, and plans
+            interrupts = last.interrupts if last.interrupts is not None else interrupts
+            plans = _planned(state.plans if plans is None else plans, last)
     if last is None:
         return state
     return RunState(
@@ -791,7 +863,15 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         writers=state.writers if writers is None else MappingProxyType(writers),
         created_at=state.created_at,
         updated_at=last.time,
+        plans=state.plans if plans is None else MappingProxyType(plans),
     )
+
+
+def _planned(plans: Mapping[str, Plan], record: StepRecord) -> dict[str, Plan]:
+    """``plans`` with the plan an ``expand`` record commits for its node (if it has one)."""
+    if record.plan is None or record.node is None:
+        return plans if isinstance(plans, dict) else dict(plans)
+    return {**plans, record.node: record.plan}
 
 
 def _entered(

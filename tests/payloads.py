@@ -23,6 +23,8 @@ from phasegraph.model import (
     NodeState,
     NodeStatus,
     OnUnknown,
+    Plan,
+    PlanItem,
     RunState,
     RunStatus,
     StepRecord,
@@ -46,8 +48,35 @@ CALL = LedgerEntry(
 """A ledger entry with every field set to something other than its default."""
 
 
+PLAN = Plan(
+    hook="children",
+    version=2,
+    items=(
+        PlanItem(id="build", value=MappingProxyType({"id": "build", "argv": ["make"]})),
+        PlanItem(id="test", needs=("build",), value="run the tests", version=2),
+    ),
+    members=("build", "test"),
+    limit=2,
+)
+"""A plan with every field set to something other than its default (a second version)."""
+
+
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
+    state = golden_state_v5()
+    child = NodeState(
+        status=NodeStatus.COMPLETED,
+        path=("done",),
+        outcome=NodeOutcome.SUCCESS,
+        steps=1,
+        result={"passed": 12, "log": ["ok"]},
+    )
+    nodes = MappingProxyType({**state.nodes, "review.build": child})
+    return replace(state, nodes=nodes, plans=MappingProxyType({"review": PLAN}))
+
+
+def golden_state_v5() -> RunState:
+    """The golden run state of formats 4 and 5, which had no plans."""
     state = golden_state_v3()
     gate = replace(state.interrupts[GATE], reviewers=("local:ana", "group:release"), seq=state.seq)
     return replace(state, interrupts=MappingProxyType({GATE: gate}))
@@ -134,6 +163,11 @@ def golden_state_v2() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
+    return replace(golden_record_v5(), plan=PLAN)
+
+
+def golden_record_v5() -> StepRecord:
+    """The golden record of formats 4 and 5, which carried no plan."""
     return replace(golden_record_v3(), actor=Actor(name="local:ana", groups=("release",)))
 
 

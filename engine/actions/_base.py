@@ -126,6 +126,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         effect_sink: Commits a ledger entry of a node now (what :meth:`record_effect`
             calls; the run's, shared by every call, so no call binds its own).
         tool_effect: The effect kind of a tool, by name.
+        item: For a child of a plan, its item as the plan gave it (``None`` otherwise);
+            templates read it as ``{item}`` and ``{item[FIELD]}``.
     """
 
     run_id: str
@@ -148,6 +150,7 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     ledger: tuple[LedgerEntry, ...] = ()
     effect_sink: EffectSink = _keep_nothing
     tool_effect: EffectKinds = _once
+    item: Any = None
 
     @property
     def effect_id(self) -> str:
@@ -171,8 +174,13 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         return self.effect_id
 
     def values(self) -> Mapping[str, Any]:
-        """Input and data merged (data wins), as templates see them."""
-        return {**self.input, **self.data}
+        """Input and data merged (data wins), as templates see them.
+
+        A plan's child adds its ``item``.
+        """
+        if self.item is None:
+            return {**self.input, **self.data}
+        return {**self.input, **self.data, "item": self.item}
 
 
 Action = Callable[[ActionContext], Awaitable[ActionResult]]

@@ -26,9 +26,9 @@ import msgspec
 from phasegraph import model
 from phasegraph.codec._envelope import encode_record, read_record
 from phasegraph.codec._json import _ENCODE
-from phasegraph.codec._wire import Actor, Error, Interrupt, Ledger, Node, Record
+from phasegraph.codec._wire import Actor, Error, Interrupt, Ledger, Node, Plan, Record
 
-__all__ = ["history_json", "history_page_json", "record_json"]
+__all__ = ["history_json", "history_page_json", "plan_json", "record_json"]
 
 _PLAIN: Final = frozenset({str, int, float, bool, NoneType})
 _FORMAT: Final = msgspec.json.format
@@ -69,6 +69,21 @@ def _node(node: Node) -> dict[str, Any]:
         "error": node.error,
         "payload": _user(payload) if payload else {},
         "ledger": [_entry(entry) for entry in node.ledger] if node.ledger else [],
+        "result": _user(node.result),
+    }
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """A plan's JSON value (``Plan``), from its wire form."""
+    return {
+        "hook": plan.hook,
+        "version": plan.version,
+        "items": [
+            {"id": i.id, "needs": i.needs, "value": _user(i.value), "version": i.version}
+            for i in plan.items
+        ],
+        "members": plan.members,
+        "limit": plan.limit,
     }
 
 
@@ -141,6 +156,7 @@ def _record(body: Record) -> dict[str, Any]:
         "events": [_user(event) for event in events] if events else [],
         "ledger": None if body.ledger is None else _entry(body.ledger),
         "actor": None if body.actor is None else _actor(body.actor),
+        "plan": None if body.plan is None else plan_json(body.plan),
     }
 
 

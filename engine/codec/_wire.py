@@ -21,7 +21,14 @@ from msgspec import UNSET, Struct, UnsetType, field
 from msgspec.structs import replace
 
 from phasegraph import model
-from phasegraph.codec._values import Unencodable, aware, check_plain, plain_map, type_name
+from phasegraph.codec._values import (
+    Unencodable,
+    aware,
+    check_plain,
+    plain_map,
+    plain_value,
+    type_name,
+)
 from phasegraph.errors import CodecError
 
 __all__ = [
@@ -30,6 +37,8 @@ __all__ = [
     "Interrupt",
     "Ledger",
     "Node",
+    "Plan",
+    "PlanItem",
     "Record",
     "Segment",
     "Snapshot",
@@ -82,6 +91,7 @@ class Node(Wire, omit_defaults=True, kw_only=True):
     outcome: model.NodeOutcome | None = field(name="o", default=None)
     path: tuple[str, ...] = field(name="p")
     payload: dict[str, Any] | UnsetType = field(name="pl", default=UNSET)
+    result: Any = field(name="r", default=None)  # user data (format 6): a plan child's result
     status: model.NodeStatus = field(name="s")
 
 
@@ -101,6 +111,25 @@ class Interrupt(Wire, omit_defaults=True, kw_only=True):
     parked: bool = field(name="pk")
     seq: int = field(name="q", default=0)
     reviewers: list[str] = field(name="rv", default_factory=list)
+
+
+class PlanItem(Wire, omit_defaults=True, kw_only=True):
+    """A :class:`~phasegraph.model.PlanItem` (spec: *Plan item*, format 6)."""
+
+    id: str = field(name="id")
+    needs: tuple[str, ...] = field(name="n", default=())
+    value: Any = field(name="v", default=None)  # user data: the item as the plan gave it
+    version: int = field(name="vr", default=1)
+
+
+class Plan(Wire, omit_defaults=True, kw_only=True):
+    """A :class:`~phasegraph.model.Plan` (spec: *Plan*, format 6)."""
+
+    hook: str = field(name="h")
+    items: tuple[PlanItem, ...] = field(name="i", default=())
+    limit: int = field(name="l", default=0)
+    members: tuple[str, ...] = field(name="m", default=())
+    version: int = field(name="v", default=1)
 
 
 class Actor(Wire):
@@ -133,11 +162,12 @@ class Segment(Wire):
     refs: list[tuple[int, int]] = field(name="r")
 
 
-class Snapshot(Wire):
+class Snapshot(Wire, omit_defaults=True, kw_only=True):
     """A :class:`~phasegraph.model.RunState` (spec: *Snapshot body*).
 
     ``lists`` is the one field the model does not have: data keys whose long list is
-    kept in segments shared with earlier snapshots (missing from ``data``).
+    kept in segments shared with earlier snapshots (missing from ``data``). ``plans``
+    (format 6) is written only when a node has one.
     """
 
     created_at: Any = field(name="ca")  # timestamp
@@ -151,6 +181,7 @@ class Snapshot(Wire):
     input: dict[str, Any] = field(name="in")
     lists: dict[str, Segment] = field(name="ls")
     nodes: dict[str, Node] = field(name="ns")
+    plans: dict[str, Plan] = field(name="pn", default_factory=dict)
     seq: int = field(name="q")
     status: model.RunStatus = field(name="s")
     updated_at: Any = field(name="ua")  # timestamp
@@ -180,6 +211,7 @@ class Record(Wire, omit_defaults=True, kw_only=True):
     ledger: Ledger | None = field(name="l", default=None)
     node: str | None = field(name="n", default=None)
     nodes: dict[str, Node] | UnsetType = field(name="ns", default=UNSET)
+    plan: Plan | None = field(name="pn", default=None)
     seq: int = field(name="q")
     result: dict[str, Any] | UnsetType = field(name="r", default=UNSET)
     status: model.RunStatus = field(name="s")
@@ -244,7 +276,7 @@ def _ledger_wire(entry: model.LedgerEntry) -> Ledger:
 
 
 def _node_wire(node: model.NodeState) -> Node:
-    counters = node.counters
+    counters, result = node.counters, node.result
     return Node(
         counters=dict(counters) if counters else UNSET,
         error=node.error,
@@ -253,7 +285,41 @@ def _node_wire(node: model.NodeState) -> Node:
         outcome=node.outcome,
         path=node.path,
         payload=_user(node.payload, ".payload") if node.payload else UNSET,
+        result=None if result is None else _value(result, ".result"),
         status=node.status,
+    )
+
+
+def _value(value: Any, label: str) -> Any:
+    """A user value of any type the type table has (not only a map)."""
+    try:
+        return plain_value(value, 0)
+    except Unencodable as exc:
+        exc.path.append(label)
+        raise
+
+
+def _item_wire(item: model.PlanItem) -> PlanItem:
+    return PlanItem(
+        id=item.id,
+        needs=item.needs,
+        value=None if item.value is None else _value(item.value, ".value"),
+        version=item.version,
+    )
+
+
+def plan_wire(plan: model.Plan) -> Plan:
+    """The wire form of a plan.
+
+    Raises:
+        Unencodable: An item's value is outside the type table.
+    """
+    return Plan(
+        hook=plan.hook,
+        items=_list(plan.items, _item_wire, ".items"),
+        limit=plan.limit,
+        members=plan.members,
+        version=plan.version,
     )
 
 
@@ -325,6 +391,7 @@ def snapshot_wire(
         input=_user(state.input, ".input"),
         lists=lists or {},
         nodes=_map(state.nodes, _node_wire, ".nodes") if nodes is None else nodes,
+        plans=_map(state.plans, plan_wire, ".plans") if state.plans else {},
         seq=state.seq,
         status=state.status,
         updated_at=aware(state.updated_at, ".updated_at"),
@@ -361,6 +428,7 @@ def record_wire(record: model.StepRecord) -> Record:
         or record.interrupts is not None
         or record.ledger is not None
         or record.actor is not None
+        or record.plan is not None
     ):
         return replace(wire, **_logged_wire(record))
     return wire
@@ -368,8 +436,9 @@ def record_wire(record: model.StepRecord) -> Record:
 
 def _logged_wire(record: model.StepRecord) -> dict[str, Any]:
     """The wire form of the fields of a record that most steps leave empty."""
-    interrupts, ledger, actor = record.interrupts, record.ledger, record.actor
+    interrupts, ledger, actor, plan = record.interrupts, record.ledger, record.actor, record.plan
     return {
+        "plan": None if plan is None else plan_wire(plan),
         "errors": _list(record.errors, _error_wire, ".errors") if record.errors else (),
         "events": _list(record.events, _event_wire, ".events") if record.events else (),
         "interrupts": (
@@ -442,7 +511,7 @@ def _ledger(wire: Ledger) -> model.LedgerEntry:
 
 
 def _node_state(wire: Node) -> model.NodeState:
-    counters, payload, ledger = wire.counters, wire.payload, wire.ledger
+    counters, payload, ledger, result = wire.counters, wire.payload, wire.ledger, wire.result
     return model.NodeState(
         status=wire.status,
         path=wire.path,
@@ -452,6 +521,33 @@ def _node_state(wire: Node) -> model.NodeState:
         error=wire.error,
         payload=_frozen(payload, "node.payload") if payload else _EMPTY,
         ledger=tuple(map(_ledger, ledger)) if ledger else (),
+        result=None if result is None else _checked(result, "node.result"),
+    )
+
+
+def _checked(value: Any, label: str) -> Any:
+    """A user value of any type from the wire, checked against the type table."""
+    check_plain({"value": value}, 0, label)
+    return value
+
+
+def _plan_item(wire: PlanItem) -> model.PlanItem:
+    value = wire.value
+    return model.PlanItem(
+        id=wire.id,
+        needs=wire.needs,
+        value=None if value is None else _checked(value, "plan.items.value"),
+        version=wire.version,
+    )
+
+
+def _plan(wire: Plan) -> model.Plan:
+    return model.Plan(
+        hook=wire.hook,
+        version=wire.version,
+        items=tuple(map(_plan_item, wire.items)),
+        members=wire.members,
+        limit=wire.limit,
     )
 
 
@@ -523,6 +619,7 @@ def run_state(wire: Snapshot, lists: Mapping[str, list[Any]] | None = None) -> m
         writers=_view(wire.writers),
         created_at=_when(wire.created_at, "snapshot.created_at"),
         updated_at=_when(wire.updated_at, "snapshot.updated_at"),
+        plans=_view({k: _plan(v) for k, v in wire.plans.items()}) if wire.plans else _EMPTY,
     )
 
 
@@ -556,6 +653,7 @@ def step_record(wire: Record) -> model.StepRecord:
         or wire.interrupts is not None
         or wire.ledger is not None
         or wire.actor is not None
+        or wire.plan is not None
     ):
         return model.replace(record, **_logged(wire))
     return record
@@ -571,6 +669,7 @@ def _logged(wire: Record) -> dict[str, Any]:
         wire.actor,
     )
     return {
+        "plan": None if wire.plan is None else _plan(wire.plan),
         "errors": tuple(map(_error, errors)),
         "interrupts": None if interrupts is None else _interrupts(interrupts),
         "events": tuple(_frozen(event, "record.events") for event in events),
@@ -614,6 +713,8 @@ def check_record(wire: Record) -> None:
         _check_nodes(wire.nodes)
     if wire.errors or wire.interrupts or wire.events or wire.ledger is not None:
         _check_logged(wire)
+    if wire.plan is not None:
+        _plan(wire.plan)
 
 
 def _check_nodes(nodes: dict[str, Node]) -> None:
@@ -623,6 +724,8 @@ def _check_nodes(nodes: dict[str, Node]) -> None:
             _check_user(node.payload, "node.payload")
         for entry in node.ledger:
             _check_ledger(entry)
+        if node.result is not None:
+            _checked(node.result, "node.result")
 
 
 def _check_ledger(entry: Ledger) -> None:

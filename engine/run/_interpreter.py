@@ -96,6 +96,7 @@ class _Site(NamedTuple):
     offer: Callable[[RunState, Sequence[str]], Awaitable[Sequence[Mapping[str, Any]]]]
     bind_tool: Callable[[EventSink, RunState], ToolCall]
     policy: EffectPolicy
+    item: Any
 
 
 def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site:
@@ -119,6 +120,7 @@ def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site
         offer=functools.partial(tools.offered, definition, where),
         bind_tool=tools.binder(definition, where),
         policy=policy,
+        item=definition.item,
     )
     prepared.sites[(node_id, path)] = site
     return site
@@ -150,7 +152,7 @@ def check_reply(
             reply to a gate answered already is not told apart (no history is read).
         CodecError: As :meth:`Run.reply`.
     """
-    steps = StepBuilder(prepared, clock)
+    steps = StepBuilder(prepared, clock, state.plans)
     _reply_step(steps, state, interrupt_id, result, _Answer(actor, step, trusted))
 
 
@@ -225,7 +227,6 @@ class Run:
         "_checkpoints",
         "_hold",
         "_lock",
-        "_prepared",
         "_state",
         "_steps",
         "_store",
@@ -243,13 +244,12 @@ class Run:
         checkpoints: Checkpoints,
         env: RunEnvironment,
     ) -> None:
-        self._prepared = prepared
         self._hold = hold
         self._state = state
         self._checkpoints = checkpoints
         self._store = env.store
         self._bus = env.bus
-        self._steps = StepBuilder(prepared, env.clock)
+        self._steps = StepBuilder(prepared, env.clock, state.plans)
         self._tasks: dict[str, asyncio.Task[_Outcome]] = {}
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
         self._to_launch = [n for n, s in state.nodes.items() if s.status is NodeStatus.RUNNING]
@@ -263,6 +263,11 @@ class Run:
     def state(self) -> RunState:
         """The run state as of the last committed step."""
         return self._state
+
+    @property
+    def _prepared(self) -> PreparedGraph:
+        """The graph the run follows, with the children of its plans so far."""
+        return self._steps.prepared
 
     @property
     def run_id(self) -> str:
@@ -544,6 +549,7 @@ class Run:
             ledger=node.ledger,
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
+            item=site.item,
         )
         if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events

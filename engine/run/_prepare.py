@@ -7,6 +7,7 @@ first step, so bad names fail fast and the per-step path does no lookups by stri
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,10 +25,13 @@ from phasegraph.core._machine import MachineSet, compile_machines
 from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SpecError
 from phasegraph.model import (
+    ActionDef,
     Effect,
     GraphDef,
     NodeDef,
     NodeState,
+    NodeStatus,
+    Plan,
     RunState,
     RunStatus,
     frozen_map,
@@ -35,12 +39,21 @@ from phasegraph.model import (
     replace,
 )
 from phasegraph.run._middleware import Middleware, build_middleware, chain
+from phasegraph.run._plans import PlanBinding, child_defs, plan_binding
+from phasegraph.spec._plans import template_label, with_plan_writes
 
 if TYPE_CHECKING:
     from phasegraph.tools._mcp._servers import McpServers
     from phasegraph.tools._registry import ToolFactory
 
-__all__ = ["REDUCERS", "DeferredTools", "PreparedGraph", "initial_state", "prepare"]
+__all__ = [
+    "REDUCERS",
+    "DeferredTools",
+    "PreparedGraph",
+    "initial_state",
+    "prepare",
+    "with_plans",
+]
 
 REDUCERS = frozenset({"append", "merge"})
 """How writes to a key from unordered nodes may be combined."""
@@ -63,6 +76,11 @@ class PreparedGraph:
             effects (see :mod:`phasegraph.actions._effects`).
         sites: A cache the interpreter fills: ``(node id, state path)`` → what an action
             call there needs that never changes (see ``phasegraph.run._interpreter``).
+        plans: ``(node id, hook)`` → the ``plan:`` binding there.
+        templates: ``(declared owner, hook)`` → a plan's template, prepared once (the
+            owner is a node's id, or ``OWNER.*`` for a template's own plans).
+        results: Child of a plan → the data key it hands its result to its parent in.
+        base: The graph before any plan made children (``None``: this is it).
     """
 
     definition: GraphDef
@@ -76,6 +94,42 @@ class PreparedGraph:
     sites: dict[tuple[str, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
     )
+    plans: Mapping[tuple[str, str], PlanBinding] = field(default_factory=dict)
+    templates: Mapping[tuple[str, str], PreparedTemplate] = field(default_factory=dict)
+    results: Mapping[str, str] = field(default_factory=dict)
+    base: PreparedGraph | None = None
+
+    def plan_at(self, node_id: str, path: tuple[str, ...]) -> PlanBinding | None:
+        """The ``plan:`` binding of the node's state at ``path``, if it has one."""
+        if not self.plans:
+            return None
+        machine = self.workflow.nodes[node_id].machine
+        hook = self.machines.hook(machine, path)
+        return None if hook is None else self.plans.get((node_id, hook))
+
+    def awaits(self, node_id: str, node: NodeState) -> bool:
+        """Whether the node waits for its plan's children (it expanded, and is waiting)."""
+        return node.status is NodeStatus.WAITING and self.plan_at(node_id, node.path) is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedTemplate:
+    """A plan's template with its bindings built once, shared by every child it makes.
+
+    Attributes:
+        node: The template (``writes`` widened by what its actions declare).
+        actions: Hook → the bound action, wrapped in the middleware chain.
+        effects: Hook → what the bound action declares about its side effects.
+        gates: Hook → the ``human:`` binding (built per child: a child's settings may
+            set its deadline).
+        plans: Hook → a ``plan:`` binding of the template's own.
+    """
+
+    node: NodeDef
+    actions: Mapping[str, Action]
+    effects: Mapping[str, EffectPolicy]
+    gates: Mapping[str, ActionDef]
+    plans: Mapping[str, PlanBinding]
 
 
 class DeferredTools:
@@ -152,14 +206,29 @@ class DeferredTools:
 
 
 def _tools(definition: GraphDef) -> ToolFactory | DeferredTools:
-    """The graph's tool factory: built now where it may refuse something, else on demand."""
+    """The graph's tool factory: built now where it may refuse something, else on demand.
+
+    The templates of the graph's plans are judged with its nodes: their children's
+    rules are read from them (and from the items) when a plan makes the children.
+    """
+    nodes = [*definition.nodes, *_all_templates(definition.nodes)]
     if not definition.mcp and not any(
-        "phases" in node.settings or "workspace" in node.settings for node in definition.nodes
+        "phases" in node.settings or "workspace" in node.settings for node in nodes
     ):
         return DeferredTools(definition)
     from phasegraph.tools._registry import build_tools  # see DeferredTools
 
-    return build_tools(definition)
+    return build_tools(replace(definition, nodes=tuple(nodes)))
+
+
+def _all_templates(nodes: Sequence[NodeDef]) -> list[NodeDef]:
+    """The templates of the plans of ``nodes``, nested ones too."""
+    found: list[NodeDef] = []
+    for node in nodes:
+        for action in node.bind.values():
+            if action.template is not None:
+                found += [action.template, *_all_templates([action.template])]
+    return found
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
@@ -197,53 +266,189 @@ def prepare(
         for key, name in definition.reducers.items()
         if name not in REDUCERS
     ]
-    base_dir = Path(definition.location.path).parent if definition.location else None
     try:
         middleware = (*middleware, *build_middleware(definition.middleware))
     except SpecError as exc:
         problems += exc.problems
         middleware = ()
-    built: dict[tuple[str, str], Action] = dict(actions or {})
-    gates: dict[tuple[str, str], HumanGate] = {}
-    effects = {
-        key: EffectPolicy(effect=effect_of(action, Effect.IDEMPOTENT))
-        for key, action in built.items()
-    }
-    # Equal policies are shared: most bindings have the default one, and a graph of
-    # 20,000 nodes would otherwise keep 20,000 copies for every collection to walk.
-    policies: dict[EffectPolicy, EffectPolicy] = {}
+    binder = _Binder(definition, middleware, actions or {})
     for node in definition.nodes:
-        for hook, action_def in node.bind.items():
-            if (node.id, hook) in built:
-                continue
-            try:
-                if action_def.kind == "human":
-                    gates[(node.id, hook)] = build_gate(
-                        action_def,
-                        settings=node.settings,
-                        accepts_timeout=_accepts_timeout(definition, node.machine, hook),
-                    )
-                else:
-                    action = built[(node.id, hook)] = build_action(action_def, base_dir)
-                    policy = effect_policy(action_def, base_dir, action)
-                    effects[(node.id, hook)] = policies.setdefault(policy, policy)
-            except SpecError as exc:
-                problems += exc.problems
-    workflow = compile_graph(_with_action_writes(definition, built))
+        binder.node(node)
+    problems += binder.problems
+    workflow = compile_graph(_with_action_writes(definition, binder.built))
     problems[:0] = _check_writes(workflow.definition, workflow)
     if problems:
         raise SpecError(problems)
-    bound = {key: chain(middleware, action) for key, action in built.items()}
     return PreparedGraph(
         definition=definition,
         source=source,
         workflow=workflow,
         machines=compile_machines(definition.machines),
-        actions=MappingProxyType(bound),
+        actions=MappingProxyType(binder.bound()),
         tools=_tools(definition),
+        gates=MappingProxyType(binder.gates),
+        effects=MappingProxyType(binder.effects),
+        plans=MappingProxyType(binder.plans),
+        templates=MappingProxyType(binder.templates),
+    )
+
+
+class _Binder:
+    """Builds the bindings of a graph's nodes and of their plans' templates, once each."""
+
+    def __init__(
+        self,
+        definition: GraphDef,
+        middleware: Sequence[Middleware],
+        given: Mapping[tuple[str, str], Action],
+    ) -> None:
+        self.definition = definition
+        self.middleware = middleware
+        self.base_dir = Path(definition.location.path).parent if definition.location else None
+        self.built: dict[tuple[str, str], Action] = dict(given)
+        self.gates: dict[tuple[str, str], HumanGate] = {}
+        self.effects = {
+            key: EffectPolicy(effect=effect_of(action, Effect.IDEMPOTENT))
+            for key, action in given.items()
+        }
+        self.plans: dict[tuple[str, str], PlanBinding] = {}
+        self.templates: dict[tuple[str, str], PreparedTemplate] = {}
+        self.problems: list[Problem] = []
+        # Equal policies are shared: most bindings have the default one, and a graph of
+        # 20,000 nodes would otherwise keep 20,000 copies for every collection to walk.
+        self._policies: dict[EffectPolicy, EffectPolicy] = {}
+
+    def node(self, node: NodeDef) -> None:
+        """Build the bindings of ``node`` (under its own id)."""
+        for hook, action_def in node.bind.items():
+            if (node.id, hook) in self.built:
+                continue
+            try:
+                self._bind(node, node.id, hook, action_def)
+            except SpecError as exc:
+                self.problems += exc.problems
+
+    def bound(self) -> dict[tuple[str, str], Action]:
+        """Every built action wrapped in the middleware chain."""
+        return {key: chain(self.middleware, action) for key, action in self.built.items()}
+
+    def _bind(self, node: NodeDef, owner: str, hook: str, action_def: ActionDef) -> None:
+        key = (owner, hook)
+        if action_def.kind == "human":
+            self.gates[key] = build_gate(
+                action_def,
+                settings=node.settings,
+                accepts_timeout=_accepts_timeout(self.definition, node.machine, hook),
+            )
+        elif action_def.kind == "plan":
+            prepared = self._template(owner, plan_binding(hook, action_def))
+            self.templates[key] = prepared
+            # The binding makes children from the template as prepared (writes widened).
+            self.plans[key] = dataclasses.replace(
+                plan_binding(hook, action_def), template=prepared.node
+            )
+        else:
+            action = self.built[key] = build_action(action_def, self.base_dir)
+            policy = effect_policy(action_def, self.base_dir, action)
+            self.effects[key] = self._policies.setdefault(policy, policy)
+
+    def _template(self, owner: str, binding: PlanBinding) -> PreparedTemplate:
+        """Build a plan's template once, under its label (``OWNER.*``)."""
+        template = binding.template
+        label = template_label(owner)
+        for hook, action_def in template.bind.items():
+            if action_def.kind != "human":
+                try:
+                    self._bind(template, label, hook, action_def)
+                except SpecError as exc:
+                    self.problems += exc.problems
+        own = {hook: a for (o, hook), a in self.built.items() if o == label}
+        alone = replace(self.definition, nodes=(template,))
+        widened = _with_action_writes(alone, {(label, h): a for h, a in own.items()}).nodes[0]
+        return PreparedTemplate(
+            node=with_plan_writes(widened),
+            actions=MappingProxyType({h: chain(self.middleware, a) for h, a in own.items()}),
+            effects=MappingProxyType(
+                {hook: e for (o, hook), e in self.effects.items() if o == label}
+            ),
+            gates=MappingProxyType({h: a for h, a in template.bind.items() if a.kind == "human"}),
+            plans=MappingProxyType({h: p for (o, h), p in self.plans.items() if o == label}),
+        )
+
+
+def with_plans(prepared: PreparedGraph, plans: Mapping[str, Plan]) -> PreparedGraph:
+    """``prepared`` with the children of ``plans`` among its nodes.
+
+    Every child is made from its plan's template, whose bindings were built once when
+    the graph was prepared: a child costs its node definition and a few map entries.
+    Plans are applied parents first (a child's id extends its parent's).
+
+    Args:
+        prepared: The graph as prepared (a graph with children already is taken back to
+            its base first).
+        plans: Node id → its plan (a run's :attr:`~phasegraph.model.RunState.plans`).
+    """
+    base = prepared.base or prepared
+    if not plans:
+        return base
+    nodes = {node.id: node for node in base.definition.nodes}
+    declared = {node_id: node_id for node_id in nodes}
+    actions, gates = dict(base.actions), dict(base.gates)
+    effects, bindings = dict(base.effects), dict(base.plans)
+    results: dict[str, str] = {}
+    for parent in sorted(plans, key=lambda p: (p.count("."), p)):
+        plan = plans[parent]
+        owner = declared[parent]
+        template = base.templates[(owner, plan.hook)]
+        binding = base.plans[(owner, plan.hook)]
+        label = template_label(owner)
+        children = child_defs(nodes[parent], binding, plan)
+        for child in children:
+            nodes[child.id] = child
+            declared[child.id] = label
+            for hook, action in template.actions.items():
+                actions[(child.id, hook)] = action
+            for hook, policy in template.effects.items():
+                effects[(child.id, hook)] = policy
+            for hook, gate in template.gates.items():
+                gates[(child.id, hook)] = build_gate(
+                    gate,
+                    settings=child.settings,
+                    accepts_timeout=_accepts_timeout(base.definition, child.machine, hook),
+                )
+            for hook, nested in template.plans.items():
+                bindings[(child.id, hook)] = nested
+            if binding.result is not None:
+                results[child.id] = binding.result
+    definition = replace(base.definition, nodes=tuple(nodes.values()))
+    made = [node for node in definition.nodes if node.parent is not None]
+    tools = base.tools
+    tools = (
+        DeferredTools(definition)
+        if isinstance(tools, DeferredTools)
+        else tools.with_nodes(made, definition)
+    )
+    return PreparedGraph(
+        definition=definition,
+        source=base.source,
+        workflow=compile_graph(_widened(definition, base), plans),
+        machines=base.machines,
+        actions=MappingProxyType(actions),
+        tools=tools,
         gates=MappingProxyType(gates),
         effects=MappingProxyType(effects),
+        plans=MappingProxyType(bindings),
+        templates=base.templates,
+        results=MappingProxyType(results),
+        base=base,
     )
+
+
+def _widened(definition: GraphDef, base: PreparedGraph) -> GraphDef:
+    """The expanded definition with each base node's writes as the base workflow has them."""
+    compiled = base.workflow.nodes
+    nodes = tuple(compiled.get(node.id, node) for node in definition.nodes)
+    return replace(definition, nodes=nodes)
 
 
 def initial_state(
@@ -289,7 +494,7 @@ def _with_action_writes(
         ]
         if node.writes is not None and set(keys) - set(node.writes):
             node = replace(node, writes=tuple(dict.fromkeys((*node.writes, *keys))))
-        widened.append(node)
+        widened.append(with_plan_writes(node))
     if widened == list(definition.nodes):
         return definition
     return replace(definition, nodes=tuple(widened))

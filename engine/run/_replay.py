@@ -56,7 +56,7 @@ __all__ = [
 
 COMPARED_FIELDS = (
     *("kind", "node", "source", "trigger", "dest", "nodes", "status", "data", "appended"),
-    "ledger",
+    *("ledger", "plan"),
 )
 """The step-record fields a replayed step must reproduce exactly."""
 
@@ -162,8 +162,8 @@ class _Replayer:
 
     def __init__(self, prepared: PreparedGraph, first: RunState) -> None:
         self._clock = _RecordedTime(first.updated_at)
-        self._steps = StepBuilder(prepared, self._clock)
-        self._state = _fit_nodes(first, prepared)
+        self._steps = StepBuilder(prepared, self._clock, first.plans)
+        self._state = _fit_nodes(first, self._steps.prepared)
         # Running nodes in the order they became due, as the interpreter keeps them.
         self._due = [n for n, s in self._state.nodes.items() if s.status is NodeStatus.RUNNING]
 

@@ -41,6 +41,7 @@ from phasegraph.model import (
     NodeState,
     NodeStatus,
     OnUnknown,
+    Plan,
     RunState,
     RunStatus,
     StepRecord,
@@ -52,7 +53,8 @@ from phasegraph.run._effects import OUTCOME_UNKNOWN, describe, effect_gate, sett
 from phasegraph.run._gates import GateNotOpen, not_a_reviewer, stale_reply
 from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
-from phasegraph.run._prepare import PreparedGraph
+from phasegraph.run._plans import Refusal, fresh_children, joined, read_plan, refusal_result
+from phasegraph.run._prepare import PreparedGraph, with_plans
 
 __all__ = ["ACTION_DUE", "ActionDue", "Decision", "StepBuilder"]
 
@@ -99,8 +101,11 @@ class StepBuilder:
         "_prepared",
     )
 
-    def __init__(self, prepared: PreparedGraph, clock: Clock) -> None:
-        self._prepared = prepared
+    def __init__(
+        self, prepared: PreparedGraph, clock: Clock, plans: Mapping[str, Plan] = EMPTY
+    ) -> None:
+        # Steps are built on the graph with the children of the plans of the run's state.
+        self._prepared = with_plans(prepared, plans) if plans else prepared
         self._clock = clock
         self._concurrency = prepared.definition.concurrency
         self._frontier: Frontier | None = None
@@ -112,6 +117,15 @@ class StepBuilder:
         self._decided_at: datetime | None = None
         self._deciding = False
 
+    @property
+    def prepared(self) -> PreparedGraph:
+        """The graph steps are built for.
+
+        The prepared graph, with the children of every plan committed so far (an
+        ``expand`` step applied here adds them).
+        """
+        return self._prepared
+
     def decide(self, state: RunState, due: Iterable[str], *, deadlines: bool = True) -> Decision:
         """What happens next in ``state``: the one order of decisions of every run.
 
@@ -119,13 +133,14 @@ class StepBuilder:
 
         1. a human gate whose deadline has passed fires ``timeout``;
         2. a run that is not running stops here (``None``);
-        3. a ready node starts, if a concurrency slot is free;
-        4. a node that reached a human gate starts waiting, or one whose step was cut
-           short after a ``once`` effect's intent asks about it or fails
-           (:meth:`unknown_outcome`);
-        5. if any node is running, its action's outcome is next (:data:`ACTION_DUE`): the
+        3. a node whose plan's children have all ended joins them (:meth:`join`);
+        4. a ready node starts, if a concurrency slot is free;
+        5. a node that reached a human gate starts waiting, one that reached a plan turns
+           it into children (:meth:`expand`), or one whose step was cut short after a
+           ``once`` effect's intent asks about it or fails (:meth:`unknown_outcome`);
+        6. if any node is running, its action's outcome is next (:data:`ACTION_DUE`): the
            interpreter runs the action, replay feeds the recorded outcome;
-        6. otherwise the run's status settles (``None`` if it does not change).
+        7. otherwise the run's status settles (``None`` if it does not change).
 
         Records built here carry one reading of the clock, taken when the decision first
         needs the time (a decision that an action is due reads none), so a replay that
@@ -154,9 +169,12 @@ class StepBuilder:
         if state.status is not _RUN_RUNNING:
             return None
         frontier = self._frontier_for(state)
-        record = self._start(state, frontier)
-        if record is None and self._prepared.gates:  # the usual graph has no gates
-            record = next(filter(None, (self.open_gate(state, n) for n in due)), None)
+        prepared = self._prepared
+        record = self._join_next(state, frontier) if prepared.plans else None
+        if record is None:
+            record = self._start(state, frontier)
+        if record is None and (prepared.gates or prepared.plans):  # the usual graph: neither
+            record = next(filter(None, (self._reached(state, n) for n in due)), None)
         if record is None and self._ledgers:
             record = self._first_unknown_outcome(state, due)
         if record is not None:
@@ -164,6 +182,11 @@ class StepBuilder:
         if frontier.running:
             return ACTION_DUE
         return self.settle(state)
+
+    def _join_next(self, state: RunState, frontier: Frontier) -> StepRecord | None:
+        """The join of the first node whose plan's children have all ended, if any."""
+        joinable = frontier.joinable()
+        return self.join(state, joinable[0]) if joinable else None
 
     def _now(self) -> datetime:
         now = self._decided_at
@@ -176,11 +199,17 @@ class StepBuilder:
     def apply(self, state: RunState, record: StepRecord) -> RunState:
         """The state after ``record`` (:func:`~phasegraph.model.apply_records`).
 
-        Also moves the builder's readiness along, so the next step does not rescan.
+        Also moves the builder's readiness along, so the next step does not rescan. An
+        ``expand`` step gives the run new nodes: the graph is prepared with them.
 
         Raises:
             RunStateError: If ``record.seq`` does not follow ``state.seq``.
         """
+        if record.plan is not None:
+            after = apply_records(state, (record,))
+            self._prepared = with_plans(self._prepared, after.plans)
+            self._frontier = None
+            return after
         frontier = self._frontier_for(state)
         after = apply_records(state, (record,))
         if after.nodes is not state.nodes:
@@ -194,7 +223,9 @@ class StepBuilder:
         """Readiness for ``state``'s nodes: kept from the last step, or built afresh."""
         # Identity, not equality: node maps are read-only, and this one is kept alive.
         if self._frontier is None or state.nodes is not self._frontier_of:
-            self._frontier = Frontier(self._prepared.workflow, state.nodes)
+            prepared = self._prepared
+            awaits = prepared.awaits if prepared.plans else None
+            self._frontier = Frontier(prepared.workflow, state.nodes, awaits)
             self._frontier_of = state.nodes
             self._ledgers = any(node.ledger for node in state.nodes.values())
         return self._frontier
@@ -235,10 +266,16 @@ class StepBuilder:
             DataConflictError: The data update conflicts with another node's writes.
         """
         current = state.nodes[node_id]
-        definition = self._prepared.workflow.nodes[node_id]
+        prepared = self._prepared
+        definition = prepared.workflow.nodes[node_id]
+        update, handed = result.data, current.result
+        kept = prepared.results.get(node_id) if prepared.results else None
+        if kept is not None and kept in update:  # a child hands its result to its parent
+            handed = update[kept]
+            update = {key: value for key, value in update.items() if key != kept}
         try:
             counters = _spent(current, result.spend) if result.spend else current.counters
-            step = self._prepared.machines.step(
+            step = prepared.machines.step(
                 definition.machine,
                 Position(path=current.path, counters=counters),
                 result.trigger,
@@ -247,13 +284,15 @@ class StepBuilder:
                 payload=result.payload,
             )
             data = EMPTY
-            if result.data:
-                data = merge_update(self._prepared, state, node_id, result.data)
+            if update:
+                data = merge_update(prepared, state, node_id, update)
         except RunError as exc:
             exc.add_context(run_id=state.run_id)  # machines and merges know only the node
             raise
-        node = self._moved(current, step, steps=current.steps + 1, payload=result.payload)
-        summary = self._summary(result)
+        node = self._moved(
+            current, step, steps=current.steps + 1, payload=result.payload, result=handed
+        )
+        summary = self._summary(result, kept)
         return self._record(
             state,
             node_id,
@@ -271,11 +310,12 @@ class StepBuilder:
             else (),
         )
 
-    def _summary(self, result: ActionResult) -> dict[str, Any]:
+    def _summary(self, result: ActionResult, kept: str | None = None) -> dict[str, Any]:
         """What a record keeps of an action result: enough for replay to feed it again.
 
         Data is recorded after reducers, so the raw update of each reduced key is kept
-        here too (replay needs what the action returned, not what the reducer made of it).
+        here too (replay needs what the action returned, not what the reducer made of it),
+        and so is a child's result (``kept``), which goes to its node, not the data.
         """
         if not (result.payload or result.output or result.spend or result.data):
             return {"trigger": result.trigger} if result.trigger else {}  # the usual result
@@ -286,8 +326,8 @@ class StepBuilder:
             "spend": result.spend,
         }
         reducers = self._prepared.definition.reducers
-        if reducers and result.data:
-            summary["data"] = {k: v for k, v in result.data.items() if k in reducers}
+        if (reducers or kept) and result.data:
+            summary["data"] = {k: v for k, v in result.data.items() if k in reducers or k == kept}
         return {key: value for key, value in summary.items() if value}
 
     def _logged(
@@ -377,6 +417,7 @@ class StepBuilder:
             counters=current.counters,
             steps=current.steps,
             error=message,
+            result=current.result,
         )
         summary = self._summary(result) if result is not None else {}
         return self._record(
@@ -400,6 +441,86 @@ class StepBuilder:
         return StepRecord(seq=state.seq + 1, time=self._now(), kind="status", status=status)
 
     # -- human gates and cancellation --------------------------------------------------
+
+    def _reached(self, state: RunState, node_id: str) -> StepRecord | None:
+        """The step a node that just reached its state takes before any action.
+
+        A gate opens, or a plan becomes children (``None``: its state is neither).
+        """
+        return self.open_gate(state, node_id) or self.expand(state, node_id)
+
+    # -- plans ---------------------------------------------------------------------------
+
+    def expand(self, state: RunState, node_id: str) -> StepRecord | None:
+        """Turn the node's plan into children, if its state is bound to ``plan:``.
+
+        A plan that validates is committed as one ``expand`` step: the plan (a new
+        version of it), every child it starts afresh (pending) and the node waiting for
+        them. A plan that does not validate fires ``refused``, its reasons as the
+        payload's ``feedback``; where the state takes no ``refused``, the node fails
+        with them. ``None``: the node's state has no plan.
+        """
+        node = state.nodes[node_id]
+        binding = self._prepared.plan_at(node_id, node.path)
+        if binding is None:
+            return None
+        found = read_plan(binding, state, node_id)
+        if isinstance(found, Refusal):
+            result = refusal_result(binding, found)
+            feedback = str(result.payload["feedback"])
+            said = {"kind": "plan_refused", "node": node_id, "feedback": feedback}
+            try:
+                return self.transition(state, node_id, result, (said,))
+            except RunError:
+                refused = RunError(feedback, node_id=node_id, run_id=state.run_id)
+                return self.node_failed(state, node_id, refused, (said,), result)
+        fresh = fresh_children(found, node_id)
+        nodes = dict.fromkeys(fresh, NodeState())
+        nodes[node_id] = replace(node, status=NodeStatus.WAITING)
+        event: dict[str, Any] = {
+            "kind": "plan_expanded",
+            "node": node_id,
+            "version": found.version,
+            "children": fresh,
+            "members": len(found.members),
+        }
+        return StepRecord(
+            seq=state.seq + 1,
+            time=self._now(),
+            kind="expand",
+            node=node_id,
+            source=node.path,
+            dest=node.path,
+            nodes=MappingProxyType(nodes),
+            # Something always follows: a child that can start, or, with none, the join.
+            status=_RUN_RUNNING,
+            events=(event,),
+            plan=found,
+        )
+
+    def join(self, state: RunState, parent: str) -> StepRecord:
+        """Fire ``done`` or ``failed`` on a node whose plan's children have all ended.
+
+        With ``into``, the children's results are written there, in plan order.
+        """
+        node = state.nodes[parent]
+        binding = self._prepared.plan_at(parent, node.path)
+        plan = state.plans[parent]
+        if binding is None:  # only a node waiting in its plan's state is joinable
+            raise RunError(f"node {parent!r} has no plan to join", node_id=parent)
+        result = joined(binding, plan, state, parent)
+        event = {
+            "kind": "plan_joined",
+            "node": parent,
+            "trigger": result.trigger,
+            "version": plan.version,
+        }
+        try:
+            return self.transition(state, parent, result, (event,), kind="join")
+        except RunError as exc:
+            return self.node_failed(state, parent, exc, (event,), result)
+
+    # -- human gates -----------------------------------------------------------------------
 
     def open_gate(self, state: RunState, node_id: str) -> StepRecord | None:
         """Put the node in ``waiting`` if its state is a human gate; ``None`` if it is not.
@@ -657,7 +778,12 @@ class StepBuilder:
 
     @staticmethod
     def _moved(
-        current: NodeState, step: StepResult, *, steps: int, payload: Mapping[str, Any] = EMPTY
+        current: NodeState,
+        step: StepResult,
+        *,
+        steps: int,
+        payload: Mapping[str, Any] = EMPTY,
+        result: Any = None,
     ) -> NodeState:
         return NodeState(
             status=_STATUS_FOR_OUTCOME[step.outcome],
@@ -666,6 +792,7 @@ class StepBuilder:
             counters=step.position.counters,
             steps=steps,
             payload=payload,
+            result=result,
         )
 
     def _record(

@@ -41,6 +41,12 @@ from phasegraph.spec._catalog import (
 )
 from phasegraph.spec._input import input_schema_problems
 from phasegraph.spec._machines import MachineFile, Resolver, read_machine, unknown_machine
+from phasegraph.spec._plans import (
+    node_machines,
+    plan_problems,
+    template_label,
+    with_plan_writes,
+)
 from phasegraph.spec._reads import read_problems
 from phasegraph.spec._settings import settings_problems
 from phasegraph.spec._yaml import Document, YamlLimits, parse_text, read_file
@@ -128,24 +134,122 @@ def _load_machine(source: str | Path) -> tuple[model.MachineDef, Resolver]:
 
 def _node_def(node: schema.NodeSpec, index: int, doc: Document) -> model.NodeDef:
     here = ("nodes", index)
-    bind = {
-        hook: model.ActionDef(
-            kind=action.kind,
-            config=_frozen(action.model_dump(by_alias=True, exclude_none=True)),
-            triggers=action.declared_triggers(),
-            location=doc.at((*here, "bind", hook)),
-        )
-        for hook, action in node.bind.items()
-    }
     return model.NodeDef(
         id=node.id,
         machine=node.machine,
         needs=tuple(node.needs),
-        bind=MappingProxyType(bind),
+        bind=_bind(node.bind, here, doc, node.id),
         settings=_frozen(node.settings),
         writes=None if node.writes is None else tuple(node.writes),
         location=doc.at(here),
     )
+
+
+def _bind(
+    bind: Mapping[str, Any], here: schema.Loc, doc: Document, owner: str
+) -> Mapping[str, model.ActionDef]:
+    """A node's bindings as definitions; a ``plan:`` binding's template becomes a node."""
+    bound = {}
+    for hook, action in bind.items():
+        where = (*here, "bind", hook)
+        config = action.model_dump(by_alias=True, exclude_none=True)
+        template = None
+        if isinstance(action, schema.PlanAction):
+            del config["plan"]["template"]
+            template = _template_def(owner, action.plan.template, (*where, "plan", "template"), doc)
+        bound[hook] = model.ActionDef(
+            kind=action.kind,
+            config=_frozen(config),
+            triggers=action.declared_triggers(),
+            location=doc.at(where),
+            template=template,
+        )
+    return MappingProxyType(bound)
+
+
+def _template_def(
+    owner: str, template: schema.TemplateSpec, here: schema.Loc, doc: Document
+) -> model.NodeDef:
+    """The node each item of ``owner``'s plan becomes, as declared (id ``OWNER.*``)."""
+    label = template_label(owner)
+    return model.NodeDef(
+        id=label,
+        machine=template.machine,
+        bind=_bind(template.bind, here, doc, label),
+        settings=_frozen(template.settings),
+        writes=None if template.writes is None else tuple(template.writes),
+        location=doc.at(here),
+    )
+
+
+def _templates(
+    node: schema.NodeSpec | schema.TemplateSpec, label: str, here: schema.Loc
+) -> list[tuple[str, schema.PlanAction, schema.Loc]]:
+    """Each ``plan:`` binding of a node (nested templates' too): owner, plan, where."""
+    found = []
+    for hook, action in node.bind.items():
+        if isinstance(action, schema.PlanAction):
+            where = (*here, "bind", hook)
+            found.append((label, action, where))
+            inner = (*where, "plan", "template")
+            found += _templates(action.plan.template, template_label(label), inner)
+    return found
+
+
+def _template_problems(
+    spec: schema.GraphSpec,
+    node: schema.NodeSpec,
+    here: schema.Loc,
+    doc: Document,
+    resolver: Resolver,
+) -> list[Problem]:
+    """What is wrong with the templates of a node's plans, each checked as a node is."""
+    problems: list[Problem] = []
+    for owner, action, where in _templates(node, node.id, here):
+        template, inner = action.plan.template, (*where, "plan", "template")
+        as_node = schema.NodeSpec.model_construct(
+            id=template_label(owner),
+            machine=template.machine,
+            needs=[],
+            writes=template.writes,
+            settings=template.settings,
+            bind=template.bind,
+        )
+        problems += _node_problems(as_node, inner, doc, resolver)
+        problems += _capture_problems(as_node, inner, doc)
+        problems += _with_problems(
+            _template_def(owner, template, inner, doc), inner, doc, resolver, with_key=("with",)
+        )
+        problems += [
+            doc.problem((*where, *place), text)
+            for place, text in plan_problems(owner, action.plan, spec.reducers)
+        ]
+        problems += _item_settings_problems(owner, action.plan, where, doc, resolver)
+    return problems
+
+
+def _item_settings_problems(
+    owner: str, plan: schema.PlanSpec, where: schema.Loc, doc: Document, resolver: Resolver
+) -> list[Problem]:
+    """Item fields the plan accepts as settings that nothing in the child reads."""
+    properties = (plan.settings or {}).get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return []
+    template = plan.template
+    family: dict[str, model.MachineDef] = {}
+    if template.machine not in resolver.files or not resolver.closure(template.machine, family):
+        return []
+    child = model.NodeDef(
+        id=template_label(owner),
+        machine=template.machine,
+        bind=_bind(template.bind, where, doc, template_label(owner)),
+        settings=MappingProxyType({str(key): None for key in properties}),
+    )
+    label = f"the items of node {owner!r}'s plan"
+    return [
+        doc.problem((*where, "plan", "settings", "properties", path[0]), text)
+        for path, text in settings_problems(child, list(family.values()), label=label)
+    ]
 
 
 def _graph_machines(
@@ -274,7 +378,12 @@ def _refused(
 
 
 def _with_problems(
-    node: model.NodeDef, here: schema.Loc, doc: Document, resolver: Resolver
+    node: model.NodeDef,
+    here: schema.Loc,
+    doc: Document,
+    resolver: Resolver,
+    *,
+    with_key: schema.Loc = ("with",),
 ) -> list[Problem]:
     """Keys of the node's ``with:`` nothing reads (see :mod:`phasegraph.spec._settings`)."""
     if not node.settings:
@@ -283,7 +392,7 @@ def _with_problems(
     if node.machine not in resolver.files or not resolver.closure(node.machine, family):
         return []  # the machine's own problems are reported; its settings cannot be judged
     return [
-        doc.problem((*here, "with", *path), text)
+        doc.problem((*here, *with_key, *path), text)
         for path, text in settings_problems(node, list(family.values()))
     ]
 
@@ -303,6 +412,7 @@ def _dependency_problems(
     if len({node.id for node in nodes}) != len(nodes):
         return []  # duplicate ids are reported already; the DAG would be ambiguous
     input_schema = None if spec.input is None else model.frozen_map(spec.input)
+    nodes = [with_plan_writes(node) for node in nodes]  # children write while it waits
     graph = model.GraphDef(
         name=doc.path, nodes=tuple(nodes), machines=model.EMPTY, input_schema=input_schema
     )
@@ -449,12 +559,14 @@ def _graph(
         problems += _node_problems(node, ("nodes", index), doc, resolver)
         problems += _capture_problems(node, ("nodes", index), doc)
         problems += _with_problems(nodes[index], ("nodes", index), doc, resolver)
+        problems += _template_problems(spec, node, ("nodes", index), doc, resolver)
     problems += _dependency_problems(spec, nodes, doc) + resolver.problems
     if problems:
         raise SpecError(_ordered(problems))
     machines: dict[str, model.MachineDef] = {}
     for definition in nodes:
-        resolver.closure(definition.machine, machines)
+        for machine in node_machines(definition):
+            resolver.closure(machine, machines)
     name = spec.graph or default_name
     return model.GraphDef(
         name=name,

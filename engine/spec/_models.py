@@ -55,9 +55,13 @@ __all__ = [
     "MachineSpec",
     "McpServerSpec",
     "NodeSpec",
+    "PlanAction",
+    "PlanConcurrency",
+    "PlanSpec",
     "PythonAction",
     "ShellAction",
     "StateSpec",
+    "TemplateSpec",
     "ToolsAction",
     "TransitionSpec",
     "step_parts",
@@ -67,6 +71,11 @@ NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 """States, hooks, triggers and budgets: a letter, then letters, digits or ``_``."""
 ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 """Node ids and machine, graph, middleware and interrupt names (``-`` allowed too)."""
+ITEM_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+"""A plan item's id: the child node is ``PARENT.ID`` (a map numbers its items)."""
+PLAN_TRIGGERS = ("done", "failed", "refused")
+"""What a ``plan:`` binding fires: its children all succeeded, some did not, or the plan
+was refused (the refusal is the payload's ``feedback``)."""
 PREDICATE_PATTERN = r"^(budget|payload|setting):[A-Za-z_][A-Za-z0-9_.]*$"
 """``budget:NAME``, ``payload:KEY`` or ``setting:DOTTED.KEY``."""
 STATE_PATH_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$"
@@ -86,7 +95,7 @@ URL_PATTERN = r"^https?://[^/?#]"
 """An ``http:`` URL: absolute, ``http`` or ``https``, the host written out."""
 HEADER_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
 """An HTTP header name (an RFC 9110 token)."""
-ACTION_KINDS = ("python", "shell", "http", "human", "llm", "tools")
+ACTION_KINDS = ("python", "shell", "http", "human", "llm", "tools", "plan")
 """The action kinds, in the order messages list them."""
 
 _Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -567,13 +576,104 @@ class ToolsAction(_ActionBase, _Effects):
         return found
 
 
+class PlanConcurrency(_Spec):
+    """A limit read from the run: the value of an input or data key, else a default."""
+
+    key: _NonEmpty = Field(description="Input or data key holding the limit (data wins).")
+    default: int = Field(ge=1, description="The limit when the run has no such key.")
+
+
+class TemplateSpec(_Spec):
+    """The node each item of a plan becomes: a node without id or needs of its own."""
+
+    machine: _Ident = Field(description="Built-in machine name, or one from `machines:`.")
+    writes: list[_NonEmpty] | None = Field(
+        None,
+        description="Top-level data keys each child writes (children that may run "
+        "at the same time need a reducer for each).",
+    )
+    settings: dict[str, Any] = Field(
+        {}, alias="with", description="Settings of every child; an item's fields are added."
+    )
+    bind: dict[_Name, ActionSpec] = Field({}, description="Hook -> action; bind every hook.")
+
+
+class PlanSpec(_Spec):
+    """Where a node's plan is read and how each item becomes a child node."""
+
+    source: _NonEmpty = Field(
+        alias="from", description="Data key an earlier step wrote the plan to."
+    )
+    items: _NonEmpty | None = Field(
+        None,
+        description="Key of the plan holding the list of items; default: the plan is the list.",
+    )
+    id: _NonEmpty | None = Field(
+        None,
+        description="Item field naming each item (letters, digits, _ and -); default: items "
+        "are numbered 0, 1, ... (a map).",
+    )
+    needs: _NonEmpty | None = Field(
+        None, description="Item field listing the ids of the siblings it needs; default: none."
+    )
+    settings: dict[str, Any] | None = Field(
+        None,
+        description="JSON Schema of an item's other fields, which become the child's "
+        "settings; default: items carry none.",
+    )
+    max_items: int = Field(1000, ge=0, description="A plan with more items is refused.")
+    concurrency: Annotated[int, Field(ge=1)] | PlanConcurrency | None = Field(
+        None, description="How many children may run at once; default: the graph's concurrency."
+    )
+    result: _NonEmpty | None = Field(
+        None, description="Data key each child writes its result to (kept on the child)."
+    )
+    into: _NonEmpty | None = Field(
+        None, description="Data key the node writes its children's results to, in plan order."
+    )
+    template: TemplateSpec = Field(description="The node each item becomes.")
+
+    @pydantic.model_validator(mode="after")
+    def _result_and_into(self) -> PlanSpec:
+        if (self.result is None) != (self.into is None):
+            raise PydanticCustomError(
+                "plan_results",
+                "`result` and `into` go together: each child writes `result`, and the "
+                "node gathers them into `into`",
+                {},
+            )
+        return self
+
+
+class PlanAction(_ActionBase):
+    """Turn the plan an earlier step wrote into child nodes; fires done, failed or refused."""
+
+    plan: PlanSpec = Field(description="The plan and its template.")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _no_timeout(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and "timeout" in value:
+            raise PydanticCustomError(
+                "plan_timeout",
+                "a plan binding takes no `timeout`: it waits for its children, whose actions "
+                "take timeouts of their own (set them in the template's `bind`)",
+                {},
+            )
+        return value
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        return [(("plan",), trigger) for trigger in PLAN_TRIGGERS]
+
+
 ActionSpec = Annotated[
     Annotated[PythonAction, Tag("<python>")]
     | Annotated[ShellAction, Tag("<shell>")]
     | Annotated[HttpAction, Tag("<http>")]
     | Annotated[HumanAction, Tag("<human>")]
     | Annotated[LlmAction, Tag("<llm>")]
-    | Annotated[ToolsAction, Tag("<tools>")],
+    | Annotated[ToolsAction, Tag("<tools>")]
+    | Annotated[PlanAction, Tag("<plan>")],
     Discriminator(_action_kind, custom_error_type="action_kind", custom_error_message="kind"),
 ]
 """One action: exactly one of the kind keys python, shell, http, human, llm, tools."""
@@ -688,3 +788,6 @@ class GraphSpec(_Spec):
     output: list[_NonEmpty] = Field(
         [], description="Data keys that are the run's result, shown when it ends."
     )
+
+
+TemplateSpec.model_rebuild()  # its bindings may hold a plan of their own

@@ -42,7 +42,7 @@ import asyncio
 import functools
 import inspect
 import shlex
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -265,6 +265,20 @@ class ToolFactory:
     def servers(self) -> McpServers | None:
         """The graph's MCP servers and their sessions (None: the graph has no ``mcp:``)."""
         return self._servers
+
+    def with_nodes(self, nodes: Iterable[NodeDef], definition: GraphDef) -> ToolFactory:
+        """This factory, knowing the rules of ``nodes`` too (the children of a plan).
+
+        The MCP servers are shared, so a run's sessions stay the ones it opened. The
+        rules were judged when the graph was prepared (on the plan's template).
+        """
+        policies = dict(self._policies)
+        for node in nodes:
+            policy, _ = parse_policy(node, definition, self._names)
+            if policy is not None:
+                policies[node.id] = policy
+        tools = {name: tool for name, tool in self._tools.items() if name != ADVANCE_TOOL}
+        return ToolFactory(tools, policies, self._servers)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -35,9 +35,11 @@ from payloads import (
     golden_record_v1,
     golden_record_v2,
     golden_record_v3,
+    golden_record_v5,
     golden_state,
     golden_state_v2,
     golden_state_v3,
+    golden_state_v5,
     loop_record,
 )
 from phasegraph import codec
@@ -56,6 +58,8 @@ from phasegraph.model import (
     NodeState,
     NodeStatus,
     OnUnknown,
+    Plan,
+    PlanItem,
     RunState,
     RunStatus,
     StepRecord,
@@ -315,10 +319,12 @@ GOLDEN_CASES: list[
     (2, "record_v2.bin", golden_record_v2, codec.encode_record, codec.decode_record),
     (3, "snapshot_v3.bin", golden_state_v3, codec.encode_snapshot, codec.decode_snapshot),
     (3, "record_v3.bin", golden_record_v3, codec.encode_record, codec.decode_record),
-    (4, "snapshot_v4.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
-    (4, "record_v4.bin", golden_record, codec.encode_record, codec.decode_record),
-    (5, "snapshot_v5.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
-    (5, "record_v5.bin", golden_record, codec.encode_record, codec.decode_record),
+    (4, "snapshot_v4.bin", golden_state_v5, codec.encode_snapshot, codec.decode_snapshot),
+    (4, "record_v4.bin", golden_record_v5, codec.encode_record, codec.decode_record),
+    (5, "snapshot_v5.bin", golden_state_v5, codec.encode_snapshot, codec.decode_snapshot),
+    (5, "record_v5.bin", golden_record_v5, codec.encode_record, codec.decode_record),
+    (6, "snapshot_v6.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (6, "record_v6.bin", golden_record, codec.encode_record, codec.decode_record),
 ]
 
 
@@ -361,6 +367,8 @@ LAYOUTS = [
     (codec_wire.Error, ErrorRecord, "### Error record"),
     (codec_wire.Actor, Actor, "### Actor"),
     (codec_wire.Segment, None, "### List segment"),
+    (codec_wire.Plan, Plan, "### Plan"),
+    (codec_wire.PlanItem, PlanItem, "### Plan item"),
 ]
 
 

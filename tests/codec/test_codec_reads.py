@@ -294,9 +294,20 @@ GOLDEN_RECORD_JSON = {
             "outcome": None,
             "path": ["executing"],
             "payload": {},
+            "result": None,
             "status": "running",
             "steps": 0,
         }
+    },
+    "plan": {
+        "hook": "children",
+        "items": [
+            {"id": "build", "needs": [], "value": {"argv": ["make"], "id": "build"}, "version": 1},
+            {"id": "test", "needs": ["build"], "value": "run the tests", "version": 2},
+        ],
+        "limit": 2,
+        "members": ["build", "test"],
+        "version": 2,
     },
     "result": {"output": None, "payload": {"ok": True}, "trigger": "confirm"},
     "seq": 8,
@@ -344,7 +355,11 @@ def _without_ledgers(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_actor(record: dict[str, Any]) -> dict[str, Any]:
-    return {**record, "actor": None}
+    return {**_without_plan(record), "actor": None}
+
+
+def _without_plan(record: dict[str, Any]) -> dict[str, Any]:
+    return {**record, "plan": None}
 
 
 def test_history_json_of_a_format_3_record() -> None:

@@ -124,6 +124,7 @@ def test_json_schema_states_the_rules() -> None:
         "HumanAction",
         "LlmAction",
         "ToolsAction",
+        "PlanAction",
     ]
     for name, kind in zip(kinds, schema.ACTION_KINDS, strict=True):
         assert graph["$defs"][name]["required"][0] == kind
@@ -349,12 +350,12 @@ def test_shell_exit_keys_become_strings() -> None:
     [
         (
             {"triggers": ["ok"]},
-            "the action has no kind: add one of python, shell, http, human, llm, tools",
+            "the action has no kind: add one of python, shell, http, human, llm, tools, plan",
         ),
         (
             {"pyhton": "m:f"},
             "unknown action kind 'pyhton': use one of python, shell, http, "
-            "human, llm, tools; did you mean 'python'?",
+            "human, llm, tools, plan; did you mean 'python'?",
         ),
         ({"python": "m:f", "human": "x"}, "exactly one kind, this one has python, human"),
         ("m:f", "an action is a mapping with exactly one kind key"),
