@@ -47,9 +47,35 @@ _SAID_CHARS = 60
 _TOKENS = "tokens"  # the counter an ``llm:`` action spends its usage on
 
 
+_SHOWN_CHILDREN = 8  # children a plan's line names before it counts the rest
+
+
+def _plan_line(event: Event) -> str | None:
+    """The line of a plan's event: made (its version and children), refused or joined."""
+    fields, called = event.fields, str(event.fields.get("called", "child"))
+    if event.kind == "plan_expanded":
+        made = [str(child).rsplit(".", 1)[-1] for child in fields.get("children", ())]
+        names = ", ".join(made[:_SHOWN_CHILDREN])
+        if len(made) > _SHOWN_CHILDREN:
+            names += f" and {len(made) - _SHOWN_CHILDREN} more"
+        limit = f", at most {fields['limit']} at a time" if fields.get("limit") else ""
+        line = f"plan v{fields.get('version')}: {fields.get('members')} {called}s{limit}"
+        return line + (f"; new: {names}" if names else "")
+    if event.kind == "plan_refused":
+        feedback = str(fields.get("feedback", "")).splitlines()
+        more = f" (and {len(feedback) - 2} more problems)" if len(feedback) > 2 else ""
+        return "plan refused: " + " ".join(feedback[:2]) + more
+    if event.kind == "plan_joined":
+        return f"every {called} of plan v{fields.get('version')} ended: {fields.get('trigger')}"
+    return None
+
+
 def _line(event: Event) -> str | None:
     if event.live:
         return None  # streamed text: the live table shows it, logs never do
+    planned = _plan_line(event) if event.kind.startswith("plan_") else None
+    if planned is not None:
+        return f"[{event.seq:>4}] {event.node}: {planned}"
     template = _NODE_LINES.get(event.kind)
     if template is not None:
         fields: dict[str, Any] = {"state": "", "outcome": "", "error": "", **event.fields}

@@ -28,6 +28,7 @@ from phasegraph.model import PATH_SEPARATOR, ActionDef
 __all__ = [
     "checkpoint",
     "rollback",
+    "run_command",
     "validate",
 ]
 
@@ -40,6 +41,7 @@ ROLLBACK_COMPLETED = "phase_rollback_completed"
 ROLLBACK_FAILED = "phase_rollback_failed"
 
 _FAILED_CHECKPOINT_STATE = "checkpointing_failed"
+_STDERR_TAIL = 300  # how much of a failed command's stderr its reason quotes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +66,8 @@ async def run_configured(ctx: ActionContext, key: str) -> CommandOutcome:
     command = ctx.settings.get(key)
     if not command:
         raise ActionError(f"node {ctx.node_id!r} has no with.{key}", node_id=ctx.node_id)
+    if isinstance(ctx.item, Mapping) and key in ctx.item:
+        command = _literal(command)  # a plan's item is data: its braces are no template
     config: dict[str, Any] = {
         "shell": command,
         "timeout": float(ctx.settings.get("command_timeout", DEFAULT_COMMAND_TIMEOUT)),
@@ -79,6 +83,35 @@ async def run_configured(ctx: ActionContext, key: str) -> CommandOutcome:
     return CommandOutcome(passed=result.trigger == "passed", summary=dict(result.output))
 
 
+def _literal(command: Any) -> Any:
+    """``command`` with every brace doubled, so that no ``{name}`` in it is filled."""
+
+    def escaped(token: Any) -> Any:
+        return token.replace("{", "{{").replace("}", "}}") if isinstance(token, str) else token
+
+    if isinstance(command, list | tuple):
+        return [escaped(token) for token in command]
+    return escaped(command)
+
+
+async def run_command(ctx: ActionContext) -> ActionResult:
+    """Run the node's ``with.command`` (a plan phase's work): ``ok``, or ``fail`` with why.
+
+    Run like the validation and rollback commands (no shell; ``command_cwd``,
+    ``command_timeout``). ``fail`` carries the reason the failure path records.
+    """
+    outcome = await run_configured(ctx, "command")
+    summary = {"command": outcome.summary}
+    if outcome.passed:
+        return ActionResult(trigger="ok", output=summary)
+    exit_status = outcome.summary.get("exit")
+    reason = str(outcome.summary.get("error") or f"the command exited with status {exit_status}")
+    stderr = str(outcome.summary.get("stderr") or "").strip()
+    if stderr:
+        reason += f": {stderr[-_STDERR_TAIL:]}"
+    return ActionResult(trigger="fail", payload={"reason": reason}, output=summary)
+
+
 def _reason(ctx: ActionContext) -> str:
     """Why the phase failed, carried along in the payloads of the failure path."""
     payload = ctx.payload
@@ -89,6 +122,9 @@ async def validate(ctx: ActionContext) -> ActionResult:
     """Run ``validation_command``; on failure announce the rollback that follows."""
     outcome = await run_configured(ctx, "validation_command")
     reason = _reason(ctx)
+    if not outcome.passed and "reason" not in ctx.payload and "message" not in ctx.payload:
+        status = outcome.summary.get("exit")
+        reason = f"its validation failed (exit status {status})"  # the work itself succeeded
     if outcome.passed:
         return ActionResult(
             trigger="passed",

@@ -73,6 +73,7 @@ class PlanBinding:
         items: The key of the plan that holds its list (``None``: the plan is the list).
         id_field: The item field naming each item (``None``: items are numbered).
         needs_field: The item field listing the siblings an item needs.
+        called: What an item is called in messages (``item``, ``phase``, ...).
         schema: JSON Schema of an item's other fields (``None``: items carry none).
         max_items: The most items a plan may have.
         concurrency: A fixed limit of children running at once, if any.
@@ -88,6 +89,7 @@ class PlanBinding:
     items: str | None
     id_field: str | None
     needs_field: str | None
+    called: str
     schema: Mapping[str, Any] | None
     max_items: int
     concurrency: int | None
@@ -123,6 +125,7 @@ def plan_binding(hook: str, action: ActionDef) -> PlanBinding:
         items=config.get("items"),
         id_field=config.get("id"),
         needs_field=config.get("needs"),
+        called=str(config.get("called", "item")),
         schema=None if schema is None else MappingProxyType(dict(schema)),
         max_items=int(config.get("max_items", 1000)),
         concurrency=limit,
@@ -155,7 +158,8 @@ class Refusal:
 def refusal_result(binding: PlanBinding, refusal: Refusal) -> ActionResult:
     """The ``refused`` trigger a refused plan fires: the reasons are its feedback."""
     message = refusal.message(binding.source)
-    payload = {"feedback": message, "problems": list(refusal.problems)}
+    # ``feedback`` for the planner, ``message`` for whoever reads why the node failed.
+    payload = {"feedback": message, "message": message, "problems": list(refusal.problems)}
     return ActionResult(trigger=REFUSED, payload=frozen_map(payload))
 
 
@@ -191,8 +195,8 @@ class _Reader:
             return None
         if len(raw) > binding.max_items:
             self.refuse(
-                f"it has {len(raw)} items, more than the {binding.max_items} the node allows "
-                "(max_items): plan fewer, larger items"
+                f"it has {len(raw)} {binding.called}s, more than the {binding.max_items} node "
+                f"{self.parent!r} allows (max_items): plan fewer, larger ones"
             )
             return None
         return list(raw)
@@ -200,7 +204,8 @@ class _Reader:
     def item(self, index: int, value: Any) -> PlanItem | None:
         binding = self.binding
         id_field, needs_field = binding.id_field, binding.needs_field
-        label = f"item {index}"
+        called = binding.called
+        label = f"{called} {index}"
         if id_field is None and needs_field is None and binding.schema is None:
             return PlanItem(id=str(index), value=value)
         if not isinstance(value, Mapping):
@@ -215,7 +220,7 @@ class _Reader:
                     "'_' and '-', starting with a letter or digit"
                 )
                 return None
-            item_id, label = found, f"item {found!r}"
+            item_id, label = found, f"{called} {found!r}"
         needs = self._needs(label, value)
         settings = {k: v for k, v in value.items() if k not in (id_field, needs_field)}
         self._check_settings(label, settings)
@@ -283,23 +288,26 @@ def read_plan(binding: PlanBinding, state: RunState, parent: str) -> Plan | Refu
     previous = state.plans.get(parent)
     if reader.problems:
         return Refusal(tuple(reader.problems))
-    problems = _order_problems(listed, previous, state, parent)
+    problems = _order_problems(binding.called, listed, previous, state, parent)
     if problems:
         return Refusal(tuple(problems))
     return _next_plan(binding.hook, listed, previous, state, parent, limit)
 
 
 def _order_problems(
-    listed: Sequence[PlanItem], previous: Plan | None, state: RunState, parent: str
+    called: str, listed: Sequence[PlanItem], previous: Plan | None, state: RunState, parent: str
 ) -> list[str]:
     """Duplicate ids, needs on what is not there (or failed), and cycles."""
     problems: list[str] = []
     first: dict[str, int] = {}
+    twice = False
     for position, item in enumerate(listed):
         if item.id in first:
             problems.append(
-                f"items {first[item.id]} and {position} are both {item.id!r}: give each its own id"
+                f"{called}s {first[item.id]} and {position} are both {item.id!r}: give each "
+                "its own id"
             )
+            twice = True
         first.setdefault(item.id, position)
     done = _finished(previous, state, parent)
     for item in listed:
@@ -307,13 +315,13 @@ def _order_problems(
         if outcome is not None and outcome is not NodeOutcome.SUCCESS:
             version = previous.version if previous else 0
             problems.append(
-                f"item {item.id!r} ended {outcome} in plan version {version}: "
+                f"{called} {item.id!r} ended {outcome} in plan version {version}: "
                 "give the new attempt another id"
             )
         for need in item.needs:
-            problems += _need_problems(item, need, first, done)
-    if problems:
-        return problems
+            problems += _need_problems(f"{called} {item.id!r}", item, need, first, done)
+    if twice:
+        return problems  # with an id twice, which item a dependency means is unclear
     cycle = find_cycle(
         [
             NodeDef(id=i.id, machine="", needs=tuple(n for n in i.needs if n in first))
@@ -322,15 +330,19 @@ def _order_problems(
     )
     if cycle is not None:
         chain = " -> ".join(repr(step) for step in cycle)
-        problems.append(f"items {chain} form a cycle: remove one of these needs")
+        problems.append(f"{called}s {chain} form a cycle: remove one of these dependencies")
     return problems
 
 
 def _need_problems(
-    item: PlanItem, need: str, listed: Mapping[str, int], done: Mapping[str, NodeOutcome]
+    label: str,
+    item: PlanItem,
+    need: str,
+    listed: Mapping[str, int],
+    done: Mapping[str, NodeOutcome],
 ) -> list[str]:
     if need == item.id:
-        return [f"item {item.id!r} needs itself: remove {need!r} from its needs"]
+        return [f"{label} depends on itself: remove {need!r} from its dependencies"]
     if need in listed:
         return []
     outcome = done.get(need)
@@ -338,12 +350,13 @@ def _need_problems(
         return []  # a child that completed before this revision: its need is met
     if outcome is not None:
         return [
-            f"item {item.id!r} needs {need!r}, which ended {outcome}: plan its retry and need that"
+            f"{label} depends on {need!r}, which ended {outcome}: plan its retry and depend "
+            "on that"
         ]
     from phasegraph.spec._suggest import did_you_mean  # only a mistake needs it
 
     return [
-        f"item {item.id!r} needs {need!r}, which is not in the plan"
+        f"{label} depends on {need!r}, which is not in the plan"
         f"{did_you_mean(need, [*listed, *done])}"
     ]
 

@@ -483,6 +483,8 @@ class StepBuilder:
             "version": found.version,
             "children": fresh,
             "members": len(found.members),
+            "limit": found.limit,
+            "called": binding.called,
         }
         return StepRecord(
             seq=state.seq + 1,
@@ -514,6 +516,7 @@ class StepBuilder:
             "node": parent,
             "trigger": result.trigger,
             "version": plan.version,
+            "called": binding.called,
         }
         try:
             return self.transition(state, parent, result, (event,), kind="join")

@@ -25,6 +25,9 @@ CONCERN_TRIGGERS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
         "phasegraph.concerns.team:validate": ("passed", "failed"),
         "phasegraph.concerns.team:rollback": ("passed", "failed"),
         "phasegraph.concerns.team:checkpoint": ("saved",),
+        "phasegraph.concerns.team:run_command": ("ok", "fail"),
+        "phasegraph.concerns.plans:given_plan": ("given", "ask"),
+        "phasegraph.concerns.plans:read_plan": ("planned", "unreadable"),
     }
 )
 """``python:`` target of a concern action -> every trigger it returns (a raised error

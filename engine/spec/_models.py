@@ -616,6 +616,9 @@ class PlanSpec(_Spec):
     needs: _NonEmpty | None = Field(
         None, description="Item field listing the ids of the siblings it needs; default: none."
     )
+    called: _Name = Field(
+        "item", description="What an item is called in messages about the plan (e.g. phase)."
+    )
     settings: dict[str, Any] | None = Field(
         None,
         description="JSON Schema of an item's other fields, which become the child's "

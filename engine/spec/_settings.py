@@ -64,12 +64,14 @@ NODE_SETTINGS: Final[Mapping[str, Setting]] = MappingProxyType(
         **_owned("phasegraph.concerns.spec", "spec_key"),
         **_owned(
             "phasegraph.concerns.team",
+            "command",
             "validation_command",
             "rollback_command",
             "command_cwd",
             "command_timeout",
         ),
         **_owned("phasegraph.concerns.solo", "auto_advance_after_steps"),
+        **_owned("phasegraph.concerns.plans", "plan_key", "conversation"),
     }
 )
 """Every top-level ``with:`` key phasegraph reads, and who reads it."""
