@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phasegraph.analysis._explore import Explorer as SpaceExplorer
+from phasegraph.analysis._explore import setting_keys
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
 from phasegraph.analysis._phase_rules import advance_findings
@@ -41,6 +42,7 @@ from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core._graph import find_cycle
 from phasegraph.errors import SourceLocation
 from phasegraph.model import EMPTY, GraphDef, MachineDef, NodeDef
+from phasegraph.spec._plans import item_settings, plan_templates
 
 __all__ = [
     "Code",
@@ -239,12 +241,36 @@ def analyze_graph(definition: GraphDef) -> list[Finding]:
             text = f"node {node.id!r} uses unknown machine {node.machine!r}"
             findings.append(_error(Code.UNKNOWN_MACHINE, text, node.location))
             continue
-        findings += _binding_findings(node, explorer)
-        flow = _node_flow_findings(node, definition, explorer.explore(node.machine))
-        flow += advance_findings(node, definition)
-        findings += flow
-        if not flow:  # a node that cannot finish even ignoring guards says enough
-            findings += node_proofs(node, definition.machines, known.__contains__)
+        findings += _node_findings(node, definition, explorer, known)
+    for template, action in plan_templates(definition.nodes):
+        if template.machine in definition.machines:  # else the loader said so already
+            # Settings a plan's items may carry are unknown here: the machine alone was
+            # explored under every truth of its `setting:` guards (above).
+            guarded = setting_keys([definition.machines[template.machine]])
+            guessed = bool(item_settings(action) & {key.split(".")[0] for key in guarded})
+            findings += _node_findings(template, definition, explorer, known, proofs=not guessed)
+    return findings
+
+
+def _node_findings(
+    node: NodeDef,
+    definition: GraphDef,
+    explorer: Explorer,
+    known: set[tuple[str, ...]],
+    *,
+    proofs: bool = True,
+) -> list[Finding]:
+    """A node's bindings, whether it can finish with them, and its proofs with its settings.
+
+    ``proofs``: prove the node with its settings as they are (not for a plan's template
+    whose items set settings the machine's guards read: those are not known yet).
+    """
+    findings = _binding_findings(node, explorer)
+    flow = _node_flow_findings(node, definition, explorer.explore(node.machine))
+    flow += advance_findings(node, definition)
+    findings += flow
+    if not flow and proofs:  # a node that cannot finish even ignoring guards says enough
+        findings += node_proofs(node, definition.machines, known.__contains__)
     return findings
 
 

@@ -350,8 +350,7 @@ def _need_problems(
         return []  # a child that completed before this revision: its need is met
     if outcome is not None:
         return [
-            f"{label} depends on {need!r}, which ended {outcome}: plan its retry and depend "
-            "on that"
+            f"{label} depends on {need!r}, which ended {outcome}: plan its retry and depend on that"
         ]
     from phasegraph.spec._suggest import did_you_mean  # only a mistake needs it
 

@@ -40,7 +40,7 @@ from phasegraph.model import (
 )
 from phasegraph.run._middleware import Middleware, build_middleware, chain
 from phasegraph.run._plans import PlanBinding, child_defs, plan_binding
-from phasegraph.spec._plans import template_label, with_plan_writes
+from phasegraph.spec._plans import plan_templates, template_label, with_plan_writes
 
 if TYPE_CHECKING:
     from phasegraph.tools._mcp._servers import McpServers
@@ -211,7 +211,7 @@ def _tools(definition: GraphDef) -> ToolFactory | DeferredTools:
     The templates of the graph's plans are judged with its nodes: their children's
     rules are read from them (and from the items) when a plan makes the children.
     """
-    nodes = [*definition.nodes, *_all_templates(definition.nodes)]
+    nodes = [*definition.nodes, *(t for t, _ in plan_templates(definition.nodes))]
     if not definition.mcp and not any(
         "phases" in node.settings or "workspace" in node.settings for node in nodes
     ):
@@ -219,16 +219,6 @@ def _tools(definition: GraphDef) -> ToolFactory | DeferredTools:
     from phasegraph.tools._registry import build_tools  # see DeferredTools
 
     return build_tools(replace(definition, nodes=tuple(nodes)))
-
-
-def _all_templates(nodes: Sequence[NodeDef]) -> list[NodeDef]:
-    """The templates of the plans of ``nodes``, nested ones too."""
-    found: list[NodeDef] = []
-    for node in nodes:
-        for action in node.bind.values():
-            if action.template is not None:
-                found += [action.template, *_all_templates([action.template])]
-    return found
 
 
 def _check_writes(definition: GraphDef, workflow: WorkflowGraph) -> list[Problem]:
@@ -357,7 +347,7 @@ class _Binder:
         template = binding.template
         label = template_label(owner)
         for hook, action_def in template.bind.items():
-            if action_def.kind != "human":
+            if action_def.kind != "human" and (label, hook) not in self.built:
                 try:
                     self._bind(template, label, hook, action_def)
                 except SpecError as exc:

@@ -11,15 +11,17 @@ The plan itself is validated when the run reaches it (:mod:`phasegraph.run._plan
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from phasegraph import model
 from phasegraph.spec._input import input_schema_problems
 from phasegraph.spec._models import Loc, PlanSpec
 
 __all__ = [
+    "item_settings",
     "node_machines",
     "plan_bindings",
+    "plan_templates",
     "plan_problems",
     "template_label",
     "with_plan_writes",
@@ -38,6 +40,22 @@ def plan_bindings(
     for hook, action in node.bind.items():
         if action.kind == "plan" and action.template is not None:
             yield hook, action, action.template
+
+
+def plan_templates(nodes: Iterable[model.NodeDef]) -> list[tuple[model.NodeDef, model.ActionDef]]:
+    """The template of every plan of ``nodes`` (nested ones too), with its binding."""
+    found: list[tuple[model.NodeDef, model.ActionDef]] = []
+    for node in nodes:
+        for _, action, template in plan_bindings(node):
+            found += [(template, action), *plan_templates([template])]
+    return found
+
+
+def item_settings(action: model.ActionDef) -> frozenset[str]:
+    """The item fields a plan binding accepts as settings (its schema's properties)."""
+    schema = action.config.get("plan", {}).get("settings") or {}
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    return frozenset(map(str, properties)) if isinstance(properties, Mapping) else frozenset()
 
 
 def node_machines(node: model.NodeDef) -> list[str]:

@@ -12,6 +12,9 @@ commit.
    within what its budgets allow (shown per node and level, in the budgets' own units:
    see :mod:`phasegraph.testing._bounds`);
 4. **outcomes**: every outcome a final state declares can be reached;
+4b. **plans** (graphs with plans only): every plan is tried in made-up shapes of 0, 1
+   and many items, with and without needs, with scripted actions (see
+   :mod:`phasegraph.testing._plans`);
 5. **examples**: every example the machines declare (``examples:`` in a machine file)
    behaves as stated when fired through the engine's own stepping (see
    :mod:`phasegraph.testing._examples`); the transitions no example takes are named;
@@ -40,6 +43,7 @@ from phasegraph.spec import load_graph
 from phasegraph.testing._bounds import machine_bounds, node_bounds
 from phasegraph.testing._crash import RunTrace, crash_equivalence, uninterrupted_run
 from phasegraph.testing._examples import coverage, machine_examples, run_examples
+from phasegraph.testing._plans import explore_plans
 from phasegraph.testing._runs import PropertyFailed
 
 __all__ = ["PropertyResult", "graph_test", "machine_test", "verify"]
@@ -166,6 +170,10 @@ def verify(
     done(termination)
     done(_from_findings("outcomes", "every declared outcome can be reached", report, _OUTCOMES))
     done(_examples(target, kind, loads))
+    if kind == "graph" and loads and not errors:
+        planned = _plans(target)
+        if planned is not None:
+            done(planned)
     if kind == "graph" and crash:
         trace = _run(target, run_input, runnable=not errors, approve=approve, done=done)
         done(_crash(target, run_input, trace, approve=approve))
@@ -203,6 +211,19 @@ def _examples(target: str | Path, kind: str | None, loads: bool) -> PropertyResu
                 f"`{transition.trigger}` {','.join(transition.source)} -> {transition.dest}"
             )
     return PropertyResult(name, claim, not failures, (*failures, *details))
+
+
+def _plans(target: str | Path) -> PropertyResult | None:
+    """Every plan of the graph tried in made-up shapes (``None``: the graph has no plan)."""
+    runs, failures = explore_plans(load_graph(target))
+    if not runs:
+        return None
+    claim = (
+        "every plan, of 0, 1 and many items, with and without needs, is committed before its "
+        "children run, keeps their order and limit, and ends as its children do"
+    )
+    details = (*failures, f"{runs - len(failures)} of {runs} made-up plans hold")
+    return PropertyResult("plans", claim, not failures, details)
 
 
 def _run(
