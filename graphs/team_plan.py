@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from pathlib import Path
 
@@ -19,10 +20,14 @@ async def workspace(ctx: ActionContext) -> ActionResult:
     Also settles the goal the planner is asked about: the input's, or :data:`DEFAULT_GOAL`.
     """
     given = ctx.input.get("workdir")
-    if given:
-        folder = Path(str(given)).resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-    else:
-        folder = Path(tempfile.mkdtemp(prefix="phasegraph-team-plan-"))
+    folder = await asyncio.to_thread(_folder, None if given is None else str(given))
     goal = str(ctx.input.get("goal") or DEFAULT_GOAL)
     return ActionResult(trigger="ok", data={"workdir": str(folder), "goal": goal})
+
+
+def _folder(given: str | None) -> Path:
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix="phasegraph-team-plan-"))
+    folder = Path(given).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

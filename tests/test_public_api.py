@@ -95,6 +95,10 @@ PUBLIC = {
         "emergency",
         "recover",
     ],
+    "phasegraph.concerns.plans": [
+        "given_plan",
+        "read_plan",
+    ],
     "phasegraph.concerns.quality": [
         "reflect",
     ],
@@ -107,6 +111,7 @@ PUBLIC = {
     "phasegraph.concerns.team": [
         "checkpoint",
         "rollback",
+        "run_command",
         "validate",
     ],
     "phasegraph.concerns.validation": [
@@ -164,6 +169,8 @@ PUBLIC = {
         "NodeState",
         "NodeStatus",
         "OnUnknown",
+        "Plan",
+        "PlanItem",
         "RunState",
         "RunStatus",
         "StateDef",

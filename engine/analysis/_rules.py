@@ -40,9 +40,9 @@ from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
 from phasegraph.analysis._phase_rules import advance_findings
 from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core._graph import find_cycle
+from phasegraph.core._plans import item_settings, plan_templates
 from phasegraph.errors import SourceLocation
 from phasegraph.model import EMPTY, GraphDef, MachineDef, NodeDef
-from phasegraph.spec._plans import item_settings, plan_templates
 
 __all__ = [
     "Code",

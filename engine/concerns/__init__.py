@@ -15,7 +15,10 @@ actions by name in a graph, for example::
 - :mod:`phasegraph.concerns.errorlog`: :func:`~phasegraph.concerns.errorlog.log_error`,
   how any action adds a record to the run's error log.
 - :mod:`phasegraph.concerns.solo`, :mod:`phasegraph.concerns.spec`,
-  :mod:`phasegraph.concerns.team`: SOLO phases, spec review and the team-DAG lifecycle.
+  :mod:`phasegraph.concerns.team`: SOLO phases, spec review and the team-DAG lifecycle
+  (``run_command`` runs a plan phase's command).
+- :mod:`phasegraph.concerns.plans`: a plan given in the input, or read from a model's
+  answer, for the ``model_plan`` machine.
 
 Concern actions are deterministic and do no hidden I/O: what they learn goes into the
 trigger payload (the next action's ``ctx.payload``), the run's data and the error log.

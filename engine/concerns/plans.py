@@ -57,18 +57,13 @@ async def read_plan(ctx: ActionContext) -> ActionResult:
     key = _plan_key(ctx)
     conversation = ctx.data.get(str(ctx.settings.get("conversation", DEFAULT_CONVERSATION)))
     answer = _last_answer(conversation)
-    if answer is None:
-        return _unreadable("no answer to read a plan from: answer with the plan as JSON")
     try:
+        if answer is None:
+            raise ValueError("no answer to read a plan from: answer with the plan as JSON")
         plan = _parsed(answer)
     except ValueError as exc:
-        quoted = answer.strip()[:_QUOTED_CHARS]
-        return _unreadable(f"the answer is not a JSON plan ({exc}); it began: {quoted!r}")
+        return ActionResult(trigger="unreadable", payload={"feedback": str(exc)})
     return ActionResult(trigger="planned", data={key: plan})
-
-
-def _unreadable(feedback: str) -> ActionResult:
-    return ActionResult(trigger="unreadable", payload={"feedback": feedback})
 
 
 def _last_answer(conversation: Any) -> str | None:
@@ -88,4 +83,8 @@ def _parsed(answer: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+        quoted = answer.strip()[:_QUOTED_CHARS]
+        raise ValueError(
+            f"the answer is not a JSON plan ({exc.msg} at line {exc.lineno}, column "
+            f"{exc.colno}); it began: {quoted!r}"
+        ) from None

@@ -291,7 +291,7 @@ class Frontier:
         self._open: dict[str, int] = {}
         self._group_running: dict[str, int] = {}
         self._awaiting: set[str] = set()
-        if parents:
+        if workflow.members:  # a plan of no item has a parent and no children
             self._top = [
                 sum(1 for node_id in self._nodes if node_id not in parents),
                 sum(1 for node_id in succeeded if node_id not in parents),
@@ -371,7 +371,7 @@ class Frontier:
         if not moved:
             return
         unmet = self._unmet_changes(moved)
-        if self._workflow.parents:
+        if self._workflow.members:
             self._move_groups(moved)
         self._shift(self._counts, self._top, moved)
         self._nodes.update(moved)

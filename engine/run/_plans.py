@@ -247,8 +247,22 @@ class _Reader:
             return
         errors = sorted(validator.iter_errors(dict(settings)), key=lambda e: list(e.path))
         for error in errors:
+            if error.validator == "additionalProperties" and not error.path:
+                self._unknown_fields(label, settings)
+                continue
             place = ".".join(str(part) for part in error.path)
             self.refuse(f"{label}: {place + ': ' if place else ''}{error.message}")
+
+    def _unknown_fields(self, label: str, settings: Mapping[str, Any]) -> None:
+        schema = self.binding.schema or {}
+        known = schema.get("properties") or {}
+        accepted = ", ".join(sorted(map(str, known))) or "none"
+        for key in settings:
+            if key not in known:
+                self.refuse(
+                    f"{label} has field {key!r}, which node {self.parent!r}'s template does "
+                    f"not accept (it accepts: {accepted})"
+                )
 
     def limit(self) -> int:
         binding = self.binding

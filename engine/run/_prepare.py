@@ -22,6 +22,7 @@ from phasegraph.actions._effects import EffectPolicy, effect_policy
 from phasegraph.actions._human import TIMEOUT_TRIGGER, HumanGate, build_gate
 from phasegraph.core._graph import WorkflowGraph, compile_graph
 from phasegraph.core._machine import MachineSet, compile_machines
+from phasegraph.core._plans import plan_templates, template_label, with_plan_writes
 from phasegraph.core._writes import declared_conflicts
 from phasegraph.errors import Problem, SpecError
 from phasegraph.model import (
@@ -40,7 +41,6 @@ from phasegraph.model import (
 )
 from phasegraph.run._middleware import Middleware, build_middleware, chain
 from phasegraph.run._plans import PlanBinding, child_defs, plan_binding
-from phasegraph.spec._plans import plan_templates, template_label, with_plan_writes
 
 if TYPE_CHECKING:
     from phasegraph.tools._mcp._servers import McpServers

@@ -27,6 +27,7 @@ from typing import Any
 
 from phasegraph import model
 from phasegraph.core._graph import compile_graph, find_cycle
+from phasegraph.core._plans import node_machines, template_label, with_plan_writes
 from phasegraph.core._writes import declared_conflicts, shared_keys
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.spec import _schema as schema
@@ -41,12 +42,7 @@ from phasegraph.spec._catalog import (
 )
 from phasegraph.spec._input import input_schema_problems
 from phasegraph.spec._machines import MachineFile, Resolver, read_machine, unknown_machine
-from phasegraph.spec._plans import (
-    node_machines,
-    plan_problems,
-    template_label,
-    with_plan_writes,
-)
+from phasegraph.spec._plans import plan_problems
 from phasegraph.spec._reads import read_problems
 from phasegraph.spec._settings import settings_problems
 from phasegraph.spec._yaml import Document, YamlLimits, parse_text, read_file

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -33,6 +33,7 @@ from typing import Any, Final
 from phasegraph.actions import Action, ActionContext, ActionResult
 from phasegraph.api import Engine
 from phasegraph.core._machine import MachineSet, compile_machines
+from phasegraph.core._plans import plan_bindings, template_label
 from phasegraph.model import (
     PATH_SEPARATOR,
     GraphDef,
@@ -46,7 +47,6 @@ from phasegraph.model import (
     replace,
 )
 from phasegraph.run import RunOptions, prepare
-from phasegraph.spec._plans import plan_bindings, template_label
 from phasegraph.store.memory import MemoryStore
 from phasegraph.testing._outcomes import Outcome, _Scripted
 from phasegraph.testing._runs import PropertyFailed, _FixedClock
@@ -93,18 +93,24 @@ def example_value(schema: Any) -> Any:
             return example_value(schema[key][0])
     kind = schema.get("type")
     kind = kind[0] if isinstance(kind, list) and kind else kind
-    if kind == "object":
-        properties = schema.get("properties") or {}
-        return {name: example_value(properties.get(name)) for name in schema.get("required", ())}
-    if kind == "array":
-        return [example_value(schema.get("items"))] * max(int(schema.get("minItems", 0)), 1)
-    if kind == "string":
-        return "x" * max(int(schema.get("minLength", 1)), 1)
-    if kind in ("integer", "number"):
-        return schema.get("minimum", 1)
-    if kind == "boolean":
-        return True
-    return None
+    make = _EXAMPLES.get(str(kind))
+    return None if make is None else make(schema)
+
+
+def _object(schema: Mapping[str, Any]) -> Any:
+    properties = schema.get("properties") or {}
+    return {name: example_value(properties.get(name)) for name in schema.get("required", ())}
+
+
+_EXAMPLES: Final[Mapping[str, Callable[[Mapping[str, Any]], Any]]] = {
+    "object": _object,
+    "array": lambda s: [example_value(s.get("items"))] * max(int(s.get("minItems", 0)), 1),
+    "string": lambda s: "x" * max(int(s.get("minLength", 1)), 1),
+    "integer": lambda s: s.get("minimum", 1),
+    "number": lambda s: s.get("minimum", 1),
+    "boolean": lambda s: True,
+}
+"""JSON Schema type → the smallest value of it (its ``minItems``, ``minLength``, ``minimum``)."""
 
 
 def _items(shape: PlanShape, config: Mapping[str, Any]) -> Any:
@@ -319,6 +325,10 @@ async def _one(definition: GraphDef, owner: NodeDef, hook: str, shape: PlanShape
         records = await _drive(engine, prepared)
         _check(records, owner.id, shape)
         straight = await engine.get(_RUN_ID)
+        if not straight.status.terminal and not straight.interrupts:
+            raise PropertyFailed(
+                f"the run stopped {straight.status} at step {straight.seq} with nothing to wait for"
+            )
         report = await engine.replay(_RUN_ID, graph=prepared)
         if report.divergence is not None:
             raise PropertyFailed(

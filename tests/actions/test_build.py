@@ -20,8 +20,29 @@ from phasegraph.model import RunStatus
 from phasegraph.spec._models import ACTION_KINDS
 from phasegraph.store import open_store
 
-GATES = {"human"}
-"""Kinds that build a gate for the interpreter rather than a callable."""
+GATES = {"human", "plan"}
+"""Kinds the interpreter carries out itself (a gate, a plan) rather than a callable."""
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plans"
+PLAN_NODE = {
+    "id": "step",
+    "machine": "plan",
+    "writes": ["plan"],
+    "bind": {
+        "plan": {"python": "plan_actions:one_item", "triggers": ["planned"]},
+        "children": {
+            "plan": {
+                "from": "plan",
+                "id": "id",
+                "template": {
+                    "machine": "task",
+                    "bind": {"run": {"python": "phasegraph.graphs.hello:plan", "triggers": ["ok"]}},
+                },
+            }
+        },
+    },
+}
+"""A node whose plan (of one item, by a planner in the fixtures) makes one child."""
 
 MODEL_KINDS = {"llm", "tools"}
 """Kinds that run in the ``agent`` machine, against a scripted model."""
@@ -35,7 +56,7 @@ SCRIPT = [{"tool_calls": [{"name": "list_files", "arguments": {}}]}, {"content":
 
 def sample(kind: str, server: Server) -> dict[str, Any]:
     """A binding of ``kind`` for the ``task`` machine's ``run`` hook."""
-    if kind in MODEL_KINDS:
+    if kind in MODEL_KINDS or kind == "plan":
         return {}
     samples: dict[str, dict[str, Any]] = {
         "python": {"python": "phasegraph.graphs.hello:plan", "triggers": ["ok"]},
@@ -53,10 +74,13 @@ def test_every_kind_has_a_builder_or_is_a_gate() -> None:
 
 @pytest.mark.parametrize("kind", ACTION_KINDS)
 async def test_a_graph_using_each_kind_checks_and_runs(
-    kind: str, server: Server, tmp_path: Path
+    kind: str, server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / f"{kind}.yaml"
+    monkeypatch.syspath_prepend(str(FIXTURES))
     graph = {"nodes": [{"id": "step", "machine": "task", "bind": {"run": sample(kind, server)}}]}
+    if kind == "plan":
+        graph = {"nodes": [PLAN_NODE]}
     if kind in MODEL_KINDS:
         (tmp_path / "script.json").write_text(json.dumps(SCRIPT), encoding="utf-8")
         settings = {"llm": {"script": "script.json"}, "workspace": str(tmp_path)}
@@ -69,7 +93,7 @@ async def test_a_graph_using_each_kind_checks_and_runs(
     async with open_store("memory://") as store:
         engine = Engine(store)
         state = await engine.run(path)
-        if kind in GATES:
+        if kind == "human":
             assert state.status is RunStatus.WAITING
             [interrupt] = state.interrupts
             state = await engine.reply(state.run_id, interrupt, "ok")

@@ -27,7 +27,13 @@ from hypothesis import strategies as st
 
 from builders import engine, graph, prepared
 from history_checks import assert_holds
-from payloads import format_4_body, golden_record_v1, golden_state, loop_record, shape
+from payloads import (
+    format_4_body,
+    golden_record_v1,
+    golden_state_v5,
+    loop_record,
+    shape,
+)
 from phasegraph import codec
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.api import Engine
@@ -271,7 +277,7 @@ async def test_a_run_written_in_format_1_still_reads(
     kind: str, tmp_path: Path, redis_url: str
 ) -> None:
     """Format-1 records and snapshots (no checksums, no appends) read as they did."""
-    golden = golden_state()  # snapshot_v1.bin holds this state, at seq 7
+    golden = golden_state_v5()  # snapshot_v1.bin holds this state (no plans), at seq 7
     records = [StepRecord(seq=0, time=golden.created_at, kind="created")]
     records += [loop_record(seq) for seq in range(1, 7)]
     old = golden.run_id

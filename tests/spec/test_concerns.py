@@ -34,7 +34,7 @@ def test_listed_triggers_are_what_the_concern_returns(target: str) -> None:
 
 def test_every_concern_action_is_listed() -> None:
     actions = set()
-    for module in ("fallback", "quality", "spec", "team"):
+    for module in ("fallback", "plans", "quality", "spec", "team"):
         loaded = importlib.import_module(f"phasegraph.concerns.{module}")
         for name, function in inspect.getmembers(loaded, inspect.iscoroutinefunction):
             target = f"{loaded.__name__}:{name}"
