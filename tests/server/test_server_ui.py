@@ -49,7 +49,7 @@ async def test_the_page_and_its_files_load_without_the_token_and_nothing_else_do
             response = await client.get(path)
             assert response.status == 200, path
             assert response.content_type in ("text/javascript", "text/css")
-        modules = {"app.js", "api.js", "dom.js", "layout.js", "run.js", "runs.js"}
+        modules = {"app.js", "api.js", "dom.js", "layout.js", "plans.js", "run.js", "runs.js"}
         for name in modules:
             response = await client.get(f"/ui/{name}")
             assert response.status == 200, name
