@@ -29,8 +29,10 @@ from phasegraph.model import (
     MachineDef,
     NodeOutcome,
     NodeStatus,
+    Plan,
     RunState,
     Value,
+    child_id,
 )
 
 __all__: list[str] = []  # the shapes serve the CLI and the server; users read JSON
@@ -242,12 +244,26 @@ def meta_view(meta: ListedRun) -> dict[str, Any]:
     }
 
 
-def graph_view(definition: GraphDef, layers: Sequence[Sequence[str]]) -> dict[str, Any]:
+def graph_view(
+    definition: GraphDef,
+    layers: Sequence[Sequence[str]],
+    plans: Mapping[str, Plan] | None = None,
+) -> dict[str, Any]:
     """``GraphShape`` without the run's fields: layers, nodes and machines of a graph.
 
-    It never shows how actions are configured (commands, URLs, templates): only each
-    hook's action kind and the triggers it declares.
+    A run's graph is drawn as it stands: ``definition`` and ``layers`` hold the children
+    its plans made so far (:func:`phasegraph.run._prepare.with_plans`), each naming its
+    ``parent``, and each node with a plan shows its current version. It never shows how
+    actions are configured (commands, URLs, templates) nor what a plan's items hold: only
+    each hook's action kind and the triggers it declares.
+
+    Args:
+        definition: The graph (with the children of ``plans`` among its nodes).
+        layers: Its topological generations.
+        plans: Node id → its current plan (a run's
+            :attr:`~phasegraph.model.RunState.plans`).
     """
+    plans = plans or {}
     return {
         "graph": definition.name,
         "description": definition.description,
@@ -261,10 +277,27 @@ def graph_view(definition: GraphDef, layers: Sequence[Sequence[str]]) -> dict[st
                     hook: {"kind": action.kind, "triggers": list(action.triggers)}
                     for hook, action in node.bind.items()
                 },
+                "parent": node.parent,
+                "plan": _plan_view(node.id, plans.get(node.id)),
             }
             for node in definition.nodes
         },
         "machines": {name: _machine_view(m) for name, m in definition.machines.items()},
+    }
+
+
+def _plan_view(parent: str, plan: Plan | None) -> dict[str, Any] | None:
+    """A node's current plan as the graph's shape shows it: which children count now.
+
+    Its members are node ids (``PARENT.ITEM``), like every other id of the shape.
+    """
+    if plan is None:
+        return None
+    return {
+        "hook": plan.hook,
+        "version": plan.version,
+        "members": [child_id(parent, item) for item in plan.members],
+        "limit": plan.limit,
     }
 
 

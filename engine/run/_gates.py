@@ -20,7 +20,7 @@ from phasegraph.errors import (
 )
 from phasegraph.model import Actor, Interrupt, RunState, StepRecord
 from phasegraph.run._effects import ANSWERS, OUTCOME_UNKNOWN
-from phasegraph.run._prepare import PreparedGraph
+from phasegraph.run._prepare import PreparedGraph, with_plans
 from phasegraph.run._stored import decode_history
 from phasegraph.store.base import Store
 
@@ -47,9 +47,11 @@ def gate_answers(prepared: PreparedGraph | None, state: RunState) -> dict[str, t
     A gate's declared triggers that its state accepts, else every trigger the state
     accepts; ``timeout`` is left out (the deadline fires it) unless it is the only one.
     Empty for every interrupt when the graph could not be read (``prepared`` is ``None``)
-    and for one whose node the graph no longer has. A gate that asks whether an
-    uncertain effect happened takes its own answers (``happened``, ``run_again``, ``fail``).
+    and for one whose node the graph no longer has. A gate of a plan's child is read from
+    its plan's template. A gate that asks whether an uncertain effect happened takes its
+    own answers (``happened``, ``run_again``, ``fail``).
     """
+    prepared = _with_children(prepared, state)
     answers: dict[str, tuple[str, ...]] = {}
     for interrupt_id, interrupt in state.interrupts.items():
         if interrupt.kind == OUTCOME_UNKNOWN:
@@ -68,6 +70,21 @@ def gate_answers(prepared: PreparedGraph | None, state: RunState) -> dict[str, t
         accepted = tuple(t for t in dict.fromkeys(declared) if t in legal)
         answers[interrupt_id] = tuple(t for t in accepted if t != TIMEOUT_TRIGGER) or accepted
     return answers
+
+
+def _with_children(prepared: PreparedGraph | None, state: RunState) -> PreparedGraph | None:
+    """``prepared`` with the children of the run's plans, when a gate is open on one."""
+    if prepared is None or not state.plans:
+        return prepared
+    nodes = prepared.workflow.nodes
+    if all(interrupt.node in nodes for interrupt in state.interrupts.values()):
+        return prepared
+    try:
+        return with_plans(prepared, state.plans)
+    except (KeyError, ValueError):
+        # A definition changed since the run started may no longer make these children:
+        # their gates' answers are unknown, as for a node the graph no longer has.
+        return prepared
 
 
 def not_a_reviewer(run_id: str, interrupt: Interrupt, actor: Actor | None) -> NotAReviewerError:

@@ -9,6 +9,7 @@ timestamp either prints is ISO 8601 in UTC.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server import serving, settings_for
+from test_server import FIXTURES, serving, settings_for
 
 from builders import REPO, cli_argv
 from history_checks import is_iso_utc
@@ -26,13 +27,14 @@ GATE = REPO / ".ci" / "fuzz-gate.yaml"
 TIME_FIELDS = frozenset({"time", "created_at", "updated_at", "deadline"})
 
 
-def _cli(store: str, *args: str) -> Any:
+def _cli(store: str, *args: str, env: dict[str, str] | None = None) -> Any:
     done = subprocess.run(
         cli_argv(*args, "--store", store, "--json"),
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     assert done.returncode in (0, 1, 3), done.stderr
     return json.loads(done.stdout)
@@ -40,12 +42,18 @@ def _cli(store: str, *args: str) -> Any:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A store with a completed run (``done``) and one waiting at a gate (``waiting``)."""
+    """A store with a completed run (``done``), one waiting at a gate (``waiting``) and
+    one whose plan made children (``planned``: its records and state hold the plan)."""
     tmp = tmp_path_factory.mktemp("shapes")
     url = f"sqlite:///{tmp / 'runs.db'}"
     shutil.copy(GATE, tmp / "gate.yaml")
     _cli(url, "run", "hello", "--run-id", "done", "-q")
     _cli(url, "run", str(tmp / "gate.yaml"), "--run-id", "waiting", "-q")
+    env = {**os.environ, "PYTHONPATH": str(FIXTURES)}  # the planned graph's actions
+    _cli(url, "run", str(FIXTURES / "planned.yaml"), "--run-id", "planned", "-q", env=env)
+    plan = 'plan=[{"id": "a"}, {"id": "b", "needs": ["a"]}]'
+    reply = ["reply", "planned", "--id", "planned:phases:plan", "--trigger", "planned"]
+    _cli(url, *reply, "--data", plan, "-q", env=env)
     return url
 
 
@@ -62,7 +70,7 @@ async def _http(store: str, tmp_path: Path, paths: list[str]) -> list[Any]:
         return bodies
 
 
-@pytest.mark.parametrize("run_id", ["done", "waiting"])
+@pytest.mark.parametrize("run_id", ["done", "waiting", "planned"])
 async def test_cli_json_and_http_give_the_same_run(store: str, tmp_path: Path, run_id: str) -> None:
     base = f"/runs/{run_id}"
     paths = [base, f"{base}/snapshot", f"{base}/history?limit=1000", f"{base}/errors"]
@@ -75,13 +83,18 @@ async def test_cli_json_and_http_give_the_same_run(store: str, tmp_path: Path, r
     if run_id == "waiting":  # the gate's answers are shown on both sides
         (interrupt,) = run["interrupts"]
         assert interrupt["answers"] == ["ok", "fail"]
+    if run_id == "planned":  # the plan, its children and their results, on both sides
+        assert run["status"] == "completed"
+        assert snapshot["plans"]["phases"]["members"] == ["a", "b"]
+        assert snapshot["nodes"]["phases.b"]["result"] == "b done"
+        assert [r["plan"]["version"] for r in history["records"] if r["plan"]] == [1]
 
 
 async def test_cli_json_and_http_list_the_same_runs(store: str, tmp_path: Path) -> None:
     (page,) = await _http(store, tmp_path, ["/runs"])
     listed = _cli(store, "status")
     assert listed == page["runs"]
-    assert {run["run_id"] for run in listed} == {"done", "waiting"}
+    assert {run["run_id"] for run in listed} == {"done", "waiting", "planned"}
 
 
 def _times(value: Any) -> Iterator[Any]:

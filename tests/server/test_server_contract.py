@@ -32,6 +32,7 @@ from test_server import FIXTURES, GATED, serving, settings_for, sse, wait_for
 from builders import REPO
 from phasegraph import Engine
 from phasegraph.server import create_app
+from phasegraph.server._support import ENGINE
 from phasegraph.store.memory import MemoryStore
 
 SPEC: dict[str, Any] = yaml.safe_load((REPO / "specs" / "openapi.yaml").read_text(encoding="utf-8"))
@@ -139,6 +140,38 @@ async def test_main_routes_answer_what_the_spec_says(client: TestClient) -> None
     assert cancel[1]["code"] == "run_state"
     assert (await call(client, "GET", "/runs/{run_id}", "/runs/missing"))[0] == 404
     assert (await call(client, "POST", "/runs", "/runs", json={"graph": 1}))[0] == 400
+
+
+async def test_a_planned_runs_routes_answer_what_the_spec_says(client: TestClient) -> None:
+    # From its file (an uploaded graph may not plan), into the store the server reads.
+    engine = client.server.app[ENGINE]
+    run_id = (await engine.run(FIXTURES / "planned.yaml", {})).run_id
+    plan = [{"id": "a"}, {"id": "b", "needs": ["a"]}, {"id": "bad", "fail": True}]
+    reply = {"interrupt_id": f"{run_id}:phases:plan", "trigger": "planned", "data": {"plan": plan}}
+    path = "/runs/{run_id}/reply"
+    assert (await call(client, "POST", path, f"/runs/{run_id}/reply", json=reply))[0] == 200
+
+    # The child that failed sends the plan back to its gate: a second version finishes it.
+    def replanning(view: dict[str, Any]) -> bool:
+        bad = view["nodes"].get("phases.bad", {})
+        return view["status"] == "waiting" and bad.get("status") == "failed"
+
+    await wait_for(client, run_id, replanning)
+    reply["data"] = {"plan": [{"id": "fix"}]}
+    assert (await call(client, "POST", path, f"/runs/{run_id}/reply", json=reply))[0] == 200
+    await wait_for(client, run_id, lambda v: v["status"] == "completed")
+
+    _, shape = await call(client, "GET", "/runs/{run_id}/graph", f"/runs/{run_id}/graph")
+    assert shape["nodes"]["phases"]["plan"]["version"] == 2
+    _, snapshot = await call(client, "GET", "/runs/{run_id}/snapshot", f"/runs/{run_id}/snapshot")
+    assert snapshot["plans"]["phases"]["members"] == ["a", "b", "fix"]
+    assert snapshot["nodes"]["phases.fix"]["result"] == "fix done"
+    _, page = await call(
+        client, "GET", "/runs/{run_id}/history", f"/runs/{run_id}/history?limit=1000"
+    )
+    expanded = [r["plan"]["version"] for r in page["records"] if r["kind"] == "expand"]
+    assert expanded == [1, 2]
+    assert (await call(client, "GET", "/runs/{run_id}", f"/runs/{run_id}"))[0] == 200
 
 
 # ------------------------------------------------------------------------- fuzzing

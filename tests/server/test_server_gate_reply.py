@@ -11,6 +11,7 @@ from typing import Any
 
 from test_server import create, serving, settings_for, wait_for
 
+from builders import REPO
 from phasegraph import Engine
 from phasegraph.store.memory import MemoryStore
 
@@ -81,3 +82,27 @@ async def test_a_reply_quotes_the_gates_step_and_applies_once(tmp_path: Path) ->
         opened = [r for r in history["records"] if r["kind"] == "wait"]
         assert opened[0]["interrupts"][gate["id"]]["reviewers"] == ["alice", "group:release"]
         assert opened[0]["interrupts"][gate["id"]]["seq"] == step
+
+
+async def test_a_plans_child_waits_at_its_gate_with_its_templates_answers(tmp_path: Path) -> None:
+    # Its plan written at a gate, each child asks a gate of its own (from its file: an
+    # uploaded graph may not plan).
+    async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
+        run_id = (await Engine(store).run(REPO / ".ci" / "fuzz-plan.yaml", {})).run_id
+        items = [{"id": "a"}, {"id": "b", "needs": ["a"]}]
+        plan = {"interrupt_id": f"{run_id}:phases:plan", "trigger": "planned"}
+        assert (await _reply(client, run_id, {**plan, "data": {"plan": items}}))[0] == 200
+        view = await wait_for(client, run_id, lambda v: "phases.a" in v["nodes"])
+        view = await wait_for(client, run_id, lambda v: v["status"] == "waiting")
+        (gate,) = view["interrupts"]
+        assert (gate["node"], gate["answers"]) == ("phases.a", ["ok", "fail"])
+
+        status, _ = await _reply(client, run_id, {"interrupt_id": gate["id"], "trigger": "ok"})
+        assert status == 200
+        view = await wait_for(
+            client, run_id, lambda v: v["nodes"]["phases.a"]["status"] != "waiting"
+        )
+        view = await wait_for(client, run_id, lambda v: v["status"] == "waiting")
+        assert [(i["node"], i["answers"]) for i in view["interrupts"]] == [
+            ("phases.b", ["ok", "fail"])
+        ]

@@ -9,10 +9,13 @@ the run's graph without showing how its actions are configured.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from test_server import FIXTURES, GATED, create, serving, settings_for, wait_for
 
 from phasegraph import Engine
@@ -20,6 +23,7 @@ from phasegraph.store.memory import MemoryStore
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+PLANNED = (FIXTURES / "planned.yaml").read_text(encoding="utf-8")
 
 
 def _shipped() -> set[str]:
@@ -45,7 +49,7 @@ async def test_the_page_and_its_files_load_without_the_token_and_nothing_else_do
             response = await client.get(path)
             assert response.status == 200, path
             assert response.content_type in ("text/javascript", "text/css")
-        modules = {"app.js", "api.js", "dom.js", "layout.js", "run.js", "runs.js"}
+        modules = {"app.js", "api.js", "dom.js", "layout.js", "plans.js", "run.js", "runs.js"}
         for name in modules:
             response = await client.get(f"/ui/{name}")
             assert response.status == 200, name
@@ -111,3 +115,85 @@ async def test_graph_route_draws_the_runs_graph_without_action_settings(
 
         missing = await client.get("/runs/nope/graph")
         assert missing.status == 404
+
+
+async def _graph(client: TestClient, run_id: str) -> tuple[dict[str, Any], str]:
+    response = await client.get(f"/runs/{run_id}/graph")
+    assert response.status == 200, await response.text()
+    return await response.json(), await response.text()
+
+
+async def _plan(client: TestClient, run_id: str, items: list[dict[str, Any]]) -> None:
+    """Answer the plan gate of ``planned.yaml`` with ``items`` as the plan."""
+    body = {"interrupt_id": f"{run_id}:phases:plan", "trigger": "planned", "data": {"plan": items}}
+    response = await client.post(f"/runs/{run_id}/reply", json=body)
+    assert response.status == 200, await response.text()
+
+
+def _ended(node: str, status: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a run view waits again (or finished) once ``node`` reached ``status``."""
+    return lambda v: v["status"] != "running" and v["nodes"].get(node, {}).get("status") == status
+
+
+async def test_graph_route_draws_the_children_the_runs_plans_made_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
+        # From the file (an uploaded graph may not plan): it waits at the plan's gate.
+        run_id = (await Engine(store).run(FIXTURES / "planned.yaml", {})).run_id
+        shape, _ = await _graph(client, run_id)
+        assert shape["layers"] == [["phases"], ["report"]]  # no plan yet: no children
+        assert shape["nodes"]["phases"]["plan"] is None
+        assert shape["nodes"]["phases"]["hooks"]["children"]["kind"] == "plan"
+        assert {node["parent"] for node in shape["nodes"].values()} == {None}
+
+        first = [{"id": "a", "note": "an item's own words"}, {"id": "b", "needs": ["a"]}]
+        await _plan(client, run_id, [*first, {"id": "bad", "fail": True}])
+        await wait_for(client, run_id, _ended("phases.bad", "failed"))  # back at the gate
+        shape, text = await _graph(client, run_id)
+        assert shape["layers"] == [["phases.a", "phases.bad"], ["phases.b"], ["phases"], ["report"]]
+        nodes = shape["nodes"]
+        assert {n: nodes[n]["parent"] for n in nodes if nodes[n]["parent"]} == {
+            "phases.a": "phases",
+            "phases.b": "phases",
+            "phases.bad": "phases",
+        }
+        assert nodes["phases.b"]["needs"] == ["phases.a"]
+        assert nodes["phases.b"]["machine"] == "task"
+        assert nodes["phases.b"]["hooks"] == {"run": {"kind": "python", "triggers": ["ok", "fail"]}}
+        assert nodes["phases"]["plan"] == {
+            "hook": "children",
+            "version": 1,
+            "members": ["phases.a", "phases.b", "phases.bad"],
+            "limit": 0,
+        }
+        assert "an item's own words" not in text  # what an item holds is not shown
+
+        await _plan(client, run_id, [{"id": "fix"}, {"id": "c", "needs": ["fix"]}])
+        await wait_for(client, run_id, lambda v: v["status"] == "completed")
+        shape, _ = await _graph(client, run_id)
+        plan = shape["nodes"]["phases"]["plan"]
+        assert plan["version"] == 2
+        assert plan["members"] == ["phases.a", "phases.b", "phases.fix", "phases.c"]
+        # The failed child is no member of the new version, but still a node of the run.
+        assert shape["nodes"]["phases.bad"]["parent"] == "phases"
+        assert shape["layers"][-2:] == [["phases"], ["report"]]
+
+
+async def test_graph_route_draws_a_changed_graph_without_children_it_cannot_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    graph = tmp_path / "planned.yaml"
+    graph.write_text(PLANNED, encoding="utf-8")
+    async with MemoryStore() as store, serving(Engine(store), settings_for(tmp_path)) as client:
+        state = await Engine(store).run(graph, {})
+        await _plan(client, state.run_id, [{"id": "a"}])
+        await wait_for(client, state.run_id, lambda v: v["status"] == "completed")
+        # The node that planned is renamed: the graph as it is now cannot hold its children.
+        graph.write_text(PLANNED.replace("phases", "stages"), encoding="utf-8")
+        shape, _ = await _graph(client, state.run_id)
+        assert shape["changed"] is True
+        assert shape["layers"] == [["stages"], ["report"]]
+        assert {node["plan"] is None for node in shape["nodes"].values()} == {True}

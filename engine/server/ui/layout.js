@@ -9,6 +9,9 @@ const GAP_X = 44;
 const GAP_Y = 18;
 const LABEL_MAX = 30; // longer edge labels are cut; the whole text is in their tooltip
 const SUB_MAX = 22; // the same for a DAG node's "machine · state" line
+const PAD = 10; // inside the box around a plan's children
+const CAPTION = 24; // the height of that box's caption
+const WRAP = 10; // a column of a plan's children continues in the next after this many
 
 /** `text` cut to `max` characters with an ellipsis. */
 export function cut(text, max) {
@@ -61,34 +64,51 @@ function order(ids, rank, edges) {
   return filled;
 }
 
+/** An item's box size: its own `size`, or what its lines of text need. */
+function sizeOf(item) {
+  if (item.size) return item.size;
+  return { w: Math.max(...item.lines.map((l) => l.length)) * CHAR + 22, h: 10 + item.lines.length * 16 };
+}
+
+/** A column cut into runs of at most `wrap` ids, of even length. */
+function wrapped(column, wrap) {
+  if (column.length <= wrap) return [column];
+  const runs = Math.ceil(column.length / wrap);
+  const each = Math.ceil(column.length / runs);
+  return Array.from({ length: runs }, (_, i) => column.slice(i * each, (i + 1) * each));
+}
+
 /**
- * Lay out boxes: items = [{id, lines: [text…]}], edges = [[from, to, label]], rank = Map.
- * The gap after a column is wide enough for the labels of the edges leaving it.
+ * Lay out boxes: items = [{id, lines: [text…]} or {id, size: {w, h}}], edges = [[from, to,
+ * label]], rank = Map. Boxes of text in a column share its width; sized ones keep theirs.
+ * A column longer than `wrap` continues in the next. The gap after a column is wide
+ * enough for the labels of the edges leaving it.
  * Returns {box: Map(id → {x, y, w, h})}.
  */
-function place(items, edges, rank, top) {
+function place(items, edges, rank, top, wrap = Infinity) {
   const byId = new Map(items.map((item) => [item.id, item]));
-  const columns = order(items.map((i) => i.id), rank, edges);
+  const size = new Map(items.map((item) => [item.id, sizeOf(item)]));
+  const columns = order(items.map((i) => i.id), rank, edges).flatMap((col) => wrapped(col, wrap));
   const box = new Map();
-  const heights = columns.map((col) =>
-    col.reduce((sum, id) => sum + 10 + byId.get(id).lines.length * 16 + GAP_Y, -GAP_Y),
-  );
+  const heights = columns.map((col) => col.reduce((sum, id) => sum + size.get(id).h + GAP_Y, -GAP_Y));
   const tallest = Math.max(...heights, 0);
   const column = new Map();
   columns.forEach((col, c) => col.forEach((id) => column.set(id, c)));
   let x = 0;
   columns.forEach((col, c) => {
-    const w = Math.max(...col.map((id) => Math.max(...byId.get(id).lines.map((l) => l.length)) * CHAR + 22));
+    const text = Math.max(0, ...col.filter((id) => !byId.get(id).size).map((id) => size.get(id).w));
     let y = top + (tallest - heights[c]) / 2;
+    let widest = 0;
     for (const id of col) {
-      const hgt = 10 + byId.get(id).lines.length * 16;
-      box.set(id, { x, y, w, h: hgt });
-      y += hgt + GAP_Y;
+      const w = byId.get(id).size ? size.get(id).w : text;
+      box.set(id, { x, y, w, h: size.get(id).h });
+      y += size.get(id).h + GAP_Y;
+      widest = Math.max(widest, w);
     }
     const labels = edges
       .filter(([a, b]) => column.get(a) === c && column.get(b) > c)
       .map(([, , l]) => Math.min((l || "").length, LABEL_MAX));
-    x += w + Math.max(GAP_X, Math.max(0, ...labels) * CHAR * 0.92 + 24);
+    x += widest + Math.max(GAP_X, Math.max(0, ...labels) * CHAR * 0.92 + 24);
   });
   return { box };
 }
@@ -206,58 +226,196 @@ function drawEdges(svg, layout, edges, marker, extent) {
   }
 }
 
+/** Node id → the ids of its plan's children (every child it made), in layer order. */
+function childrenOf(shape, ids) {
+  const kids = new Map();
+  for (const id of ids) if (shape.nodes[id].plan) kids.set(id, []);
+  for (const id of ids) {
+    const parent = shape.nodes[id].parent;
+    if (!parent || !shape.nodes[parent]) continue;
+    if (!kids.has(parent)) kids.set(parent, []);
+    kids.get(parent).push(id);
+  }
+  return kids;
+}
+
+/** Ranks of sibling ids (given in layer order): the longest path to each through `edges`. */
+function ranksOf(ids, edges) {
+  const rank = new Map(ids.map((id) => [id, 0]));
+  const needs = new Map(ids.map((id) => [id, []]));
+  for (const [a, b] of edges) needs.get(b).push(a);
+  for (const id of ids) rank.set(id, Math.max(0, ...needs.get(id).map((a) => rank.get(a) + 1)));
+  return rank;
+}
+
+const shift = (b, dx, dy) => ({ x: b.x + dx, y: b.y + dy, w: b.w, h: b.h });
+
 /**
- * The run's DAG. nodes: {id: {machine, needs}}, layers: [[id…]…]; view(id) → {status, state}.
+ * Lay out sibling nodes (the graph's own, or one plan's children) in columns. A node with
+ * a plan becomes a box holding its own box, then its children laid out the same way.
+ * Only edges between siblings are drawn: an edge into or out of a plan's node meets the
+ * box around its children (a child also needs what its parent needs, and what needs
+ * the parent waits for every child).
+ * Returns {w, h, nodes: Map(id → box), plans: Map(parent → box), edges}, from (0, top).
+ */
+function arrange(ids, parts, top, wrap) {
+  const inner = new Map();
+  const items = ids.map((id) => {
+    const item = parts.itemOf(id);
+    if (!parts.kids.has(id)) return item;
+    const group = arrange(parts.kids.get(id), parts, 0, WRAP);
+    inner.set(id, group);
+    const own = sizeOf(item);
+    const w = Math.max(PAD + own.w + (group.w ? GAP_X + group.w : 0) + PAD, parts.caption(id).length * CHAR + 2 * PAD);
+    return { id, size: { w, h: CAPTION + Math.max(own.h, group.h) + PAD } };
+  });
+  const siblings = new Set(ids);
+  const edges = ids.flatMap((id) => parts.needsOf(id).filter((need) => siblings.has(need)).map((need) => [need, id, ""]));
+  const { box } = place(items, edges, ranksOf(ids, edges), top, wrap);
+  const nodes = new Map();
+  const plans = new Map();
+  const all = [...edges];
+  for (const id of ids) {
+    const b = box.get(id);
+    const group = inner.get(id);
+    if (!group) {
+      nodes.set(id, b);
+      continue;
+    }
+    plans.set(id, b);
+    const own = sizeOf(parts.itemOf(id));
+    nodes.set(id, { x: b.x + PAD, y: b.y + CAPTION, w: own.w, h: own.h });
+    const dx = b.x + PAD + own.w + GAP_X;
+    for (const [key, value] of group.nodes) nodes.set(key, shift(value, dx, b.y + CAPTION));
+    for (const [key, value] of group.plans) plans.set(key, shift(value, dx, b.y + CAPTION));
+    all.push(...group.edges);
+  }
+  const boxes = [...box.values()];
+  const w = Math.max(0, ...boxes.map((b) => b.x + b.w));
+  const h = Math.max(0, ...boxes.map((b) => b.y + b.h - top));
+  return { w, h, nodes, plans, edges: all };
+}
+
+/**
+ * The children a plan's current version no longer counts (one that failed before a
+ * revision, or was dropped before it started): child id → the version that left it out.
+ */
+function supersededIn(shape, kids) {
+  const found = new Map();
+  for (const [parent, children] of kids) {
+    const plan = shape.nodes[parent].plan;
+    if (!plan) continue;
+    const members = new Set(plan.members);
+    for (const id of children) if (!members.has(id)) found.set(id, plan.version);
+  }
+  return found;
+}
+
+/** A plan's caption: "phases · plan v2 · 4 children, 1 superseded · at most 2 at once". */
+function planCaption(shape, parent, superseded) {
+  const plan = shape.nodes[parent].plan;
+  if (!plan) return `${parent} · plan`;
+  const count = `${plan.members.length} ${plan.members.length === 1 ? "child" : "children"}`;
+  return [`${parent} · plan v${plan.version}`, superseded ? `${count}, ${superseded} superseded` : count,
+    plan.limit ? `at most ${plan.limit} at once` : ""].filter(Boolean).join(" · ");
+}
+
+/** Where each node goes: in layers (a long chain top to bottom), or with plans' boxes. */
+function layoutDag(shape, parts, top) {
+  const widest = Math.max(0, ...shape.layers.map((layer) => layer.length));
+  if (!parts.kids.size && shape.layers.length > 5 && shape.layers.length > 2 * widest) {
+    // A long chain reads better top to bottom than as a strip wider than the screen.
+    const rank = new Map();
+    shape.layers.forEach((layer, i) => layer.forEach((id) => rank.set(id, i)));
+    const edges = top.flatMap((id) => parts.needsOf(id).map((need) => [need, id, ""]));
+    const { box } = placeRows(top.map(parts.itemOf), edges, rank);
+    return { nodes: box, plans: new Map(), edges, vertical: true };
+  }
+  // Room above the columns for their layer labels, when columns are the graph's layers.
+  return { ...arrange(top, parts, parts.kids.size ? 0 : 24, Infinity), vertical: false };
+}
+
+function drawLayerLabels(svg, shape, layout, extent) {
+  shape.layers.forEach((layer, i) => {
+    const first = layout.nodes.get(layer[0]);
+    if (!first) return;
+    if (layout.vertical) svg.append(s("text", { x: 0, y: first.y + first.h / 2 + 4, class: "layer-label" }, `layer ${i}`));
+    else svg.append(s("text", { x: first.x, y: 12, class: "layer-label" }, `layer ${i}`));
+  });
+  grow(extent, 0, layout.vertical ? extent.y1 : 0, 0, 0);
+}
+
+/** A node's box, a button: {group, title, second} (its tooltip and "machine · state" line). */
+function nodeBox(id, b, text, onPick) {
+  const title = s("title");
+  const second = s("text", { x: b.x + 10, y: b.y + 37, class: "node-sub" });
+  const group = s("g", { class: "node", tabindex: 0, role: "button", "data-node": id,
+    onclick: () => onPick(id),
+    onkeydown: (e) => {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        onPick(id);
+      }
+    } },
+  title,
+  s("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 7 }),
+  s("text", { x: b.x + 10, y: b.y + 19, class: "node-id" }, text),
+  second);
+  return { group, title, second };
+}
+
+/**
+ * The run's DAG. nodes: {id: {machine, needs, parent, plan}}, layers: [[id…]…];
+ * view(id) → {status, state}. A plan's children are drawn in a box beside their parent,
+ * captioned with the parent and the plan's version; each is a node like any other.
  * onPick(id) is called on click or Enter/Space. Returns {svg, update(view), select(id)}.
  */
 export function drawDag(shape, view, onPick) {
-  const rank = new Map();
-  shape.layers.forEach((layer, i) => layer.forEach((id) => rank.set(id, i)));
   const ids = shape.layers.flat();
+  const kids = childrenOf(shape, ids);
+  const top = ids.filter((id) => !kids.has(shape.nodes[id].parent));
+  const superseded = supersededIn(shape, kids);
+  const captions = new Map([...kids].map(([parent, children]) =>
+    [parent, planCaption(shape, parent, children.filter((id) => superseded.has(id)).length)]));
   const sub = (id, state) => `${shape.nodes[id].machine} · ${state || "—"}`;
+  // A child is named within its plan's box by its item id: the box names the parent.
+  const label = (id) => {
+    const parent = shape.nodes[id].parent;
+    return kids.has(parent) && id.startsWith(`${parent}.`) ? id.slice(parent.length + 1) : id;
+  };
   // Wide enough for the node's longest state (up to SUB_MAX), so boxes keep their size.
-  const items = ids.map((id) => ({ id, lines: [id, cut(sub(id, longestState(shape, id)), SUB_MAX)] }));
-  const edges = ids.flatMap((id) => shape.nodes[id].needs.map((need) => [need, id, ""]));
-  // A long chain reads better top to bottom than as a strip wider than the screen.
-  const widest = Math.max(0, ...shape.layers.map((layer) => layer.length));
-  const vertical = shape.layers.length > 5 && shape.layers.length > 2 * widest;
-  const layout = vertical ? placeRows(items, edges, rank) : place(items, edges, rank, 24);
-  const { svg, marker, finish } = svgFrame(`The run's graph: one ${vertical ? "row" : "column"} per layer`);
-  const extent = extentOf(layout);
-  shape.layers.forEach((layer, i) => {
-    const first = layout.box.get(layer[0]);
-    if (!first) return;
-    if (vertical) svg.append(s("text", { x: 0, y: first.y + first.h / 2 + 4, class: "layer-label" }, `layer ${i}`));
-    else svg.append(s("text", { x: first.x, y: 12, class: "layer-label" }, `layer ${i}`));
-  });
-  grow(extent, 0, vertical ? extent.y1 : 0, 0, 0);
-  drawEdges(svg, layout, edges, marker, extent);
-  const groups = new Map();
-  for (const id of ids) {
-    const b = layout.box.get(id);
-    const title = s("title");
-    const second = s("text", { x: b.x + 10, y: b.y + 37, class: "node-sub" });
-    const group = s("g", { class: "node", tabindex: 0, role: "button", "data-node": id,
-      onclick: () => onPick(id),
-      onkeydown: (e) => {
-        if (e.key === "Enter" || e.key === " ") {
-          e.preventDefault();
-          onPick(id);
-        }
-      } },
-    title,
-    s("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 7 }),
-    s("text", { x: b.x + 10, y: b.y + 19, class: "node-id" }, id),
-    second);
-    groups.set(id, { group, title, second });
-    svg.append(group);
+  const itemOf = (id) => ({ id, lines: [label(id), cut(sub(id, longestState(shape, id)), SUB_MAX)] });
+  const needsOf = (id) => shape.nodes[id].needs;
+  const layout = layoutDag(shape, { kids, itemOf, needsOf, caption: (id) => captions.get(id) }, top);
+  const anchors = { box: new Map([...layout.nodes, ...layout.plans]), vertical: layout.vertical };
+  const { svg, marker, finish } = svgFrame(kids.size
+    ? "The run's graph: a plan's children are grouped in a box beside the node whose plan made them"
+    : `The run's graph: one ${layout.vertical ? "row" : "column"} per layer`);
+  const extent = extentOf(anchors);
+  if (!kids.size) drawLayerLabels(svg, shape, layout, extent); // with plans, columns are no layers
+  for (const [parent, b] of layout.plans) {
+    // Behind the edges and nodes: the box, and its caption (read out by the children's group).
+    svg.append(s("g", { class: "plan", "data-plan": parent, "aria-hidden": "true" },
+      s("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 10 }),
+      s("text", { x: b.x + PAD, y: b.y + 15, class: "plan-label" }, captions.get(parent))));
   }
+  drawEdges(svg, anchors, layout.edges, marker, extent);
+  const groups = new Map();
+  // In reading order: a node, then the group of its plan's children (each a node too).
+  const emit = (list) => list.flatMap((id) => {
+    const parts = nodeBox(id, layout.nodes.get(id), label(id), onPick);
+    groups.set(id, { ...parts, superseded: superseded.get(id) });
+    if (!kids.has(id)) return [parts.group];
+    return [parts.group, s("g", { class: "plan-members", "data-plan": id, role: "group", "aria-label": captions.get(id) }, emit(kids.get(id)))];
+  });
+  svg.append(...emit(top));
   const update = (viewOf) => {
     for (const [id, parts] of groups) {
       const v = viewOf(id);
-      parts.group.setAttribute("class", `node st-${v.status}`);
-      parts.group.setAttribute("aria-label", `node ${id}: ${v.status}, state ${v.state || "none"}`);
-      parts.title.textContent = `${id}: ${v.status}${v.outcome ? ` (${v.outcome})` : ""}, ${sub(id, v.state)}`;
+      const dropped = parts.superseded ? `, not in plan v${parts.superseded}` : "";
+      parts.group.setAttribute("class", `node st-${v.status}${parts.superseded ? " superseded" : ""}`);
+      parts.group.setAttribute("aria-label", `node ${id}: ${v.status}, state ${v.state || "none"}${dropped}`);
+      parts.title.textContent = `${id}: ${v.status}${v.outcome ? ` (${v.outcome})` : ""}, ${sub(id, v.state)}${dropped}`;
       parts.second.textContent = cut(sub(id, v.state), SUB_MAX);
     }
   };

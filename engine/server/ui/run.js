@@ -1,13 +1,15 @@
 // One run: header and actions, open gates, the DAG live, a node's machine, the step
 // timeline, a step's detail (result, data delta, snapshot, fork), the error log and replay.
 // The event stream only says "something was committed": each batch triggers one refresh
-// of the run view and of the history after the last step shown.
+// of the run view and of the history after the last step shown. A step that made a
+// plan's children (`expand`) also fetches the graph's shape again, and draws it anew.
 
 import { guard, guardGate } from "./access.js";
 import { api, ApiError, enc, follow } from "./api.js";
 import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.js";
 import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
 import { drawDag, drawMachine } from "./layout.js";
+import { childFacts, planKey, planVersionsOf, renderPlanVersions, resultOf } from "./plans.js";
 import { conversationsOf, renderConversations } from "./talk.js";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
@@ -105,26 +107,16 @@ export function showRun(main, runId) {
   async function start() {
     try {
       const run = await api(base);
-      let shape = null;
-      let shapeError = null;
-      try {
-        shape = await api(`${base}/graph`);
-      } catch (error) {
-        shapeError = error;
-      }
+      const { shape, error: shapeError } = await loadShape();
       state.first = Math.max(0, run.seq - FIRST_PAGE + 1);
       state.records = await historyFrom(state.first);
       state.errors = (await api(`${base}/errors`)).errors;
       if (closed) return;
       state.run = run;
       state.shape = shape || flatShape(run);
-      dagNote.textContent = shapeError
-        ? `The graph's drawing is not available (${problemText(shapeError)}); nodes are shown without their edges.`
-        : shape.changed ? "The graph's definition changed since this run started: the drawing shows the current one." : "";
+      noteShape(shape, shapeError);
       state.pick.node = defaultNode(run, state.shape);
-      fill(stepNode, h("option", { value: "" }, "all nodes"), state.shape.layers.flat().map((id) => h("option", { value: id }, id)));
-      dag = drawDag(state.shape, nodeView, pickNode);
-      fill(dagBox, dag.svg);
+      drawShape();
       renderAll();
       if (!TERMINAL.has(run.status)) startStream();
       else showLive("ended");
@@ -134,6 +126,36 @@ export function showRun(main, runId) {
           h("p", { class: "error", role: "alert" }, problemText(error)));
       }
     }
+  }
+
+  async function loadShape() {
+    try {
+      return { shape: await api(`${base}/graph`), error: null };
+    } catch (error) {
+      return { shape: null, error };
+    }
+  }
+
+  function noteShape(shape, error) {
+    dagNote.textContent = error
+      ? `The graph's drawing is not available (${problemText(error)}); nodes are shown without their edges.`
+      : shape.changed ? "The graph's definition changed since this run started: the drawing shows the current one." : "";
+  }
+
+  // (Re)draw the DAG from state.shape, keeping the node picked, the one the keyboard is
+  // on and the step filter's choice: a plan's new children appear without a reload.
+  function drawShape() {
+    const active = document.activeElement;
+    const focused = active && dagBox.contains(active) && active.dataset ? active.dataset.node : null;
+    const only = stepNode.value;
+    const ids = state.shape.layers.flat();
+    fill(stepNode, h("option", { value: "" }, "all nodes"), ids.map((id) => h("option", { value: id }, id)));
+    stepNode.value = ids.includes(only) ? only : "";
+    dag = drawDag(state.shape, nodeView, pickNode);
+    fill(dagBox, dag.svg);
+    dag.select(state.pick.node);
+    const same = focused && [...dagBox.querySelectorAll("g.node")].find((g) => g.dataset.node === focused);
+    if (same) same.focus();
   }
 
   async function refresh() {
@@ -147,9 +169,17 @@ export function showRun(main, runId) {
       const last = state.records.length ? state.records[state.records.length - 1].seq : state.first - 1;
       const added = await historyFrom(last + 1);
       if (run.error_count !== state.errors.length) state.errors = (await api(`${base}/errors`)).errors;
+      // A plan made children (or a new version of them): the graph grew.
+      const planned = added.some((record) => record.kind === "expand");
+      const reshaped = planned ? await loadShape() : null;
       if (closed) return;
       state.run = run;
       state.records.push(...added);
+      if (reshaped && reshaped.shape) {
+        state.shape = reshaped.shape;
+        noteShape(reshaped.shape, null);
+        drawShape();
+      } else if (reshaped) noteShape(null, reshaped.error);
       renderAll(added);
     } catch (error) {
       if (!closed) fail(error);
@@ -478,7 +508,12 @@ export function showRun(main, runId) {
     const shownPath = past ? past.dest : view.path;
     const ledger = ledgerOf(state.records, id);
     const ledgerKey = ledger.map((e) => `${e.id}${e.result ? "+" : ""}${e.on_unknown}`).join(",");
-    const key = `${id}|${view.state}|${view.status}|${view.steps}|${past ? past.seq : ""}|${ledgerKey}`;
+    // A node that plans lists its plan's versions; a plan's child shows what it handed back.
+    const plans = shape.plan || Object.values(shape.hooks).some((hook) => hook.kind === "plan")
+      ? planVersionsOf(state.records, id) : null;
+    const result = shape.parent ? resultOf(state.records, id) : null;
+    const planned = `${shape.plan ? shape.plan.version : ""}|${plans ? planKey(plans) : ""}|${JSON.stringify(result)}`;
+    const key = `${id}|${view.state}|${view.status}|${view.steps}|${past ? past.seq : ""}|${ledgerKey}|${planned}`;
     if (!focus && nodePanel.dataset.key === key) return;
     nodePanel.dataset.key = key;
     const diagrams = past ? [h("p", { class: "past" }, `As step ${past.seq} left it (now: ${path(view.path)}).`)] : [];
@@ -500,13 +535,22 @@ export function showRun(main, runId) {
       h("dl", { class: "facts" },
         h("dt", {}, "status"), h("dd", {}, badge(view.status), view.outcome ? ` outcome ${view.outcome}` : ""),
         h("dt", {}, "state"), h("dd", { class: "mono" }, path(view.path)),
-        h("dt", {}, "steps"), h("dd", {}, String(view.steps)),
+        h("dt", {}, "steps"), h("dd", {}, String(view.steps), view.steps ? [" · ", h("button", { type: "button", class: "link", onclick: () => listSteps(id) }, "list its steps")] : ""),
         h("dt", {}, "needs"), h("dd", {}, shape.needs.length ? shape.needs.join(", ") : "—"),
+        shape.parent ? childFacts(shape.parent, result, pickNode) : [],
         Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
         view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
       h("p", { class: "muted small" }, "In the diagram: the current state (or the picked step's) is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
-    h("div", { class: "machines" }, diagrams)), ledgerTable(ledger));
+    h("div", { class: "machines" }, diagrams)), ledgerTable(ledger),
+    plans ? renderPlanVersions(id, shape.plan, plans, { onPick: pickNode, partial: state.first > 0 }) : "");
     if (focus) heading.focus();
+  }
+
+  // The steps table lists this node's steps alone (as the "Node" filter above it does).
+  function listSteps(id) {
+    stepNode.value = id;
+    filterRows();
+    stepNode.focus();
   }
 
   async function pickStep(seq, forking = false) {
@@ -533,6 +577,7 @@ export function showRun(main, runId) {
         h("dt", {}, "move"), h("dd", { class: "mono" }, `${path(record.source)} → ${record.trigger || record.kind} → ${path(record.dest)}`),
         h("dt", {}, "run after"), h("dd", {}, badge(record.status))),
       record.ledger ? [h("h3", {}, `Ledger entry (${ledgerWords(record)})`), json(record.ledger)] : [],
+      record.plan ? [h("h3", {}, `Plan version ${record.plan.version} committed`), json(record.plan)] : [],
       h("h3", {}, "Action result"), Object.keys(record.result).length ? json(record.result) : h("p", { class: "muted" }, "none"),
       h("h3", {}, "Data changed"), Object.keys(record.data).length ? json(record.data) : h("p", { class: "muted" }, "nothing"),
       Object.keys(record.appended || {}).length ? [h("h3", {}, "Appended to lists"), json(record.appended)] : [],
