@@ -10,7 +10,7 @@ from typing import Any
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._runs import fits_changed_graph
+from phasegraph.cli._runs import drive_children_here, fits_changed_graph
 from phasegraph.cli._support import (
     emit,
     finished,
@@ -63,6 +63,8 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
                     step=args.step,
                     trusted=True,
                 )
+                if not args.detach:
+                    state = await drive_children_here(engine, state)
         except LeaseHeldError:
             from phasegraph.cli._worker import reply_by_worker
 

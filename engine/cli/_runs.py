@@ -34,7 +34,7 @@ from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "drive_children_here", "fits_changed_graph"]
 
 _FOLLOW_POLL = 0.2  # seconds between looks at a followed run's new steps
 
@@ -60,7 +60,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 watch = await progress(args, engine, args.run_id, graph=args.graph, state=run.state)
                 shown.enter_context(watch)
                 await run.drive()
-            state = run.state
+            state = await drive_children_here(engine, run.state, may_be_child=False)
             if approve:
                 state = await _approve_all(args, engine, state, approve)
         return await finished(args, engine, state)
@@ -90,6 +90,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
             state = await engine.resume(
                 args.run, graph=args.graph, allow_changed=args.allow_changed
             )
+            state = await drive_children_here(engine, state)
         return await finished(args, engine, state)
 
     return await with_engine(args, body)
@@ -112,6 +113,34 @@ async def _resume_detached(args: argparse.Namespace, engine: Engine) -> int:
         )
     await hand_over(engine, state.run_id)
     return detached(args, state)
+
+
+async def drive_children_here(
+    engine: Engine, state: RunState, *, may_be_child: bool = True
+) -> RunState:
+    """Go on in this process with the child runs ``state`` waits for (and their parents).
+
+    A run whose gates wait for child runs is driven with them until none can go on (see
+    :func:`~phasegraph.worker.drive_locally`); so is a child run that ended (its parent
+    is answered, and goes on here). Any other run is returned as it is.
+
+    Args:
+        engine: The engine.
+        state: The run as this command's own drive left it.
+        may_be_child: Whether the run may be a child run (a run this command created is not).
+    """
+    from phasegraph.run._children import CHILD_RUN, ParentLink
+
+    waits = any(gate.kind == CHILD_RUN for gate in state.interrupts.values())
+    if not waits:
+        if not (may_be_child and state.status.terminal):
+            return state
+        first = await engine.history(state.run_id, start=0, stop=1)
+        if not first or ParentLink.of_record(first[0]) is None:
+            return state
+    from phasegraph.worker import drive_locally  # only a run with child runs needs it
+
+    return await drive_locally(engine, state.run_id)
 
 
 async def fits_changed_graph(engine: Engine, run_id: str, graph: str | None = None) -> None:

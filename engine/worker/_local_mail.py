@@ -16,7 +16,7 @@ from typing import final
 from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState
 from phasegraph.run import Clock
-from phasegraph.worker._driver import Cancel, Outcome, Reply
+from phasegraph.worker._mailbox import Cancel, Outcome, Reply
 
 __all__ = ["LocalMailbox"]
 
@@ -125,6 +125,16 @@ class LocalMailbox:
         for letter in [*self._replies.pop(run_id, []), *self._cancels.pop(run_id, [])]:
             _answer(letter, why)
 
+    async def launch(self, run_id: str) -> None:
+        """Have the run driven in this process (the host knows whether it is already)."""
+        self._wake(run_id)
+
+    async def answer(self, run_id: str, reply: Reply) -> None:
+        """Queue a reply nobody waits for (a child run's end) and have the run driven."""
+        done = self.post_reply(run_id, reply)
+        done.add_done_callback(_unread)  # its refusal is for nobody: no "never retrieved"
+        self._wake(run_id)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _post(
@@ -138,6 +148,11 @@ class LocalMailbox:
         await asyncio.sleep(delay)
         del self._timers[run_id]
         self._wake(run_id)
+
+
+def _unread(done: asyncio.Future[RunState]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _answer(letter: _Letter, outcome: Outcome) -> None:
