@@ -261,7 +261,7 @@ def child_answer(child: RunState, outputs: Sequence[str], into: str | None) -> A
             results = {key: child.data[key] for key in outputs if key in child.data}
             data = frozen_map({into: results})
         return ActionResult(trigger=COMPLETED, payload=frozen_map(said), data=data)
-    said["error"] = _why(child)
+    said["message"] = _why(child)
     return ActionResult(trigger=FAILED, payload=frozen_map(said))
 
 
@@ -270,7 +270,7 @@ def child_failed(run_id: str, status: str, why: str) -> ActionResult:
 
     For a child that could not start (``not started``) or whose results cannot be read.
     """
-    said = {"run": run_id, "status": status, "error": why}
+    said = {"run": run_id, "status": status, "message": why}
     return ActionResult(trigger=FAILED, payload=frozen_map(said))
 
 

@@ -51,7 +51,7 @@ from phasegraph.run._children import (
 )
 from phasegraph.worker._mailbox import Mailbox, Reply
 
-__all__ = ["ChildRuns"]
+__all__ = ["ChildRuns", "parent_of"]
 
 _AT_ONCE: Final = 16  # child runs looked at (read, created, launched) at once, per run
 T = TypeVar("T")
@@ -97,12 +97,17 @@ class ChildRuns:
         answered = await _bounded([self._gate(state.run_id, gate) for gate in gates])
         return any(answered)
 
-    async def ended(self, state: RunState) -> None:
-        """If ``state`` is a child run that ended, answer its parent's gate."""
-        first = await self._engine.history(state.run_id, start=0, stop=1)
-        link = ParentLink.of_record(first[0]) if first else None
-        if link is not None:
-            await self._answer(link, state)
+    async def ended(self, state: RunState) -> str | None:
+        """If ``state`` is a child run that ended, answer its parent's gate.
+
+        Returns:
+            The parent run answered, if any.
+        """
+        link = await parent_of(self._engine, state.run_id)
+        if link is None:
+            return None
+        await self._answer(link, state)
+        return link.run
 
     # -- one gate -----------------------------------------------------------------------
 
@@ -159,6 +164,12 @@ class ChildRuns:
         await self._mailbox.answer(link.run, reply)
 
 
+async def parent_of(engine: Engine, run_id: str) -> ParentLink | None:
+    """The gate a run answers when it ends, as its seq-0 record names it (``None``: no child)."""
+    first = await engine.history(run_id, start=0, stop=1)
+    return ParentLink.of_record(first[0]) if first else None
+
+
 async def _bounded(work: Sequence[Awaitable[T]]) -> list[T]:
     """Await ``work``, at most :data:`_AT_ONCE` at a time; results in order."""
     slots = asyncio.Semaphore(_AT_ONCE)
@@ -167,6 +178,11 @@ async def _bounded(work: Sequence[Awaitable[T]]) -> list[T]:
         async with slots:
             return await item
 
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(one(item)) for item in work]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(item)) for item in work]
+    except BaseExceptionGroup as failed:
+        # The first failure as itself (an unreachable store is retried by the host, a
+        # crash is a crash): the others were cut short by it, or failed alike.
+        raise failed.exceptions[0] from None
     return [task.result() for task in tasks]

@@ -6,11 +6,15 @@ a cancel request is committed in the open run, then each reply is applied and an
 with the state right after its step, or with its refusal. :meth:`RunDriver.notify` says
 mail arrived; a cancel request also cuts a long action short (the run is closed at its
 last committed step and reopened to commit the cancel). An idle run's next deadline goes
-to :meth:`Mailbox.wake_at`. A lease held elsewhere is waited for briefly; a run still
-held, whose lease was lost or whose store went away is left for later: logged once per
-refusal and tried again after twice the last wait (up to a minute) while it still needs
-driving. Mailboxes: :class:`~phasegraph.worker.LocalMailbox` (in process, the server) and
-:class:`~phasegraph.worker._mail.QueueMailbox` (the work queue, the workers).
+to :meth:`Mailbox.wake_at`. At the start and the end of each drive the run's child runs
+are looked after (:class:`~phasegraph.worker._children.ChildRuns`): those its gates wait
+for are launched, or answered if they ended; a child run left ended answers its parent.
+A lease held elsewhere is waited for briefly; a run still held, whose lease was lost or
+whose store went away is left for later: logged once per refusal and tried again after
+twice the last wait (up to a minute) while it still needs driving. Mailboxes:
+:class:`~phasegraph.worker._local_mail.LocalMailbox` (in process: the server,
+:func:`~phasegraph.worker.drive_locally`) and :class:`~phasegraph.worker._mail.QueueMailbox`
+(the work queue, the workers).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class _Host:
         self._mail = LocalMailbox(engine.clock, self.submit)
         self._driver = RunDriver(engine, self._mail, log=_log, max_runs=max_runs)
         self._drives: dict[str, asyncio.Task[None]] = {}
-        self._failures: list[Exception] = []
+        self._failures: list[BaseException] = []
 
     def submit(self, run_id: str) -> None:
         """Drive the run, or have its drive look at its mail."""
@@ -74,7 +74,9 @@ class _Host:
         """Until no drive is left (each drive may start others).
 
         Raises:
-            Exception: What a drive raised (the driver keeps its runs' own errors in them).
+            BaseException: What a drive raised (the driver keeps its runs' own errors in
+                them). One that is no :class:`Exception` (the process going down) stops
+                every other drive at its last committed step first.
         """
         while self._drives:
             await asyncio.wait(list(self._drives.values()))
@@ -95,6 +97,13 @@ class _Host:
             await self._driver.drive(run_id)
         except Exception as exc:  # the store failed, say: said once the others are idle
             self._failures.append(exc)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the process goes down: so do the other drives
+            self._failures.append(exc)
+            for task in self._drives.values():
+                if task is not asyncio.current_task():
+                    task.cancel()
         finally:
             # No await between the drive's end and this: mail posted later starts a drive.
             del self._drives[run_id]

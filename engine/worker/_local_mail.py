@@ -1,8 +1,10 @@
-"""The in-process :class:`~phasegraph.worker.Mailbox`: for a server that drives its own runs.
+"""The in-process mailbox: for a process that drives its own runs (a server, and locally).
 
-A reply or a cancel posted here gets a future, which the drive resolves with the run
-right after the reply's (or the cancel's) step, or fails with the refusal. Deadline
-wake-ups are asyncio timers that call the host back.
+It is the :class:`~phasegraph.worker._mailbox.Mailbox` of the server and of
+:func:`~phasegraph.worker.drive_locally`. A reply or a cancel posted here gets a future,
+which the drive resolves with the run right after the reply's (or the cancel's) step, or
+fails with the refusal. Deadline wake-ups are asyncio timers, and child runs are
+launched, by calling the host back.
 """
 
 from __future__ import annotations
