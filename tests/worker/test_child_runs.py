@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,8 +44,8 @@ NAP = "0.05"  # seconds each item's action takes: a kill cuts some short, which 
 
 
 @pytest.fixture
-async def store_url(redis_url: str) -> AsyncIterator[str]:
-    """A store URL on a private Redis server, under a prefix of its own."""
+async def server_url(redis_url: str) -> AsyncIterator[str]:
+    """A store URL on a private Redis server (no cluster), under a prefix of its own."""
     async with isolated_redis_url(redis_url) as url:
         yield url
 
@@ -101,10 +103,10 @@ class Workers:
                 proc.wait()
 
 
-@pytest.fixture
-def worker_pool(store_url: str, tmp_path: Path) -> Iterator[Workers]:
-    """Workers on ``store_url``, stopped after the test."""
-    pool = Workers(store_url, tmp_path, tmp_path / "marks.txt")
+@contextlib.contextmanager
+def worker_pool(url: str, folder: Path) -> Iterator[Workers]:
+    """Workers on ``url``, stopped at the end of the block."""
+    pool = Workers(url, folder, folder / "marks.txt")
     try:
         yield pool
     finally:
@@ -149,22 +151,54 @@ def terminal_steps(history: list[StepRecord]) -> int:
     return sum(1 for record in history if record.status.terminal)
 
 
-async def test_a_thousand_map_items_over_three_workers_survive_five_kills(
-    store_url: str, worker_pool: Workers, tmp_path: Path
+async def submit(engine: Engine, run_input: dict[str, Any]) -> str:
+    """Create the map's run and queue it, as ``phasegraph run --detach`` does."""
+    async with engine.start(MAP, run_input) as run:
+        parent = run.run_id
+    queue = work_queue_of(engine.store)
+    try:
+        await queue.enqueue(parent)
+    finally:
+        await queue.aclose()
+    return parent
+
+
+async def test_child_runs_spread_over_workers_on_a_server_and_on_a_cluster(
+    store_url: str, tmp_path: Path
 ) -> None:
+    async with open_store(store_url) as store:
+        engine = Engine(store)
+        with worker_pool(store_url, tmp_path) as pool:
+            for _ in range(2):
+                pool.start()
+            parent = await submit(engine, {"n": 40, "width": 8})
+            await ended(store, parent, pool)
+        state = await engine.get(parent)
+        assert state.status is RunStatus.COMPLETED, state.errors
+        assert state.data["outs"] == [{"value": item} for item in range(40)]
+        drivers = {
+            line.split(b" ")[2] for line in (tmp_path / "marks.txt").read_bytes().splitlines()
+        }
+        assert len(drivers) == 2  # both workers drove children
+    assert_clean_logs(tmp_path)
+
+
+async def test_a_thousand_map_items_over_three_workers_survive_five_kills(
+    server_url: str, tmp_path: Path
+) -> None:
+    with worker_pool(server_url, tmp_path) as pool:
+        await thousand_items_five_kills(server_url, pool, tmp_path)
+
+
+async def thousand_items_five_kills(url: str, worker_pool: Workers, tmp_path: Path) -> None:
+    """The map of 1,000 items, a worker killed five times while its children run."""
     marks = tmp_path / "marks.txt"
     began = time.monotonic()
-    async with open_store(store_url) as store:
+    async with open_store(url) as store:
         engine = Engine(store)
         for _ in range(3):
             worker_pool.start()
-        async with engine.start(MAP, {"n": ITEMS, "width": WIDTH}) as run:
-            parent = run.run_id
-        queue = work_queue_of(store)
-        try:
-            await queue.enqueue(parent)
-        finally:
-            await queue.aclose()
+        parent = await submit(engine, {"n": ITEMS, "width": WIDTH})
         # Kill a worker five times while the children run, spread over the map, and start
         # another in its place each time.
         for kill in range(KILLS):
