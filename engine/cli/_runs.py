@@ -130,13 +130,14 @@ async def drive_children_here(
         state: The run as this command's own drive left it.
         may_be_child: Whether the run may be a child run (a run this command created is not).
     """
-    from phasegraph.run._children import CHILD_RUN
-    from phasegraph.worker._children import parent_of
+    from phasegraph.run._children import CHILD_RUN  # loaded already: it prepared the graph
 
     waits = any(gate.kind == CHILD_RUN for gate in state.interrupts.values())
     if not waits:
         if not (may_be_child and state.status.terminal):
-            return state
+            return state  # the usual run: nothing more to import or read
+        from phasegraph.worker._children import parent_of
+
         if await parent_of(engine, state.run_id) is None:
             return state
     from phasegraph.worker import drive_locally  # only a run with child runs needs it

@@ -136,8 +136,8 @@ class StepBuilder:
         2. a run that is not running stops here (``None``);
         3. a node whose plan's children have all ended joins them (:meth:`join`);
         4. a ready node starts, if a concurrency slot is free;
-        5. a node that reached a human gate, or a state that runs a graph as a child run
-           (:meth:`open_child`), starts waiting, one that reached a plan turns
+        5. a node that reached a gate (a person's, or a child run's: :meth:`open_gate`)
+           starts waiting, one that reached a plan turns
            it into children (:meth:`expand`), or one whose step was cut short after a
            ``once`` effect's intent asks about it or fails (:meth:`unknown_outcome`);
         6. if any node is running, its action's outcome is next (:data:`ACTION_DUE`): the
@@ -447,14 +447,9 @@ class StepBuilder:
     def _reached(self, state: RunState, node_id: str) -> StepRecord | None:
         """The step a node that just reached its state takes before any action.
 
-        A gate opens (a person's, or a child run's), or a plan becomes children
-        (``None``: its state is none of these; the usual graph has none).
+        A gate opens, or a plan becomes children (``None``: its state is neither).
         """
-        return (
-            self.open_gate(state, node_id)
-            or self.open_child(state, node_id)
-            or self.expand(state, node_id)
-        )
+        return self.open_gate(state, node_id) or self.expand(state, node_id)
 
     # -- plans ---------------------------------------------------------------------------
 
@@ -530,39 +525,30 @@ class StepBuilder:
     # -- human gates -----------------------------------------------------------------------
 
     def open_gate(self, state: RunState, node_id: str) -> StepRecord | None:
-        """Put the node in ``waiting`` if its state is a human gate; ``None`` if it is not.
+        """Put the node in ``waiting`` if its state is a gate; ``None`` if it is not.
 
-        A payload that cannot be rendered fails the node instead.
-        """
-        node = state.nodes[node_id]
-        machine = self._prepared.workflow.nodes[node_id].machine
-        hook = self._prepared.machines.hook(machine, node.path) or ""
-        gate = self._prepared.gates.get((node_id, hook))
-        return None if gate is None else self._wait(state, node_id, hook, gate)
-
-    def open_child(self, state: RunState, node_id: str) -> StepRecord | None:
-        """Wait for a child run if the node's state is bound to ``graph:``; else ``None``.
-
-        The gate (:func:`~phasegraph.run._children.child_interrupt`) names the child run;
-        whoever drives the run launches it once this step is committed. An input that
+        A human gate waits for a person; a ``graph:`` binding for a child run, which
+        whoever drives the run launches once this step is committed (the gate names it:
+        :func:`~phasegraph.run._children.child_interrupt`). A payload or an input that
         cannot be rendered fails the node instead.
         """
-        children = self._prepared.children
-        if not children:
-            return None
         node = state.nodes[node_id]
-        definition = self._prepared.workflow.nodes[node_id]
-        hook = self._prepared.machines.hook(definition.machine, node.path) or ""
-        binding = children.get((node_id, hook))
-        if binding is None:
+        prepared = self._prepared
+        definition = prepared.workflow.nodes[node_id]
+        hook = prepared.machines.hook(definition.machine, node.path) or ""
+        gate = prepared.gates.get((node_id, hook))
+        if gate is not None:
+            return self._wait(state, node_id, hook, gate)
+        child = prepared.children.get((node_id, hook)) if prepared.children else None
+        if child is None:
             return None
         try:
-            interrupt = child_interrupt(
-                binding, state, node_id, hook, item=definition.item, now=self._now()
+            asked = child_interrupt(
+                child, state, node_id, hook, item=definition.item, now=self._now()
             )
         except RunError as exc:
             return self.node_failed(state, node_id, exc, ())
-        return self._waiting(state, interrupt)
+        return self._waiting(state, asked)
 
     def _wait(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
         now = self._now()
