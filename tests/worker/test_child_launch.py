@@ -132,6 +132,20 @@ async def test_the_gate_commits_before_its_child_exists_and_the_next_drive_launc
         assert (await engine.get(child)).input == {"item": int(gate.node.rsplit(".")[-1])}
 
 
+async def test_a_waiting_child_holds_its_place_among_the_plans_children_in_flight(
+    engine: Engine,
+) -> None:
+    state = await engine.run(MAP, {"n": 3, "width": 1})
+    # One child in flight (waiting for its child run); the others cannot start, so the
+    # run waits: it is not left "running" with nothing to do.
+    assert state.status is RunStatus.WAITING
+    assert len(gates(state)) == 1
+    pending = sorted(n for n, node in state.nodes.items() if node.status is NodeStatus.PENDING)
+    assert pending == ["each.1", "each.2"]
+    after = await drive_locally(engine, state.run_id)
+    assert after.data["outs"] == [{"value": 0}, {"value": 1}, {"value": 2}]
+
+
 async def test_two_drivers_launching_one_child_create_it_once(engine: Engine) -> None:
     state = await engine.run(MAP, {"n": 3, "width": 3})
     mails = [Recorder(), Recorder()]
