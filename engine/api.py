@@ -40,6 +40,7 @@ from phasegraph.store.base import RunMeta, Store
 # ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
     from phasegraph.run import PreparedGraph, ReplayReport, Run
+    from phasegraph.run._children import ParentLink
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -161,10 +162,12 @@ class Engine:
         *,
         run_id: str | None = None,
         actor: Actor | None = None,
+        parent: ParentLink | None = None,
     ) -> AsyncIterator[Run]:
         """Create a run (committing seq 0) and hold it open for stepping.
 
-        ``actor`` (who starts it) is recorded on the seq-0 step.
+        ``actor`` (who starts it) is recorded on the seq-0 step, and so is ``parent``, the
+        gate a child run answers when it ends (see :mod:`phasegraph.worker._children`).
 
         Raises:
             SpecError: The graph is invalid.
@@ -172,7 +175,7 @@ class Engine:
                 breaks the run-id rule (:data:`~phasegraph.run.RUN_ID_PATTERN`).
             RunStateError: A run with ``run_id`` exists already.
         """
-        async with await self._create(graph, run_input, run_id, actor) as run:
+        async with await self._create(graph, run_input, run_id, actor, parent) as run:
             yield run
 
     async def _create(
@@ -181,6 +184,7 @@ class Engine:
         run_input: Mapping[str, Any] | None,
         run_id: str | None,
         actor: Actor | None = None,
+        parent: ParentLink | None = None,
     ) -> Run:
         """Create a run (committing seq 0); the caller enters the returned run."""
         prepared = self.prepare(graph)
@@ -192,8 +196,11 @@ class Engine:
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
         state = initial_state(prepared, run_id, run_input, self.clock.now())
         record = None
-        if actor is not None:
-            record = StepRecord(seq=0, time=state.created_at, kind="created", actor=actor)
+        if actor is not None or parent is not None:
+            origin = frozen_map(None) if parent is None else parent.result()
+            record = StepRecord(
+                seq=0, time=state.created_at, kind="created", actor=actor, result=origin
+            )
         created = await create_run(self.store, self.leases, state, record)
         checkpoints = Checkpoints(
             self.options.checkpoint_policy(), seq=0, size=created.snapshot_bytes

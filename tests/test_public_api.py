@@ -282,6 +282,7 @@ PUBLIC = {
         "Worker",
         "WorkerOptions",
         "WorkerStats",
+        "drive_locally",
         "has_work_queue",
         "work_queue_of",
     ],

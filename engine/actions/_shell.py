@@ -20,7 +20,7 @@ from phasegraph.actions._orphans import ChildRecord, reap_orphans
 from phasegraph.errors import ActionError
 from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, frozen_map, template_parts
 
-__all__ = ["DEFAULT_COMMAND_TIMEOUT", "EFFECT_ID_ENV", "build_shell_action", "render"]
+__all__ = ["DEFAULT_COMMAND_TIMEOUT", "EFFECT_ID_ENV", "build_shell_action", "lookup", "render"]
 
 EFFECT_ID_ENV = "PHASEGRAPH_EFFECT_ID"
 """The environment variable that hands a command its effect id (``ctx.effect_id``)."""
@@ -96,15 +96,30 @@ def render(
     return "".join(pieces)
 
 
-def _lookup(values: Mapping[str, Any], path: tuple[str, ...]) -> str:
-    """The text of ``values[name][key]...``: keys index mappings only, never objects."""
-    value = values[path[0]]
+def lookup(values: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The value ``{name[key]...}`` names in ``values``: keys index mappings only.
+
+    Args:
+        values: What placeholders may name.
+        path: The placeholder's name, then its keys (see
+            :func:`~phasegraph.model.template_parts`).
+
+    Raises:
+        ActionError: The name is missing, or a key is not in the mapping it indexes.
+    """
+    found = values if isinstance(values, _Values) else _Values(values)
+    value = found[path[0]]
     for depth, key in enumerate(path[1:], start=1):
         if not isinstance(value, Mapping) or key not in value:
             shown = path[0] + "".join(f"[{part}]" for part in path[1:depth])
             raise ActionError(f"template names {shown}[{key}] but {shown} has no key {key!r}")
         value = value[key]
-    return str(value)
+    return value
+
+
+def _lookup(values: Mapping[str, Any], path: tuple[str, ...]) -> str:
+    """The text of ``values[name][key]...``: keys index mappings only, never objects."""
+    return str(lookup(values, path))
 
 
 def _argv(command: str | Sequence[str], values: Mapping[str, Any]) -> list[str]:

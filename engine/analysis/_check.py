@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from phasegraph.analysis._children import child_graph_findings
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._kinds import Kind, kind_of
 from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_bound
@@ -183,6 +184,7 @@ def check(target: str | Path) -> Report:
             definition = load_graph(resolved.source)
             findings = analyze_graph(definition)
             findings += graph_run_findings(definition, str(resolved.source))
+            findings += child_graph_findings(definition)
         else:
             message = (
                 "cannot tell what this file is: a machine file has top-level `states:` (and "

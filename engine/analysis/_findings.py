@@ -51,6 +51,7 @@ class Code(StrEnum):
     SHADOWED_FILE = "shadowed-machine-file"
     WRITE_CONFLICT = "write-conflict"
     SUCCESS_FORBIDDEN = "success-forbidden-by-tool-rules"
+    CHILD_GRAPH = "child-graph"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -350,6 +350,8 @@ def node_triggers(
                     continue
                 timeout = (TIMEOUT_TRIGGER,) if action.config.get("timeout") is not None else ()
                 allowed[(machine.name, state.name)] = (*replies, *timeout)
+            elif action.kind == "graph":  # a child run's gate: answered, never an error
+                allowed[(machine.name, state.name)] = action.triggers
             elif action.triggers:
                 allowed[(machine.name, state.name)] = (*action.triggers, ERROR_TRIGGER)
     return allowed

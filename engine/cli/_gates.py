@@ -111,9 +111,16 @@ def _due(args: argparse.Namespace, run_id: str, deadline: datetime) -> str:
 
 def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGate]) -> str:
     """Each open gate: who asks, what to judge, and the commands that answer it."""
+    if not gates:
+        return ""
+    from phasegraph.run._children import CHILD_RUN  # here: only a run with gates gets here
+
     lines = []
     for gate in gates:
         interrupt = gate.interrupt
+        if interrupt.kind == CHILD_RUN:
+            lines.append(_child_line(args, interrupt))
+            continue
         due = _due(args, state.run_id, interrupt.deadline) if interrupt.deadline else ""
         lines.append(
             f"\n  node {interrupt.node} waits at its {interrupt.kind} gate (id {interrupt.id}{due})"
@@ -137,6 +144,16 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
                 )
             )
     return "".join(lines)
+
+
+def _child_line(args: argparse.Namespace, interrupt: Interrupt) -> str:
+    """A gate that waits for a child run: which, and how to look at it (nobody answers it)."""
+    child = str(interrupt.payload.get("run", ""))
+    words = ["phasegraph", "status", child]
+    if args.store != DEFAULT_STORE_URL:
+        words += ["--store", args.store]
+    graph = interrupt.payload.get("graph", "")
+    return f"\n  node {interrupt.node} waits for child run {child} ({graph}): {shlex.join(words)}"
 
 
 def shown(value: Any) -> str:

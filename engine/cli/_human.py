@@ -10,13 +10,14 @@ from typing import Any
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._runs import fits_changed_graph
+from phasegraph.cli._runs import drive_children_here, fits_changed_graph, tell_parent
 from phasegraph.cli._support import (
     emit,
     finished,
     local_actor,
     parse_inputs,
     progress,
+    resume_command,
     with_engine,
 )
 from phasegraph.errors import LeaseHeldError
@@ -63,6 +64,8 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
                     step=args.step,
                     trusted=True,
                 )
+                if not args.detach:
+                    state = await drive_children_here(engine, state)
         except LeaseHeldError:
             from phasegraph.cli._worker import reply_by_worker
 
@@ -86,9 +89,19 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
 async def _cmd_cancel(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         before = await engine.get(args.run)
+        from phasegraph.worker import has_work_queue  # here: see cli._runs
+
+        args.workers_drive = has_work_queue(engine.store)
         by = ""
         try:
             state = await engine.cancel(args.run, args.reason, actor=local_actor())
+            parent = await tell_parent(engine, state)
+            if parent is not None:
+                by = f"; its parent run {parent} takes it as failed " + (
+                    "(handed to the workers)"
+                    if args.workers_drive
+                    else f"once resumed ('{resume_command(args, parent)}')"
+                )
         except LeaseHeldError:
             from phasegraph.cli._worker import cancel_through_worker
 

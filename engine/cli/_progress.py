@@ -94,15 +94,24 @@ def _line(event: Event) -> str | None:
 
 
 class Progress:
-    """Base: subscribes to the bus for the duration of a ``with`` block."""
+    """Base: subscribes to the bus for the duration of a ``with`` block.
 
-    def __init__(self, bus: EventBus) -> None:
+    Given a ``run_id``, only that run's events are shown: the child runs a run waits for
+    may be driven by the same engine (see :func:`~phasegraph.worker.drive_locally`).
+    """
+
+    def __init__(self, bus: EventBus, run_id: str = "") -> None:
         self._bus = bus
+        self._run_id = run_id
         self._unsubscribe: Callable[[], None] | None = None
 
     def __enter__(self) -> Self:
-        self._unsubscribe = self._bus.subscribe(self.on_event)
+        self._unsubscribe = self._bus.subscribe(self._take)
         return self
+
+    def _take(self, event: Event) -> None:
+        if not self._run_id or event.run_id == self._run_id:
+            self.on_event(event)
 
     def __exit__(
         self,
@@ -124,8 +133,8 @@ class Progress:
 class _Plain(Progress):
     """One line per node-level event: stable, greppable, safe in logs and pipes."""
 
-    def __init__(self, bus: EventBus, stream: IO[str], opening: str) -> None:
-        super().__init__(bus)
+    def __init__(self, bus: EventBus, stream: IO[str], opening: str, run_id: str = "") -> None:
+        super().__init__(bus, run_id)
         self._stream = stream
         if opening:
             print(opening, file=stream, flush=True)
@@ -261,7 +270,7 @@ class _Live(Progress):
     """A live table of every node (status, state, steps) refreshed a few times a second."""
 
     def __init__(self, bus: EventBus, console: Console, board: _Board, opening: str) -> None:
-        super().__init__(bus)
+        super().__init__(bus, board.run_id)
         self._console = console
         self._board = board
         if opening:
@@ -318,7 +327,7 @@ def progress_for(
         from rich.console import Console
 
         return _Live(bus, Console(file=stream), _Board(run_id, order, state, limits or {}), opening)
-    return _Plain(bus, stream, opening)
+    return _Plain(bus, stream, opening, run_id)
 
 
 def budget_limits(prepared: PreparedGraph) -> dict[str, dict[str, int]]:

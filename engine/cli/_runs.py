@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +35,7 @@ from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "drive_children_here", "fits_changed_graph", "tell_parent"]
 
 _FOLLOW_POLL = 0.2  # seconds between looks at a followed run's new steps
 
@@ -60,7 +61,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 watch = await progress(args, engine, args.run_id, graph=args.graph, state=run.state)
                 shown.enter_context(watch)
                 await run.drive()
-            state = run.state
+            state = await drive_children_here(engine, run.state, may_be_child=False)
             if approve:
                 state = await _approve_all(args, engine, state, approve)
         return await finished(args, engine, state)
@@ -90,6 +91,7 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
             state = await engine.resume(
                 args.run, graph=args.graph, allow_changed=args.allow_changed
             )
+            state = await drive_children_here(engine, state)
         return await finished(args, engine, state)
 
     return await with_engine(args, body)
@@ -112,6 +114,59 @@ async def _resume_detached(args: argparse.Namespace, engine: Engine) -> int:
         )
     await hand_over(engine, state.run_id)
     return detached(args, state)
+
+
+async def drive_children_here(
+    engine: Engine, state: RunState, *, may_be_child: bool = True
+) -> RunState:
+    """Go on in this process with the child runs ``state`` waits for (and their parents).
+
+    A run whose gates wait for child runs is driven with them until none can go on (see
+    :func:`~phasegraph.worker.drive_locally`); so is a child run that ended (its parent
+    is answered, and goes on here). Any other run is returned as it is.
+
+    Args:
+        engine: The engine.
+        state: The run as this command's own drive left it.
+        may_be_child: Whether the run may be a child run (a run this command created is not).
+    """
+    from phasegraph.run._children import CHILD_RUN  # loaded already: it prepared the graph
+
+    waits = any(gate.kind == CHILD_RUN for gate in state.interrupts.values())
+    if not waits:
+        if not (may_be_child and state.status.terminal):
+            return state  # the usual run: nothing more to import or read
+        from phasegraph.worker._children import parent_of
+
+        if await parent_of(engine, state.run_id) is None:
+            return state
+    from phasegraph.worker import drive_locally  # only a run with child runs needs it
+
+    return await drive_locally(engine, state.run_id)
+
+
+async def tell_parent(engine: Engine, state: RunState) -> str | None:
+    """Hand the end of a child run this command ended (cancelled) to its parent's gate.
+
+    On a store with a work queue the answer goes to the parent's inbox and the parent to
+    the workers; elsewhere the parent's next drive finds the child ended and answers.
+
+    Returns:
+        The parent run, if ``state`` is a child run.
+    """
+    from phasegraph.worker import has_work_queue, work_queue_of
+    from phasegraph.worker._children import ChildRuns, parent_of
+    from phasegraph.worker._mail import QueueMailbox
+
+    if not has_work_queue(engine.store):
+        link = await parent_of(engine, state.run_id)
+        return None if link is None else link.run
+    queue = work_queue_of(engine.store)
+    try:
+        children = ChildRuns(engine, QueueMailbox(queue), log=logging.getLogger("phasegraph.cli"))
+        return await children.ended(state)
+    finally:
+        await queue.aclose()
 
 
 async def fits_changed_graph(engine: Engine, run_id: str, graph: str | None = None) -> None:

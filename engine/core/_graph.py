@@ -202,7 +202,9 @@ _PARKED = _OUTCOME_SLOT[NodeOutcome.PARKED]
 _SLOTS: Final = len(NodeStatus) + len(_OUTCOME_SLOT)
 # Enum members read from their class cost a property call each (Python 3.11): once here.
 _IS_PENDING: Final = NodeStatus.PENDING
-_IS_RUNNING_STATUS: Final = NodeStatus.RUNNING
+_IN_FLIGHT: Final = frozenset({NodeStatus.RUNNING, NodeStatus.WAITING})
+"""A plan's child that holds one of its plan's places: running, or waiting (for a person,
+its own children or a child run) — it has started and not ended."""
 _IS_COMPLETED: Final = NodeStatus.COMPLETED
 _IS_SUCCESS: Final = NodeOutcome.SUCCESS
 _RUN_RUNNING: Final = RunStatus.RUNNING
@@ -225,9 +227,11 @@ class Frontier:
 
     Children of a plan (see :class:`~phasegraph.model.Plan`) are nodes like any other,
     with three additions kept here too: a plan may limit how many of its children run at
-    once; a parent that waits for its children (``awaits``) is due to *join* once every
-    current child has ended; and only nodes that are no child decide whether the run
-    completed, each parent standing for its children.
+    once (a child waiting at a gate, or for its own children or a child run, still holds
+    its place: it has started and not ended); a parent that waits for its children
+    (``awaits``) is due to *join* once every current child has ended; and only nodes
+    that are no child decide whether the run completed, each parent standing for its
+    children.
 
     Args:
         workflow: The compiled DAG.
@@ -300,7 +304,7 @@ class Frontier:
                 self._current.update(members)
                 self._open[parent] = sum(1 for m in members if not nodes[m].status.terminal)
             for node_id, parent in parents.items():
-                if nodes[node_id].status is _IS_RUNNING_STATUS:
+                if nodes[node_id].status in _IN_FLIGHT:
                     self._group_running[parent] = self._group_running.get(parent, 0) + 1
             self._awaiting = {
                 parent for parent in workflow.members if self._waits(parent, nodes[parent])
@@ -314,7 +318,7 @@ class Frontier:
     def first_ready(self) -> str | None:
         """The ready node that comes first in graph order, if any.
 
-        A child of a plan whose limit of running children is reached is passed over.
+        A child of a plan whose limit of children in flight is reached is passed over.
         """
         order = self._workflow.order
         best = _first(self._queue, order, self._ready)
@@ -403,7 +407,7 @@ class Frontier:
             parent = parents.get(node_id)
             if parent is not None:
                 running = self._group_running
-                delta = (node.status is _IS_RUNNING_STATUS) - (old.status is _IS_RUNNING_STATUS)
+                delta = (node.status in _IN_FLIGHT) - (old.status in _IN_FLIGHT)
                 if delta:
                     running[parent] = running.get(parent, 0) + delta
                 if node_id in self._current:
@@ -437,16 +441,43 @@ class Frontier:
         return any(not open_after.get(parent) for parent in awaiting)
 
     def _any_ready(self, moved: Mapping[str, NodeState]) -> bool:
-        """Whether some node is ready once ``moved`` apply."""
+        """Whether some node is ready, with a place to start in, once ``moved`` apply.
+
+        A child whose plan has as many children in flight as its limit allows cannot
+        start (its siblings may all be waiting, so the run waits too).
+        """
+        full = self._full_groups(moved) if self._group_queues else ()
+        parents = self._workflow.parents
         if not moved:
-            return bool(self._ready)
+            if not full:
+                return bool(self._ready)
+            return any(parents.get(node_id) not in full for node_id in self._ready)
         unmet = self._unmet_changes(moved)
         touched = moved.keys() | unmet.keys()
-        return any(node_id not in touched for node_id in self._ready) or any(
+        return any(
+            node_id not in touched and (not full or parents.get(node_id) not in full)
+            for node_id in self._ready
+        ) or any(
             self._unmet[node_id] + unmet.get(node_id, 0) == 0
             and moved.get(node_id, self._nodes[node_id]).status is _IS_PENDING
+            and (not full or parents.get(node_id) not in full)
             for node_id in touched
         )
+
+    def _full_groups(self, moved: Mapping[str, NodeState]) -> set[str]:
+        """The plans with as many children in flight as their limit, once ``moved`` apply."""
+        parents, limits, nodes = self._workflow.parents, self._workflow.limits, self._nodes
+        in_flight = dict(self._group_running)
+        for node_id, node in moved.items():
+            parent = parents.get(node_id)
+            if parent is not None:
+                delta = (node.status in _IN_FLIGHT) - (nodes[node_id].status in _IN_FLIGHT)
+                in_flight[parent] = in_flight.get(parent, 0) + delta
+        return {
+            parent
+            for parent, count in in_flight.items()
+            if limits.get(parent) and count >= limits[parent]
+        }
 
     def _shift(self, counts: list[int], top: list[int], moved: Mapping[str, NodeState]) -> None:
         """Move the counts from the nodes' current states to ``moved``."""

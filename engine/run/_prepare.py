@@ -39,6 +39,7 @@ from phasegraph.model import (
     nested_machines,
     replace,
 )
+from phasegraph.run._children import ChildGraph, child_graph
 from phasegraph.run._middleware import Middleware, build_middleware, chain
 from phasegraph.run._plans import PlanBinding, child_defs, plan_binding
 
@@ -81,6 +82,7 @@ class PreparedGraph:
             owner is a node's id, or ``OWNER.*`` for a template's own plans).
         results: Child of a plan → the data key it hands its result to its parent in.
         base: The graph before any plan made children (``None``: this is it).
+        children: ``(node id, hook)`` → the ``graph:`` binding there (a child run).
     """
 
     definition: GraphDef
@@ -98,6 +100,7 @@ class PreparedGraph:
     templates: Mapping[tuple[str, str], PreparedTemplate] = field(default_factory=dict)
     results: Mapping[str, str] = field(default_factory=dict)
     base: PreparedGraph | None = None
+    children: Mapping[tuple[str, str], ChildGraph] = field(default_factory=dict)
 
     def plan_at(self, node_id: str, path: tuple[str, ...]) -> PlanBinding | None:
         """The ``plan:`` binding of the node's state at ``path``, if it has one."""
@@ -123,6 +126,7 @@ class PreparedTemplate:
         gates: Hook → the ``human:`` binding (built per child: a child's settings may
             set its deadline).
         plans: Hook → a ``plan:`` binding of the template's own.
+        children: Hook → a ``graph:`` binding (a child run).
     """
 
     node: NodeDef
@@ -130,6 +134,7 @@ class PreparedTemplate:
     effects: Mapping[str, EffectPolicy]
     gates: Mapping[str, ActionDef]
     plans: Mapping[str, PlanBinding]
+    children: Mapping[str, ChildGraph] = field(default_factory=dict)
 
 
 class DeferredTools:
@@ -280,6 +285,7 @@ def prepare(
         effects=MappingProxyType(binder.effects),
         plans=MappingProxyType(binder.plans),
         templates=MappingProxyType(binder.templates),
+        children=MappingProxyType(binder.children),
     )
 
 
@@ -303,6 +309,7 @@ class _Binder:
         }
         self.plans: dict[tuple[str, str], PlanBinding] = {}
         self.templates: dict[tuple[str, str], PreparedTemplate] = {}
+        self.children: dict[tuple[str, str], ChildGraph] = {}
         self.problems: list[Problem] = []
         # Equal policies are shared: most bindings have the default one, and a graph of
         # 20,000 nodes would otherwise keep 20,000 copies for every collection to walk.
@@ -337,6 +344,8 @@ class _Binder:
             self.plans[key] = dataclasses.replace(
                 plan_binding(hook, action_def), template=prepared.node
             )
+        elif action_def.kind == "graph":
+            self.children[key] = child_graph(action_def, self.base_dir)
         else:
             action = self.built[key] = build_action(action_def, self.base_dir)
             policy = effect_policy(action_def, self.base_dir, action)
@@ -363,6 +372,7 @@ class _Binder:
             ),
             gates=MappingProxyType({h: a for h, a in template.bind.items() if a.kind == "human"}),
             plans=MappingProxyType({h: p for (o, h), p in self.plans.items() if o == label}),
+            children=MappingProxyType({h: c for (o, h), c in self.children.items() if o == label}),
         )
 
 
@@ -385,6 +395,7 @@ def with_plans(prepared: PreparedGraph, plans: Mapping[str, Plan]) -> PreparedGr
     declared = {node_id: node_id for node_id in nodes}
     actions, gates = dict(base.actions), dict(base.gates)
     effects, bindings = dict(base.effects), dict(base.plans)
+    child_runs = dict(base.children)
     results: dict[str, str] = {}
     for parent in sorted(plans, key=lambda p: (p.count("."), p)):
         plan = plans[parent]
@@ -408,6 +419,8 @@ def with_plans(prepared: PreparedGraph, plans: Mapping[str, Plan]) -> PreparedGr
                 )
             for hook, nested in template.plans.items():
                 bindings[(child.id, hook)] = nested
+            for hook, run in template.children.items():
+                child_runs[(child.id, hook)] = run
             if binding.result is not None:
                 results[child.id] = binding.result
     definition = replace(base.definition, nodes=tuple(nodes.values()))
@@ -431,6 +444,7 @@ def with_plans(prepared: PreparedGraph, plans: Mapping[str, Plan]) -> PreparedGr
         templates=base.templates,
         results=MappingProxyType(results),
         base=base,
+        children=MappingProxyType(child_runs),
     )
 
 

@@ -49,6 +49,7 @@ from phasegraph.model import (
     extension,
     replace,
 )
+from phasegraph.run._children import child_interrupt
 from phasegraph.run._effects import OUTCOME_UNKNOWN, describe, effect_gate, settle, uncertain
 from phasegraph.run._gates import GateNotOpen, not_a_reviewer, stale_reply
 from phasegraph.run._merge import merge_update
@@ -135,7 +136,8 @@ class StepBuilder:
         2. a run that is not running stops here (``None``);
         3. a node whose plan's children have all ended joins them (:meth:`join`);
         4. a ready node starts, if a concurrency slot is free;
-        5. a node that reached a human gate starts waiting, one that reached a plan turns
+        5. a node that reached a gate (a person's, or a child run's: :meth:`open_gate`)
+           starts waiting, one that reached a plan turns
            it into children (:meth:`expand`), or one whose step was cut short after a
            ``once`` effect's intent asks about it or fails (:meth:`unknown_outcome`);
         6. if any node is running, its action's outcome is next (:data:`ACTION_DUE`): the
@@ -173,7 +175,7 @@ class StepBuilder:
         record = self._join_next(state, frontier) if prepared.plans else None
         if record is None:
             record = self._start(state, frontier)
-        if record is None and (prepared.gates or prepared.plans):  # the usual graph: neither
+        if record is None and (prepared.gates or prepared.plans or prepared.children):
             record = next(filter(None, (self._reached(state, n) for n in due)), None)
         if record is None and self._ledgers:
             record = self._first_unknown_outcome(state, due)
@@ -526,15 +528,30 @@ class StepBuilder:
     # -- human gates -----------------------------------------------------------------------
 
     def open_gate(self, state: RunState, node_id: str) -> StepRecord | None:
-        """Put the node in ``waiting`` if its state is a human gate; ``None`` if it is not.
+        """Put the node in ``waiting`` if its state is a gate; ``None`` if it is not.
 
-        A payload that cannot be rendered fails the node instead.
+        A human gate waits for a person; a ``graph:`` binding for a child run, which
+        whoever drives the run launches once this step is committed (the gate names it:
+        :func:`~phasegraph.run._children.child_interrupt`). A payload or an input that
+        cannot be rendered fails the node instead.
         """
         node = state.nodes[node_id]
-        machine = self._prepared.workflow.nodes[node_id].machine
-        hook = self._prepared.machines.hook(machine, node.path) or ""
-        gate = self._prepared.gates.get((node_id, hook))
-        return None if gate is None else self._wait(state, node_id, hook, gate)
+        prepared = self._prepared
+        definition = prepared.workflow.nodes[node_id]
+        hook = prepared.machines.hook(definition.machine, node.path) or ""
+        gate = prepared.gates.get((node_id, hook))
+        if gate is not None:
+            return self._wait(state, node_id, hook, gate)
+        child = prepared.children.get((node_id, hook)) if prepared.children else None
+        if child is None:
+            return None
+        try:
+            asked = child_interrupt(
+                child, state, node_id, hook, item=definition.item, now=self._now()
+            )
+        except RunError as exc:
+            return self.node_failed(state, node_id, exc, ())
+        return self._waiting(state, asked)
 
     def _wait(self, state: RunState, node_id: str, hook: str, gate: HumanGate) -> StepRecord:
         now = self._now()

@@ -34,9 +34,10 @@ from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.store.base import RunMeta
 from phasegraph.worker import WorkQueue
-from phasegraph.worker._driver import Reply, RunDriver
+from phasegraph.worker._driver import RunDriver
 from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import cancel_by_worker, post_reply, reply_applied
+from phasegraph.worker._mailbox import Reply
 
 __all__ = ["Executor", "ExecutorOptions"]
 

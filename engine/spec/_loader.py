@@ -40,6 +40,7 @@ from phasegraph.spec._catalog import (
     is_name,
     machine_source,
 )
+from phasegraph.spec._children import child_graph_problem
 from phasegraph.spec._input import input_schema_problems
 from phasegraph.spec._machines import MachineFile, Resolver, read_machine, unknown_machine
 from phasegraph.spec._plans import plan_problems
@@ -221,6 +222,49 @@ def _template_problems(
             for place, text in plan_problems(owner, action.plan, spec.reducers)
         ]
         problems += _item_settings_problems(owner, action.plan, where, doc, resolver)
+    return problems
+
+
+def _child_graph_problems(
+    node: schema.NodeSpec, here: schema.Loc, doc: Document, folder: Path | None
+) -> list[Problem]:
+    """``graph:`` bindings (the node's, its plans' templates') that cannot work as written.
+
+    Their graph is not there, or the key they write the child run's results to is not
+    among the declared ``writes`` (a plan's child may hand it to its parent as ``result``).
+    """
+    sites: list[tuple[schema.Loc, str, Mapping[str, Any], list[str] | None, str | None]] = [
+        (here, node.id, node.bind, node.writes, None)
+    ]
+    for owner, action, where in _templates(node, node.id, here):
+        template = action.plan.template
+        label = template_label(owner)
+        sites.append(
+            (
+                (*where, "plan", "template"),
+                label,
+                template.bind,
+                template.writes,
+                action.plan.result,
+            )
+        )
+    problems = []
+    for at, owner, bind, writes, handed in sites:
+        for hook, action in bind.items():
+            if not isinstance(action, schema.GraphAction):
+                continue
+            where = (*at, "bind", hook, "graph")
+            text = child_graph_problem(action.graph.graph, folder)
+            if text is not None:
+                problems.append(doc.problem((*where, "graph"), f"node {owner!r}: {text}"))
+            into = action.graph.into
+            if writes is not None and into is not None and into not in writes and into != handed:
+                text = (
+                    f"node {owner!r}: the graph bound to hook {hook!r} writes its child run's "
+                    f"results into {into!r}, which is not in the node's writes "
+                    f"({', '.join(writes) or 'none'}): add {into!r} to `writes`"
+                )
+                problems.append(doc.problem((*where, "into"), text))
     return problems
 
 
@@ -556,6 +600,7 @@ def _graph(
         problems += _capture_problems(node, ("nodes", index), doc)
         problems += _with_problems(nodes[index], ("nodes", index), doc, resolver)
         problems += _template_problems(spec, node, ("nodes", index), doc, resolver)
+        problems += _child_graph_problems(node, ("nodes", index), doc, folder)
     problems += _dependency_problems(spec, nodes, doc) + resolver.problems
     if problems:
         raise SpecError(_ordered(problems))

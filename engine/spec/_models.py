@@ -43,8 +43,10 @@ __all__ = [
     "URL_PATTERN",
     "ActionSpec",
     "BudgetSpec",
+    "ChildGraphSpec",
     "ExampleSpec",
     "ExampleStepSpec",
+    "GraphAction",
     "GraphSpec",
     "HttpAction",
     "HttpRequest",
@@ -76,6 +78,9 @@ ITEM_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 PLAN_TRIGGERS = ("done", "failed", "refused")
 """What a ``plan:`` binding fires: its children all succeeded, some did not, or the plan
 was refused (the refusal is the payload's ``feedback``)."""
+CHILD_TRIGGERS = ("completed", "failed")
+"""What a ``graph:`` binding fires: its child run completed, or it ended otherwise (failed,
+cancelled, or it could not start)."""
 PREDICATE_PATTERN = r"^(budget|payload|setting):[A-Za-z_][A-Za-z0-9_.]*$"
 """``budget:NAME``, ``payload:KEY`` or ``setting:DOTTED.KEY``."""
 STATE_PATH_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$"
@@ -95,7 +100,7 @@ URL_PATTERN = r"^https?://[^/?#]"
 """An ``http:`` URL: absolute, ``http`` or ``https``, the host written out."""
 HEADER_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
 """An HTTP header name (an RFC 9110 token)."""
-ACTION_KINDS = ("python", "shell", "http", "human", "llm", "tools", "plan")
+ACTION_KINDS = ("python", "shell", "http", "human", "llm", "tools", "plan", "graph")
 """The action kinds, in the order messages list them."""
 
 _Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -339,7 +344,7 @@ class _ActionBase(_Spec):
 
     @property
     def kind(self) -> str:
-        """The action kind: python, shell, http or human."""
+        """The action kind: one of :data:`ACTION_KINDS`."""
         return next(kind for kind in ACTION_KINDS if kind in type(self).model_fields)
 
 
@@ -626,7 +631,9 @@ class PlanSpec(_Spec):
     )
     max_items: int = Field(1000, ge=0, description="A plan with more items is refused.")
     concurrency: Annotated[int, Field(ge=1)] | PlanConcurrency | None = Field(
-        None, description="How many children may run at once; default: the graph's concurrency."
+        None,
+        description="How many children may be in flight at once (started and not ended: one "
+        "waiting at a gate or for a child run counts); default: the graph's concurrency.",
     )
     result: _NonEmpty | None = Field(
         None, description="Data key each child writes its result to (kept on the child)."
@@ -669,6 +676,46 @@ class PlanAction(_ActionBase):
         return [(("plan",), trigger) for trigger in PLAN_TRIGGERS]
 
 
+class ChildGraphSpec(_Spec):
+    """The graph a ``graph:`` binding runs as a run of its own, its input, and its results."""
+
+    graph: _NonEmpty = Field(
+        description="Built-in graph name, or a graph file (relative to this file)."
+    )
+    input: Annotated[dict[str, Any], _Templates] = Field(
+        {},
+        description="The child run's input: {name} templates over the run's input and data "
+        "(a plan's child adds {item}); a value that is one placeholder alone passes the value "
+        "itself (a number, a list, an item), not its text.",
+    )
+    into: _NonEmpty | None = Field(
+        None,
+        description="Data key the child run's `output:` keys are written to, as a mapping, "
+        "when it completes.",
+    )
+
+
+class GraphAction(_ActionBase):
+    """Run a graph as a run of its own and wait for it; fires completed or failed."""
+
+    graph: ChildGraphSpec = Field(description="The graph to run, its input and its results.")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _no_timeout(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and "timeout" in value:
+            raise PydanticCustomError(
+                "graph_timeout",
+                "a graph binding takes no `timeout`: its child run's actions take timeouts "
+                "of their own (set them in that graph)",
+                {},
+            )
+        return value
+
+    def _implied(self) -> list[tuple[Loc, str]]:
+        return [(("graph",), trigger) for trigger in CHILD_TRIGGERS]
+
+
 ActionSpec = Annotated[
     Annotated[PythonAction, Tag("<python>")]
     | Annotated[ShellAction, Tag("<shell>")]
@@ -676,10 +723,12 @@ ActionSpec = Annotated[
     | Annotated[HumanAction, Tag("<human>")]
     | Annotated[LlmAction, Tag("<llm>")]
     | Annotated[ToolsAction, Tag("<tools>")]
-    | Annotated[PlanAction, Tag("<plan>")],
+    | Annotated[PlanAction, Tag("<plan>")]
+    | Annotated[GraphAction, Tag("<graph>")],
     Discriminator(_action_kind, custom_error_type="action_kind", custom_error_message="kind"),
 ]
-"""One action: exactly one of the kind keys python, shell, http, human, llm, tools."""
+"""One action: exactly one of the kind keys python, shell, http, human, llm, tools, plan,
+graph."""
 
 _Settings = Annotated[dict[_Ident, dict[str, Any]], Field(min_length=1, max_length=1)]
 _Middleware = Annotated[

@@ -1,11 +1,11 @@
 """What ``{name}`` templates read, and the rules on it: read only what is there, and in time.
 
 An action's templates (a shell command, its ``cwd`` and ``env``; an http URL, headers
-and body; a gate's payload; an llm ``system`` and ``prompt``; a tools ``cwd``) are filled
-from the run's input and data when the action runs. A name nothing provides fails that
-step, and a key another node may be writing at the same moment gives a value that
-depends on timing, which no resume or replay can repeat. So when a graph loads (for
-``check`` and ``run`` alike) each read is judged:
+and body; a gate's payload; an llm ``system`` and ``prompt``; a tools ``cwd``; a child
+run's ``input``) are filled from the run's input and data when the action runs. A name
+nothing provides fails that step, and a key another node may be writing at the same
+moment gives a value that depends on timing, which no resume or replay can repeat. So
+when a graph loads (for ``check`` and ``run`` alike) each read is judged:
 
 * a read of a key that a node the reader does not wait for writes, while both may run
   at the same time, is refused like two nodes writing one key;
@@ -76,6 +76,7 @@ _TEMPLATES: Final[Mapping[str, tuple[tuple[tuple[str, ...], str], ...]]] = {
     "human": ((("payload",), "its gate payload"),),
     "llm": ((("llm", "system"), "its system message"), (("llm", "prompt"), "its prompt")),
     "tools": ((("cwd",), "its cwd"),),
+    "graph": ((("graph", "input"), "its child run's input"),),
 }
 """Action kind -> where its templates are (their values are filled from input and data)."""
 
@@ -107,6 +108,8 @@ def _writes(node: model.NodeDef) -> tuple[frozenset[str], bool]:
             keys.add(str(action.config["llm"].get("conversation", "conversation")))
         if action.kind == "tools":
             keys.add(str(action.config["tools"]))
+        if action.kind == "graph" and action.config["graph"].get("into"):
+            keys.add(str(action.config["graph"]["into"]))
     opened = any(action.kind in ("python", "human") for action in node.bind.values())
     return frozenset(keys), extra or opened
 

@@ -36,10 +36,12 @@ from phasegraph.api import Engine
 from phasegraph.errors import IllegalTriggerError
 from phasegraph.model import GraphDef, StepRecord
 from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
+from phasegraph.run._children import CHILD_RUN
 from phasegraph.run._effects import OUTCOME_UNKNOWN, RUN_AGAIN
 from phasegraph.spec import load_graph
 from phasegraph.store import Commit, ForwardingStore, Lease, Store
 from phasegraph.store.memory import MemoryStore
+from phasegraph.worker import drive_locally
 
 __all__ = ["CrashReport", "Difference", "RunTrace", "crash_equivalence", "uninterrupted_run"]
 
@@ -207,11 +209,13 @@ async def _drive(
 ) -> Engine:
     """Run to the end (or a wait), resuming after the injected crash.
 
-    With ``approve``, each gate that accepts ``confirm`` is answered with it. The crash
-    ends the interpreter and everything it built (the prepared graph, with its
-    middleware's memory); the process goes on, as when a commit fails in a server and
-    the run is resumed, so state an action keeps in its module survives, as it would
-    there.
+    With ``approve``, each gate that accepts ``confirm`` is answered with it. The child
+    runs the run waits for are driven here too, and the run with them, as ``phasegraph
+    run`` does (:func:`~phasegraph.worker.drive_locally`): a crash may come in any of
+    their commits. The crash ends the interpreter and everything it built (the prepared
+    graph, with its middleware's memory); the process goes on, as when a commit fails in
+    a server and the run is resumed, so state an action keeps in its module survives, as
+    it would there.
     """
     engine = _engine(store)
     try:
@@ -232,14 +236,21 @@ async def _drive(
                     # least once, as for any action whose step was lost.
                     await run.reply(uncertain[0], ActionResult(trigger=RUN_AGAIN))
                     await _to_end(run)
-                pending = sorted(run.state.interrupts)
-                if not approve or not pending or run.state.status.terminal:
-                    return engine
-                try:
-                    await run.reply(pending[0], ActionResult(trigger="confirm"))
-                except IllegalTriggerError:
-                    return engine  # this gate needs a real answer
-                await _to_end(run)
+                pending = sorted(i.id for i in run.state.interrupts.values() if i.kind != CHILD_RUN)
+                children = len(pending) < len(run.state.interrupts)
+                if approve and pending and not run.state.status.terminal:
+                    try:
+                        await run.reply(pending[0], ActionResult(trigger="confirm"))
+                    except IllegalTriggerError:
+                        approve = False  # this gate needs a real answer
+                    else:
+                        continue  # reopened: the run goes on from the answer
+            if not children:
+                return engine
+            state = await drive_locally(engine, _RUN_ID)
+            asks = any(i.kind != CHILD_RUN for i in state.interrupts.values())
+            if not (approve and asks) or state.status.terminal:
+                return engine  # else: gates of its own opened since, to answer
         except _InjectedCrash:
             continue
     return engine

@@ -6,11 +6,15 @@ a cancel request is committed in the open run, then each reply is applied and an
 with the state right after its step, or with its refusal. :meth:`RunDriver.notify` says
 mail arrived; a cancel request also cuts a long action short (the run is closed at its
 last committed step and reopened to commit the cancel). An idle run's next deadline goes
-to :meth:`Mailbox.wake_at`. A lease held elsewhere is waited for briefly; a run still
-held, whose lease was lost or whose store went away is left for later: logged once per
-refusal and tried again after twice the last wait (up to a minute) while it still needs
-driving. Mailboxes: :class:`~phasegraph.worker.LocalMailbox` (in process, the server) and
-:class:`~phasegraph.worker._mail.QueueMailbox` (the work queue, the workers).
+to :meth:`Mailbox.wake_at`. At the start and the end of each drive the run's child runs
+are looked after (:class:`~phasegraph.worker._children.ChildRuns`): those its gates wait
+for are launched, or answered if they ended; a child run left ended answers its parent.
+A lease held elsewhere is waited for briefly; a run still held, whose lease was lost or
+whose store went away is left for later: logged once per refusal and tried again after
+twice the last wait (up to a minute) while it still needs driving. Mailboxes:
+:class:`~phasegraph.worker._local_mail.LocalMailbox` (in process: the server,
+:func:`~phasegraph.worker.drive_locally`) and :class:`~phasegraph.worker._mail.QueueMailbox`
+(the work queue, the workers).
 """
 
 from __future__ import annotations
@@ -18,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Final, Protocol, TypeAlias, final
+from datetime import timedelta
+from typing import Any, Final, final
 
-from phasegraph.actions import ActionResult
 from phasegraph.api import Engine, GraphSource
 from phasegraph.errors import (
     CodecError,
@@ -35,83 +38,18 @@ from phasegraph.errors import (
     RunStateError,
     StoreUnavailableError,
 )
-from phasegraph.model import Actor, RunState, RunStatus
+from phasegraph.model import RunState, RunStatus
 from phasegraph.run import Run
+from phasegraph.worker._children import ChildRuns
+from phasegraph.worker._mailbox import Cancel, Mailbox, Outcome
 
-__all__ = ["Cancel", "Driven", "Mailbox", "Outcome", "Reply", "RunDriver"]
+__all__ = ["Driven", "RunDriver"]
 
 _HELD_RETRIES: Final = (0.1, 0.3, 1.0, 2.0)  # seconds: waits for a lease held elsewhere
 _MAX_WAIT: Final = 60.0  # seconds: the longest wait before a run left for later is tried again
 _DEADLINE_SLACK: Final = timedelta(milliseconds=20)
 """Wake a little after a deadline, so the interpreter sees it as passed."""
 _LEFT: Final = (LeaseHeldError, LeaseLostError, StoreUnavailableError)
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """An answer to a run's pending interrupt, waiting in its mailbox.
-
-    ``actor``, ``step`` and ``trusted`` are as :meth:`~phasegraph.Engine.reply` takes them.
-    """
-
-    interrupt_id: str
-    result: ActionResult
-    actor: Actor | None = None
-    step: int | None = None
-    trusted: bool = False
-
-    async def apply(self, run: Run) -> None:
-        """Commit this reply on ``run``, held open by the caller (see :meth:`Run.reply`)."""
-        await run.reply(
-            self.interrupt_id, self.result, actor=self.actor, step=self.step, trusted=self.trusted
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """A request to cancel a run, waiting in its mailbox.
-
-    ``reason`` and ``actor`` (who asked; recorded on the cancel step) are as
-    :meth:`~phasegraph.Engine.cancel` takes them.
-    """
-
-    reason: str
-    actor: Actor | None = None
-
-
-Outcome: TypeAlias = RunState | PhasegraphError
-"""What became of a reply or a cancel request: the run right after its step, or why not."""
-
-
-class Mailbox(Protocol):
-    """Where a run's replies, cancel requests and deadline wake-ups go between drives."""
-
-    async def replies(self, run_id: str) -> Sequence[Reply]:
-        """The replies waiting for the run, oldest first (kept until :meth:`replies_done`)."""
-        ...
-
-    async def replies_done(self, run_id: str, outcomes: Sequence[Outcome]) -> None:
-        """The first ``len(outcomes)`` replies were dealt with: answer and forget them."""
-        ...
-
-    async def cancel_requested(self, run_id: str) -> Cancel | None:
-        """The pending cancel request, if there is one."""
-        ...
-
-    async def cancel_done(self, run_id: str, outcome: Outcome) -> None:
-        """The cancel request was acted on: answer and forget it."""
-        ...
-
-    async def wake_at(self, run_id: str, when: datetime | None) -> None:
-        """Have the run driven again once ``when`` passed (``None``: no wake-up needed)."""
-        ...
-
-    def left(self, run_id: str, why: PhasegraphError) -> None:
-        """A drive stopped short of the run's mail: answer it with ``why``, or keep it.
-
-        Synchronous, so that nothing arrives between the drive's last look and this.
-        """
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +111,7 @@ class RunDriver:
         self._slots = asyncio.Semaphore(max_runs) if max_runs else None
         self._drives: dict[str, _Drive] = {}
         self._looks: set[asyncio.Task[None]] = set()
+        self._children = ChildRuns(engine, mailbox, log=log)
 
     def notify(self, run_id: str) -> bool:
         """Mail arrived for the run: its drive looks before the next step.
@@ -211,13 +150,22 @@ class RunDriver:
         finally:
             del self._drives[run_id]
 
-    async def settle(self, state: RunState) -> None:
-        """Ask for a wake-up at the run's next deadline (none if it has none)."""
+    async def settle(self, state: RunState) -> bool:
+        """Look after a run left idle: its next deadline, its child runs, its parent.
+
+        Asks for a wake-up at the run's next deadline (none if it has none); launches the
+        child runs its open gates wait for (see :mod:`phasegraph.worker._children`); and,
+        for a child run that ended, answers its parent's gate.
+
+        Returns:
+            Whether a reply was handed to the run itself (a child run of it had ended).
+        """
         deadlines = [i.deadline for i in state.interrupts.values() if i.deadline is not None]
         if state.status.terminal or not deadlines:
             await self._mailbox.wake_at(state.run_id, None)
         else:
             await self._mailbox.wake_at(state.run_id, min(deadlines) + _DEADLINE_SLACK)
+        return await self._children.settle(state)
 
     async def aclose(self) -> None:
         """Stop the looks for cancel requests still under way (drives are the host's)."""
@@ -259,7 +207,8 @@ class RunDriver:
                 continue  # a cancel request cut the step short: committed on reopening
             state, stepped = done
             steps += stepped
-            await self.settle(state)
+            if await self.settle(state):
+                drive.mail = True  # a child run had ended: its answer is in the mail
             if not drive.mail:  # no await from here to the caller's clean-up
                 return Driven(state, steps)
 
@@ -293,6 +242,10 @@ class RunDriver:
         # started (as engine.cancel does). The first delivery acts on what this found.
         cancel: Cancel | _Look | None = await self._mailbox.cancel_requested(run_id)
         async with self._engine.open(run_id, graph=graph, allow_changed=cancel is not None) as run:
+            # Child runs its gates wait for: launched if a crash left them unlaunched, and
+            # answered if they ended (the answers are the mail delivered first).
+            if not run.state.status.terminal and await self._children.look(run.state):
+                drive.mail = True
             while True:
                 if drive.mail:
                     drive.mail = False

@@ -1,8 +1,10 @@
-"""The in-process :class:`~phasegraph.worker.Mailbox`: for a server that drives its own runs.
+"""The in-process mailbox: for a process that drives its own runs (a server, and locally).
 
-A reply or a cancel posted here gets a future, which the drive resolves with the run
-right after the reply's (or the cancel's) step, or fails with the refusal. Deadline
-wake-ups are asyncio timers that call the host back.
+It is the :class:`~phasegraph.worker._mailbox.Mailbox` of the server and of
+:func:`~phasegraph.worker.drive_locally`. A reply or a cancel posted here gets a future,
+which the drive resolves with the run right after the reply's (or the cancel's) step, or
+fails with the refusal. Deadline wake-ups are asyncio timers, and child runs are
+launched, by calling the host back.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import final
 from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState
 from phasegraph.run import Clock
-from phasegraph.worker._driver import Cancel, Outcome, Reply
+from phasegraph.worker._mailbox import Cancel, Outcome, Reply
 
 __all__ = ["LocalMailbox"]
 
@@ -125,6 +127,16 @@ class LocalMailbox:
         for letter in [*self._replies.pop(run_id, []), *self._cancels.pop(run_id, [])]:
             _answer(letter, why)
 
+    async def launch(self, run_id: str) -> None:
+        """Have the run driven in this process (the host knows whether it is already)."""
+        self._wake(run_id)
+
+    async def answer(self, run_id: str, reply: Reply) -> None:
+        """Queue a reply nobody waits for (a child run's end) and have the run driven."""
+        done = self.post_reply(run_id, reply)
+        done.add_done_callback(_unread)  # its refusal is for nobody: no "never retrieved"
+        self._wake(run_id)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _post(
@@ -138,6 +150,11 @@ class LocalMailbox:
         await asyncio.sleep(delay)
         del self._timers[run_id]
         self._wake(run_id)
+
+
+def _unread(done: asyncio.Future[RunState]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _answer(letter: _Letter, outcome: Outcome) -> None:

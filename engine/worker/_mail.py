@@ -24,7 +24,7 @@ from phasegraph.errors import PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState, RunStatus, frozen_map
 from phasegraph.run._gates import refused_reply
 from phasegraph.run._interpreter import check_reply
-from phasegraph.worker._driver import Cancel, Outcome, Reply
+from phasegraph.worker._mailbox import Cancel, Outcome, Reply
 from phasegraph.worker._queue import WorkQueue
 
 __all__ = ["QueueMailbox", "cancel_by_worker", "post_reply", "reply_applied"]
@@ -49,20 +49,7 @@ class QueueMailbox:
 
     async def replies(self, run_id: str) -> Sequence[Reply]:
         """The replies posted to the run, oldest first."""
-        return [
-            Reply(
-                str(reply.get("interrupt_id", "")),
-                ActionResult(
-                    trigger=str(reply.get("trigger", "")),
-                    payload=frozen_map(reply.get("payload") or {}),
-                    data=frozen_map(reply.get("data") or {}),
-                ),
-                actor=_actor(reply.get("actor")),
-                step=step if type(step := reply.get("step")) is int else None,
-                trusted=reply.get("trusted") is True,
-            )
-            for reply in await self._queue.replies(run_id)
-        ]
+        return [_reply_of(reply) for reply in await self._queue.replies(run_id)]
 
     async def replies_done(self, run_id: str, outcomes: Sequence[Outcome]) -> None:
         """Drop the replies dealt with; a refused one is logged (its sender has gone)."""
@@ -93,6 +80,48 @@ class QueueMailbox:
 
     def left(self, run_id: str, why: PhasegraphError) -> None:
         """Keep the mail: the run's next drive deals with it."""
+
+    async def launch(self, run_id: str) -> None:
+        """Queue the run for the workers, unless it has an entry no worker has finished."""
+        if not await self._queue.queued(run_id):
+            await self._queue.enqueue(run_id)
+
+    async def answer(self, run_id: str, reply: Reply) -> None:
+        """Post the reply to the run's inbox and queue the run (whoever drives it applies it)."""
+        await self._queue.post_reply(run_id, _reply_json(reply))
+
+
+def _reply_json(reply: Reply) -> dict[str, Any]:
+    """How a reply waits in a run's inbox (JSON)."""
+    result = reply.result
+    posted = {
+        "interrupt_id": reply.interrupt_id,
+        "trigger": result.trigger,
+        "payload": dict(result.payload),
+        "data": dict(result.data),
+        "actor": _actor_json(reply.actor),
+        "step": reply.step,
+        "trusted": reply.trusted,
+    }
+    if reply.once:
+        posted["once"] = True
+    return posted
+
+
+def _reply_of(posted: dict[str, Any]) -> Reply:
+    """A reply as it waited in a run's inbox (see :func:`_reply_json`)."""
+    return Reply(
+        str(posted.get("interrupt_id", "")),
+        ActionResult(
+            trigger=str(posted.get("trigger", "")),
+            payload=frozen_map(posted.get("payload") or {}),
+            data=frozen_map(posted.get("data") or {}),
+        ),
+        actor=_actor(posted.get("actor")),
+        step=step if type(step := posted.get("step")) is int else None,
+        trusted=posted.get("trusted") is True,
+        once=posted.get("once") is True,
+    )
 
 
 def _actor(value: Any) -> Actor | None:
@@ -147,16 +176,8 @@ async def post_reply(
         )
     except RunStateError as exc:
         raise await refused_reply(engine.store, state, interrupt_id, step, exc) from None
-    reply = {
-        "interrupt_id": interrupt_id,
-        "trigger": result.trigger,
-        "payload": dict(result.payload),
-        "data": dict(result.data),
-        "actor": _actor_json(actor),
-        "step": step,
-        "trusted": trusted,
-    }
-    await queue.post_reply(run_id, reply)
+    reply = Reply(interrupt_id, result, actor=actor, step=step, trusted=trusted)
+    await queue.post_reply(run_id, _reply_json(reply))
     return state
 
 

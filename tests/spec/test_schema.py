@@ -125,6 +125,7 @@ def test_json_schema_states_the_rules() -> None:
         "LlmAction",
         "ToolsAction",
         "PlanAction",
+        "GraphAction",
     ]
     for name, kind in zip(kinds, schema.ACTION_KINDS, strict=True):
         assert graph["$defs"][name]["required"][0] == kind
@@ -350,12 +351,13 @@ def test_shell_exit_keys_become_strings() -> None:
     [
         (
             {"triggers": ["ok"]},
-            "the action has no kind: add one of python, shell, http, human, llm, tools, plan",
+            "the action has no kind: add one of python, shell, http, human, llm, tools, plan, "
+            "graph",
         ),
         (
             {"pyhton": "m:f"},
             "unknown action kind 'pyhton': use one of python, shell, http, "
-            "human, llm, tools, plan; did you mean 'python'?",
+            "human, llm, tools, plan, graph; did you mean 'python'?",
         ),
         ({"python": "m:f", "human": "x"}, "exactly one kind, this one has python, human"),
         ("m:f", "an action is a mapping with exactly one kind key"),

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from builders import TESTS
-from phasegraph.testing import verify
+from phasegraph.testing import crash_equivalence, verify
+from phasegraph.testing._crash import uninterrupted_run
 
 RUNS = TESTS / "fixtures" / "runs"
 _MAIN = "import sys; from phasegraph.cli import main; sys.exit(main())"
@@ -63,3 +64,17 @@ def test_input_the_graph_rejects_is_one_clear_error() -> None:
     assert "graph 'waits' rejects the run input" in done.stderr
     assert "'go' is a required property" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_runs_drive_child_runs_and_crash_in_their_commits_too() -> None:
+    """A graph whose nodes run graphs of their own: the uninterrupted run drives its child
+    runs to the end, and a crash before any of their commits (or the parent's) resumes to
+    the same end."""
+    graph = str(TESTS / "fixtures" / "children" / "map.yaml")
+    first = uninterrupted_run(graph, {"n": 0, "items": [3, 1, 2], "width": 2})
+    assert first.status == "completed"
+    assert '"outs": [{"value": 3}, {"value": 1}, {"value": 2}]' in first.data
+    report = crash_equivalence(graph, {"n": 0, "items": [3, 1, 2], "width": 2}, first=first)
+    assert report.first is None, str(report.first)
+    # The parent's commits and each child's (creation, start, end) are all crash points.
+    assert report.crashes == report.commits - 1 >= 3 * 3

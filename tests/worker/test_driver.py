@@ -23,9 +23,10 @@ from phasegraph.model import NodeStatus, RunState, RunStatus, frozen_map
 from phasegraph.store import Store
 from phasegraph.testing import isolated_redis_url
 from phasegraph.worker import work_queue_of
-from phasegraph.worker._driver import Cancel, Driven, Outcome, Reply, RunDriver
+from phasegraph.worker._driver import Driven, RunDriver
 from phasegraph.worker._local_mail import LocalMailbox
 from phasegraph.worker._mail import QueueMailbox
+from phasegraph.worker._mailbox import Cancel, Outcome, Reply
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workers"
 SIDE_GATE = FIXTURES / "side_gate.yaml"
