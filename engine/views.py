@@ -104,9 +104,11 @@ def run_summary(state: RunState) -> str:
     holds records for it (a failure it overcame: a retry, a reflection, a handled error).
     """
     counts = {status: 0 for status in NodeStatus}
-    for node in state.nodes.values():
-        counts[node.status] += 1
-    total = len(state.nodes)
+    superseded = superseded_children(state)
+    for node_id, node in state.nodes.items():
+        if node_id not in superseded:
+            counts[node.status] += 1
+    total = len(state.nodes) - len(superseded)
     parts = [f"{counts[NodeStatus.COMPLETED]}/{total} nodes succeeded"]
     recovered = len(recovered_nodes(state))
     if recovered:
@@ -123,7 +125,25 @@ def run_summary(state: RunState) -> str:
         )
         if counts[s]
     ]
+    if superseded:
+        parts.append(f"{len(superseded)} superseded by a later plan")
     return ", ".join(parts)
+
+
+def superseded_children(state: RunState) -> frozenset[str]:
+    """Children that an earlier version of their parent's plan made and a later one dropped.
+
+    They stay in the run (their steps are history) but no longer count: their parent's
+    plan stands for them.
+    """
+    if not state.plans:
+        return frozenset()
+    return frozenset(
+        child_id(parent, item.id)
+        for parent, plan in state.plans.items()
+        for item in plan.items
+        if item.id not in plan.members
+    )
 
 
 def recovered_nodes(state: RunState) -> frozenset[str]:

@@ -81,7 +81,7 @@ def _with_children(prepared: PreparedGraph | None, state: RunState) -> PreparedG
         return prepared
     try:
         return with_plans(prepared, state.plans)
-    except (KeyError, ValueError):
+    except RunStateError:
         # A definition changed since the run started may no longer make these children:
         # their gates' answers are unknown, as for a node the graph no longer has.
         return prepared

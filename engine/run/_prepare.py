@@ -24,7 +24,7 @@ from phasegraph.core._graph import WorkflowGraph, compile_graph
 from phasegraph.core._machine import MachineSet, compile_machines
 from phasegraph.core._plans import plan_templates, template_label, with_plan_writes
 from phasegraph.core._writes import declared_conflicts
-from phasegraph.errors import Problem, SpecError
+from phasegraph.errors import Problem, RunStateError, SpecError
 from phasegraph.model import (
     ActionDef,
     Effect,
@@ -387,65 +387,95 @@ def with_plans(prepared: PreparedGraph, plans: Mapping[str, Plan]) -> PreparedGr
         prepared: The graph as prepared (a graph with children already is taken back to
             its base first).
         plans: Node id → its plan (a run's :attr:`~phasegraph.model.RunState.plans`).
+
+    Raises:
+        RunStateError: A plan names a node, or a ``plan:`` binding, that the graph does
+            not have (a graph changed since the run made its plans).
     """
     base = prepared.base or prepared
     if not plans:
         return base
-    nodes = {node.id: node for node in base.definition.nodes}
-    declared = {node_id: node_id for node_id in nodes}
-    actions, gates = dict(base.actions), dict(base.gates)
-    effects, bindings = dict(base.effects), dict(base.plans)
-    child_runs = dict(base.children)
-    results: dict[str, str] = {}
+    made = _Children(base)
     for parent in sorted(plans, key=lambda p: (p.count("."), p)):
-        plan = plans[parent]
-        owner = declared[parent]
+        made.plan(parent, plans[parent])
+    return made.prepared(plans)
+
+
+class _Children:
+    """The bindings and node definitions of a graph's children, gathered plan by plan."""
+
+    def __init__(self, base: PreparedGraph) -> None:
+        self.base = base
+        self.nodes = {node.id: node for node in base.definition.nodes}
+        self.declared = {node_id: node_id for node_id in self.nodes}
+        self.actions, self.gates = dict(base.actions), dict(base.gates)
+        self.effects, self.plans = dict(base.effects), dict(base.plans)
+        self.child_runs = dict(base.children)
+        self.results: dict[str, str] = {}
+
+    def plan(self, parent: str, plan: Plan) -> None:
+        """Add the children ``parent``'s plan made."""
+        base = self.base
+        owner = self.declared.get(parent)
+        if owner is None or (owner, plan.hook) not in base.templates:
+            raise RunStateError(
+                f"the run's plan of node {parent!r} cannot be made in graph "
+                f"{base.definition.name!r}: it has no node {parent!r} whose hook "
+                f"{plan.hook!r} is bound to a plan (the graph changed since the run planned)",
+                node_id=parent,
+            )
         template = base.templates[(owner, plan.hook)]
         binding = base.plans[(owner, plan.hook)]
         label = template_label(owner)
-        children = child_defs(nodes[parent], binding, plan)
-        for child in children:
-            nodes[child.id] = child
-            declared[child.id] = label
-            for hook, action in template.actions.items():
-                actions[(child.id, hook)] = action
-            for hook, policy in template.effects.items():
-                effects[(child.id, hook)] = policy
-            for hook, gate in template.gates.items():
-                gates[(child.id, hook)] = build_gate(
-                    gate,
-                    settings=child.settings,
-                    accepts_timeout=_accepts_timeout(base.definition, child.machine, hook),
-                )
-            for hook, nested in template.plans.items():
-                bindings[(child.id, hook)] = nested
-            for hook, run in template.children.items():
-                child_runs[(child.id, hook)] = run
+        for child in child_defs(self.nodes[parent], binding, plan):
+            self.nodes[child.id] = child
+            self.declared[child.id] = label
+            self._bind(child, template)
             if binding.result is not None:
-                results[child.id] = binding.result
-    definition = replace(base.definition, nodes=tuple(nodes.values()))
-    made = [node for node in definition.nodes if node.parent is not None]
-    tools = base.tools
-    tools = (
-        DeferredTools(definition)
-        if isinstance(tools, DeferredTools)
-        else tools.with_nodes(made, definition)
-    )
-    return PreparedGraph(
-        definition=definition,
-        source=base.source,
-        workflow=compile_graph(_widened(definition, base), plans),
-        machines=base.machines,
-        actions=MappingProxyType(actions),
-        tools=tools,
-        gates=MappingProxyType(gates),
-        effects=MappingProxyType(effects),
-        plans=MappingProxyType(bindings),
-        templates=base.templates,
-        results=MappingProxyType(results),
-        base=base,
-        children=MappingProxyType(child_runs),
-    )
+                self.results[child.id] = binding.result
+
+    def _bind(self, child: NodeDef, template: PreparedTemplate) -> None:
+        for hook, action in template.actions.items():
+            self.actions[(child.id, hook)] = action
+        for hook, policy in template.effects.items():
+            self.effects[(child.id, hook)] = policy
+        for hook, gate in template.gates.items():
+            self.gates[(child.id, hook)] = build_gate(
+                gate,
+                settings=child.settings,
+                accepts_timeout=_accepts_timeout(self.base.definition, child.machine, hook),
+            )
+        for hook, nested in template.plans.items():
+            self.plans[(child.id, hook)] = nested
+        for hook, run in template.children.items():
+            self.child_runs[(child.id, hook)] = run
+
+    def prepared(self, plans: Mapping[str, Plan]) -> PreparedGraph:
+        """The prepared graph with every child gathered."""
+        base = self.base
+        definition = replace(base.definition, nodes=tuple(self.nodes.values()))
+        made = [node for node in definition.nodes if node.parent is not None]
+        tools = base.tools
+        tools = (
+            DeferredTools(definition)
+            if isinstance(tools, DeferredTools)
+            else tools.with_nodes(made, definition)
+        )
+        return PreparedGraph(
+            definition=definition,
+            source=base.source,
+            workflow=compile_graph(_widened(definition, base), plans),
+            machines=base.machines,
+            actions=MappingProxyType(self.actions),
+            tools=tools,
+            gates=MappingProxyType(self.gates),
+            effects=MappingProxyType(self.effects),
+            plans=MappingProxyType(self.plans),
+            templates=base.templates,
+            results=MappingProxyType(self.results),
+            base=base,
+            children=MappingProxyType(self.child_runs),
+        )
 
 
 def _widened(definition: GraphDef, base: PreparedGraph) -> GraphDef:

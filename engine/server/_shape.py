@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from phasegraph.errors import RunStateError
 from phasegraph.model import RunState
 from phasegraph.run import PreparedGraph
 from phasegraph.run._prepare import with_plans
@@ -41,7 +42,7 @@ def _as_it_stands(prepared: PreparedGraph, state: RunState, changed: bool) -> Pr
         return prepared
     try:
         return with_plans(prepared, state.plans)
-    except (KeyError, ValueError):
+    except RunStateError:
         # A definition changed since the run started may lack a node that planned, or
         # its plan binding: it is drawn as it is now, without the children (the run
         # state still lists them). With the run's own definition this is a bug: raise.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from phasegraph.core._plans import plan_templates
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.model import GraphDef
 from phasegraph.spec import YamlLimits, load_graph, load_graph_text
@@ -106,7 +107,12 @@ def _keep(text: str, folder: Path) -> Path:
 def _policy_problems(definition: GraphDef, policy: UploadPolicy) -> list[Problem]:
     problems = _input_schema_problems(definition.input_schema)
     allowed = ", ".join(sorted(policy.allow_python_modules)) or "none"
-    for node in definition.nodes:
+    # A plan's template binds actions too: every child runs them.
+    planned = plan_templates(definition.nodes)
+    templates = [template for template, _ in planned]
+    for _, binding in planned:
+        problems += _input_schema_problems(binding.config.get("plan", {}).get("settings"))
+    for node in (*definition.nodes, *templates):
         for hook, action in node.bind.items():
             where = f"node {node.id!r}, hook {hook!r}"
             if action.kind == "python":
@@ -123,6 +129,8 @@ def _policy_problems(definition: GraphDef, policy: UploadPolicy) -> list[Problem
                     "server with --allow-shell"
                 )
                 problems.append(Problem(text, action.location))
+            elif action.kind == "plan":
+                continue  # its template's bindings are judged as a node's
             elif action.kind not in _UPLOAD_KINDS:  # a kind added later is refused until vetted
                 text = f"{where}: {action.kind} actions are not accepted in uploaded graphs"
                 problems.append(Problem(text, action.location))

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -285,11 +286,31 @@ def _item_settings_problems(
         bind=_bind(template.bind, where, doc, template_label(owner)),
         settings=MappingProxyType({str(key): None for key in properties}),
     )
-    label = f"the items of node {owner!r}'s plan"
+    label = f"the plan items of node {owner!r}"
+    read = _item_reads(template.bind)  # a template may read any field as {item[FIELD]}
     return [
         doc.problem((*where, "plan", "settings", "properties", path[0]), text)
         for path, text in settings_problems(child, list(family.values()), label=label)
+        if "" not in read and path[0] not in read
     ]
+
+
+_ITEM_READ = re.compile(r"\{item(?:\[([^\]]*)\])?\}")
+
+
+def _item_reads(bind: Mapping[str, Any]) -> set[str]:
+    """The item fields a template's bindings read as ``{item[FIELD]}`` (``""``: all)."""
+    found: set[str] = set()
+    stack: list[Any] = [action.model_dump() for action in bind.values()]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.update(match.group(1) or "" for match in _ITEM_READ.finditer(value))
+        elif isinstance(value, Mapping):
+            stack += list(value.values())
+        elif isinstance(value, list):
+            stack += value
+    return found
 
 
 def _graph_machines(
