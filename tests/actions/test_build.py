@@ -19,9 +19,11 @@ from phasegraph.api import Engine
 from phasegraph.model import RunStatus
 from phasegraph.spec._models import ACTION_KINDS
 from phasegraph.store import open_store
+from phasegraph.worker import drive_locally
 
-GATES = {"human", "plan"}
-"""Kinds the interpreter carries out itself (a gate, a plan) rather than a callable."""
+GATES = {"human", "plan", "graph"}
+"""Kinds the interpreter carries out itself (a gate, a plan, a child run) rather than a
+callable."""
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plans"
 PLAN_NODE = {
@@ -56,7 +58,7 @@ SCRIPT = [{"tool_calls": [{"name": "list_files", "arguments": {}}]}, {"content":
 
 def sample(kind: str, server: Server) -> dict[str, Any]:
     """A binding of ``kind`` for the ``task`` machine's ``run`` hook."""
-    if kind in MODEL_KINDS or kind == "plan":
+    if kind in MODEL_KINDS or kind in ("plan", "graph"):
         return {}
     samples: dict[str, dict[str, Any]] = {
         "python": {"python": "phasegraph.graphs.hello:plan", "triggers": ["ok"]},
@@ -81,6 +83,9 @@ async def test_a_graph_using_each_kind_checks_and_runs(
     graph = {"nodes": [{"id": "step", "machine": "task", "bind": {"run": sample(kind, server)}}]}
     if kind == "plan":
         graph = {"nodes": [PLAN_NODE]}
+    if kind == "graph":  # a run of the built-in hello graph, as a run of its own
+        child = {"graph": {"graph": "hello", "input": {"who": "child"}}}
+        graph = {"nodes": [{"id": "step", "machine": "child_run", "bind": {"run": child}}]}
     if kind in MODEL_KINDS:
         (tmp_path / "script.json").write_text(json.dumps(SCRIPT), encoding="utf-8")
         settings = {"llm": {"script": "script.json"}, "workspace": str(tmp_path)}
@@ -93,6 +98,8 @@ async def test_a_graph_using_each_kind_checks_and_runs(
     async with open_store("memory://") as store:
         engine = Engine(store)
         state = await engine.run(path)
+        if kind == "graph":
+            state = await drive_locally(engine, state.run_id)  # drives the child run too
         if kind == "human":
             assert state.status is RunStatus.WAITING
             [interrupt] = state.interrupts
