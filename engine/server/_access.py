@@ -61,6 +61,7 @@ ROUTE_SCOPES: Final[Mapping[tuple[str, str], str]] = {
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
     ("GET", "/ui"): PUBLIC,  # the viewer's files hold no data; the page asks for a token
+    ("GET", "/ui/"): PUBLIC,
     ("GET", "/ui/{name}"): PUBLIC,
     ("GET", "/whoami"): SIGNED_IN,
     ("POST", "/runs"): RUNS_START,  # runs:start:GRAPH is checked once the graph is known
