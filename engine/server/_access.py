@@ -30,9 +30,11 @@ from phasegraph.server._principal import (
     RUNS_START,
     SCOPES,
     CredentialRefused,
+    NameRefused,
     Principal,
     ScopeMissing,
     SignInUnavailable,
+    check_name,
     principal_of,
 )
 from phasegraph.server._support import ServerSettings, ok, problem
@@ -109,7 +111,15 @@ class Authenticator:
 
         Raises:
             CredentialRefused: The credential is unknown, revoked, expired or forged.
+            NameRefused: The credential is good, but names no one a principal may be.
         """
+        principal = await self._recognise(header)
+        if (why := check_name(principal.name)) is not None:
+            raise NameRefused(why)
+        return principal
+
+    async def _recognise(self, header: str) -> Principal:
+        """The principal the credential of ``header`` stands for, by its shape."""
         # A header is bytes the client chose: surrogatepass encodes whatever it decoded to.
         given = header.encode("utf-8", "surrogatepass")
         if self._operator is not None and hmac.compare_digest(given, self._operator):
@@ -177,6 +187,9 @@ async def _authenticate(
         throttle.failed(address)
         _log.warning("refused a credential from %s: %s", address, exc.reason)
         return _unauthorized(exc.reason)
+    except NameRefused as exc:  # a good credential: not a guess, the throttle is not told
+        _log.warning("refused a credential from %s: %s", address, exc.reason)
+        return problem(403, "Forbidden", exc.reason, code="reserved_name")
 
 
 AUTHENTICATOR: Final = web.AppKey("phasegraph.authenticator", Authenticator)
@@ -198,7 +211,7 @@ async def still_signed_in(request: web.Request) -> str | None:
         principal = await authenticator.principal(request.headers.get("Authorization", ""))
     except SignInUnavailable:
         return None
-    except CredentialRefused as exc:
+    except (CredentialRefused, NameRefused) as exc:
         return exc.reason
     return _lacks(principal, _need(request))
 
