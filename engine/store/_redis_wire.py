@@ -30,6 +30,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -38,7 +39,7 @@ from typing import Any, Final, cast, final
 
 import hiredis
 
-from phasegraph.errors import StoreError
+from phasegraph.errors import StoreError, StoreUnavailableError
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -48,6 +49,7 @@ __all__ = [
     "ReplyError",
     "WireOptions",
     "key_slot",
+    "outage",
     "pack",
     "pack_parts",
 ]
@@ -56,6 +58,35 @@ Arg = bytes | str | int | float
 
 ReplyError: Final = hiredis.ReplyError
 """What an error reply (``-ERR ...``) is returned as: a value, not raised by the wire."""
+
+# Error replies of a server that cannot serve a command now but may soon: loading its data
+# after a restart, busy in a script, failing over; or full: over its maxmemory with the
+# noeviction policy (OOM), unable to save its snapshot, mostly for a full disk (MISCONF).
+_NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
+_FULL: Final = ("OOM", "MISCONF")
+# Where in a script an error was raised, as Redis appends it to the error's message.
+_SCRIPT_PLACE: Final = re.compile(r"\s*script: [0-9a-f]+, on @\S+$")
+
+
+def outage(where: str, reply: str) -> StoreUnavailableError | None:
+    """The outage an error reply tells of, or ``None`` if it refuses the command itself.
+
+    A server that is starting, failing over or full refuses every write until it is not:
+    the store's callers wait and retry such an error, as they do a broken connection, and
+    a run that must stop on it stops resumable (``phasegraph resume`` once it takes
+    writes). The message quotes the server's own words.
+
+    Args:
+        where: The server, as messages name it (no password).
+        reply: The error reply's text, its code first (``OOM command not allowed ...``).
+    """
+    code = reply.partition(" ")[0]
+    if code in _NOT_READY:
+        return StoreUnavailableError(f"Redis at {where} is not ready: {reply}")
+    if code in _FULL:
+        said = _SCRIPT_PLACE.sub("", reply.partition(" ")[2])
+        return StoreUnavailableError(f'Redis at {where} takes no writes now: {code} "{said}"')
+    return None
 
 
 CONNECT_TIMEOUT: Final = 5.0

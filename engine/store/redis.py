@@ -94,6 +94,7 @@ from phasegraph.store._redis_wire import (
     RedisWire,
     ReplyError,
     WireOptions,
+    outage,
     pack,
     pack_parts,
 )
@@ -113,8 +114,6 @@ _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
 # its lease is released): a bound on a process that never releases, not a cache policy.
 _SENT_KEPT: Final = 100_000
 _QUEUE_CONNECTIONS: Final = 32  # the work queue's pool: enough for a worker's blocking reads
-# Error replies of a server that will answer soon (loading its data after a restart, ...).
-_NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 
 
 @final
@@ -538,13 +537,14 @@ class RedisStore(Store):
         """A script's reply; an error reply is a :class:`StoreError`.
 
         Raises:
-            StoreUnavailableError: The server is still loading its data or failing over.
+            StoreUnavailableError: The server is loading its data, failing over or full
+                (see :func:`~phasegraph.store._redis_wire.outage`): try later.
             StoreError: The server refused the script.
         """
         if isinstance(reply, ReplyError):
-            if str(reply).startswith(_NOT_READY):  # restarting or failing over: try later
-                raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
-            raise StoreError(f"Redis at {self._where} refused: {reply}")
+            raise outage(self._where, str(reply)) or StoreError(
+                f"Redis at {self._where} refused: {reply}"
+            )
         return cast("list[Any]", reply)
 
     async def _call(self, command: str, *args: Arg) -> Any:
@@ -564,14 +564,14 @@ class RedisStore(Store):
         """Raise :class:`StoreError` if ``reply`` (to ``command``) is an error reply.
 
         Raises:
-            StoreUnavailableError: The server is still loading its data or failing over
+            StoreUnavailableError: The server is loading its data, failing over or full
                 (as for a script: the caller may retry).
             StoreError: The server refused the command.
         """
         if isinstance(reply, ReplyError):
-            if str(reply).startswith(_NOT_READY):
-                raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
-            raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
+            raise outage(self._where, str(reply)) or StoreError(
+                f"Redis at {self._where} refused {command[0]!s}: {reply}"
+            )
 
     async def _index_page(self, start: int, size: int) -> tuple[list[RunMeta], float] | None:
         """The runs at index ranks ``start ..`` that still exist, and the lowest score read.

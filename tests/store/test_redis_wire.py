@@ -439,3 +439,32 @@ async def test_replies_read_together_reach_their_callers_though_the_first_closes
     )
     await read
     assert await callers == [b"a", b"b"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (
+            "OOM command not allowed when used memory > 'maxmemory'. script: "
+            "77f7f2748e8c22ef8d674d764604388458359ae0, on @user_script:28.",
+            "takes no writes now: OOM \"command not allowed when used memory > 'maxmemory'.\"",
+        ),
+        (
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to "
+            "persist to disk.",
+            'takes no writes now: MISCONF "Redis is configured to save RDB snapshots',
+        ),
+        ("LOADING Redis is loading the dataset in memory", "is not ready: LOADING Redis is"),
+        ("BUSY Redis is busy running a script.", "is not ready: BUSY"),
+    ],
+)
+def test_a_full_or_starting_server_is_an_outage_quoting_it(reply: str, said: str) -> None:
+    found = _redis_wire.outage("redis://h:1/0", reply)
+    assert isinstance(found, StoreUnavailableError)
+    assert str(found).startswith(f"Redis at redis://h:1/0 {said}")
+    assert "script:" not in str(found)
+
+
+def test_a_refused_command_is_no_outage() -> None:
+    assert _redis_wire.outage("redis://h:1/0", "ERR unknown command 'NOPE'") is None
+    assert _redis_wire.outage("redis://h:1/0", "WRONGTYPE Operation against a key") is None
