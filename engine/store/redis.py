@@ -193,8 +193,15 @@ class RedisStore(Store):
         )
 
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
-        """Take the run's lease; see :meth:`Store.acquire`."""
+        """Take the run's lease; see :meth:`Store.acquire`.
+
+        A run's first command (as a start's is) may have to open the connection: attempts
+        that time out are made again for as long as the lease would wait for the server
+        (``ttl``), rather than fail the run on one that a busy moment made slow.
+        """
         check_ttl(ttl)
+        with self._errors():
+            await self._wire.open(self.run_keys(run_id)[4], patience=ttl)
         token, held, pttl, now = await self._lease("acquire", run_id, 0, ttl, owner)
         if not token and holder_gone(lease_owner(held)):
             # Its holder died on this machine: take over, but only if that lease is still
