@@ -592,18 +592,24 @@ class RedisStore(Store):
         if not flat:
             return None
         entries = [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
-        meta_keys = [self.run_keys(run_id.decode())[0] for run_id, _ in entries]
-        rows = await self._call_many([("HMGET", key, *_META_FIELDS) for key in meta_keys])
+        # Each run's meta, and how many records it holds (a listing marks a run whose
+        # records do not end at its head, as a read refuses it).
+        commands: list[tuple[Arg, ...]] = []
+        for run_id, _ in entries:
+            meta_key, rec_key = self.run_keys(run_id.decode())[:2]
+            commands += (("HMGET", meta_key, *_META_FIELDS), ("LLEN", rec_key))
+        replies = await self._call_many(commands)
+        rows, counts = replies[::2], replies[1::2]
         # No meta: a run that retention expired, or (cluster) a refused first commit.
         # Prune old entries only: a fresh one may belong to a first commit landing now.
         old = time.time() - _INDEX_PRUNE_AFTER
-        pairs = list(zip(entries, rows, strict=True))
-        stale = [run_id for (run_id, score), row in pairs if row[2] is None and score < old]
+        pairs = list(zip(entries, rows, counts, strict=True))
+        stale = [run_id for (run_id, score), row, _ in pairs if row[2] is None and score < old]
         if stale:
             await self._call("ZREM", self._index, *stale)
         metas = [
-            listed_meta(run_id.decode(errors="backslashreplace"), tuple(row))
-            for (run_id, _), row in pairs
+            listed_meta(run_id.decode(errors="backslashreplace"), tuple(row), int(count) - 1)
+            for (run_id, _), row, count in pairs
             if row[2] is not None
         ]
         return metas, entries[-1][1]
