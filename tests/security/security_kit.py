@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -129,6 +130,25 @@ async def serving(engine: Engine, server_settings: ServerSettings) -> AsyncItera
     app = create_app(engine, settings=server_settings)
     async with TestClient(TestServer(app)) as client:
         yield client
+
+
+async def events_until(
+    response: ClientResponse, until: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Read a run's Server-Sent Events (their JSON data) until one that ``until`` accepts.
+
+    Raises:
+        AssertionError: The stream ended first.
+    """
+    events: list[dict[str, Any]] = []
+    async with asyncio.timeout(60):
+        async for raw in response.content:
+            line = raw.decode("utf-8").rstrip("\n")
+            if line.startswith("data: "):
+                events.append(json.loads(line.removeprefix("data: ")))
+                if until(events[-1]):
+                    return events
+    raise AssertionError(f"the stream ended after {[event['kind'] for event in events]}")
 
 
 class Served:

@@ -4,27 +4,45 @@ The server checks tokens against its token file and JWTs against its JWKS file, 
 re-read when they change. Broken while it runs (a bad edit, a half-copied file), each is
 an outage of its own kind of credential: those requests are answered 503 with the file's
 name and what is wrong, the other credentials keep working, the log says so once (not
-once a request) and again when the file is fixed, and never shows a traceback.
+once a request) and again when the file is fixed, and never shows a traceback. An event
+stream, which checks its credential as it goes, is not ended by the outage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 
 import aiohttp
+import pytest
 from security_kit import (
     AUDIENCE,
     ISSUER,
     OPERATOR,
     add_token,
     bearer,
+    events_until,
     jwks_of,
     rsa_key,
     serve_process,
+    serving,
+    settings,
     sign,
 )
+
+from phasegraph import Engine
+from phasegraph.store.memory import MemoryStore
+
+GATED = """
+graph: one_gate
+nodes:
+  - id: review
+    machine: task
+    bind: {run: {human: review, payload: {text: ship it?}, triggers: [ok, fail]}}
+"""
 
 
 def replace_file(path: Path, text: str) -> None:
@@ -87,3 +105,39 @@ async def test_broken_key_files_are_503_naming_them_and_logged_once(tmp_path: Pa
     assert f'against the token file: {tokens}: "tokens" must be a list' in outages[1]
     recovered = [line for line in log if "can check credentials again" in line]
     assert len(recovered) == 2, log
+
+
+async def test_an_event_stream_outlives_a_token_file_that_cannot_be_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream's own checks meet the broken file (its outage is logged) and go on."""
+    tokens = tmp_path / "tokens.json"
+    reader = add_token(tokens, "rita", "runs:read")
+    good = tokens.read_text(encoding="utf-8")
+    server = settings(tmp_path, token=OPERATOR, tokens_file=tokens)
+    async with MemoryStore() as store, serving(Engine(store), server) as client:
+        created = await client.post("/runs", json={"graph_yaml": GATED}, headers=bearer(OPERATOR))
+        assert created.status == 201, await created.text()
+        run_id = (await created.json())["run_id"]
+        async with client.get(f"/runs/{run_id}/events", headers=bearer(reader)) as stream:
+            assert stream.status == 200
+            await events_until(stream, lambda event: event["kind"] == "run_waiting")
+            replace_file(tokens, "{broken")
+            # Polled: a log record is no event to wait on. Bounded; the stream checks its
+            # credential about every 50 ms.
+            async with asyncio.timeout(60):
+                while "against the token file" not in caplog.text:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            replace_file(tokens, good)
+            view = await (await client.get(f"/runs/{run_id}", headers=bearer(OPERATOR))).json()
+            (opened,) = view["interrupts"]
+            reply = {"interrupt_id": opened["id"], "trigger": "ok"}
+            answered = await client.post(
+                f"/runs/{run_id}/reply", json=reply, headers=bearer(OPERATOR)
+            )
+            assert answered.status == 200, await answered.text()
+            await events_until(stream, lambda event: event["kind"] == "run_completed")
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage().partition(":")[0] for r in errors] == [
+        "cannot check credentials against the token file"
+    ]
