@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import aiohttp
@@ -33,6 +34,7 @@ from security_kit import (
     sign,
 )
 
+from builders import cli_argv
 from phasegraph import Engine
 from phasegraph.store.memory import MemoryStore
 
@@ -141,3 +143,23 @@ async def test_an_event_stream_outlives_a_token_file_that_cannot_be_read(
     assert [r.getMessage().partition(":")[0] for r in errors] == [
         "cannot check credentials against the token file"
     ]
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b'{"keys": [1]}', b"[]"])
+def test_serve_refuses_a_jwks_file_it_cannot_read_in_one_line(
+    tmp_path: Path, content: bytes
+) -> None:
+    jwks = tmp_path / "jwks.json"
+    jwks.write_bytes(content)
+    options = ("--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwks", str(jwks))
+    done = subprocess.run(
+        cli_argv("serve", "--port", "0", "--store", "memory://", *options),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"phasegraph: {jwks}")
+    assert "not a JWKS" in done.stderr
+    assert len(done.stderr.splitlines()) == 1  # no traceback
