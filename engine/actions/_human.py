@@ -55,14 +55,20 @@ def admits(reviewers: tuple[str, ...], actor: Actor | None) -> bool:
     """Whether ``actor`` may answer a gate that names ``reviewers``.
 
     A gate that names none admits anyone; a reply that names no actor comes from a
-    trusted local caller and is admitted too. Otherwise the actor's name must be listed,
-    or one of its groups as ``group:NAME``.
+    trusted local caller and is admitted too. Otherwise the actor's name must be listed
+    as a name, or one of its groups as ``group:NAME``. Names and groups are two
+    namespaces: an actor *named* ``group:release`` is no member of ``release``, so a
+    ``group:`` entry never matches a name.
     """
     if not reviewers or actor is None:
         return True
-    if actor.name in reviewers:
-        return True
-    return any(GROUP_PREFIX + group in reviewers for group in actor.groups)
+    for entry in reviewers:
+        if entry.startswith(GROUP_PREFIX):
+            if entry[len(GROUP_PREFIX) :] in actor.groups:
+                return True
+        elif entry == actor.name:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -273,8 +273,12 @@ def report_error(args: argparse.Namespace, exc: PhasegraphError) -> int:
         # Another process drives the run now: resuming here would only be refused.
         text += f"; where it is now: '{status_command(args, exc.run_id)}'"
     elif exc.code is ErrorCode.LEASE_LOST and exc.run_id:
-        resume = resume_command(args, exc.run_id)
-        text += f"; the run stopped at its last committed step: '{resume}'"
+        resume = f"'{resume_command(args, exc.run_id)}'"
+        bare = f"'phasegraph resume {exc.run_id}'"  # as the engine says it, without --store
+        if bare in text:
+            text = text.replace(bare, resume)
+        else:
+            text += f"; the run stopped at its last committed step: {resume}"
     print(f"phasegraph: {text}", file=sys.stderr)
     if args.json:
         error = {"code": exc.code, "message": exc.message, **exc.context(), **extra}

@@ -12,9 +12,10 @@ and to stop a run's actions when the run is, or may be, someone else's:
   value to encode, thousands of runs stepping at once) does not let the lease lapse.
   Renewals are due a third of a lease after the last one was sent.
 * **The cut-off.** A run's actions are stopped (its driving task cancelled, on its own
-  loop) when the store says another holder took the run, or when the store has not
-  answered for a whole lease (a rival may take it once it lapses). The error says which,
-  and, when this process itself went a lease without renewing (it stalled), for how long.
+  loop) when the store says another holder took the run, or when the store has taken no
+  renewal for a whole lease, silent or refusing writes (a full store): a rival may take
+  the run once its lease lapses. The error says which, and, when this process itself
+  went a lease without renewing (it stalled), for how long.
 * **Admission.** :attr:`LeaseKeeper.saturated` tells a server or worker that a renewal
   round takes longer than it may: it then takes no more runs in flight.
 
@@ -331,7 +332,7 @@ class LeaseKeeper:
             self._cond.notify_all()
 
     def _failed(self, hold: Hold, failure: BaseException | None, now: float) -> None:
-        """A renewal the store did not answer: retry soon, or cut off at the deadline."""
+        """A renewal the store did not make (silent, or refusing writes): retry, or cut off."""
         deadline = hold._renewed + hold.lease.ttl
         if now < deadline:
             delay = _RETRY_DELAYS[min(hold._failures, len(_RETRY_DELAYS) - 1)]
@@ -341,8 +342,9 @@ class LeaseKeeper:
         run_id = hold.run_id
         self._cut(
             hold,
-            f"the store did not answer for {hold.lease.ttl:g} s ({failure}), so its lease may "
-            f"lapse and its actions were stopped; continue it with 'phasegraph resume {run_id}'",
+            f"the store took no renewal of its lease for {hold.lease.ttl:g} s ({failure}), so "
+            "its lease may lapse and its actions were stopped; continue it with "
+            f"'phasegraph resume {run_id}'",
         )
 
     def _lose(self, hold: Hold, reason: str, taker: str | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
 from aiohttp import web
@@ -30,9 +30,11 @@ from phasegraph.server._principal import (
     RUNS_START,
     SCOPES,
     CredentialRefused,
+    NameRefused,
     Principal,
     ScopeMissing,
     SignInUnavailable,
+    check_name,
     principal_of,
 )
 from phasegraph.server._support import ServerSettings, ok, problem
@@ -61,6 +63,7 @@ ROUTE_SCOPES: Final[Mapping[tuple[str, str], str]] = {
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
     ("GET", "/ui"): PUBLIC,  # the viewer's files hold no data; the page asks for a token
+    ("GET", "/ui/"): PUBLIC,
     ("GET", "/ui/{name}"): PUBLIC,
     ("GET", "/whoami"): SIGNED_IN,
     ("POST", "/runs"): RUNS_START,  # runs:start:GRAPH is checked once the graph is known
@@ -97,6 +100,9 @@ class Authenticator:
         self.throttle = FailureThrottle(
             settings.auth_failure_burst, settings.auth_failure_refill, settings.clock
         )
+        # Per credential source ("the token file", "JWTs"): why it cannot check one now,
+        # as logged (once: every request meanwhile is a 503 the log need not repeat).
+        self._outages: dict[str, str] = {}
 
     @property
     def open(self) -> bool:
@@ -108,7 +114,17 @@ class Authenticator:
 
         Raises:
             CredentialRefused: The credential is unknown, revoked, expired or forged.
+            NameRefused: The credential is good, but names no one a principal may be.
+            SignInUnavailable: The credential cannot be checked now (a key file cannot
+                be read, the identity provider's keys are out of reach).
         """
+        principal = await self._recognise(header)
+        if (why := check_name(principal.name)) is not None:
+            raise NameRefused(why)
+        return principal
+
+    async def _recognise(self, header: str) -> Principal:
+        """The principal the credential of ``header`` stands for, by its shape."""
         # A header is bytes the client chose: surrogatepass encodes whatever it decoded to.
         given = header.encode("utf-8", "surrogatepass")
         if self._operator is not None and hmac.compare_digest(given, self._operator):
@@ -117,10 +133,35 @@ class Authenticator:
         if scheme.lower() != "bearer" or not credential:
             raise CredentialRefused("send a credential as 'Authorization: Bearer TOKEN'")
         if self._file is not None and credential.startswith(TOKEN_PREFIX):
-            return await self._file.principal(credential)
+            return await self._checked("the token file", self._file.principal(credential))
         if self._jwt is not None and credential.count(".") == 2:
-            return await self._jwt.principal(credential)
+            return await self._checked("JWTs", self._jwt.principal(credential))
         raise CredentialRefused("unknown token")
+
+    async def _checked(self, source: str, check: Awaitable[Principal]) -> Principal:
+        """Await one source's check of a credential, logging its outages once each.
+
+        A source that cannot check credentials (its key file unreadable, its provider out
+        of reach) is logged when that starts, or its reason changes, and when it checks
+        again (a principal, or a refusal); the 503s between are not logged one by one.
+        """
+        try:
+            principal = await check
+        except SignInUnavailable as exc:
+            if self._outages.get(source) != exc.reason:
+                _log.error("cannot check credentials against %s: %s", source, exc.reason)
+                self._outages[source] = exc.reason
+            raise
+        except CredentialRefused:
+            self._checking(source)
+            raise
+        self._checking(source)
+        return principal
+
+    def _checking(self, source: str) -> None:
+        """``source`` checked a credential: if an outage of it was logged, log its end."""
+        if self._outages.pop(source, None) is not None:
+            _log.warning("%s can check credentials again", source)
 
 
 def _unauthorized(detail: str) -> web.Response:
@@ -168,7 +209,6 @@ async def _authenticate(
     try:
         return await authenticator.principal(header)
     except SignInUnavailable as exc:  # not the client's fault: neither 401 nor a failure
-        _log.error("cannot check a credential from %s: %s", address, exc.reason)
         response = problem(503, "Service Unavailable", exc.reason, code="sign_in_unavailable")
         response.headers["Retry-After"] = "5"
         return response
@@ -176,6 +216,9 @@ async def _authenticate(
         throttle.failed(address)
         _log.warning("refused a credential from %s: %s", address, exc.reason)
         return _unauthorized(exc.reason)
+    except NameRefused as exc:  # a good credential: not a guess, the throttle is not told
+        _log.warning("refused a credential from %s: %s", address, exc.reason)
+        return problem(403, "Forbidden", exc.reason, code="reserved_name")
 
 
 AUTHENTICATOR: Final = web.AppKey("phasegraph.authenticator", Authenticator)
@@ -197,7 +240,7 @@ async def still_signed_in(request: web.Request) -> str | None:
         principal = await authenticator.principal(request.headers.get("Authorization", ""))
     except SignInUnavailable:
         return None
-    except CredentialRefused as exc:
+    except (CredentialRefused, NameRefused) as exc:
         return exc.reason
     return _lacks(principal, _need(request))
 

@@ -4,8 +4,8 @@ Only asymmetric signatures are accepted (RSA, RSA-PSS, ECDSA, EdDSA) and only wi
 of the JWKS named by the token's ``kid``: ``alg: none`` and HMAC tokens (the "HS
 confusion", an RSA public key used as an HMAC secret) are refused before any check. The
 issuer, audience, expiry and subject are required. The JWKS is a file (re-read when it
-changes) or an ``https://`` URL (PyJWT's ``PyJWKClient``: cached, fetched again for a
-``kid`` it does not know).
+changes; while it cannot be read, every JWT is answered 503 naming it) or an ``https://``
+URL (PyJWT's ``PyJWKClient``: cached, fetched again for a ``kid`` it does not know).
 
 PyJWT is an optional dependency (``pip install 'phasegraph[auth]'``): it is imported only
 when a server is configured for JWTs.
@@ -14,11 +14,13 @@ when a server is configured for JWTs.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from phasegraph.errors import InputError
+from phasegraph.server._keyfile import KeyFile
 from phasegraph.server._principal import CredentialRefused, Principal, SignInUnavailable
 
 if TYPE_CHECKING:
@@ -78,39 +80,41 @@ class JwtVerifier:
             ) from None
         self._jwt = jwt
         self._settings = settings
-        self._client: jwt.PyJWKClient | None = None
-        self._file: Path | None = None
-        self._file_stamp: tuple[int, int] | None = None
-        self._keys: dict[str, jwt.PyJWK] = {}
+        self._keys: jwt.PyJWKClient | KeyFile[dict[str, jwt.PyJWK]]
         if settings.jwks.startswith(("https://", "http://")):
-            self._client = jwt.PyJWKClient(settings.jwks, cache_jwk_set=True, lifespan=300)
+            self._keys = jwt.PyJWKClient(settings.jwks, cache_jwk_set=True, lifespan=300)
         else:
-            self._file = Path(settings.jwks)
-            self._load_file()  # a missing or broken file is said at start-up
+            self._keys = KeyFile(Path(settings.jwks), self._read_jwks)  # said at start-up
 
-    def _load_file(self) -> None:
-        assert self._file is not None
+    def _read_jwks(self, path: Path) -> dict[str, jwt.PyJWK]:
+        """The keys of a JWKS file, by ``kid``.
+
+        Raises:
+            InputError: The file cannot be read, or holds no JWKS with a usable key.
+        """
         try:
-            status = self._file.stat()
-            stamp = (status.st_mtime_ns, status.st_size)
-            if stamp == self._file_stamp:
-                return
-            keys = self._jwt.PyJWKSet.from_json(self._file.read_text(encoding="utf-8")).keys
+            data = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise InputError(f"{self._file}: cannot read the JWKS ({exc.strerror})") from None
+            raise InputError(f"{path}: cannot read the JWKS ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a JWKS (not UTF-8 text)") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{exc.lineno}: not a JWKS ({exc.msg})") from None
+        except RecursionError:
+            raise InputError(f"{path}: not a JWKS (nested too deeply to read)") from None
+        keys = data.get("keys") if isinstance(data, dict) else None
+        if not isinstance(keys, list) or not all(isinstance(key, dict) for key in keys):
+            raise InputError(f'{path}: not a JWKS (expected an object with a "keys" list)')
+        try:
+            found = self._jwt.PyJWKSet.from_dict(data).keys
         except self._jwt.PyJWTError as exc:
-            raise InputError(f"{self._file}: not a usable JWKS ({exc})") from None
-        self._keys = {key.key_id: key for key in keys if key.key_id}
-        self._file_stamp = stamp
+            raise InputError(f"{path}: not a usable JWKS ({exc})") from None
+        return {key.key_id: key for key in found if key.key_id}
 
     def _key_for(self, token: str, kid: str) -> jwt.PyJWK:
-        if self._client is not None:
-            return self._client.get_signing_key_from_jwt(token)  # fetches on an unknown kid
-        try:
-            self._load_file()
-        except InputError as exc:
-            raise CredentialRefused(f"the server's JWKS is unreadable: {exc.message}") from None
-        key = self._keys.get(kid)
+        if isinstance(self._keys, self._jwt.PyJWKClient):
+            return self._keys.get_signing_key_from_jwt(token)  # fetches on an unknown kid
+        key = self._keys.keys().get(kid)  # SignInUnavailable while the file is broken
         if key is None:
             raise CredentialRefused(f"the token's key {kid!r:.60} is not in the server's JWKS")
         return key
@@ -168,8 +172,8 @@ class JwtVerifier:
 
         Raises:
             CredentialRefused: The token is not good, with the reason.
-            SignInUnavailable: The JWKS URL does not answer.
+            SignInUnavailable: The JWKS file cannot be read, or the JWKS URL does not answer.
         """
-        if self._client is not None:
+        if isinstance(self._keys, self._jwt.PyJWKClient):
             return await asyncio.to_thread(self._verify, token)
         return self._verify(token)

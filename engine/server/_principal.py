@@ -13,6 +13,7 @@ from typing import Final
 
 from aiohttp import web
 
+from phasegraph.actions._human import GROUP_PREFIX
 from phasegraph.model import Actor
 
 __all__ = [
@@ -26,9 +27,11 @@ __all__ = [
     "RUNS_START",
     "SCOPES",
     "CredentialRefused",
+    "NameRefused",
     "Principal",
     "ScopeMissing",
     "SignInUnavailable",
+    "check_name",
     "check_scope",
     "principal_of",
 ]
@@ -59,6 +62,24 @@ def check_scope(scope: str) -> str | None:
     if scope in SCOPES or (scope.startswith(RUNS_START + ":") and scope != RUNS_START + ":"):
         return None
     return f"unknown scope {scope!r:.60} (known: {', '.join(SCOPES)}, runs:start:GRAPH)"
+
+
+def check_name(name: str) -> str | None:
+    """Why no principal may be called ``name`` (``None``: one may).
+
+    A gate's reviewers list principals' names beside ``group:NAME`` references to groups,
+    and the two must stay apart: a principal named ``group:release`` must not pass for a
+    member of ``release``. So a name that contains ``group:`` signs in as no one, whatever
+    the credential (a token file edited by hand, a JWT whose subject says so).
+    """
+    if GROUP_PREFIX in name:
+        return (
+            f"the credential names {name!r:.100}, and no principal's name may contain "
+            f"{GROUP_PREFIX!r}: it begins a reference to a group (a gate's reviewers name "
+            "groups as 'group:NAME'); rename the principal at its identity provider or "
+            "in the token file"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +131,17 @@ class Principal:
 
 class CredentialRefused(Exception):
     """A credential was presented and is not good: the request is answered 401."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NameRefused(Exception):
+    """A good credential names a principal no one may be (see :func:`check_name`): 403.
+
+    Not a guess at a credential, so the sign-in throttle does not count it.
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from phasegraph.errors import InputError
+from phasegraph.server._keyfile import KeyFile
 from phasegraph.server._principal import CredentialRefused, Principal, check_scope
 
 __all__ = [
@@ -266,7 +267,8 @@ class TokenFile:
     """The server's view of a token file: re-read whenever it changes on disk.
 
     A file that is malformed at start-up is bad input; one that turns unreadable or
-    malformed later refuses every token until it is fixed (failing closed: a half-edited
+    malformed later checks no token until it is fixed: each is answered 503 naming the
+    file (see :class:`~phasegraph.server._keyfile.KeyFile`; failing closed, a half-edited
     file must not keep a revoked token alive).
 
     Raises:
@@ -274,54 +276,35 @@ class TokenFile:
     """
 
     def __init__(self, path: Path, clock: Callable[[], float]) -> None:
-        self._path = path
+        self._file = KeyFile(path, load_book)
         self._clock = clock
-        self._stamp: tuple[int, int, int] | None = None
+        self._book: TokenBook | None = None
         self._by_id: Mapping[str, TokenEntry] = {}
-        self._broken: str | None = None
         self._verified: dict[bytes, str] = {}  # sha256 of a checked secret -> its entry id
-        self._reload()
-        if self._broken is not None:
-            raise InputError(self._broken)  # at start-up, say it rather than refuse everyone
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            status = self._path.stat()
-        except FileNotFoundError:
-            return None
-        return (status.st_mtime_ns, status.st_size, status.st_ino)
+    def _entries(self) -> Mapping[str, TokenEntry]:
+        """The file's tokens by id, as it holds them now.
 
-    def _reload(self) -> None:
-        stamp = self._file_stamp()
-        if stamp == self._stamp and self._stamp is not None:
-            return
-        self._stamp = stamp
-        self._verified.clear()
-        try:
-            book = load_book(self._path)
-        except InputError as exc:
-            self._broken, self._by_id = exc.message, {}
-            return
-        self._broken = None
-        self._by_id = {entry.id: entry for entry in book.entries}
-
-    @property
-    def problem(self) -> str | None:
-        """Why the file is refusing every token right now (``None``: it is fine)."""
-        return self._broken
+        Raises:
+            SignInUnavailable: The file cannot be read now.
+        """
+        book = self._file.keys()
+        if book is not self._book:  # read again: a token checked before may be gone
+            self._book, self._by_id = book, {entry.id: entry for entry in book.entries}
+            self._verified.clear()
+        return self._by_id
 
     async def principal(self, secret: str) -> Principal:
         """The principal ``secret`` names.
 
         Raises:
-            CredentialRefused: Unknown, revoked or expired token, or a broken file.
+            CredentialRefused: Unknown, revoked or expired token.
+            SignInUnavailable: The file cannot be read now; names it.
         """
-        self._reload()
-        if self._broken is not None:
-            raise CredentialRefused("the server's token file is unreadable; ask its operator")
+        by_id = self._entries()
         _, _, rest = secret.partition(TOKEN_PREFIX)
         token_id = rest.partition("_")[0]
-        entry = self._by_id.get(token_id)
+        entry = by_id.get(token_id)
         if entry is None:
             raise CredentialRefused("unknown or revoked token")
         key = hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()

@@ -71,7 +71,10 @@ def _send(request: web.Request, asset: _Asset) -> web.Response:
 
 
 def routes() -> list[web.RouteDef]:
-    """The viewer's routes: the page at ``/ui`` and its files at ``/ui/{name}``."""
+    """The viewer's routes: the page at ``/ui`` (and ``/ui/``) and its files at ``/ui/{name}``.
+
+    The page names its files by absolute paths, so it works at either address.
+    """
     assets = _load()
 
     async def page(request: web.Request) -> web.Response:
@@ -87,5 +90,6 @@ def routes() -> list[web.RouteDef]:
 
     return [
         web.get(UI_PREFIX, page, allow_head=False),
+        web.get(UI_PREFIX + "/", page, allow_head=False),
         web.get(UI_PREFIX + "/{name}", asset, allow_head=False),
     ]

@@ -4,6 +4,9 @@ A store's metadata is plain columns or hash fields that a disk fault, a hand edi
 another program can leave holding anything. Reading one run, such metadata is a
 :class:`~phasegraph.errors.StoreError` naming the run and the field; listing runs, it
 marks that one run unreadable (:attr:`RunMeta.unreadable`) and lists the others as usual.
+So does a journal that does not end at the run's head (its last record deleted, or its
+head rolled back), which every read of the run refuses: a listing does not show such a
+run as if it were whole.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from typing import Final
 
 from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import StoreError
+from phasegraph.model import replace
+from phasegraph.store._open import journal_head_problem
 from phasegraph.store.base import RunMeta
 
-__all__ = ["RUN_STATUSES", "listed_meta", "stored_meta", "stored_seq"]
+__all__ = ["RUN_STATUSES", "listed", "listed_meta", "stored_meta", "stored_seq"]
 
 RUN_STATUSES: Final = frozenset(status.value for status in RunStatus)
 """Every status a run can have, as stored."""
@@ -95,9 +100,37 @@ def stored_meta(run_id: str, values: tuple[object, ...]) -> RunMeta:
         raise _unreadable(run_id, exc) from None
 
 
-def listed_meta(run_id: str, values: tuple[object, ...]) -> RunMeta:
-    """As :func:`stored_meta`, but bad metadata gives a meta marked unreadable, not an error."""
+def listed_meta(run_id: str, values: tuple[object, ...], last: int) -> RunMeta:
+    """As :func:`stored_meta`, but a run that cannot be read is marked so, not an error.
+
+    Args:
+        run_id: The run.
+        values: Its stored ``(graph, status, seq, created_at, updated_at)``.
+        last: The seq of its last stored step record (-1: none is).
+
+    Returns:
+        Its metadata, marked unreadable (see :func:`listed`) when a field holds what no
+        commit writes (the other fields are then placeholders) or its journal does not
+        end at its head.
+    """
     try:
-        return _checked(run_id, values)
+        meta = _checked(run_id, values)
     except ValueError as exc:
         return RunMeta.unreadable_run(run_id, f"{exc} (changed outside phasegraph, or damaged)")
+    return listed(meta, last)
+
+
+def listed(meta: RunMeta, last: int) -> RunMeta:
+    """``meta`` as a listing shows it: marked unreadable if its journal does not end at its head.
+
+    The metadata itself is readable, so it is kept (the listing's order holds); the mark
+    says how the journal is wrong, as a read of the run would refuse it.
+
+    Args:
+        meta: The run's metadata, read and checked.
+        last: The seq of its last stored step record (-1: none is).
+    """
+    if last == meta.seq:
+        return meta
+    why = f"{journal_head_problem(meta.seq, last)}: changed outside phasegraph, or damaged"
+    return replace(meta, unreadable=why)

@@ -44,6 +44,7 @@ __all__ = [
     "check_ttl",
     "is_cluster_url",
     "journal_head_error",
+    "journal_head_problem",
     "lease_held_error",
     "lease_lost_error",
     "node_url",
@@ -315,6 +316,20 @@ def sequence_conflict_error(run_id: str, seq: int, head: int) -> SequenceConflic
     )
 
 
+def journal_head_problem(head: int, last: int) -> str:
+    """How a run's journal fails to end at its head, e.g. ``its head is seq 4 but ...``.
+
+    Args:
+        head: The head seq the run's metadata names.
+        last: The seq of the last step record stored (-1: none is); not ``head``.
+    """
+    if last < head:
+        ends = "holds no step record" if last < 0 else f"ends at seq {last}"
+        return f"its head is seq {head} but its journal {ends} ({_seqs(last + 1, head)} missing)"
+    past = f"{_seqs(head + 1, last)} past the head"
+    return f"its head is seq {head} but its journal goes on to seq {last} ({past})"
+
+
 def journal_head_error(run_id: str, head: int, last: int) -> JournalHeadError:
     """The error for a run whose last stored step record is not at its ``head``.
 
@@ -326,15 +341,9 @@ def journal_head_error(run_id: str, head: int, last: int) -> JournalHeadError:
         head: The head seq the run's metadata names.
         last: The seq of the last step record stored (-1: none is).
     """
-    if last < head:
-        ends = "holds no step record" if last < 0 else f"ends at seq {last}"
-        why = f"{_seqs(last + 1, head)} missing"
-        found = f"its head is seq {head} but its journal {ends} ({why})"
-    else:
-        why = f"{_seqs(head + 1, last)} past the head"
-        found = f"its head is seq {head} but its journal goes on to seq {last} ({why})"
     return JournalHeadError(
-        f"run {run_id!r}: {found}; the store was changed outside phasegraph or damaged, so "
+        f"run {run_id!r}: {journal_head_problem(head, last)}; the store was changed outside "
+        "phasegraph or damaged, so "
         "the run is refused and nothing was re-run or overwritten: restore the store from a "
         "backup",
         run_id=run_id,

@@ -14,12 +14,18 @@ from typing import Any, Final, final
 
 from redis import Redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    NoScriptError,
+    OutOfMemoryError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 
 from phasegraph.errors import LeaseLostError, StoreError, StoreUnavailableError
 from phasegraph.store._open import is_cluster_url, lease_lost_error, node_url
 from phasegraph.store._redis_scripts import LEASE, SCRIPT_SHA, ms
-from phasegraph.store._redis_wire import CONNECT_TIMEOUT
+from phasegraph.store._redis_wire import CONNECT_TIMEOUT, outage
 from phasegraph.store.base import Lease, LeaseLine
 
 __all__ = ["RedisLeaseLine", "lease_owner", "lease_reply", "ms"]
@@ -73,7 +79,12 @@ class RedisLeaseLine(LeaseLine):
 
     def _outcome(self, lease: Lease, reply: Any) -> Lease | LeaseLostError:
         if isinstance(reply, ResponseError):
-            raise StoreError(f"Redis at {self._where} refused a lease renewal: {reply}")
+            # redis-py takes the code off the errors it has a class for: put it back (a
+            # LOADING reply is a ConnectionError there, an outage already).
+            code = "OOM " if isinstance(reply, OutOfMemoryError) else ""
+            raise outage(self._where, f"{code}{reply}") or StoreError(
+                f"Redis at {self._where} refused a lease renewal: {reply}"
+            )
         if isinstance(reply, BaseException):
             raise StoreUnavailableError(f"cannot reach Redis at {self._where}: {reply}")
         token, held, _, now = lease_reply(reply)

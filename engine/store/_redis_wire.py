@@ -30,6 +30,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -38,7 +39,7 @@ from typing import Any, Final, cast, final
 
 import hiredis
 
-from phasegraph.errors import StoreError
+from phasegraph.errors import StoreError, StoreUnavailableError
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -48,6 +49,7 @@ __all__ = [
     "ReplyError",
     "WireOptions",
     "key_slot",
+    "outage",
     "pack",
     "pack_parts",
 ]
@@ -57,11 +59,45 @@ Arg = bytes | str | int | float
 ReplyError: Final = hiredis.ReplyError
 """What an error reply (``-ERR ...``) is returned as: a value, not raised by the wire."""
 
+# Error replies of a server that cannot serve a command now but may soon: loading its data
+# after a restart, busy in a script, failing over; or full: over its maxmemory with the
+# noeviction policy (OOM), unable to save its snapshot, mostly for a full disk (MISCONF).
+_NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
+_FULL: Final = ("OOM", "MISCONF")
+# Where in a script an error was raised, as Redis appends it to the error's message.
+_SCRIPT_PLACE: Final = re.compile(r"\s*script: [0-9a-f]+, on @\S+$")
+
+
+def outage(where: str, reply: str) -> StoreUnavailableError | None:
+    """The outage an error reply tells of, or ``None`` if it refuses the command itself.
+
+    A server that is starting, failing over or full refuses every write until it is not:
+    the store's callers wait and retry such an error, as they do a broken connection, and
+    a run that must stop on it stops resumable (``phasegraph resume`` once it takes
+    writes). The message quotes the server's own words.
+
+    Args:
+        where: The server, as messages name it (no password).
+        reply: The error reply's text, its code first (``OOM command not allowed ...``).
+    """
+    code = reply.partition(" ")[0]
+    if code in _NOT_READY:
+        return StoreUnavailableError(f"Redis at {where} is not ready: {reply}")
+    if code in _FULL:
+        said = _SCRIPT_PLACE.sub("", reply.partition(" ")[2])
+        return StoreUnavailableError(f'Redis at {where} takes no writes now: {code} "{said}"')
+    return None
+
 
 CONNECT_TIMEOUT: Final = 5.0
 """Seconds a connection may take to open, unless the URL says (``socket_connect_timeout``):
 as long as a reply may take, so a loop kept busy by thousands of runs is not taken for a
-Redis that is away (an unreachable port is refused at once, whatever this is)."""
+Redis that is away (an unreachable port is refused at once, whatever this is). A caller
+with more patience (:meth:`RedisWire.open`) has an attempt that times out made again."""
+
+# Waits between connection attempts that timed out, the last repeated until the caller's
+# patience runs out.
+_CONNECT_BACKOFF: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 @dataclass(frozen=True)
@@ -455,6 +491,21 @@ class RedisWire:
         await connection.writable()
         return list(await asyncio.gather(*futures))
 
+    async def open(self, key: Arg = b"", *, patience: float) -> None:
+        """Open the connection now if it is not open, trying again while attempts time out.
+
+        A connection attempt times out when the server is slow to accept (its backlog is
+        full) or this process's event loop is too busy to see it open (thousands of runs
+        starting at once); neither means the server is away. Attempts are made again
+        until ``patience`` seconds have passed; a refused one (nothing listens) is not.
+        ``key`` is unused (a cluster's wire opens the connection of its primary).
+
+        Raises:
+            ConnectionError: The connection could not be opened, or the wire is closed.
+            TimeoutError: Every attempt timed out, and the patience ran out.
+        """
+        await self._ready(patience)
+
     async def aclose(self) -> None:
         """Close the connection; commands in flight fail. Safe to call more than once."""
         self._closed = True
@@ -462,7 +513,7 @@ class RedisWire:
             _discard(self._connection, "the connection was closed")
             self._connection = None
 
-    async def _ready(self) -> _Connection:
+    async def _ready(self, patience: float = 0.0) -> _Connection:
         loop = asyncio.get_running_loop()
         connection = self._connection
         if connection is not None and connection.broken is None:
@@ -480,10 +531,23 @@ class RedisWire:
         async with self._connecting[0]:  # one connect at a time; the others then reuse it
             connection = self._connection
             if connection is None or connection.broken is not None:
-                self._connection = connection = await self._connect()
+                self._connection = connection = await self._connect(patience)
         return connection
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, patience: float) -> _Connection:
+        """A new connection; attempts that time out are made again for ``patience`` s."""
+        loop = asyncio.get_running_loop()
+        give_up, waits = loop.time() + patience, iter(_CONNECT_BACKOFF)
+        while True:
+            try:
+                return await self._connect_once()
+            except TimeoutError:
+                wait = next(waits, _CONNECT_BACKOFF[-1])
+                if loop.time() + wait >= give_up or self._closed:
+                    raise
+            await asyncio.sleep(wait)
+
+    async def _connect_once(self) -> _Connection:
         options, loop = self._options, asyncio.get_running_loop()
 
         def protocol() -> _Connection:
@@ -637,6 +701,14 @@ class ClusterWire:
         """:meth:`call_packed`, as :meth:`RedisWire.request` is called."""
         return self.call_packed(command, key)
 
+    async def open(self, key: Arg = b"", *, patience: float) -> None:
+        """Open the connection to the primary of ``key``'s slot, as :meth:`RedisWire.open`.
+
+        The slot map is read first if it is not known, with the same patience.
+        """
+        node = await self._primary(key_slot(key), patience)
+        await node.open(patience=patience)
+
     async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Commands, each on the primary of its key (its first argument after the name).
 
@@ -651,14 +723,14 @@ class ClusterWire:
         for node in nodes:
             await node.aclose()
 
-    async def _primary(self, slot: int) -> RedisWire:
-        slots = self._slots or await self._mapped()
+    async def _primary(self, slot: int, patience: float = 0.0) -> RedisWire:
+        slots = self._slots or await self._mapped(patience)
         node = slots[slot]
         if node is None:
             raise ConnectionError(f"no node of the cluster serves hash slot {slot}")
         return node
 
-    async def _mapped(self) -> list[RedisWire | None]:
+    async def _mapped(self, patience: float = 0.0) -> list[RedisWire | None]:
         """The slot map, read by one command while the others wait for it."""
         if self._closed:
             raise ConnectionError("the connection was closed")
@@ -667,10 +739,10 @@ class ClusterWire:
             self._mapping = (asyncio.Lock(), loop)
         async with self._mapping[0]:
             if not self._slots:
-                self._slots = await self._read_map()
+                self._slots = await self._read_map(patience)
         return self._slots
 
-    async def _read_map(self) -> list[RedisWire | None]:
+    async def _read_map(self, patience: float) -> list[RedisWire | None]:
         """Ask the nodes (the URL's first, then those known) for the slot map.
 
         Raises:
@@ -681,6 +753,7 @@ class ClusterWire:
         for address in dict.fromkeys((self._seed, *self._nodes)):
             node = self._node(*address)
             try:
+                await node.open(patience=patience)
                 reply = await node.call("CLUSTER", "SLOTS")
             except _BROKEN as exc:
                 failures.append(f"{address[0]}:{address[1]}: {exc}")

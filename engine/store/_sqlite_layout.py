@@ -137,7 +137,8 @@ class Statements:
             below ``seq``.
         records_after: ``(run_id, after, upto)`` → blobs of ``after < seq <= upto``.
         records_from: ``(run_id, start, stop, limit)`` → ``(seq, blob)`` rows.
-        list_all: ``(limit, offset)`` → metadata rows, most recently updated first.
+        list_all: ``(limit, offset)`` → metadata rows and the seq of each run's last
+            record (or NULL), most recently updated first.
         list_status: ``(status, limit, offset)`` → the same, of one status.
     """
 
@@ -165,12 +166,11 @@ _MOVE_HEAD: Final = _statement(
 )
 
 # Versions 1 and 2: records and snapshots keyed by (run_id, seq).
+_KEYED_LAST: Final = "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id)"
 _KEYED: Final = Statements(
     # max() over the records' key prefix is one seek to the end of the run's records.
     read_meta=_statement(
-        f"SELECT {_META_COLUMNS}, "
-        "(SELECT max(seq) FROM records WHERE records.run_id = runs.run_id) "
-        "FROM runs WHERE run_id = ? AND seq >= 0"
+        f"SELECT {_META_COLUMNS}, {_KEYED_LAST} FROM runs WHERE run_id = ? AND seq >= 0"
     ),
     move_head=_MOVE_HEAD,
     move_status=_statement("UPDATE runs SET status = ?1 WHERE run_id = ?3 AND status IS NOT ?1"),
@@ -189,11 +189,11 @@ _KEYED: Final = Statements(
         "ORDER BY seq LIMIT ?"
     ),
     list_all=_statement(
-        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 "
+        f"SELECT {_META_COLUMNS}, {_KEYED_LAST} FROM runs WHERE seq >= 0 "
         "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?"
     ),
     list_status=_statement(
-        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? "
+        f"SELECT {_META_COLUMNS}, {_KEYED_LAST} FROM runs WHERE seq >= 0 AND status = ? "
         "ORDER BY updated_at DESC, run_id LIMIT ? OFFSET ?"
     ),
 )
@@ -232,10 +232,11 @@ _NUMBERED: Final = Statements(
         f"WHERE key >= {_BASE} + ?2 AND key < {_BASE} + ?3 ORDER BY key LIMIT ?4"
     ),
     list_all=_statement(
-        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 {_ORDER} LIMIT ? OFFSET ?"
+        f"SELECT {_META_COLUMNS}, {_LAST_KEY} FROM runs WHERE seq >= 0 {_ORDER} LIMIT ? OFFSET ?"
     ),
     list_status=_statement(
-        f"SELECT {_META_COLUMNS} FROM runs WHERE seq >= 0 AND status = ? {_ORDER} LIMIT ? OFFSET ?"
+        f"SELECT {_META_COLUMNS}, {_LAST_KEY} FROM runs WHERE seq >= 0 AND status = ? "
+        f"{_ORDER} LIMIT ? OFFSET ?"
     ),
 )
 

@@ -75,9 +75,10 @@ class RunMeta(Value, frozen=True, kw_only=True):
         seq: The head seq after the commit.
         created_at: Creation time, seconds since the epoch.
         updated_at: Time of the last commit, seconds since the epoch.
-        unreadable: Set in a listing when the stored metadata of this run cannot be read
-            (damaged, or changed outside phasegraph): says why; the other fields are then
-            placeholders (empty graph and status, seq -1, times 0).
+        unreadable: Set in a listing when this run cannot be read (damaged, or changed
+            outside phasegraph): says why. When its stored metadata is what cannot be
+            read, the other fields are placeholders (empty graph and status, seq -1, times
+            0); when its journal does not end at its head, they are as stored.
     """
 
     run_id: str

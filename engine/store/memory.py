@@ -17,6 +17,7 @@ from typing import final
 
 from phasegraph.errors import LeaseLostError, StoreError
 from phasegraph.store._holder import holder_gone
+from phasegraph.store._meta import listed
 from phasegraph.store._open import (
     check_commit,
     check_page,
@@ -175,7 +176,7 @@ class MemoryStore(Store):
         check_page(limit, offset)
         self._check_open()
         metas = [
-            run.meta
+            listed(run.meta, run.head)
             for run in self._runs.values()
             if run.meta is not None and (status is None or run.meta.status == status)
         ]

@@ -94,6 +94,7 @@ from phasegraph.store._redis_wire import (
     RedisWire,
     ReplyError,
     WireOptions,
+    outage,
     pack,
     pack_parts,
 )
@@ -113,8 +114,6 @@ _UNAVAILABLE: Final = (ConnectionError, TimeoutError, OSError)
 # its lease is released): a bound on a process that never releases, not a cache policy.
 _SENT_KEPT: Final = 100_000
 _QUEUE_CONNECTIONS: Final = 32  # the work queue's pool: enough for a worker's blocking reads
-# Error replies of a server that will answer soon (loading its data after a restart, ...).
-_NOT_READY: Final = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 
 
 @final
@@ -194,8 +193,15 @@ class RedisStore(Store):
         )
 
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
-        """Take the run's lease; see :meth:`Store.acquire`."""
+        """Take the run's lease; see :meth:`Store.acquire`.
+
+        A run's first command (as a start's is) may have to open the connection: attempts
+        that time out are made again for as long as the lease would wait for the server
+        (``ttl``), rather than fail the run on one that a busy moment made slow.
+        """
         check_ttl(ttl)
+        with self._errors():
+            await self._wire.open(self.run_keys(run_id)[4], patience=ttl)
         token, held, pttl, now = await self._lease("acquire", run_id, 0, ttl, owner)
         if not token and holder_gone(lease_owner(held)):
             # Its holder died on this machine: take over, but only if that lease is still
@@ -538,13 +544,14 @@ class RedisStore(Store):
         """A script's reply; an error reply is a :class:`StoreError`.
 
         Raises:
-            StoreUnavailableError: The server is still loading its data or failing over.
+            StoreUnavailableError: The server is loading its data, failing over or full
+                (see :func:`~phasegraph.store._redis_wire.outage`): try later.
             StoreError: The server refused the script.
         """
         if isinstance(reply, ReplyError):
-            if str(reply).startswith(_NOT_READY):  # restarting or failing over: try later
-                raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
-            raise StoreError(f"Redis at {self._where} refused: {reply}")
+            raise outage(self._where, str(reply)) or StoreError(
+                f"Redis at {self._where} refused: {reply}"
+            )
         return cast("list[Any]", reply)
 
     async def _call(self, command: str, *args: Arg) -> Any:
@@ -564,14 +571,14 @@ class RedisStore(Store):
         """Raise :class:`StoreError` if ``reply`` (to ``command``) is an error reply.
 
         Raises:
-            StoreUnavailableError: The server is still loading its data or failing over
+            StoreUnavailableError: The server is loading its data, failing over or full
                 (as for a script: the caller may retry).
             StoreError: The server refused the command.
         """
         if isinstance(reply, ReplyError):
-            if str(reply).startswith(_NOT_READY):
-                raise StoreUnavailableError(f"Redis at {self._where} is not ready: {reply}")
-            raise StoreError(f"Redis at {self._where} refused {command[0]!s}: {reply}")
+            raise outage(self._where, str(reply)) or StoreError(
+                f"Redis at {self._where} refused {command[0]!s}: {reply}"
+            )
 
     async def _index_page(self, start: int, size: int) -> tuple[list[RunMeta], float] | None:
         """The runs at index ranks ``start ..`` that still exist, and the lowest score read.
@@ -585,18 +592,24 @@ class RedisStore(Store):
         if not flat:
             return None
         entries = [(flat[i], float(flat[i + 1])) for i in range(0, len(flat), 2)]
-        meta_keys = [self.run_keys(run_id.decode())[0] for run_id, _ in entries]
-        rows = await self._call_many([("HMGET", key, *_META_FIELDS) for key in meta_keys])
+        # Each run's meta, and how many records it holds (a listing marks a run whose
+        # records do not end at its head, as a read refuses it).
+        commands: list[tuple[Arg, ...]] = []
+        for run_id, _ in entries:
+            meta_key, rec_key = self.run_keys(run_id.decode())[:2]
+            commands += (("HMGET", meta_key, *_META_FIELDS), ("LLEN", rec_key))
+        replies = await self._call_many(commands)
+        rows, counts = replies[::2], replies[1::2]
         # No meta: a run that retention expired, or (cluster) a refused first commit.
         # Prune old entries only: a fresh one may belong to a first commit landing now.
         old = time.time() - _INDEX_PRUNE_AFTER
-        pairs = list(zip(entries, rows, strict=True))
-        stale = [run_id for (run_id, score), row in pairs if row[2] is None and score < old]
+        pairs = list(zip(entries, rows, counts, strict=True))
+        stale = [run_id for (run_id, score), row, _ in pairs if row[2] is None and score < old]
         if stale:
             await self._call("ZREM", self._index, *stale)
         metas = [
-            listed_meta(run_id.decode(errors="backslashreplace"), tuple(row))
-            for (run_id, _), row in pairs
+            listed_meta(run_id.decode(errors="backslashreplace"), tuple(row), int(count) - 1)
+            for (run_id, _), row, count in pairs
             if row[2] is not None
         ]
         return metas, entries[-1][1]

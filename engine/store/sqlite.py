@@ -572,7 +572,10 @@ class SqliteStore(Store):
             rows = sql.list_all.run(conn, (limit, offset)).fetchall()
         else:
             rows = sql.list_status.run(conn, (status, limit, offset)).fetchall()
-        return [listed_meta(row[0], tuple(row[1:])) for row in rows]
+        # The last column is the seq of the run's last record (NULL: it has none).
+        return [
+            listed_meta(row[0], tuple(row[1:6]), -1 if row[6] is None else row[6]) for row in rows
+        ]
 
 
 class _JournalAhead(sqlite3.IntegrityError):

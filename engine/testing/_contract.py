@@ -137,8 +137,15 @@ async def _refused(store: Store, run_id: str, head: int, last: int) -> None:
     """Every read of ``run_id`` (at its head, at each seq it ever had, its history) is refused.
 
     Each raises :class:`JournalHeadError` naming the run, the head and the last record
-    stored; a history read yields no record first.
+    stored; a history read yields no record first. A listing shows the run marked
+    unreadable with the same reason, its stored metadata kept, and no other run marked.
     """
+    listed = await store.list_runs()
+    (damaged,) = [meta for meta in listed if meta.unreadable is not None]
+    assert (damaged.run_id, damaged.seq) == (run_id, head)
+    why = damaged.unreadable or ""
+    assert why.startswith(f"its head is seq {head} but its journal "), why
+    assert f"seq {max(head, last)}" in why
     named = f"run {run_id!r}: its head is seq {head}"
     for at in (None, *range(max(head, last) + 1)):
         with pytest.raises(JournalHeadError, match=named) as caught:

@@ -20,6 +20,8 @@ REVIEWERS = ("alice", "group:release")
 ALICE = Actor(name="alice")
 BOB = Actor(name="bob", groups=("dev",))
 CAROL = Actor(name="carol", groups=("dev", "release"))
+# Named as the group is referred to, and in no group: names and groups are two namespaces.
+SPOOF = Actor(name="group:release")
 
 
 def reviewed(reviewers: tuple[str, ...] = REVIEWERS) -> PreparedGraph:
@@ -75,6 +77,18 @@ async def test_a_non_reviewer_is_refused_naming_the_gate_then_a_reviewer_answers
         answer = (await eng.history(waiting.run_id, start=waiting.seq + 1))[0]
         assert answer.kind == "reply"
         assert answer.actor == CAROL
+
+
+async def test_an_actor_named_like_a_group_reference_is_not_its_member() -> None:
+    definition = reviewed()
+    async with MemoryStore() as store:
+        eng = engine(store)
+        waiting = await eng.run(definition)
+        gate = gate_of(waiting.run_id)
+        with pytest.raises(NotAReviewerError) as refused:
+            await eng.reply(waiting.run_id, gate, "confirm", actor=SPOOF, graph=definition)
+        assert refused.value.actor == "group:release"
+        assert (await eng.get(waiting.run_id)).seq == waiting.seq  # nothing committed
 
 
 async def test_a_reply_naming_no_actor_is_a_trusted_local_one() -> None:
@@ -156,7 +170,7 @@ async def test_starting_cancelling_and_forking_record_the_actor() -> None:
         assert (await eng.get(fork)).interrupts[gate_of(fork)].seq == 0
 
 
-ACTORS = st.sampled_from([ALICE, BOB, CAROL, None])
+ACTORS = st.sampled_from([ALICE, BOB, CAROL, SPOOF, None])
 STEPS = st.sampled_from(["current", "old", "none"])
 
 

@@ -5,7 +5,8 @@ the Redis server): the head's step record deleted, or the head seq in the metada
 back one step. The real command line, in a subprocess, then refuses the run for
 ``history``, ``history --json``, ``show``, ``replay`` and ``resume``: exit 2, one line on
 stderr naming the run and the seqs, no traceback, nothing printed as if the run were
-whole. ``resume`` runs no action, and the store is left exactly as it was.
+whole; ``status`` lists it as unreadable, with the reason. ``resume`` runs no action,
+and the store is left exactly as it was.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import redis.asyncio
 
 from builders import TESTS, cli_argv, sqlite_db
 from phasegraph import Engine, open_store
+from phasegraph.store._open import journal_head_problem
 from phasegraph.store.redis import RedisStore
 from phasegraph.testing import JournalDamage, isolated_redis_url
 from store.journal_damage import RedisDamage, SqliteDamage
@@ -78,6 +80,19 @@ async def _every_command_refuses(url: str, run_id: str, head: int, last: int, cw
             assert (error["run_id"], error["seq"], error["last_stored_seq"]) == (run_id, head, last)
         else:
             assert out == "", command  # no record, state or report of a run cut short
+    # The list of runs shows it damaged, with the reason, not with the status it names.
+    code, out, err = await _cli("status", "--store", url, cwd=cwd)
+    assert (code, err) == (0, "")
+    (line,) = out.splitlines()
+    assert line.split(None, 1) == [run_id, f"unreadable: {_why(head, last)}"]
+    code, out, err = await _cli("status", "--store", url, "--json", cwd=cwd)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == [{"run_id": run_id, "unreadable": _why(head, last)}]
+
+
+def _why(head: int, last: int) -> str:
+    """How ``status`` says the run is damaged: as a read of it does, and why."""
+    return f"{journal_head_problem(head, last)}: changed outside phasegraph, or damaged"
 
 
 def _sqlite_rows(db: Path) -> list[tuple[object, ...]]:

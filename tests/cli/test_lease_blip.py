@@ -6,12 +6,17 @@ stopped and started again (its append-only file keeps every write), or another p
 holds the SQLite file's write lock. Shorter than the lease's ttl, the renewals are
 retried until the store answers and the run completes; longer, the run stops its command
 when its lease would expire, says how to resume (exit 4), and ``resume`` completes it.
+
+A full store is such an outage too: Redis over its ``maxmemory`` with ``noeviction``, or a
+SQLite file that may not grow, refuses the step's commit and every renewal; the run stops
+resumable, quoting the store, and ``resume`` completes it once the store takes writes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import sqlite3
 import subprocess
 import time
@@ -19,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
 from builders import cli_argv
 from phasegraph.cli._support import EXIT_STOPPED
@@ -99,15 +105,19 @@ def _completed(code: int, out: str, err: str) -> None:
     assert json.loads(out)["status"] == "completed"
 
 
-def _stopped_resumable(run: _Run, code: int, err: str) -> None:
-    """The run stopped when its lease would expire, saying how to continue it."""
+def _stopped_resumable(run: _Run, code: int, err: str, ran: tuple[str, ...] = ("start",)) -> None:
+    """The run stopped when its lease would expire, saying how to continue it.
+
+    ``ran`` is what the command wrote: by default it was stopped, and never ended by itself.
+    """
     assert code == EXIT_STOPPED, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
+    assert "Traceback" not in err
     assert f"run {run.run_id!r} stopped at step 1" in lines[0]
     assert "its actions were stopped" in lines[0]
-    assert f"phasegraph resume {run.run_id}" in lines[0]
-    assert run.lines() == ["start"]  # the command was stopped: it never ended by itself
+    assert f"'phasegraph resume {run.run_id} --store {run.store}'" in lines[0]
+    assert run.lines() == list(ran)
 
 
 @pytest.mark.redis
@@ -163,6 +173,50 @@ def test_sqlite_locked_longer_than_the_lease_stops_the_run_resumable(tmp_path):
     finally:
         run.close()
     assert run.lines() == ["start", "start", "done"]
+
+
+@pytest.mark.redis
+def test_a_full_redis_stops_the_run_resumable_quoting_redis(tmp_path, server):
+    """Over its maxmemory (noeviction), Redis refuses the step's commit: an outage, not bad
+    input. The command has ended, so its step is committed once Redis takes writes again."""
+    client = redis.Redis.from_url(server.url)
+    run = _Run(tmp_path, server.url, ttl=1.5)
+    try:
+        client.config_set("maxmemory-policy", "noeviction")
+        run.start()
+        client.config_set("maxmemory", 1)  # any write is over it: the server is full
+        run.go.touch()  # the command ends, and its step cannot be committed
+        code, _, err = run.finish()
+        _stopped_resumable(run, code, err, ran=("start", "done"))
+        assert "Redis at " in err
+        assert 'takes no writes now: OOM "command not allowed when used memory' in err
+        client.config_set("maxmemory", 0)
+        _completed(*_args(run.resume()))
+    finally:
+        run.close()
+        client.close()
+    assert run.lines() == ["start", "done", "start", "done"]  # the step in flight, again
+
+
+def test_a_sqlite_file_that_may_not_grow_stops_the_run_resumable(tmp_path):
+    """A full disk, as the driver sees it: its writes to the store fail. Here the kernel's
+    file size limit does it (EFBIG where a full disk says ENOSPC; SQLite reports a disk
+    I/O error instead of a full disk, and phasegraph treats both as the store failing)."""
+    db = tmp_path / "runs.db"
+    run = _Run(tmp_path, f"sqlite:///{db}", ttl=1.5)
+    try:
+        run.start()
+        assert run.process is not None
+        written = Path(f"{db}-wal").stat().st_size
+        resource.prlimit(run.process.pid, resource.RLIMIT_FSIZE, (written, written))
+        run.go.touch()
+        code, _, err = run.finish()
+        _stopped_resumable(run, code, err, ran=("start", "done"))
+        assert f"SQLite store {str(db)!r} failed: disk I/O error" in err
+        _completed(*_args(run.resume()))
+    finally:
+        run.close()
+    assert run.lines() == ["start", "done", "start", "done"]
 
 
 def _args(done: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 from collections import Counter
@@ -34,6 +35,11 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_unreachable_redis_at_start_is_one_line_and_exit_2(tmp_path, capsys):
+    """A refused connection is not tried again: nothing listens, and waiting will not help.
+
+    (A start tries a connection that times out again for as long as its lease would wait,
+    here ten minutes: the subprocess's timeout would end this test first.)
+    """
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     argv = cli_argv()
     started = subprocess.run(
@@ -43,6 +49,7 @@ def test_unreachable_redis_at_start_is_one_line_and_exit_2(tmp_path, capsys):
         timeout=60,
         check=False,
         cwd=tmp_path,
+        env={**os.environ, "PHASEGRAPH_LEASE_TTL": "600"},
     )
     assert started.returncode == 2
     lines = started.stderr.strip().splitlines()

@@ -227,7 +227,10 @@ async def test_a_store_silent_for_a_whole_lease_stops_the_run_resumably() -> Non
             await driving
         message = str(lost.value)
         assert clock.now >= 1030.0  # not before a whole lease of silence
-        assert "the store did not answer for 30 s (cannot reach the store (test))" in message
+        assert (
+            "the store took no renewal of its lease for 30 s (cannot reach the store (test))"
+            in (message)
+        )
         assert message.endswith("continue it with 'phasegraph resume silent'")
         # Nobody took it: a resume elsewhere continues it.
         assert (await Engine(inner).get("silent")).status is RunStatus.RUNNING

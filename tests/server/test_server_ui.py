@@ -64,6 +64,11 @@ async def test_the_page_and_its_files_load_without_the_token_and_nothing_else_do
         assert packed.headers["Content-Encoding"] == "gzip"
         again = await client.get("/ui", headers={"If-None-Match": page.headers["ETag"]})
         assert again.status == 304
+        # With a trailing slash, the same page, as public.
+        slash = await client.get("/ui/")
+        assert slash.status == 200
+        assert await slash.read() == await page.read()
+        assert slash.headers["Content-Security-Policy"] == policy
 
         missing = await client.get("/ui/secrets.txt")
         assert missing.status == 404

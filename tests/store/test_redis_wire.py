@@ -5,6 +5,7 @@ import contextvars
 import dataclasses
 import select
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -164,6 +165,59 @@ async def _answered(wire: RedisWire, *command: str | int) -> Any:
             return await wire.call(*command)
         except TimeoutError:
             assert time.monotonic() < deadline, "no reply in 30 s"
+
+
+async def _piped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, to: str) -> None:
+    """Copy a connection's bytes to the Redis at ``to`` and its replies back, to the end."""
+    upstream = urlsplit(to)
+    up_reader, up_writer = await asyncio.open_connection(upstream.hostname, upstream.port)
+
+    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        finally:
+            sink.close()
+            await sink.wait_closed()
+
+    await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+
+async def test_a_connection_attempt_that_times_out_is_made_again_within_the_patience(
+    redis_url: str,
+) -> None:
+    """A server whose backlog is full lets no connection open, and the attempt times out
+    (the kernel drops the handshake, which is tried again only a second later). With a
+    lease's patience the wire makes attempts until the server accepts again."""
+    slow = socket.socket()
+    slow.bind(("127.0.0.1", 0))
+    slow.listen(0)
+    filler = socket.create_connection(slow.getsockname())  # fills the backlog of one
+    wire = RedisWire(_options(redis_url, port=slow.getsockname()[1], connect_timeout=0.05))
+    opening = asyncio.ensure_future(wire.open(patience=60))
+    pipes: list[asyncio.Task[None]] = []
+
+    def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        pipes.append(asyncio.ensure_future(_piped(reader, writer, redis_url)))
+
+    try:
+        await asyncio.sleep(0.3)  # attempts time out meanwhile, each after 50 ms
+        assert not opening.done()
+        accepted, _ = slow.accept()  # room in the backlog: the next attempt opens
+        accepted.close()
+        slow.setblocking(False)
+        piping = await asyncio.start_server(pipe, sock=slow)  # it owns the socket now
+        async with piping:
+            await asyncio.wait_for(opening, 60)
+            assert await wire.call("PING") == b"PONG"
+            await wire.aclose()
+            await asyncio.wait_for(asyncio.gather(*pipes), 60)  # each pipe ends with its wire
+    finally:
+        opening.cancel()
+        await wire.aclose()
+        filler.close()
+        slow.close()  # closed already by the server, if it took it: then this does nothing
 
 
 async def test_a_stalled_event_loop_is_not_taken_for_an_overdue_server(redis_url: str) -> None:
@@ -439,3 +493,32 @@ async def test_replies_read_together_reach_their_callers_though_the_first_closes
     )
     await read
     assert await callers == [b"a", b"b"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (
+            "OOM command not allowed when used memory > 'maxmemory'. script: "
+            "77f7f2748e8c22ef8d674d764604388458359ae0, on @user_script:28.",
+            "takes no writes now: OOM \"command not allowed when used memory > 'maxmemory'.\"",
+        ),
+        (
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to "
+            "persist to disk.",
+            'takes no writes now: MISCONF "Redis is configured to save RDB snapshots',
+        ),
+        ("LOADING Redis is loading the dataset in memory", "is not ready: LOADING Redis is"),
+        ("BUSY Redis is busy running a script.", "is not ready: BUSY"),
+    ],
+)
+def test_a_full_or_starting_server_is_an_outage_quoting_it(reply: str, said: str) -> None:
+    found = _redis_wire.outage("redis://h:1/0", reply)
+    assert isinstance(found, StoreUnavailableError)
+    assert str(found).startswith(f"Redis at redis://h:1/0 {said}")
+    assert "script:" not in str(found)
+
+
+def test_a_refused_command_is_no_outage() -> None:
+    assert _redis_wire.outage("redis://h:1/0", "ERR unknown command 'NOPE'") is None
+    assert _redis_wire.outage("redis://h:1/0", "WRONGTYPE Operation against a key") is None
