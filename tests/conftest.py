@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from phasegraph.testing import redis_cluster, redis_server
-from postgres_kit import session_database
+from postgres_kit import RestartablePostgres, session_database
 
 # CI runs the same examples every time, so a red CI reproduces locally with
 # HYPOTHESIS_PROFILE=ci; local runs explore new examples and remember failures. Neither
@@ -58,3 +58,14 @@ def postgres_url() -> Iterator[str]:
     """
     with session_database() as url:
         yield url
+
+
+@pytest.fixture
+def pg_server() -> Iterator[RestartablePostgres]:
+    """A private Postgres of this test's own, started, to kill or restart (removed after)."""
+    one = RestartablePostgres()
+    try:
+        one.start()
+        yield one
+    finally:
+        one.remove()

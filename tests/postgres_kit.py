@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -69,7 +69,8 @@ def isolated_postgres_url(url: str, **options: str) -> Iterator[str]:
     """``url`` with a schema no other test uses (dropped afterwards)."""
     schema = "t" + uuid.uuid4().hex[:16]
     parts = urlsplit(url)
-    query = urlencode([*parse_qsl(parts.query), ("schema", schema), *options.items()])
+    pairs = [*parse_qsl(parts.query), ("schema", schema), *options.items()]
+    query = urlencode(pairs, quote_via=quote)
     try:
         yield urlunsplit(parts._replace(query=query))
     finally:
@@ -78,7 +79,7 @@ def isolated_postgres_url(url: str, **options: str) -> Iterator[str]:
 
 def drop_schema(url: str, schema: str) -> None:
     """Drop a test's schema and everything in it."""
-    with psycopg.connect(_libpq(url), autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
 
 
@@ -87,17 +88,17 @@ def sql(url: str, statement: str, *params: object) -> list[tuple[object, ...]]:
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query))
     schema = options.get("schema", "phasegraph")
-    with psycopg.connect(_libpq(url), autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'SET search_path TO "{schema}"'.encode())
         cursor = conn.execute(statement.encode(), params)
         return cursor.fetchall() if cursor.description else []
 
 
-def _libpq(url: str) -> str:
+def libpq_url(url: str) -> str:
     """A store URL without phasegraph's own options (libpq refuses them)."""
     parts = urlsplit(url)
     query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("schema", "ttl", "pool")]
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 class RestartablePostgres:
@@ -188,14 +189,3 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-@pytest.fixture
-def pg_server() -> Iterator[RestartablePostgres]:
-    """A private Postgres, started (removed at the end)."""
-    one = RestartablePostgres()
-    try:
-        one.start()
-        yield one
-    finally:
-        one.remove()

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, cast
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from phasegraph._vocabulary import DEFAULT_STORE_URL, RunStatus
 from phasegraph.errors import (
@@ -224,7 +224,9 @@ def _open_postgres(url: str) -> Store:
         )
     options.setdefault("connect_timeout", _POSTGRES_CONNECT_TIMEOUT)
     password = parts.password or options.get("password") or None
-    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
+    # %20 for a space, not "+": libpq decodes percent escapes only (options=-c%20...).
+    query = urlencode(options, quote_via=quote)
+    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=query))
     return _backend("postgres", "PostgresStore")(
         conninfo,
         where=redact_url(url),

@@ -212,6 +212,7 @@ async def _alive(conn: psycopg.AsyncConnection[Any]) -> None:
     the end of the stream). The pool drops such a connection and hands out another.
     """
     if conn.closed or select.select([conn.pgconn.socket], [], [], 0)[0]:
+        await conn.close()  # closed, so the pool drops it rather than keeping it
         raise psycopg.OperationalError("the server closed the connection")
 
 
