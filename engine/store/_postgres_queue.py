@@ -75,7 +75,12 @@ class PostgresRunQueue:
         self._listener: Listener | None = None
 
     async def partitions(self) -> int:
-        """One queue per schema."""
+        """One queue per schema (asked first by a worker: it also proves the database answers).
+
+        Raises:
+            StoreUnavailableError: The database cannot be reached.
+        """
+        await self._db.one(self._sql.version)
         return 1
 
     async def enqueue(self, run_id: str) -> None:
