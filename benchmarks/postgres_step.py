@@ -22,7 +22,7 @@ Three loops, side by side in one run, each on its own table in that database:
 Wall: microseconds per step, the median of ``--rounds`` alternating rounds, on loopback.
 With ``--callgrind``: the client's instructions per step (``PYTHONHASHSEED=0``, the
 difference of a short and a long run, so start-up cancels; the server's work is not
-counted). Both are printed with the ratios phasegraph ÷ raw and phasegraph ÷ LangGraph.
+counted). Both are printed with the ratios phasegraph / raw and phasegraph / LangGraph.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def _report(title: str, figures: dict[str, float]) -> None:
     base = figures["phasegraph"]
     print(title)
     for case, value in figures.items():
-        ratio = "" if case == "phasegraph" else f"  (phasegraph ÷ this: {base / value:.2f}×)"
+        ratio = "" if case == "phasegraph" else f"  (phasegraph / this: {base / value:.2f}x)"
         print(f"  {case:<26} {value:>12,.1f}{ratio}")
 
 

@@ -86,7 +86,7 @@ async def test_an_unreachable_server_is_one_line_that_hides_the_password() -> No
     message = str(caught.value)
     assert "\n" not in message
     assert "hunter2" not in message
-    assert message.startswith(f"cannot reach Postgres at postgresql://me:***@127.0.0.1:")
+    assert message.startswith("cannot reach Postgres at postgresql://me:***@127.0.0.1:")
 
 
 def test_the_command_line_says_so_in_one_line_and_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -188,8 +188,10 @@ async def test_due_runs_move_into_the_queue_and_mail_waits_in_order(store: Postg
         await queue.schedule("due", 1000)
         moved, following = await queue.move_due(0)
         assert moved == 1
-        assert following is not None and following > 0
-        assert await queue.queued("due") and not await queue.queued("late")
+        assert following is not None
+        assert following > 0
+        assert await queue.queued("due")
+        assert not await queue.queued("late")
         assert await queue.deadline("late") == 2**50
         for n in range(3):
             await queue.post_reply("r", {"n": n})
