@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from phasegraph.testing import redis_cluster, redis_server
+from postgres_kit import RestartablePostgres, session_database
 
 # CI runs the same examples every time, so a red CI reproduces locally with
 # HYPOTHESIS_PROFILE=ci; local runs explore new examples and remember failures. Neither
@@ -44,3 +45,27 @@ def redis_cluster_url() -> Iterator[str]:
     """
     with redis_cluster() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a Postgres database of this session's own (created and dropped here).
+
+    Made on ``$PHASEGRAPH_TEST_POSTGRES_URL`` (default: the local server's ``test``
+    database as ``postgres``). Without a server the tests that use it skip, and fail
+    under ``CI=true``. Give each test its own schema, e.g. with
+    ``postgres_kit.isolated_postgres_url``.
+    """
+    with session_database() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_server() -> Iterator[RestartablePostgres]:
+    """A private Postgres of this test's own, started, to kill or restart (removed after)."""
+    one = RestartablePostgres()
+    try:
+        one.start()
+        yield one
+    finally:
+        one.remove()

@@ -236,6 +236,9 @@ PUBLIC = {
     "phasegraph.store.memory": [
         "MemoryStore",
     ],
+    "phasegraph.store.postgres": [
+        "PostgresStore",
+    ],
     "phasegraph.store.redis": [
         "RedisStore",
     ],

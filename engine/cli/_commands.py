@@ -116,6 +116,12 @@ def _worker() -> Handlers:
     return module.HANDLERS
 
 
+def _store() -> Handlers:
+    from phasegraph.cli import _store as module
+
+    return module.HANDLERS
+
+
 def _tokens() -> Handlers:
     from phasegraph.cli import _tokens as module
 
@@ -196,7 +202,8 @@ def _detach(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--detach",
         action="store_true",
-        help=f"{what} the 'phasegraph worker' processes (Redis store) and return at once",
+        help=f"{what} the 'phasegraph worker' processes (Redis or Postgres store) and return "
+        "at once",
     )
 
 
@@ -512,7 +519,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queue",
         action="store_true",
-        help="drive no run here: put new, answered and resumed runs in the Redis store's "
+        help="drive no run here: put new, answered and resumed runs in the store's (Redis or "
+        "Postgres) "
         "queue for 'phasegraph worker' processes",
     )
     parser.add_argument(
@@ -530,6 +538,18 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "alongside any other workers",
     )
     _otel(parser)
+
+
+def _store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("migrate",),
+        help="migrate: create the store's tables, or bring them to this version's layout "
+        "(Postgres; done on first use too)",
+    )
+    parser.add_argument(
+        "url", nargs="?", metavar="URL", help="the store (default: --store, env PHASEGRAPH_STORE)"
+    )
 
 
 def _tokens_arguments(parser: argparse.ArgumentParser) -> None:
@@ -639,8 +659,9 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--partitions",
         type=_count,
         default=1,
-        help="streams to spread runs over, if the store has none recorded yet (a cluster "
-        "spreads them over its primaries; default %(default)s)",
+        help="Redis streams to spread runs over, if the store has none recorded yet (a "
+        "cluster spreads them over its primaries; default %(default)s; a Postgres store has "
+        "one queue)",
     )
     parser.add_argument(
         "--lease-ttl",
@@ -727,8 +748,15 @@ COMMANDS = (
         _model_server,
     ),
     Command(
+        "store",
+        "create or migrate a store's tables now: 'phasegraph store migrate URL' (Postgres)",
+        _store_arguments,
+        _store,
+    ),
+    Command(
         "worker",
-        "take runs from the Redis store's work queue and drive them (any number of workers, "
+        "take runs from the Redis or Postgres store's work queue and drive them (any number "
+        "of workers, "
         "on any number of hosts; until Ctrl-C or SIGTERM)",
         _worker_arguments,
         _worker,

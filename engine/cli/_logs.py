@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Final
 
-__all__ = ["LOG_FORMATS", "JsonLines", "configure_logging"]
+__all__ = ["LOG_FORMATS", "JsonLines", "configure_logging", "quiet_drivers"]
 
 LOG_FORMATS: Final = ("text", "json")
 """The values of ``--log-format``."""
@@ -49,3 +49,14 @@ def configure_logging(log_format: str, *, quiet: bool, logger_name: str = "phase
     logger = logging.getLogger(logger_name)
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def quiet_drivers() -> None:
+    """Keep the store drivers' own warnings off stderr (errors still show).
+
+    A store that cannot reach its server says so in one line of its own (a command's
+    error, a worker's outage line); psycopg's pool would add a warning for every
+    reconnection it attempts meanwhile, printed by Python's last-resort handler in a
+    command that configured no logging.
+    """
+    logging.getLogger("psycopg").setLevel(logging.ERROR)

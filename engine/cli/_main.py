@@ -26,8 +26,9 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument(
         "--store",
         default=os.environ.get("PHASEGRAPH_STORE", DEFAULT_STORE_URL),
-        help="where runs are kept: memory://, sqlite:///PATH, redis://HOST:PORT/DB or "
-        "redis+cluster://HOST:PORT (env PHASEGRAPH_STORE; default %(default)s)",
+        help="where runs are kept: memory://, sqlite:///PATH, redis://HOST:PORT/DB, "
+        "redis+cluster://HOST:PORT or postgresql://[USER@]HOST[:PORT]/DATABASE (env "
+        "PHASEGRAPH_STORE; default %(default)s)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress output")

@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 from phasegraph.api import Engine
 from phasegraph.cli._gates import gate_lines, open_gates, run_json, shown
 from phasegraph.cli._handler import Handler
+from phasegraph.cli._logs import quiet_drivers
 from phasegraph.codec._envelope import check_encodable
 from phasegraph.codec._json import json_int, to_json
 from phasegraph.errors import (
@@ -140,6 +141,7 @@ def run_command(handler: Handler, args: argparse.Namespace) -> int:
     (:data:`EXIT_FOR_CODE`). Ctrl-C cancels the handler at its current await; nothing
     more is committed, and one line says how to resume the run (exit 130).
     """
+    quiet_drivers()
     try:
         code = asyncio.run(handler(args))
     except PhasegraphError as exc:
@@ -283,6 +285,9 @@ def report_error(args: argparse.Namespace, exc: PhasegraphError) -> int:
     if args.json:
         error = {"code": exc.code, "message": exc.message, **exc.context(), **extra}
         emit(args, {"error": error}, "")
+    if exc.code is ErrorCode.STORE_UNAVAILABLE and exc.run_id and exc.seq is not None:
+        # A run the store left mid-way (it stopped at its last committed step): resumable.
+        return EXIT_STOPPED
     return EXIT_FOR_CODE[exc.code]
 
 

@@ -1,6 +1,7 @@
 """The ``worker`` command, and handing runs to workers (``--detach``).
 
-A worker takes run work from the Redis store's queue until SIGINT or SIGTERM; on either it
+A worker takes run work from the store's queue (Redis or Postgres) until SIGINT or
+SIGTERM; on either it
 stops its drives at their last committed step and hands their runs back to the queue, so
 the other workers continue them at once.
 """
@@ -105,7 +106,7 @@ def can_hand_over(args: argparse.Namespace, store: Store) -> None:
     """Refuse ``--detach`` up front (nothing committed) where no worker can take the run.
 
     Raises:
-        InputError: The store has no work queue (it is not Redis), or ``--approve`` was
+        InputError: The store has no work queue (it is not Redis or Postgres), or ``--approve`` was
             given (it answers gates in this process, which does not drive the run).
     """
     if getattr(args, "approve", False) or getattr(args, "approve_with", None):
@@ -120,13 +121,13 @@ def require_queue(store: Store, url: str, what: str, instead: str = "") -> None:
     """Refuse, before anything is committed or served, where no worker could take a run.
 
     Raises:
-        InputError: The store has no work queue (it is not Redis).
+        InputError: The store has no work queue (it is not Redis or Postgres).
     """
     if not has_work_queue(store):
         raise InputError(
-            f"{what} 'phasegraph worker' processes, which share runs through Redis: the "
-            f"store {redact_url(url)} has no work queue (use --store redis://HOST:PORT/DB"
-            f"{instead})"
+            f"{what} 'phasegraph worker' processes, which share runs through Redis or "
+            f"Postgres: the store {redact_url(url)} has no work queue (use --store "
+            f"redis://HOST:PORT/DB or postgresql://HOST/DATABASE{instead})"
         )
 
 
@@ -134,7 +135,7 @@ async def hand_over(engine: Engine, run_id: str) -> None:
     """Put the run in the work queue of ``engine``'s store, for any worker to drive.
 
     Raises:
-        InputError: The store has no work queue (it is not Redis).
+        InputError: The store has no work queue (it is not Redis or Postgres).
     """
     async with worker_queue(engine.store) as queue:
         await queue.enqueue(run_id)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, cast
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from phasegraph._vocabulary import DEFAULT_STORE_URL, RunStatus
 from phasegraph.errors import (
@@ -39,6 +39,7 @@ __all__ = [
     "ACCEPTED_URL_FORMS",
     "DEFAULT_STORE_URL",
     "FINISHED_STATUSES",
+    "POSTGRES_SCHEMA",
     "check_commit",
     "check_page",
     "check_ttl",
@@ -66,6 +67,10 @@ ACCEPTED_URL_FORMS: Final = (
     "unix:///path/to/redis.sock[?db=N&prefix=pg&ttl=SECONDS]",
     "redis+cluster://[[user]:password@]host[:port][/0] [?prefix=pg&ttl=SECONDS] "
     "(a Redis Cluster, by any one node; rediss+cluster:// over TLS)",
+    "postgresql://[user[:password]@]host[:port]/database [?schema=phasegraph&ttl=SECONDS"
+    "&pool=8] (postgres:// too; and libpq's sslmode, sslrootcert, sslcert, sslkey, "
+    "connect_timeout, application_name, options, target_session_attrs, host, port, user, "
+    "dbname)",
 )
 """Human-readable list of the store URLs :func:`open_store` accepts."""
 
@@ -81,6 +86,31 @@ _REDIS_TLS_OPTIONS: Final = frozenset(
     {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
 )
 _CERT_REQS: Final = ("none", "optional", "required")
+# libpq's connection parameters the Postgres store passes on (the URL's own options are
+# refused if unknown, as for Redis); ``password`` too, masked in every message.
+_LIBPQ_OPTIONS: Final = frozenset(
+    {
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "connect_timeout",
+        "application_name",
+        "options",
+        "target_session_attrs",
+        "host",
+        "port",
+        "user",
+        "password",
+        "dbname",
+    }
+)
+POSTGRES_SCHEMA: Final = "phasegraph"
+"""The Postgres schema a store's tables live in unless its URL names another."""
+# A schema name the store writes into its statements as it is (quoted): plain lower case.
+_SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+_POSTGRES_CONNECT_TIMEOUT: Final = "5"  # seconds, unless the URL says otherwise
+_POSTGRES_POOL: Final = 8  # connections a store's pool keeps at most, unless ?pool=N
 
 
 def open_store(url: str, *, read_only: bool = False) -> Store:
@@ -109,6 +139,8 @@ def open_store(url: str, *, read_only: bool = False) -> Store:
         return _open_sqlite(url, read_only)
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return _open_redis(url)
+    if scheme in ("postgresql", "postgres"):
+        return _open_postgres(url)
     raise _bad_url(url, f"unknown scheme {scheme!r}")
 
 
@@ -165,6 +197,45 @@ def _open_redis(url: str) -> Store:
     ttl = _positive_seconds(url, options.pop("ttl", None))
     driver_url = urlunsplit(parts._replace(query=urlencode(options)))
     return _backend("redis", "RedisStore")(driver_url, prefix=prefix, ttl=ttl)
+
+
+def _open_postgres(url: str) -> Store:
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - parsing the port is the validation
+    except ValueError:
+        raise _bad_url(url, "the port is not a number") from None
+    options = _query(url, parts.query, allowed=_LIBPQ_OPTIONS | {"schema", "ttl", "pool"})
+    if not parts.hostname and not options.get("host"):
+        raise _bad_url(url, "it names no host (postgresql://HOST/DATABASE, or ?host=SOCKET_DIR)")
+    if "/" in parts.path.strip("/"):
+        raise _bad_url(url, f"the database name {parts.path[1:]!r} has a slash")
+    schema = options.pop("schema", POSTGRES_SCHEMA)
+    if not _SCHEMA_NAME.match(schema):
+        raise _bad_url(
+            url,
+            f"schema {schema!r} is not a plain lower-case name (letters, digits, '_', "
+            "at most 48, not starting with a digit)",
+        )
+    ttl = _positive_seconds(url, options.pop("ttl", None))
+    pool = options.pop("pool", str(_POSTGRES_POOL))
+    if not (pool.isascii() and pool.isdigit() and 1 <= int(pool) <= 1000):
+        raise _bad_url(
+            url, f"pool must be a whole number of connections from 1 to 1000, not {pool!r}"
+        )
+    options.setdefault("connect_timeout", _POSTGRES_CONNECT_TIMEOUT)
+    password = parts.password or options.get("password") or None
+    # %20 for a space, not "+": libpq decodes percent escapes only (options=-c%20...).
+    query = urlencode(options, quote_via=quote)
+    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=query))
+    return _backend("postgres", "PostgresStore")(
+        conninfo,
+        where=redact_url(url),
+        password=unquote(password) if password else None,
+        schema=schema,
+        pool_size=int(pool),
+        ttl=ttl,
+    )
 
 
 def _backend(module: str, name: str) -> Callable[..., Store]:

@@ -1,6 +1,7 @@
 """The work queue as a worker sees it: the protocol, and finding the queue on a store.
 
-The queue itself lives with the Redis store (:mod:`phasegraph.store._redis_queue`); the
+The queue itself lives with its store (:mod:`phasegraph.store._redis_queue`,
+:mod:`phasegraph.store._postgres_queue`); the
 worker loop (:mod:`phasegraph.worker._worker`) and the run mail
 (:mod:`phasegraph.worker._mail`) both speak to it through :class:`WorkQueue`, which lives
 here so neither imports the other for it.
@@ -18,7 +19,7 @@ __all__ = ["QueueEntry", "WorkQueue", "has_work_queue", "work_queue_of"]
 
 
 class WorkQueue(Protocol):
-    """What a worker needs of the queue (the Redis store's ``RunQueue`` has it all)."""
+    """What a worker needs of the queue (the Redis and Postgres stores' queues have it all)."""
 
     async def partitions(self) -> int:
         """How many partitions there are."""
@@ -131,7 +132,7 @@ class QueueEntry(Protocol):
 
 
 def has_work_queue(store: Store) -> bool:
-    """Whether workers can share runs through ``store`` (only Redis stores have a queue)."""
+    """Whether workers can share runs through ``store`` (Redis and Postgres stores can)."""
     return getattr(store, "work_queue", None) is not None
 
 
@@ -139,13 +140,13 @@ def work_queue_of(store: Store, *, partitions: int = 1) -> WorkQueue:
     """The work queue on ``store``'s server.
 
     Raises:
-        InputError: The store has no work queue (only Redis stores have one).
+        InputError: The store has no work queue (only Redis and Postgres stores have one).
     """
     make = getattr(store, "work_queue", None)
     if make is None:
         raise InputError(
-            f"workers share runs through Redis: {type(store).__name__} has no work queue "
-            "(use --store redis://HOST:PORT/DB)"
+            f"workers share runs through Redis or Postgres: {type(store).__name__} has no "
+            "work queue (use --store redis://HOST:PORT/DB or postgresql://HOST/DATABASE)"
         )
     queue: WorkQueue = make(partitions=partitions)
     return queue

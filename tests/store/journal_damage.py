@@ -6,6 +6,7 @@ suite's damaged-journal cases use them, and so do the tests that then run the CL
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -15,6 +16,7 @@ from builders import sqlite_db
 from phasegraph.model import replace
 from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
+from postgres_kit import sql
 
 
 class MemoryDamage:
@@ -92,3 +94,31 @@ class RedisDamage:
     async def aclose(self) -> None:
         """Close the client."""
         await self.client.aclose()
+
+
+class PostgresDamage:
+    """Changes a Postgres store's tables with SQL, on a connection of its own.
+
+    Args:
+        url: The store's URL (its schema in ``?schema=``).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def drop_last_record(self, run_id: str) -> None:
+        """Delete the run's last row of ``records``; ``runs.seq`` stays."""
+        await asyncio.to_thread(
+            sql,
+            self.url,
+            "DELETE FROM records WHERE run_id = %s "
+            "AND seq = (SELECT max(seq) FROM records WHERE run_id = %s)",
+            run_id,
+            run_id,
+        )
+
+    async def set_head(self, run_id: str, seq: int) -> None:
+        """Set ``runs.seq`` of the run; its records stay."""
+        await asyncio.to_thread(
+            sql, self.url, "UPDATE runs SET seq = %s WHERE run_id = %s", seq, run_id
+        )

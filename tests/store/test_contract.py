@@ -1,8 +1,9 @@
 """The store contract, run against every backend phasegraph ships (Redis: a server and a
-three-primary cluster)."""
+three-primary cluster; Postgres: a schema of its own per test)."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -11,7 +12,8 @@ from phasegraph.store.memory import MemoryStore
 from phasegraph.store.redis import RedisStore
 from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import JournalDamage, StoreContract, isolated_redis_store
-from store.journal_damage import MemoryDamage, RedisDamage, SqliteDamage
+from postgres_kit import isolated_postgres_url
+from store.journal_damage import MemoryDamage, PostgresDamage, RedisDamage, SqliteDamage
 from store.old_layouts import old_file
 
 
@@ -99,3 +101,35 @@ class TestRedisClusterStoreWithRetention(_Redis):
     async def store(self, redis_cluster_url: str) -> AsyncIterator[Store]:
         async with isolated_redis_store(redis_cluster_url, ttl="60") as store:
             yield store
+
+
+class _Postgres(StoreContract):
+    options: ClassVar[dict[str, str]] = {}
+
+    @pytest.fixture
+    async def store_url(self, postgres_url: str) -> AsyncIterator[str]:
+        with isolated_postgres_url(postgres_url, **self.options) as url:
+            yield url
+
+    @pytest.fixture
+    async def store(self, store_url: str) -> AsyncIterator[Store]:
+        async with open_store(store_url) as store:
+            yield store
+
+    @pytest.fixture
+    async def journal_damage(self, store_url: str, store: Store) -> JournalDamage:
+        return PostgresDamage(store_url)
+
+
+class TestPostgresStore(_Postgres):
+    pass
+
+
+class TestPostgresStoreWithRetention(_Postgres):
+    options: ClassVar[dict[str, str]] = {"ttl": "60"}
+
+
+class TestPostgresStoreWithOnePooledConnection(_Postgres):
+    """Concurrent calls wait for the one connection rather than failing."""
+
+    options: ClassVar[dict[str, str]] = {"pool": "1"}

@@ -12,6 +12,7 @@ from phasegraph.store import DEFAULT_STORE_URL, open_store
 from phasegraph.store._redis_wire import ClusterWire
 from phasegraph.store._sqlite_layout import SCHEMA_VERSION
 from phasegraph.store.memory import MemoryStore
+from phasegraph.store.postgres import PostgresStore
 from phasegraph.store.redis import RedisStore
 from phasegraph.store.sqlite import SqliteStore
 from phasegraph.testing import make_commit
@@ -67,7 +68,16 @@ def test_redis_urls(url: str, prefix: str) -> None:
     ("url", "why"),
     [
         ("runs.db", "no scheme"),
-        ("postgres://localhost/db", "unknown scheme 'postgres'"),
+        ("mysql://localhost/db", "unknown scheme 'mysql'"),
+        ("postgresql://localhost:port/db", "port is not a number"),
+        ("postgresql:///db", "names no host"),
+        ("postgres://localhost/a/b", "has a slash"),
+        ("postgresql://localhost/db?schema=Runs", "schema 'Runs' is not a plain"),
+        ("postgresql://localhost/db?schema=a-b", "is not a plain lower-case name"),
+        ("postgresql://localhost/db?ttl=0", "ttl must be a positive"),
+        ("postgresql://localhost/db?pool=0", "pool must be a whole number"),
+        ("postgresql://localhost/db?pool=many", "pool must be a whole number"),
+        ("postgresql://localhost/db?sslmod=require", "unknown option 'sslmod'"),
         ("memory://name", "takes no path"),
         ("sqlite://host/runs.db", "unexpected host"),
         ("sqlite:///", "names no database file"),
@@ -100,7 +110,7 @@ def test_bad_urls_name_the_url_and_the_accepted_forms(url: str, why: str) -> Non
     message = str(caught.value)
     assert why in message
     assert repr(url) in message
-    for form in ("memory://", "sqlite:///", "redis://", "rediss://", "unix://"):
+    for form in ("memory://", "sqlite:///", "redis://", "rediss://", "unix://", "postgresql://"):
         assert form in message
 
 
@@ -128,6 +138,32 @@ def test_bad_url_message_hides_the_password() -> None:
     with pytest.raises(InputError) as caught:
         open_store("redis://localhost/0?password=hunter2&bogus=1")
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "schema"),
+    [
+        ("postgresql://localhost/db", "phasegraph"),
+        ("postgres://me:secret@db.example.test:6543/runs?schema=team_a&ttl=60", "team_a"),
+        ("postgresql:///runs?host=/var/run/postgresql&sslmode=disable&pool=2", "phasegraph"),
+        ("postgresql://localhost/db?options=-c%20statement_timeout%3D5000", "phasegraph"),
+    ],
+)
+def test_postgres_urls(url: str, schema: str) -> None:
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    assert store.schema == schema
+    assert "secret" not in store.where
+
+
+def test_bad_postgres_url_hides_the_password() -> None:
+    for url in (
+        "postgresql://me:hunter2@localhost/db?schema=Bad",
+        "postgresql://localhost/db?password=hunter2&bogus=1",
+    ):
+        with pytest.raises(InputError) as caught:
+            open_store(url)
+        assert "hunter2" not in str(caught.value)
 
 
 async def test_sqlite_creates_parent_directories(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def test_detach_without_a_shared_store_is_refused_before_anything_is_committed(
     refused = cli("run", str(LOOP_GATE), "--input", "n=1", "--detach", "--store", url)
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
-    assert "has no work queue (use --store redis://HOST:PORT/DB)" in refused.stderr
+    assert "has no work queue (use --store redis://HOST:PORT/DB or postgresql://" in refused.stderr
     if store == "sqlite":
         listed = cli("status", "--store", url, "--json")
         assert json.loads(listed.stdout) == []
@@ -216,7 +216,7 @@ def test_a_worker_without_a_reachable_queue_says_so_in_one_line(url: str, tmp_pa
     assert refused.stderr.startswith(
         (
             "phasegraph: cannot reach Redis at redis://127.0.0.1:1/0",
-            "phasegraph: workers share runs through Redis",
+            "phasegraph: workers share runs through Redis or Postgres",
         )
     )
 
