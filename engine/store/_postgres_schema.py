@@ -254,10 +254,14 @@ WHERE run_id = %s AND seq > (SELECT seq FROM snap) AND seq <= %s
 ORDER BY 1""",
     "records_from": "SELECT seq, record FROM {s}.records "
     "WHERE run_id = %s AND seq >= %s AND seq < %s ORDER BY seq LIMIT %s",
-    "list_all": "SELECT run_id, graph, status, seq, created_at, updated_at FROM {s}.runs "
+    # Each listed run's last record too: a run whose journal does not end at its head is
+    # listed as unreadable, as a read of it would refuse it.
+    "list_all": "SELECT run_id, graph, status, seq, created_at, updated_at, "
+    "(SELECT max(r.seq) FROM {s}.records r WHERE r.run_id = runs.run_id) FROM {s}.runs "
     f"WHERE listed IS NOT NULL AND {_LIVE} "
     "ORDER BY listed DESC NULLS LAST, updated_at DESC, run_id LIMIT %s OFFSET %s",
-    "list_status": "SELECT run_id, graph, status, seq, created_at, updated_at FROM {s}.runs "
+    "list_status": "SELECT run_id, graph, status, seq, created_at, updated_at, "
+    "(SELECT max(r.seq) FROM {s}.records r WHERE r.run_id = runs.run_id) FROM {s}.runs "
     f"WHERE status = %s AND listed IS NOT NULL AND {_LIVE} "
     "ORDER BY listed DESC NULLS LAST, updated_at DESC, run_id LIMIT %s OFFSET %s",
     # Retention: runs whose expiry passed go whole (runs row, records, snapshots), a

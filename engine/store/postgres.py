@@ -280,7 +280,10 @@ class PostgresStore(Store):
             rows = await self._db.all(self._sql.list_all, (limit, offset))
         else:
             rows = await self._db.all(self._sql.list_status, (status, limit, offset))
-        return [listed_meta(str(row[0]), tuple(row[1:])) for row in rows]
+        return [
+            listed_meta(str(row[0]), tuple(row[1:6]), -1 if row[6] is None else int(row[6]))
+            for row in rows
+        ]
 
     async def aclose(self) -> None:
         """Close the pool. Safe to call more than once."""
