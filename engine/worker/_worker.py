@@ -155,7 +155,7 @@ class Worker:
         Drives are cut at their last committed step and their runs handed back to the
         queue, so another worker continues them at once.
         """
-        partitions = await self._queue.partitions()
+        partitions = await self._partitions(stop)
         loops = [
             *(self._read(p, stop) for p in range(partitions)),
             self._heartbeat(stop),
@@ -170,6 +170,21 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             await self._hand_back()
             await self._driver.aclose()
+
+    async def _partitions(self, stop: asyncio.Event) -> int:
+        """The queue's partitions, asked until the store answers (it may be away already)."""
+        while True:
+            try:
+                count = await self._queue.partitions()
+            except StoreUnavailableError as exc:
+                self._outage.failed(exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                if stop.is_set():
+                    return 0
+                continue
+            self._outage.answered()
+            return count
 
     # -- taking work --------------------------------------------------------------------
 

@@ -181,8 +181,7 @@ async def test_child_runs_spread_over_workers_on_a_server_and_on_a_cluster(
         assert state.status is RunStatus.COMPLETED, state.errors
         assert state.data["outs"] == [{"value": item} for item in range(40)]
         drivers = {
-            int(line.split(b" ")[2])
-            for line in (tmp_path / "marks.txt").read_bytes().splitlines()
+            int(line.split(b" ")[2]) for line in (tmp_path / "marks.txt").read_bytes().splitlines()
         }
         # Children ran in the workers, not in this process (which workers took which
         # is the queue's and the scheduler's business: not asserted).

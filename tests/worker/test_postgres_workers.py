@@ -72,10 +72,12 @@ async def test_three_workers_a_sigkill_and_a_postgres_restart_end_as_an_uninterr
             procs[0].send_signal(signal.SIGKILL)
             procs[0].wait()
             assert await _taken_by(store, "w0") > 0  # it died holding work
-            # The server goes away while the other two are in the middle of theirs.
+            # The server goes away while the other two are in the middle of theirs, and
+            # stays away until each has said so (a call shorter than the pool's wait for
+            # a connection would only be slow, not fail).
             pg_server.kill()
             for log in logs[1:]:
-                await _logged(log, "cannot reach Postgres")
+                await _logged(log, OUTAGE)
             pg_server.start()
             await wait_for(store, run_ids, RunStatus.WAITING, procs[1:])
             assert await _taken_by(store, "w0") == 0  # its rows moved to the living

@@ -18,7 +18,13 @@ import pytest
 
 from phasegraph import Engine, open_store
 from phasegraph.actions import ActionResult
-from phasegraph.errors import DataConflictError, GateAnsweredError, RunStateError, StaleReplyError
+from phasegraph.errors import (
+    DataConflictError,
+    GateAnsweredError,
+    RunStateError,
+    StaleReplyError,
+    StoreUnavailableError,
+)
 from phasegraph.model import Actor, NodeStatus, RunState, RunStatus, frozen_map
 from phasegraph.worker import Worker, WorkerOptions, WorkQueue, work_queue_of
 from phasegraph.worker._driver import RunDriver
@@ -149,3 +155,42 @@ async def test_a_reply_handed_to_the_worker_keeps_its_actor_and_step(
         assert "answered already" in await _raises(again, GateAnsweredError)
     (reply,) = [record for record in history if record.kind == "reply"]
     assert reply.actor == alice
+
+
+async def test_a_store_gone_as_the_worker_starts_is_an_outage_it_waits_out(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    async with open_store(store_url) as store:
+        engine = Engine(store)
+        queue = work_queue_of(store)
+        asked = queue.partitions
+        calls = 0
+
+        async def away_at_first() -> int:  # the store went between the process's start and this
+            nonlocal calls
+            calls += 1
+            if calls <= 2:
+                raise StoreUnavailableError("cannot reach the store: connection refused")
+            return await asked()
+
+        monkeypatch.setattr(queue, "partitions", away_at_first)
+        worker = Worker(engine, queue, name="w", options=WorkerOptions(reclaim_after=5))
+        stop = asyncio.Event()
+        with caplog.at_level("INFO", logger="phasegraph.worker"):
+            working = asyncio.create_task(worker.run(stop))
+            try:
+                async with engine.start(SIDE_GATE, {"n": 3, "nap": 0}) as run:
+                    run_id = run.run_id
+                submitter = work_queue_of(store)  # as another process queues it
+                await submitter.enqueue(run_id)
+                await submitter.aclose()
+                state = await _until(engine, run_id, lambda s: s.nodes["count"].steps >= 3)
+            finally:
+                stop.set()
+                await working
+                await queue.aclose()
+    assert state.nodes["count"].steps >= 3  # served once the store answered
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("the worker retries until the store answers" in line for line in lines) == 1
+    assert any(line.startswith("the store answers again") for line in lines)
