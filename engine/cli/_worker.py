@@ -67,17 +67,19 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        partitions = await queue.partitions()
-        tune_collector()  # started: a store refused or without a queue never tunes the process
-        print(
-            f"worker {name} on {redact_url(args.store)}: {partitions} partition(s), "
-            f"{options.concurrency} runs at once; a dead worker's runs are taken over after "
-            f"{options.reclaim_after:g} s; Ctrl-C or SIGTERM stops it (its runs go on in "
-            "other workers)",
-            file=sys.stderr,
-            flush=True,
-        )
-        await worker.run(stop)
+
+        def started(partitions: int) -> None:
+            tune_collector()  # a store refused or without a queue never tunes the process
+            print(
+                f"worker {name} on {redact_url(args.store)}: {partitions} partition(s), "
+                f"{options.concurrency} runs at once; a dead worker's runs are taken over "
+                f"after {options.reclaim_after:g} s; Ctrl-C or SIGTERM stops it (its runs "
+                "go on in other workers)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        await worker.run(stop, started)
         stats = worker.stats
         print(
             f"worker {name} stopped: {stats.drives} drives, {stats.steps} steps, "

@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
@@ -149,13 +149,22 @@ class Worker:
         """The consumer name."""
         return self._name
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(
+        self, stop: asyncio.Event, started: Callable[[int], None] | None = None
+    ) -> None:
         """Take and drive work until ``stop`` is set, then stop every drive.
 
         Drives are cut at their last committed step and their runs handed back to the
         queue, so another worker continues them at once.
+
+        Args:
+            stop: Set to stop.
+            started: Called with the queue's partition count once the store has answered
+                (a store away when the worker starts is an outage it waits out first).
         """
         partitions = await self._partitions(stop)
+        if started is not None and not stop.is_set():
+            started(partitions)
         loops = [
             *(self._read(p, stop) for p in range(partitions)),
             self._heartbeat(stop),

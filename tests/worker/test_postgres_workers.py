@@ -111,6 +111,26 @@ async def test_three_workers_a_sigkill_and_a_postgres_restart_end_as_an_uninterr
         assert BACK in text[text.index(OUTAGE) :], text[-3000:]
 
 
+async def test_a_worker_started_while_postgres_is_down_waits_for_it_then_serves(
+    pg_server: RestartablePostgres, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks.txt"
+    log = tmp_path / "worker0.log"
+    pg_server.kill()
+    with workers(pg_server.url, 1, marks, quiet=False) as procs:
+        await _logged(log, OUTAGE)
+        assert procs[0].poll() is None, log.read_text()  # it waits, it does not give up
+        assert "partition(s)" not in log.read_text()  # nor says it serves before it can
+        pg_server.start()
+        async with open_store(pg_server.url) as store:
+            engine = Engine(store)
+            run_ids = await submit(engine, LOOP_GATE, {"n": 1, "nap": 0}, 1)
+            await wait_for(store, run_ids, RunStatus.WAITING, procs)
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    assert text.index(OUTAGE) < text.index(BACK) < text.index("partition(s)"), text
+
+
 async def test_a_deadline_fires_in_whichever_worker_is_alive(
     postgres_url: str, tmp_path: Path
 ) -> None:
