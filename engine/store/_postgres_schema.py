@@ -17,7 +17,9 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``schema_version``):
 * ``work``: the workers' queue, one row per request to drive a run (taken with
   ``FOR UPDATE SKIP LOCKED``, deleted once done);
 * ``due``: the next deadline of each waiting or parked run (ms since the epoch);
-* ``inbox`` and ``cancels``: replies and cancel requests for runs a worker is driving.
+* ``inbox`` and ``cancels``: replies and cancel requests for runs a worker is driving;
+* ``definitions`` (since version 2): one row per run definition, its bytes (``bytea``)
+  under their digest; shared by runs, so retention's sweep never deletes one.
 
 Lease and queue times are the server's clock (:data:`NOW`), which every host sharing
 the database agrees on.
@@ -39,7 +41,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The layout this phasegraph writes; a newer one is refused, never written."""
 
 DEFAULT_SCHEMA: Final = POSTGRES_SCHEMA
@@ -104,7 +106,15 @@ _V1: Final = (
     "INSERT INTO {s}.schema_version (version) VALUES (1)",
 )
 
-_STEPS: Final = {1: _V1}
+# Version 2: run definitions, kept once per content (the key is the body's digest).
+_V2: Final = (
+    """CREATE TABLE {s}.definitions (
+        key text PRIMARY KEY,
+        body bytea NOT NULL
+    )""",
+)
+
+_STEPS: Final = {1: _V1, 2: _V2}
 
 
 def migrations(schema: str, version: int) -> list[bytes]:
@@ -115,17 +125,22 @@ def migrations(schema: str, version: int) -> list[bytes]:
     """
     steps = [step for number, step in sorted(_STEPS.items()) if number > version]
     out = [text.format(s=_quoted(schema)).encode() for step in steps for text in step]
-    if steps and version > 0:
+    if steps:  # version 1 records itself as 1: any later step moves the version on
         update = f"UPDATE {{s}}.schema_version SET version = {SCHEMA_VERSION}"
         out.append(_format(schema, update))
     return out
 
 
 def migration_lock(schema: str) -> int:
-    """The advisory lock key that serializes migrations of ``schema`` (a stable 63-bit hash)."""
+    """The advisory lock key that serializes migrations of ``schema`` (a stable 63-bit hash).
+
+    The same for every phasegraph version (the key version 1 used), so that processes of
+    two versions first opening one schema at once wait for one another too.
+    """
     import zlib  # here: needed only when a store is first opened
 
-    return zlib.crc32(f"phasegraph schema {schema}".encode()) << 16 | SCHEMA_VERSION
+    # "| 1" was "| SCHEMA_VERSION" while that was 1: kept, so versions share the key
+    return zlib.crc32(f"phasegraph schema {schema}".encode()) << 16 | 1
 
 
 def _quoted(schema: str) -> str:
@@ -180,6 +195,9 @@ class Statements:
     cancel_requested: bytes
     cancel_done: bytes
     pending: bytes
+    put_definition: bytes
+    get_definition: bytes
+    has_definition: bytes
     channel: str
 
     @classmethod
@@ -335,4 +353,9 @@ SELECT pg_notify({channel}, '') FROM queued""",
     "cancel_done": "DELETE FROM {s}.cancels WHERE run_id = %s",
     "pending": "SELECT count(*) FROM {s}.work "
     "WHERE consumer IS NOT NULL AND (%s::text IS NULL OR consumer = %s)",
+    # -- run definitions: kept once per digest, never deleted (runs share them)
+    "put_definition": "INSERT INTO {s}.definitions (key, body) VALUES (%s, %b) "
+    "ON CONFLICT (key) DO NOTHING",
+    "get_definition": "SELECT body FROM {s}.definitions WHERE key = %s",
+    "has_definition": "SELECT EXISTS (SELECT 1 FROM {s}.definitions WHERE key = %s)",
 }

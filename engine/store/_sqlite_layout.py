@@ -8,6 +8,12 @@ more pages per step. A file of another application, of a newer version, or of an
 unknown one is refused with a :class:`~phasegraph.errors.StoreError` naming it, and left
 alone.
 
+One table is added to a file of any version, when a writable store opens it:
+``definitions`` (:data:`DEFINITIONS_TABLE`: a run definition's bytes under their digest,
+shared by runs and removed by none). It is the same in every layout and no older
+phasegraph reads the file differently for it, so it changes no ``user_version``; a file
+opened only read-only since may lack it, and then keeps no definition.
+
 Version 3 is laid out so that a step rewrites two pages, each a whole WAL frame: the
 run's ``runs`` row and the ``records`` leaf its record lands in.
 
@@ -39,6 +45,7 @@ from typing import Any, Final, NamedTuple
 from phasegraph.errors import StoreError
 
 __all__ = [
+    "DEFINITIONS_TABLE",
     "MAX_SEQ",
     "SCHEMA_VERSION",
     "Statement",
@@ -53,6 +60,11 @@ SCHEMA_VERSION: Final = 3
 
 MAX_SEQ: Final = (1 << 32) - 1
 """The last seq a run can have in version 3 (the low 32 bits of a record's key)."""
+
+DEFINITIONS_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS definitions (key TEXT PRIMARY KEY, body BLOB NOT NULL)"
+)
+"""The table of run definitions, made in a new file and added to an older one (any version)."""
 
 _APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
 
@@ -247,7 +259,8 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
     """Create the layout in an empty file, or check that the file holds one we read.
 
     Runs in its own ``BEGIN IMMEDIATE`` transaction, so two processes opening a new file
-    at once create the tables once (a plain ``BEGIN`` when ``create`` is false).
+    at once create the tables once (a plain ``BEGIN`` when ``create`` is false). With
+    ``create``, a file of any version known gets the ``definitions`` table if it lacks it.
 
     Returns:
         The statements of the file's layout (``None`` only for an empty file not created).
@@ -277,6 +290,8 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
             )
         elif version not in _STATEMENTS:
             raise foreign_file_error(path, f"its schema version {version} is unknown")
+        if create:
+            conn.execute(DEFINITIONS_TABLE)  # a new file's, or one an older version wrote
     except BaseException:
         conn.execute("ROLLBACK")
         raise

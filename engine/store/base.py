@@ -9,6 +9,10 @@ A store keeps, per run:
 * **metadata** (graph, status, head seq, times) indexed for listing;
 * a **lease** with a fencing token: the single writer allowed to commit.
 
+Beside the runs, a store keeps **definitions**: the bytes of a run's whole definition,
+each under its content digest, once however many runs share it. No run owns one: a run's
+retention or deletion never removes a definition.
+
 Leases fence by token, not by time: a lease that expired is lost only once another
 holder takes the run (which issues a new token) or it is released. Until then its
 holder's renewals and commits are accepted and extend it again; expiry only lets a
@@ -139,7 +143,14 @@ class StoredRun(Value, frozen=True, kw_only=True):
 
 
 class Store(abc.ABC):
-    """Async persistence for runs. Use as ``async with store:``; ``aclose`` is idempotent."""
+    """Async persistence for runs. Use as ``async with store:``; ``aclose`` is idempotent.
+
+    A backend implements the lease (:meth:`acquire`, :meth:`renew`, :meth:`holder`,
+    :meth:`release`), the journal (:meth:`commit`, :meth:`read`, :meth:`history`,
+    :meth:`list_runs`), the run definitions (:meth:`put_definition`,
+    :meth:`get_definition`, :meth:`has_definition`) and :meth:`aclose`;
+    :class:`~phasegraph.testing.StoreContract` checks them all.
+    """
 
     @abc.abstractmethod
     async def acquire(self, run_id: str, owner: str, ttl: float) -> Lease:
@@ -236,6 +247,35 @@ class Store(abc.ABC):
         """List runs, most recently updated first, optionally only those in ``status``."""
 
     @abc.abstractmethod
+    async def put_definition(self, key: str, body: bytes) -> None:
+        """Keep a run definition's bytes under ``key`` (its content digest), once.
+
+        Idempotent: keeping a key already kept writes nothing more (bodies under one key
+        are equal by construction: the key is their digest). Not tied to any run or lease,
+        and never removed by a run's retention or deletion: several runs share one.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached, as for every write (a
+                full store is an outage, as for commits).
+        """
+
+    @abc.abstractmethod
+    async def get_definition(self, key: str) -> bytes | None:
+        """The bytes kept under ``key``, or ``None`` if none are.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def has_definition(self, key: str) -> bool:
+        """Whether bytes are kept under ``key`` (cheaper than reading them: one small read).
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Release connections. Safe to call more than once."""
 
@@ -309,6 +349,18 @@ class ForwardingStore(Store):
     ) -> list[RunMeta]:
         """Forwarded to ``inner``."""
         return await self.inner.list_runs(status=status, limit=limit, offset=offset)
+
+    async def put_definition(self, key: str, body: bytes) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.put_definition(key, body)
+
+    async def get_definition(self, key: str) -> bytes | None:
+        """Forwarded to ``inner``."""
+        return await self.inner.get_definition(key)
+
+    async def has_definition(self, key: str) -> bool:
+        """Forwarded to ``inner``."""
+        return await self.inner.has_definition(key)
 
     async def aclose(self) -> None:
         """Forwarded to ``inner``."""

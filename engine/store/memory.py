@@ -3,7 +3,8 @@
 It obeys the whole store contract. Every method runs without awaiting anything, so on
 one event loop each call is atomic by construction; the store is not meant to be shared
 between processes. Leases are also renewed from the lease keeper's thread, so lease
-changes hold a lock. Lease expiry uses ``time.time()``.
+changes hold a lock. Lease expiry uses ``time.time()``. Definitions are a dict of their
+own, digest → bytes, apart from the runs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
+        self._definitions: dict[str, bytes] = {}  # never emptied: no run owns one
         self._closed = False
         self._leases = threading.Lock()  # lease changes also come from the keeper's thread
 
@@ -182,6 +184,21 @@ class MemoryStore(Store):
         ]
         metas.sort(key=lambda meta: (-meta.updated_at, meta.run_id))
         return metas[offset : offset + limit]
+
+    async def put_definition(self, key: str, body: bytes) -> None:
+        """Keep a definition's bytes once; see :meth:`Store.put_definition`."""
+        self._check_open()
+        self._definitions.setdefault(key, bytes(body))
+
+    async def get_definition(self, key: str) -> bytes | None:
+        """The definition kept under ``key``; see :meth:`Store.get_definition`."""
+        self._check_open()
+        return self._definitions.get(key)
+
+    async def has_definition(self, key: str) -> bool:
+        """Whether a definition is kept under ``key``; see :meth:`Store.has_definition`."""
+        self._check_open()
+        return key in self._definitions
 
     async def aclose(self) -> None:
         """Forget nothing (the data lives as long as the object); just refuse further use."""

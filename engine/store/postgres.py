@@ -27,6 +27,9 @@ finishes. A restarted server is an outage like any other: statements fail with
 :class:`~phasegraph.errors.StoreUnavailableError` until it answers, pooled connections
 it closed are replaced before use, and commits are idempotent, so the run core's retries
 are safe.
+
+Run definitions are rows of their own (``definitions``: digest → ``bytea``), written once
+per content with ``ON CONFLICT DO NOTHING``; no run owns one, so the sweep leaves them.
 """
 
 from __future__ import annotations
@@ -284,6 +287,20 @@ class PostgresStore(Store):
             listed_meta(str(row[0]), tuple(row[1:6]), -1 if row[6] is None else int(row[6]))
             for row in rows
         ]
+
+    async def put_definition(self, key: str, body: bytes) -> None:
+        """Keep a definition's bytes once; see :meth:`Store.put_definition`."""
+        await self._db.run(self._sql.put_definition, (key, body))
+
+    async def get_definition(self, key: str) -> bytes | None:
+        """The definition kept under ``key``; see :meth:`Store.get_definition`."""
+        row = await self._db.one(self._sql.get_definition, (key,))
+        return None if row is None else bytes(row[0])
+
+    async def has_definition(self, key: str) -> bool:
+        """Whether a definition is kept under ``key``; see :meth:`Store.has_definition`."""
+        row = await self._db.one(self._sql.has_definition, (key,))
+        return row is not None and bool(row[0])
 
     async def aclose(self) -> None:
         """Close the pool. Safe to call more than once."""

@@ -10,7 +10,9 @@ touch all of it:
 * ``P:{run}:snaps`` sorted set — snapshot seqs (score = seq), to find the nearest one;
 * ``P:{run}:lease`` string ``"<token>:<owner>"`` with PEXPIRE = the lease ttl;
 * ``P:{run}:token`` counter — the last fencing token issued (INCR);
-* ``P:runs``        sorted set — run ids by updated_at (the global index).
+* ``P:runs``        sorted set — run ids by updated_at (the global index);
+* ``P:def:<key>``   string — a run definition's bytes under their digest, one key each
+  (no hash tag: every command on it names that key alone, so any slot serves it).
 
 On one server (``redis://``, ``rediss://``, ``unix://``) a commit is one command, one
 round trip: an EVALSHA of the commit script, which checks the lease, the head and
@@ -41,7 +43,8 @@ prunes such entries once they are old.
 
 Retention (``ttl``): a commit with a finished status (completed, failed, cancelled) sets
 that expiry on the run's keys; any other status removes it, so a waiting or parked run
-never expires. The lease key keeps its own expiry.
+never expires. The lease key keeps its own expiry. A definition never expires: runs
+share it, and none owns it.
 """
 
 from __future__ import annotations
@@ -421,6 +424,35 @@ class RedisStore(Store):
                     break  # every run unread was updated before the last one wanted
         found.sort(key=_newest_first)
         return found[offset:wanted]
+
+    async def put_definition(self, key: str, body: bytes) -> None:
+        """Keep a definition's bytes once (``SET NX``); see :meth:`Store.put_definition`.
+
+        Idempotent, so a connection error is retried as a commit's is.
+        """
+        command = ("SET", self.definition_key(key), body, "NX")
+        for delay in (*_COMMIT_BACKOFF, None):
+            try:
+                reply = await self._wire.call(*command)
+                break
+            except _UNAVAILABLE as exc:
+                if delay is None or self._closed:
+                    raise self._unavailable(exc) from exc
+                await asyncio.sleep(delay)
+        self._refused(command, reply)  # nil: kept already, which is fine
+
+    async def get_definition(self, key: str) -> bytes | None:
+        """The definition kept under ``key`` (``GET``); see :meth:`Store.get_definition`."""
+        reply = await self._call("GET", self.definition_key(key))
+        return None if reply is None else bytes(reply)
+
+    async def has_definition(self, key: str) -> bool:
+        """Whether a definition is kept under ``key`` (``EXISTS``)."""
+        return bool(await self._call("EXISTS", self.definition_key(key)))
+
+    def definition_key(self, key: str) -> str:
+        """The Redis key a definition's bytes are kept under."""
+        return f"{self._prefix}:def:{key}"
 
     async def aclose(self) -> None:
         """Close the connection. Safe to call more than once."""

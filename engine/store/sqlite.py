@@ -23,7 +23,9 @@ kept in ``PRAGMA user_version``; the file is marked as phasegraph's with
 * ``runs``: one row per run id — metadata, head seq (-1 before the first commit) and
   the lease (owner, last token issued, expiry); one index, by update time, for listing;
 * ``records``: one row per step, its record;
-* ``snapshots``: one row per snapshotted step, its snapshot.
+* ``snapshots``: one row per snapshotted step, its snapshot;
+* ``definitions``: one row per run definition, its bytes under their digest (shared by
+  runs, deleted by none; added to a file of an older layout when it is opened to write).
 
 Every read (a run read, or the head a history read starts from) takes the head from
 ``runs`` with the seq of the run's last record in one statement, and refuses the run if
@@ -44,7 +46,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from phasegraph.errors import (
     InputError,
@@ -228,6 +230,22 @@ class SqliteStore(Store):
         """List runs, most recently updated first; see :meth:`Store.list_runs`."""
         check_page(limit, offset)
         return await self._call(self._list, status, limit, offset, write=False)
+
+    async def put_definition(self, key: str, body: bytes) -> None:
+        """Keep a definition's bytes once; see :meth:`Store.put_definition`.
+
+        One transaction of its own on the worker thread: a definition is written once
+        per distinct content, so it needs no share of the group commit.
+        """
+        await self._call(self._put_definition, key, body)
+
+    async def get_definition(self, key: str) -> bytes | None:
+        """The definition kept under ``key``; see :meth:`Store.get_definition`."""
+        return await self._call(self._get_definition, key, write=False)
+
+    async def has_definition(self, key: str) -> bool:
+        """Whether a definition is kept under ``key`` (its key's index entry alone is read)."""
+        return await self._call(self._has_definition, key, write=False)
 
     async def aclose(self) -> None:
         """Close the connection and stop the worker thread. Safe to call more than once."""
@@ -474,6 +492,19 @@ class SqliteStore(Store):
             (lease.run_id, lease.token),
         )
 
+    @staticmethod
+    def _put_definition(conn: sqlite3.Connection, key: str, body: bytes) -> None:
+        conn.execute("INSERT OR IGNORE INTO definitions (key, body) VALUES (?, ?)", (key, body))
+
+    @staticmethod
+    def _get_definition(conn: sqlite3.Connection, key: str) -> bytes | None:
+        row = _definition_row(conn, "SELECT body FROM definitions WHERE key = ?", key)
+        return None if row is None else bytes(row[0])
+
+    @staticmethod
+    def _has_definition(conn: sqlite3.Connection, key: str) -> bool:
+        return _definition_row(conn, "SELECT 1 FROM definitions WHERE key = ?", key) is not None
+
     def _statements(self) -> Statements:
         """The statements of the connected file's layout (called with a connection)."""
         if self._sql is None:
@@ -647,6 +678,22 @@ def _refuse_commit(conn: sqlite3.Connection, sql: Statements, lease: Lease, comm
         if stored is not None and stored[0] == commit.record:
             return
     raise sequence_conflict_error(run_id, commit.seq, head)
+
+
+def _definition_row(conn: sqlite3.Connection, sql: str, key: str) -> tuple[Any, ...] | None:
+    """The row ``sql`` finds for ``key`` in ``definitions``; ``None`` too without the table.
+
+    A file last opened to write by an older phasegraph, read read-only since, has no
+    ``definitions`` table (a writable open adds it): it keeps no definition.
+    """
+    try:
+        row: tuple[Any, ...] | None = conn.execute(sql, (key,)).fetchone()
+    except sqlite3.OperationalError:
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'definitions'"
+        if conn.execute(found).fetchone() is not None:
+            raise  # the table is there: another failure
+        return None
+    return row
 
 
 def _live_holder(conn: sqlite3.Connection, run_id: str) -> str | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import socket
@@ -167,6 +168,11 @@ async def _drain(history: AsyncIterator[tuple[int, bytes]], seqs: list[int]) -> 
     """Append each seq ``history`` yields to ``seqs``, to its end."""
     async for seq, _ in history:
         seqs.append(seq)
+
+
+def _digest(body: bytes) -> str:
+    """A definition's key: the sha256 hex digest of its bytes."""
+    return hashlib.sha256(body).hexdigest()
 
 
 async def _fill(store: Store, lease: Lease, count: int, snapshot_every: int = 0) -> None:
@@ -487,6 +493,53 @@ class StoreContract:
         await _fill(store, lease, 5, snapshot_every=2)
         await journal_damage.set_head("r", 2)
         await _refused(store, "r", 2, 4)
+
+    async def test_a_definition_put_is_got_back(self, store: Store) -> None:
+        """The bytes put under a key are got back; a key never put reads as none."""
+        key, body = _digest(b"graph: one"), b"graph: one"
+        assert not await store.has_definition(key)
+        assert await store.get_definition(key) is None
+        await store.put_definition(key, body)
+        assert await store.has_definition(key)
+        assert await store.get_definition(key) == body
+        assert await store.get_definition(_digest(b"other")) is None
+        assert not await store.has_definition(_digest(b"other"))
+
+    async def test_a_definition_put_again_keeps_the_first(self, store: Store) -> None:
+        """Putting a key kept already is fine and writes nothing: the first bytes stay."""
+        key = _digest(b"first")
+        await store.put_definition(key, b"first")
+        await store.put_definition(key, b"first")
+        await store.put_definition(key, b"never kept")  # a digest is of one body only
+        assert await store.get_definition(key) == b"first"
+        results = await asyncio.gather(*(store.put_definition(key, b"first") for _ in range(5)))
+        assert results == [None] * 5
+        assert await store.get_definition(key) == b"first"
+
+    async def test_a_definition_of_a_few_megabytes_round_trips(self, store: Store) -> None:
+        """A large definition (3 MB of every byte value) comes back byte for byte."""
+        body = bytes(range(256)) * (3 * 1024 * 4)
+        key = _digest(body)
+        await store.put_definition(key, body)
+        assert await store.get_definition(key) == body
+        assert await store.has_definition(key)
+
+    async def test_definitions_are_apart_from_runs(self, store: Store) -> None:
+        """A definition is no run; runs that finish or let their lease go leave it kept.
+
+        No run owns one, so retention, which may expire a finished run, never removes it.
+        """
+        key = _digest(b"shared")
+        await store.put_definition(key, b"shared")
+        for run_id in ("a", "b"):
+            lease = await store.acquire(run_id, "w1", 30)
+            await store.commit(lease, make_commit(run_id, 0))
+            await store.commit(lease, make_commit(run_id, 1, status="completed"))
+            await store.release(lease)
+        assert await store.get_definition(key) == b"shared"
+        assert sorted(m.run_id for m in await store.list_runs()) == ["a", "b"]
+        with pytest.raises(RunNotFoundError):
+            await store.read(key)
 
     async def test_aclose_is_idempotent(self, store: Store) -> None:
         """Closing twice is fine."""

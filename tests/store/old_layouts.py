@@ -44,7 +44,27 @@ V2_SCHEMA = (
     "PRAGMA user_version = 2",
 )
 
+# Version 3 as written before files got the ``definitions`` table (same user_version).
+V3_SCHEMA = (
+    """CREATE TABLE runs (
+        num INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL UNIQUE,
+        graph TEXT, status TEXT, seq INTEGER NOT NULL DEFAULT -1,
+        created_at REAL, updated_at REAL, listed INTEGER,
+        lease_owner TEXT, lease_token INTEGER NOT NULL DEFAULT 0,
+        lease_expires REAL NOT NULL DEFAULT 0)""",
+    "CREATE INDEX runs_by_time ON runs (listed DESC, status)",
+    "CREATE TABLE records (key INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
+    "CREATE TABLE snapshots (key INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
+    f"PRAGMA application_id = {_APPLICATION_ID}",
+    "PRAGMA user_version = 3",
+)
+
 OLD_SCHEMAS = {1: V1_SCHEMA, 2: V2_SCHEMA}
+"""The older layouts, each with statements of its own."""
+
+WITHOUT_DEFINITIONS = {**OLD_SCHEMAS, 3: V3_SCHEMA}
+"""Every layout as phasegraph wrote it before the ``definitions`` table."""
 
 
 def sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
@@ -60,6 +80,9 @@ def sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
 
 
 def old_file(path: Path, version: int) -> Path:
-    """An empty store file in the layout of ``version`` (WAL mode, as the store sets)."""
-    sql(path, "PRAGMA journal_mode=WAL", *OLD_SCHEMAS[version])
+    """An empty store file in the layout of ``version`` (WAL mode, as the store sets).
+
+    Version 3 is the current layout without the ``definitions`` table.
+    """
+    sql(path, "PRAGMA journal_mode=WAL", *WITHOUT_DEFINITIONS[version])
     return path

@@ -44,6 +44,7 @@ async def test_a_new_file_has_the_current_layout(tmp_path: Path) -> None:
         ("table", "records"),
         ("table", "snapshots"),
         ("index", "runs_by_time"),
+        ("table", "definitions"),
     }
     tables = _sql(path, "SELECT sql FROM sqlite_master WHERE type = 'table'")
     assert not any("WITHOUT ROWID" in str(sql) for (sql,) in tables)  # rowid tables
@@ -74,7 +75,8 @@ async def test_an_older_file_is_read_and_written_in_its_own_layout(
         assert [m.run_id for m in await store.list_runs(status="completed")] == ["old"]
         assert [seq async for seq, _ in store.history("old")] == [0, 1, 2]
     assert _sql(path, "PRAGMA user_version") == [(version,)]
-    assert _layout(path) == layout  # left as it was: no silent rewrite of the user's file
+    # Left as it was, no silent rewrite of the user's file, but for the definitions table.
+    assert _layout(path) == layout | {("table", "definitions")}
     async with SqliteStore(path, read_only=True) as store:
         assert (await store.read("old")).records == (b"\x01", b"record-2")
 
