@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -28,6 +29,7 @@ from phasegraph.model import Actor, GraphDef, RunState, RunStatus, StepRecord, f
 from phasegraph.run import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._create import create_run
+from phasegraph.run._definitions import Definitions
 from phasegraph.run._fork import fork_state
 from phasegraph.run._lease import LeaseKeeper
 from phasegraph.run._options import RunEnvironment, check_run_id
@@ -41,6 +43,7 @@ from phasegraph.store.base import RunMeta, Store
 if TYPE_CHECKING:
     from phasegraph.run import PreparedGraph, ReplayReport, Run
     from phasegraph.run._children import ParentLink
+    from phasegraph.run._migrate import Migration, Renames
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -95,6 +98,8 @@ class Engine:
             self._middleware = (tracing.middleware,)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
+        self.definitions = Definitions(store, self._compile)
+        """The stored definitions of this store's runs (see phasegraph.run._definitions)."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -147,11 +152,78 @@ class Engine:
         key = (source, definition.digest)
         prepared = self._prepared.get(key)
         if prepared is None:
-            prepared = _remember(
-                self._prepared, key, runs.prepare(definition, source, middleware=self._middleware)
-            )
+            prepared = _remember(self._prepared, key, self._compile(definition, source))
         if not isinstance(graph, GraphDef):
             _remember(self._loaded, str(graph), (prepared, _stamp(definition)))
+        return prepared
+
+    def _compile(self, definition: GraphDef, source: str) -> PreparedGraph:
+        return runs.prepare(definition, source, middleware=self._middleware)
+
+    async def prepared_for(self, state: RunState) -> PreparedGraph:
+        """The graph ``state``'s run follows: its stored definition, never the file on disk.
+
+        A run created before definitions were stored follows its graph file while the
+        file is the version it started with (it is pinned when it is next driven).
+
+        Raises:
+            RunStateError: The run's definition is not in the store, or (an older run)
+                its graph file changed or is gone: ``phasegraph migrate`` moves it.
+            SpecError: The stored definition does not load here (e.g. a Python module
+                it imports is missing).
+        """
+        if state.definition:
+            return await self.definitions.prepared(state)
+        return self._unpinned(state)
+
+    def _given(self, graph: GraphSource, state: RunState) -> PreparedGraph:
+        prepared = self.prepare(graph)
+        if prepared.definition.digest != state.graph_digest:
+            raise RunStateError(
+                f"run {state.run_id!r} follows version {state.graph_digest[:12]} of graph "
+                f"{state.graph!r}; the graph given is version "
+                f"{prepared.definition.digest[:12]}: move the run to it with migrate",
+                run_id=state.run_id,
+            )
+        return prepared
+
+    async def _opened(
+        self, state: RunState, lenient: bool, instead: PreparedGraph | None
+    ) -> PreparedGraph:
+        if not lenient:
+            return await self.prepared_for(state)
+        from phasegraph.errors import SpecError
+
+        try:  # an older run, to cancel or migrate: its file as it is now will do
+            return self.prepare(state.graph_source)
+        except SpecError:
+            if instead is None:
+                raise
+            return instead
+
+    def _unpinned(self, state: RunState) -> PreparedGraph:
+        """The graph file of a run created before definitions were stored, if unchanged."""
+        from phasegraph.errors import SpecError
+
+        try:
+            prepared = self.prepare(state.graph_source)
+        except SpecError as exc:
+            raise RunStateError(
+                f"run {state.run_id!r} was created before phasegraph stored definitions, and "
+                f"its graph file {state.graph_source} does not load now ({exc.problems[0]}); "
+                f"restore the file, or move the run with 'phasegraph migrate {state.run_id} "
+                "--to FILE'",
+                run_id=state.run_id,
+            ) from None
+        if prepared.definition.digest != state.graph_digest:
+            raise RunStateError(
+                f"run {state.run_id!r} was created before phasegraph stored definitions, and "
+                f"its graph file {state.graph_source} changed since (version "
+                f"{state.graph_digest[:12]}, now {prepared.definition.digest[:12]}): check "
+                f"the move with 'phasegraph migrate {state.run_id} --to "
+                f"{state.graph_source} --dry-run', then make it without --dry-run",
+                run_id=state.run_id,
+            )
         return prepared
 
     @contextlib.asynccontextmanager
@@ -194,7 +266,8 @@ class Engine:
         from phasegraph.run._prepare import initial_state  # driving machinery: see imports
 
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
-        state = initial_state(prepared, run_id, run_input, self.clock.now())
+        key = await self.definitions.pin(prepared)
+        state = initial_state(prepared, run_id, run_input, self.clock.now(), key)
         record = None
         if actor is not None or parent is not None:
             origin = frozen_map(None) if parent is None else parent.result()
@@ -215,41 +288,54 @@ class Engine:
 
     @contextlib.asynccontextmanager
     async def open(
-        self, run_id: str, *, graph: GraphSource | None = None, allow_changed: bool = False
+        self,
+        run_id: str,
+        *,
+        graph: GraphSource | None = None,
+        to_cancel: bool = False,
+        instead: PreparedGraph | None = None,
     ) -> AsyncIterator[Run]:
         """Load a run's head snapshot, take its lease and hold it open for stepping.
 
+        The run follows the definition it stored (see :meth:`prepared_for`), whatever its
+        graph file says now; a run created before definitions were stored is pinned to
+        its unchanged file here, with a ``migrate`` step.
+
         Args:
             run_id: The run.
-            graph: Use this graph instead of the one the run recorded.
-            allow_changed: Continue even if the graph changed since the run started.
+            graph: The graph the run follows, given in Python (a definition built without
+                files is not stored): it must be the version the run follows.
+            to_cancel: Only to cancel or migrate it: an older run whose graph file changed
+                is opened on the file as it is now (and not pinned to it).
+            instead: Only to migrate it to this graph: an older run whose graph file
+                does not load any more is opened on this one.
 
         Raises:
             RunNotFoundError: No such run.
             JournalHeadError: The run's records do not end at its head seq (refused before
                 the lease is taken).
             LeaseHeldError: Another live process is driving the run.
-            RunStateError: The graph changed and ``allow_changed`` is false.
+            RunStateError: The run's definition is not stored, or (an older run) its
+                graph file changed: ``phasegraph migrate`` moves it.
         """
         loaded = await load(self.store, run_id)
-        state = loaded.state
-        prepared = self.prepare(graph if graph is not None else state.graph_source)
-        if prepared.definition.digest != state.graph_digest and not allow_changed:
-            raise RunStateError(
-                f"run {run_id!r}: graph {state.graph!r} changed since the run started "
-                f"(recorded digest {state.graph_digest[:12]}, now "
-                f"{prepared.definition.digest[:12]}); pass allow_changed=True (on the command "
-                "line --allow-changed, which first replays the history against the new "
-                "graph) to continue anyway",
-                run_id=run_id,
-            )
+        lenient = (to_cancel or instead is not None) and not loaded.state.definition
+        if graph is not None:
+            prepared = self._given(graph, loaded.state)
+        else:
+            prepared = await self._opened(loaded.state, lenient, instead)
         driver = runs.Run  # imported now, not while the lease is held (see the imports)
         hold = await self.leases.acquire(run_id)
         try:
             # Re-read under the lease: the head may have moved before we got it. Seqs are
             # never rewritten, so an unmoved head is the state already rebuilt.
             if (await self.store.read(run_id)).seq != loaded.stored.seq:
+                before = loaded.state.definition
                 loaded = await load(self.store, run_id)
+                if loaded.state.definition != before:  # migrated meanwhile
+                    prepared = await self.prepared_for(loaded.state)
+            pin = not loaded.state.definition and not lenient
+            key = await self.definitions.pin(prepared) if pin else ""
         except BaseException:
             await hold.release()
             raise
@@ -267,6 +353,10 @@ class Engine:
             env=self._environment(),
         )
         async with run:
+            if key:  # an older run: pinned to the definition it has followed all along
+                from phasegraph.run._migrate import pinned
+
+                await run.migrate(prepared, pinned(prepared, key, loaded.state, ()))
             yield run
 
     def _environment(self) -> RunEnvironment:
@@ -291,15 +381,15 @@ class Engine:
             await run.drive()
             return run.state
 
-    async def resume(
-        self, run_id: str, *, graph: GraphSource | None = None, allow_changed: bool = False
-    ) -> RunState:
+    async def resume(self, run_id: str) -> RunState:
         """Continue a run from its head snapshot until it finishes or waits.
+
+        The run follows the definition it stored when it was created (or migrated to).
 
         Raises:
             RunStateError: The run already finished.
         """
-        async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
+        async with self.open(run_id) as run:
             if run.state.status.terminal:
                 raise RunStateError(
                     f"run {run_id!r} already {run.state.status}; nothing to resume",
@@ -317,8 +407,6 @@ class Engine:
         payload: Mapping[str, Any] | None = None,
         data: Mapping[str, Any] | None = None,
         drive: bool = True,
-        graph: GraphSource | None = None,
-        allow_changed: bool = False,
         actor: Actor | None = None,
         step: int | None = None,
         trusted: bool = False,
@@ -340,8 +428,6 @@ class Engine:
             payload: What the next action sees as ``ctx.payload`` (e.g. ``feedback``).
             data: Updates to the run's data, merged per top-level key.
             drive: Continue the run until it finishes or waits again.
-            graph: Use this graph instead of the one the run recorded.
-            allow_changed: Answer even if the graph changed since the run started.
             actor: Who answers; recorded on the reply's step.
             step: The step that opened the gate, as the answerer was shown it.
             trusted: Record ``actor`` without holding it to the gate's reviewers.
@@ -350,14 +436,13 @@ class Engine:
             GateAnsweredError: The gate (that opening of it) was answered already.
             StaleReplyError: ``step`` is not the step that opened the gate now pending.
             NotAReviewerError: The gate names reviewers and ``actor`` is not one of them.
-            RunStateError: The run is not waiting, or has no such interrupt, or the graph
-                changed and ``allow_changed`` is false.
+            RunStateError: The run is not waiting, or has no such interrupt.
             IllegalTriggerError: The trigger is not legal in the waiting node's state.
         """
         from phasegraph.actions import ActionResult  # here, not at the top: see the imports
 
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
-        async with self.open(run_id, graph=graph, allow_changed=allow_changed) as run:
+        async with self.open(run_id) as run:
             if run.state.status.terminal:
                 from phasegraph.run._gates import GateNotOpen, refused_reply
 
@@ -376,7 +461,6 @@ class Engine:
         run_id: str,
         reason: str = "cancelled by request",
         *,
-        graph: GraphSource | None = None,
         actor: Actor | None = None,
     ) -> RunState:
         """Cancel a run that no live process is driving (waiting, parked or crashed).
@@ -387,7 +471,7 @@ class Engine:
             LeaseHeldError: A live process is driving the run.
             RunStateError: The run already finished.
         """
-        async with self.open(run_id, graph=graph, allow_changed=True) as run:
+        async with self.open(run_id, to_cancel=True) as run:
             await run.cancel(reason, actor=actor)
             return run.state
 
@@ -472,6 +556,67 @@ class Engine:
         await created.hold.release()
         return state.run_id
 
+    async def migrate(
+        self,
+        run_id: str,
+        to: GraphSource,
+        *,
+        renames: Renames | None = None,
+        dry_run: bool = False,
+        actor: Actor | None = None,
+    ) -> Migration:
+        """Check that run ``run_id`` fits the definition ``to``, and move it there.
+
+        The check is static (nothing runs): every node, the state it stands in, its open
+        gate, its budgets and its step in flight must have a place in ``to`` (see
+        :func:`~phasegraph.run._migrate.fit`). When they do and ``dry_run`` is false, one
+        ``migrate`` step is committed naming ``actor`` and both definitions (``to`` is
+        stored), and the run follows ``to`` from then on.
+
+        Returns:
+            The migration: its problems (none: it fits), and whether it was applied.
+
+        Raises:
+            RunNotFoundError: No such run.
+            RunStateError: The run already completed or was cancelled.
+            LeaseHeldError: A live process is driving the run (checked only to apply).
+            SpecError: ``to`` does not load.
+        """
+        from phasegraph.run._migrate import Migration, fit, pinned
+
+        state = await self.get(run_id)
+        if state.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+            raise RunStateError(
+                f"run {run_id!r} already {state.status}; there is nothing left to migrate "
+                f"(fork it to run it again: phasegraph fork {run_id})",
+                run_id=run_id,
+            )
+        prepared = self.prepare(to)
+        found = fit(state, prepared, renames)
+        migration = Migration(
+            run_id=run_id,
+            from_digest=state.graph_digest,
+            to_digest=prepared.definition.digest,
+            problems=found.problems,
+        )
+        if dry_run or found.problems:
+            return migration
+        async with self.open(run_id, instead=prepared) as run:
+            if run.state.seq != state.seq:  # it moved before the lease was ours: check again
+                found = fit(run.state, prepared, renames)
+                if found.problems:
+                    return dataclasses.replace(migration, problems=found.problems)
+            key = await self.definitions.pin(prepared)
+            renamed = renames.nodes if renames is not None else {}
+            record = await run.migrate(
+                prepared,
+                pinned(prepared, key, run.state, found.dropped),
+                nodes=found.nodes,
+                renamed=renamed,
+                actor=actor,
+            )
+        return dataclasses.replace(migration, applied=True, seq=record.seq)
+
     async def replay(self, run_id: str, graph: GraphSource | None = None) -> ReplayReport:
         """Re-drive a run's recorded history through the machines; no action runs.
 
@@ -490,10 +635,29 @@ class Engine:
             CodecError: A stored payload is corrupt or of a newer format.
         """
         first = await self.get(run_id, 0)
-        prepared = self.prepare(graph if graph is not None else first.graph_source)
+        if graph is not None:
+            prepared = self.prepare(graph)
+        elif first.definition:
+            prepared = await self.prepared_for(first)
+        else:  # an older run: the definition its first migrate step pinned, if any
+            prepared = await self._first_pinned(run_id, first)
         from phasegraph.run._replay import replay_history  # driving machinery: see imports
 
-        return await replay_history(self.store, prepared, first)
+        migrated = None if graph is not None else self.prepared_for
+        return await replay_history(self.store, prepared, first, migrated)
+
+    async def _first_pinned(self, run_id: str, first: RunState) -> PreparedGraph:
+        """The graph an older run followed before its first ``migrate`` step (or its file)."""
+        from phasegraph.model import MIGRATE
+
+        for record in await self.history(run_id, start=1):
+            if record.kind == MIGRATE:
+                before = record.result.get("from", {})
+                if before.get("graph_digest") == first.graph_digest:  # pinned, not moved
+                    pin = dataclasses.replace(first, definition=str(record.result["definition"]))
+                    return await self.prepared_for(pin)
+                break
+        return self._unpinned(first)
 
 
 def _remember(cache: dict[K, V], key: K, value: V) -> V:

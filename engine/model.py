@@ -23,6 +23,7 @@ from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import RunStateError, SourceLocation
 
 __all__ = [
+    "MIGRATE",
     "ActionDef",
     "Actor",
     "BudgetDef",
@@ -52,6 +53,11 @@ __all__ = [
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 """A shared read-only empty mapping."""
+
+MIGRATE = "migrate"
+"""The kind of step that moves a run to another stored definition: its ``result`` names
+the definition (``definition``, ``graph_digest``, ``graph_source``, ``graph``), what it
+moved from (``from``), and nodes a rename dropped (``dropped``)."""
 
 TEMPLATE_MAX_CHARS = 1024 * 1024
 """The longest text a template may render to (a value can be large; the output is capped)."""
@@ -724,12 +730,16 @@ class RunState(Value, frozen=True, kw_only=True):
         created_at: When the run was created.
         updated_at: When ``seq`` was committed.
         plans: Node id → the plan it turned into children (see :class:`Plan`).
+        definition: Key of the stored definition the run follows (the content digest of
+            its graph, machine and script files as kept in the store); empty for a run
+            created before definitions were stored, until it is pinned.
     """
 
     run_id: str
     graph: str
     graph_source: str
     graph_digest: str
+    definition: str = ""
     seq: int
     status: RunStatus
     input: Mapping[str, Any]
@@ -756,7 +766,8 @@ class StepRecord(Value, frozen=True, kw_only=True):
             ``transition``, ``fail``, ``wait`` (a human gate opened), ``reply``,
             ``cancel``, ``status`` (run-level change), ``intent`` (a ``once`` effect is
             about to run), ``effect`` (a tool call's result), ``expand`` (a node's plan
-            became its children) or ``join`` (a node's children all ended).
+            became its children), ``join`` (a node's children all ended) or ``migrate``
+            (the run moved to another stored definition, see :data:`MIGRATE`).
         node: The node that moved, if any.
         source: State path before the step.
         trigger: The trigger fired, if any.
@@ -843,9 +854,11 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         elif last.ledger is not None:  # an intent or effect step: the node does not move
             nodes = _entered(state.nodes, nodes, last)
         errors += last.errors
-        if last.interrupts is not None or last.plan is not None:  # gates, and plans
+        if last.interrupts is not None or last.plan is not None or last.kind == MIGRATE:
+            # gates, plans, and moves to another definition: rare, folded elsewhere
             interrupts = last.interrupts if last.interrupts is not None else interrupts
             plans = _planned(state.plans if plans is None else plans, last)
+            state, nodes = _migrated(state, nodes, last)
     if last is None:
         return state
     return RunState(
@@ -853,6 +866,7 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         graph=state.graph,
         graph_source=state.graph_source,
         graph_digest=state.graph_digest,
+        definition=state.definition,
         seq=seq,
         status=last.status,
         input=state.input,
@@ -865,6 +879,33 @@ def apply_records(state: RunState, records: Iterable[StepRecord]) -> RunState:
         updated_at=last.time,
         plans=state.plans if plans is None else MappingProxyType(plans),
     )
+
+
+def _migrated(
+    state: RunState, nodes: Mapping[str, NodeState], record: StepRecord
+) -> tuple[RunState, Mapping[str, NodeState]]:
+    """The state and node changes so far, moved to the definition a ``migrate`` step names.
+
+    Renamed nodes' old ids leave the node map: the whole map is then the change. Any
+    other step leaves both as they are.
+    """
+    if record.kind != MIGRATE:
+        return state, nodes
+    result = record.result
+    moved = replace(
+        state,
+        graph=str(result["graph"]),
+        graph_source=str(result["graph_source"]),
+        graph_digest=str(result["graph_digest"]),
+        definition=str(result["definition"]),
+    )
+    dropped = result.get("dropped")
+    if not dropped:
+        return moved, nodes
+    whole = {**state.nodes, **nodes}
+    for old in dropped:
+        whole.pop(old, None)
+    return replace(moved, nodes=EMPTY), whole
 
 
 def _planned(plans: Mapping[str, Plan], record: StepRecord) -> dict[str, Plan]:

@@ -24,6 +24,7 @@ from types import MappingProxyType, NoneType
 from typing import Any, Final, Protocol
 
 from phasegraph.model import (
+    ActionDef,
     GraphDef,
     Interrupt,
     MachineDef,
@@ -199,6 +200,7 @@ def run_view(
     return {
         "run_id": state.run_id,
         "graph": state.graph,
+        "graph_digest": state.graph_digest,
         "status": state.status.value,
         "seq": state.seq,
         "summary": run_summary(state),
@@ -293,10 +295,7 @@ def graph_view(
             node.id: {
                 "machine": node.machine,
                 "needs": list(node.needs),
-                "hooks": {
-                    hook: {"kind": action.kind, "triggers": list(action.triggers)}
-                    for hook, action in node.bind.items()
-                },
+                "hooks": {hook: _hook_view(action) for hook, action in node.bind.items()},
                 "parent": node.parent,
                 "plan": _plan_view(node.id, plans.get(node.id)),
             }
@@ -304,6 +303,15 @@ def graph_view(
         },
         "machines": {name: _machine_view(m) for name, m in definition.machines.items()},
     }
+
+
+def _hook_view(action: ActionDef) -> dict[str, Any]:
+    """A binding as the graph's shape shows it: its kind, triggers and, for a model, prompts."""
+    view: dict[str, Any] = {"kind": action.kind, "triggers": list(action.triggers)}
+    llm = action.config.get("llm") if action.kind == "llm" else None
+    if isinstance(llm, Mapping):
+        view.update({key: str(llm[key]) for key in ("system", "prompt") if llm.get(key)})
+    return view
 
 
 def _plan_view(parent: str, plan: Plan | None) -> dict[str, Any] | None:

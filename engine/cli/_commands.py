@@ -86,6 +86,12 @@ def _testing() -> Handlers:
     return module.HANDLERS
 
 
+def _migrate() -> Handlers:
+    from phasegraph.cli import _migrate as module
+
+    return module.HANDLERS
+
+
 def _durable() -> Handlers:
     from phasegraph.cli import _durable as module
 
@@ -209,21 +215,22 @@ def _detach(parser: argparse.ArgumentParser, what: str) -> None:
 
 def _resume(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
-    parser.add_argument("--graph", help="use this graph file instead of the recorded one")
-    _allow_changed(parser, "continue")
+    _gone_flags(parser, graph=True)
     _detach(parser, "hand the run to")
     _otel(parser)
 
 
-def _allow_changed(parser: argparse.ArgumentParser, verb: str) -> None:
+def _gone_flags(parser: argparse.ArgumentParser, *, graph: bool = False) -> None:
+    """Flags of earlier versions, kept only to say what replaced them (not in --help)."""
     parser.add_argument(
         "--allow-changed",
         "--allow-changed-graph",
         dest="allow_changed",
         action="store_true",
-        help=f"{verb} even if the graph changed since the run started, once its history "
-        "replays identically against the new graph",
+        help=argparse.SUPPRESS,
     )
+    if graph:
+        parser.add_argument("--graph", dest="gone_graph", help=argparse.SUPPRESS)
 
 
 def _status(parser: argparse.ArgumentParser) -> None:
@@ -285,7 +292,7 @@ def _reply(parser: argparse.ArgumentParser) -> None:
         "a payload value the next action reads (JSON if it parses), e.g. result={...} "
         "answering whether an effect happened; repeatable",
     )
-    _allow_changed(parser, "answer")
+    _gone_flags(parser)
     _detach(parser, "commit the answer, then hand the run to")
 
 
@@ -355,6 +362,29 @@ def _fork(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-run", action="store_true", help="only create the new run; do not drive it"
+    )
+
+
+def _migrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", nargs="?", help="the run id (or --all-waiting GRAPH)")
+    parser.add_argument(
+        "--to", required=True, metavar="FILE", help="the graph file (or built-in) to move it to"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only check that the run fits (exit 0 fits, 1 names each misfit); change nothing",
+    )
+    parser.add_argument(
+        "--renames",
+        metavar="FILE",
+        help="a YAML file naming renamed nodes and states: 'nodes: {old: new}', "
+        "'states: {old/path: new/path}'",
+    )
+    parser.add_argument(
+        "--all-waiting",
+        metavar="GRAPH",
+        help="every waiting or parked run of the graph called GRAPH, with a line per run",
     )
 
 
@@ -714,6 +744,13 @@ COMMANDS = (
     ),
     Command(
         "fork", "start a new run from any committed step of a run and drive it", _fork, _durable
+    ),
+    Command(
+        "migrate",
+        "check that a waiting run fits another version of its graph and move it there "
+        "(exit 0 fits or moved, 1 does not fit: each misfit named)",
+        _migrate_arguments,
+        _migrate,
     ),
     Command(
         "replay",

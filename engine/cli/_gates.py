@@ -48,9 +48,9 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
     from phasegraph.run._gates import gate_answers
 
     try:
-        prepared = engine.prepare(state.graph_source)
+        prepared = await engine.prepared_for(state)
     except PhasegraphError:
-        prepared = None  # the graph file moved or broke: say what we can without it
+        prepared = None  # its definition cannot be loaded here: say what we can without it
     answers = gate_answers(prepared, state)
     return [
         OpenGate(interrupt=state.interrupts[interrupt_id], answers=answers[interrupt_id])

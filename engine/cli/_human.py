@@ -10,7 +10,8 @@ from typing import Any
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._runs import drive_children_here, fits_changed_graph, tell_parent
+from phasegraph.cli._migrate import refuse_gone_flags, say_drift
+from phasegraph.cli._runs import drive_children_here, tell_parent
 from phasegraph.cli._support import (
     emit,
     finished,
@@ -39,9 +40,11 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
     trigger, payload = _trigger_of(args)
     data = parse_inputs(args.data, None)
 
+    refuse_gone_flags(args)
+
     async def body(engine: Engine) -> int:
-        if args.allow_changed:
-            await fits_changed_graph(engine, args.run)
+        if not args.detach:
+            await say_drift(args, engine, args.run)
         if args.detach:
             from phasegraph.cli._worker import can_hand_over
 
@@ -59,7 +62,6 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
                     payload=payload,
                     data=data,
                     drive=not args.detach,
-                    allow_changed=args.allow_changed,
                     actor=local_actor(),
                     step=args.step,
                     trusted=True,

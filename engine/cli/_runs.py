@@ -14,6 +14,7 @@ from typing import Any
 from phasegraph.api import Engine
 from phasegraph.cli._gates import gate_lines, open_gates, run_json
 from phasegraph.cli._handler import Handlers
+from phasegraph.cli._migrate import refuse_gone_flags, say_drift
 from phasegraph.cli._support import (
     EXIT_OK,
     emit,
@@ -35,7 +36,7 @@ from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
 
-__all__ = ["HANDLERS", "drive_children_here", "fits_changed_graph", "tell_parent"]
+__all__ = ["HANDLERS", "drive_children_here", "tell_parent"]
 
 _FOLLOW_POLL = 0.2  # seconds between looks at a followed run's new steps
 
@@ -82,15 +83,14 @@ async def _start_detached(args: argparse.Namespace, engine: Engine, run_input: A
 
 
 async def _cmd_resume(args: argparse.Namespace) -> int:
+    refuse_gone_flags(args)
+
     async def body(engine: Engine) -> int:
-        if args.allow_changed:
-            await fits_changed_graph(engine, args.run, args.graph)
         if args.detach:
             return await _resume_detached(args, engine)
-        with await progress(args, engine, args.run, graph=args.graph):
-            state = await engine.resume(
-                args.run, graph=args.graph, allow_changed=args.allow_changed
-            )
+        await say_drift(args, engine, args.run)
+        with await progress(args, engine, args.run):
+            state = await engine.resume(args.run)
             state = await drive_children_here(engine, state)
         return await finished(args, engine, state)
 
@@ -102,11 +102,6 @@ async def _resume_detached(args: argparse.Namespace, engine: Engine) -> int:
     from phasegraph.cli._worker import can_hand_over, detached, hand_over
 
     can_hand_over(args, engine.store)
-    if args.graph or args.allow_changed:
-        raise InputError(
-            "--detach hands the run to the workers, which drive it under the graph it "
-            "recorded: drop --graph and --allow-changed, or resume it here without --detach"
-        )
     state = await engine.get(args.run)
     if state.status.terminal:
         raise RunStateError(
@@ -169,27 +164,6 @@ async def tell_parent(engine: Engine, state: RunState) -> str | None:
         await queue.aclose()
 
 
-async def fits_changed_graph(engine: Engine, run_id: str, graph: str | None = None) -> None:
-    """Refuse to go on under a changed graph unless the run's history replays identically.
-
-    Raises:
-        RunStateError: The history diverges under the new graph (naming the first step).
-    """
-    report = await engine.replay(run_id, graph=graph)
-    divergence = report.divergence
-    if divergence is None:
-        return
-    node = f", node {divergence.node!r}" if divergence.node else ""
-    raise RunStateError(
-        f"run {run_id!r}: its history does not fit the graph {report.graph!r} as it is now: "
-        f"step {divergence.seq}{node} diverges ({divergence.reason}); restore the graph, or "
-        f"fork the run from a step before {divergence.seq} "
-        f"('phasegraph replay {run_id}' shows the divergence)",
-        run_id=run_id,
-        seq=divergence.seq,
-    )
-
-
 async def _cmd_status(args: argparse.Namespace) -> int:
     path = sqlite_file(args.store)
     if not args.run and path is not None and not path.exists():
@@ -211,7 +185,7 @@ async def _cmd_status(args: argparse.Namespace) -> int:
 
 async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
     state = await engine.get(args.run)
-    order = _dag_order(engine, state)
+    order = await _dag_order(engine, state)
     # A node its machine failed has no error of its own: the log says why.
     why = {e.node: e.message for e in state.errors if e.severity != "warning"}
     lines = []
@@ -268,7 +242,7 @@ async def _follow(args: argparse.Namespace, engine: Engine) -> int:
 
     args.workers_drive = has_work_queue(engine.store)
     state = await engine.get(args.run)
-    order = tuple(_dag_order(engine, state)) or tuple(state.nodes)
+    order = tuple(await _dag_order(engine, state)) or tuple(state.nodes)
     opening = (
         f"following run {state.run_id} ({state.graph}) from step {state.seq}: Ctrl-C stops "
         "following, not the run"
@@ -340,10 +314,10 @@ async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:
     emit(args, [meta_view(meta) for meta in runs], text, plain=True)
 
 
-def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
+async def _dag_order(engine: Engine, state: RunState) -> dict[str, int]:
     """Node id → its place in the graph's DAG order (empty if the graph cannot be read)."""
     try:
-        order = engine.prepare(state.graph_source).workflow.order
+        order = (await engine.prepared_for(state)).workflow.order
     except PhasegraphError:
         return {}
     return {node: index for index, node in enumerate(order)}

@@ -347,7 +347,9 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
     if state.errors and not args.json:
         text += "".join(f"\n  {e.node} ({e.state}): {e.message}" for e in state.errors)
     if state.status is RunStatus.COMPLETED:
-        text += "".join(f"\n  {key}: {shown(state.data[key])}" for key in _outputs(engine, state))
+        text += "".join(
+            f"\n  {key}: {shown(state.data[key])}" for key in await _outputs(engine, state)
+        )
     gates = await open_gates(engine, state)
     text += gate_lines(args, state, gates)
     # It stopped here: nothing drives it now (a worker or server takes it up only later).
@@ -355,10 +357,10 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
     return exit_for(state.status)
 
 
-def _outputs(engine: Engine, state: RunState) -> tuple[str, ...]:
+async def _outputs(engine: Engine, state: RunState) -> tuple[str, ...]:
     """The graph's declared ``output:`` keys the run's data holds (none if unreadable)."""
     try:
-        declared = engine.prepare(state.graph_source).definition.output
+        declared = (await engine.prepared_for(state)).definition.output
     except PhasegraphError:
         return ()
     return tuple(key for key in declared if key in state.data)
@@ -442,7 +444,7 @@ async def progress(
         args: The command's arguments (``--quiet``, ``--json``, ``--store``).
         engine: The engine driving the run.
         run_id: The run.
-        graph: The graph: what ``run`` starts, or a replacement for the recorded one.
+        graph: The graph ``run`` starts (default: the one the run follows).
         state: The run as committed now (default: read from the store).
     """
     from phasegraph.cli._progress import budget_limits, progress_for  # here: see the imports
@@ -450,9 +452,8 @@ async def progress(
     if args.quiet or args.json:
         return progress_for(engine.bus, quiet=True)
     state = state or await engine.get(run_id)
-    source = graph or state.graph_source
     try:
-        prepared = engine.prepare(source)
+        prepared = engine.prepare(graph) if graph else await engine.prepared_for(state)
         order: tuple[str, ...] = prepared.workflow.order
         name = prepared.definition.name
         limits = budget_limits(prepared)

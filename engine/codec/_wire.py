@@ -167,11 +167,13 @@ class Snapshot(Wire, omit_defaults=True, kw_only=True):
 
     ``lists`` is the one field the model does not have: data keys whose long list is
     kept in segments shared with earlier snapshots (missing from ``data``). ``plans``
-    (format 6) is written only when a node has one.
+    (format 6) is written only when a node has one; ``definition`` (format 7) only when
+    the run is pinned to a stored definition.
     """
 
     created_at: Any = field(name="ca")  # timestamp
     data: dict[str, Any] = field(name="d")
+    definition: str = field(name="df", default="")
     errors: tuple[Error, ...] = field(name="e")
     graph: str = field(name="g")
     graph_digest: str = field(name="gd")
@@ -382,6 +384,7 @@ def snapshot_wire(
     return Snapshot(
         created_at=aware(state.created_at, ".created_at"),
         data=_user(state.data if data is None else data, ".data"),
+        definition=state.definition,
         errors=_list(state.errors, _error_wire, ".errors"),
         graph=state.graph,
         graph_digest=state.graph_digest,
@@ -609,6 +612,7 @@ def run_state(wire: Snapshot, lists: Mapping[str, list[Any]] | None = None) -> m
         graph=wire.graph,
         graph_source=wire.graph_source,
         graph_digest=wire.graph_digest,
+        definition=wire.definition,
         seq=wire.seq,
         status=wire.status,
         input=_frozen(wire.input, "snapshot.input"),

@@ -362,6 +362,46 @@ class Run:
         who = _Answer(actor, step, trusted)
         return await self._leased(self._reply(interrupt_id, result, who))
 
+    async def migrate(
+        self,
+        prepared: PreparedGraph,
+        result: Mapping[str, Any],
+        *,
+        nodes: Mapping[str, NodeState] | None = None,
+        renamed: Mapping[str, str] | None = None,
+        actor: Actor | None = None,
+    ) -> StepRecord:
+        """Commit a ``migrate`` step, after which the run follows ``prepared``.
+
+        Call it before the run takes a step in this process (nothing of it in flight).
+
+        Args:
+            prepared: The definition the run moves to (checked by the caller, see
+                :func:`~phasegraph.run._migrate.fit`).
+            result: The step's result (:func:`~phasegraph.run._migrate.pinned`).
+            nodes: The nodes the move renames, moves to another state or adds.
+            renamed: Old node id → new id.
+            actor: Who moves the run.
+        """
+        return await self._leased(
+            self._migrate(prepared, result, nodes or {}, renamed or {}, actor)
+        )
+
+    async def _migrate(
+        self,
+        prepared: PreparedGraph,
+        result: Mapping[str, Any],
+        nodes: Mapping[str, NodeState],
+        renamed: Mapping[str, str],
+        actor: Actor | None,
+    ) -> StepRecord:
+        async with self._lock:
+            state = self._state
+            record = self._steps.migrate(state, result, nodes, actor)
+            self._steps = self._steps.moved_to(prepared, state.plans)
+            self._to_launch = [renamed.get(node, node) for node in self._to_launch]
+            return await self._commit(*_encode(record))
+
     async def cancel(
         self, reason: str = "cancelled by request", *, actor: Actor | None = None
     ) -> StepRecord:

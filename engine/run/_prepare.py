@@ -486,15 +486,20 @@ def _widened(definition: GraphDef, base: PreparedGraph) -> GraphDef:
 
 
 def initial_state(
-    prepared: PreparedGraph, run_id: str, run_input: Mapping[str, Any], now: datetime
+    prepared: PreparedGraph,
+    run_id: str,
+    run_input: Mapping[str, Any],
+    now: datetime,
+    definition_key: str = "",
 ) -> RunState:
-    """The state of a new run at seq 0: every node pending."""
+    """The state of a new run at seq 0: every node pending (pinned to ``definition_key``)."""
     definition = prepared.definition
     return RunState(
         run_id=run_id,
         graph=definition.name,
         graph_source=prepared.source,
         graph_digest=definition.digest,
+        definition=definition_key,
         seq=0,
         status=RunStatus.RUNNING,
         input=frozen_map(run_input),

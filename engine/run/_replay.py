@@ -21,6 +21,7 @@ trigger only; an action that raised is re-fed as an error with the recorded mess
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,10 +33,12 @@ from phasegraph.codec._history import record_json
 from phasegraph.errors import PhasegraphError, RunError
 from phasegraph.model import (
     EMPTY,
+    MIGRATE,
     NodeState,
     NodeStatus,
     RunState,
     StepRecord,
+    apply_records,
     frozen_map,
     replace,
 )
@@ -108,8 +111,16 @@ class ReplayReport:
         return self.divergence is None
 
 
-async def replay_history(store: Store, prepared: PreparedGraph, first: RunState) -> ReplayReport:
+async def replay_history(
+    store: Store,
+    prepared: PreparedGraph,
+    first: RunState,
+    migrated: Callable[[RunState], Awaitable[PreparedGraph]] | None = None,
+) -> ReplayReport:
     """Re-drive a run from its seq-0 state ``first`` against ``prepared``; no action runs.
+
+    A ``migrate`` step is taken as recorded; from there the replay follows the definition
+    it moved to (loaded by ``migrated``; without it, ``prepared`` goes on).
 
     Raises:
         RunNotFoundError: No such run.
@@ -126,6 +137,11 @@ async def replay_history(store: Store, prepared: PreparedGraph, first: RunState)
         record = decode_stored(first.run_id, seq, blob, codec.decode_record)
         if record.seq != seq:
             raise missing_record(first.run_id, seq, record.seq)
+        if record.kind == MIGRATE and migrated is not None:
+            after = apply_records(replayer.state, (record,))
+            replayer.migrate(record, await migrated(after))
+            steps += 1
+            continue
         divergence = replayer.step(record)
         steps += divergence is None
     return ReplayReport(
@@ -166,6 +182,17 @@ class _Replayer:
         self._state = _fit_nodes(first, self._steps.prepared)
         # Running nodes in the order they became due, as the interpreter keeps them.
         self._due = [n for n, s in self._state.nodes.items() if s.status is NodeStatus.RUNNING]
+
+    @property
+    def state(self) -> RunState:
+        """The replayed state so far."""
+        return self._state
+
+    def migrate(self, recorded: StepRecord, prepared: PreparedGraph) -> None:
+        """Take a recorded ``migrate`` step; the next steps are replayed on ``prepared``."""
+        self._clock.at = recorded.time
+        self._steps = self._steps.moved_to(prepared, self._state.plans)
+        self._apply_step(recorded)
 
     def step(self, recorded: StepRecord) -> Divergence | None:
         """Reproduce ``recorded`` and apply it, or say how the replay differs."""

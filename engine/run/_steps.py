@@ -32,6 +32,7 @@ from phasegraph.errors import (
 )
 from phasegraph.model import (
     EMPTY,
+    MIGRATE,
     PATH_SEPARATOR,
     Actor,
     ErrorRecord,
@@ -212,6 +213,9 @@ class StepBuilder:
             self._prepared = with_plans(self._prepared, after.plans)
             self._frontier = None
             return after
+        if record.kind == MIGRATE:  # nodes renamed or added: readiness is built afresh
+            self._frontier = None
+            return apply_records(state, (record,))
         frontier = self._frontier_for(state)
         after = apply_records(state, (record,))
         if after.nodes is not state.nodes:
@@ -761,6 +765,28 @@ class StepBuilder:
             return self.node_failed(
                 state, interrupt.node, exc, (), interrupts=MappingProxyType(remaining)
             )
+
+    def migrate(
+        self,
+        state: RunState,
+        result: Mapping[str, Any],
+        nodes: Mapping[str, NodeState],
+        actor: Actor | None = None,
+    ) -> StepRecord:
+        """Move the run to another definition (see :mod:`phasegraph.run._migrate`)."""
+        return StepRecord(
+            seq=state.seq + 1,
+            time=self._now(),
+            kind=MIGRATE,
+            result=MappingProxyType(dict(result)),
+            nodes=MappingProxyType(dict(nodes)),
+            status=state.status,
+            actor=actor,
+        )
+
+    def moved_to(self, prepared: PreparedGraph, plans: Mapping[str, Plan]) -> StepBuilder:
+        """A builder of the next steps on ``prepared`` (a run migrated to it)."""
+        return StepBuilder(prepared, self._clock, plans)
 
     def cancel(self, state: RunState, reason: str, actor: Actor | None = None) -> StepRecord:
         """Cancel every unfinished node and close every interrupt (``actor``: who asked)."""

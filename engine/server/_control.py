@@ -55,13 +55,13 @@ async def reply(request: web.Request) -> web.Response:
     state = await request.app[EXECUTOR].reply(
         run_id, interrupt_id, result, actor=who.actor, step=step, trusted=who.trusted
     )
-    return ok(run_json(request.app, state))
+    return ok(await run_json(request.app, state))
 
 
 async def resume(request: web.Request) -> web.Response:
     """Drive an unfinished run from its last committed step (in the background)."""
     state = await request.app[EXECUTOR].resume(request.match_info["run_id"])
-    return ok(run_json(request.app, state, driving=True), status=202)
+    return ok(await run_json(request.app, state, driving=True), status=202)
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -73,7 +73,7 @@ async def cancel(request: web.Request) -> web.Response:
         fail("body.reason", f"at most {_MAX_REASON} characters")
     actor = principal_of(request).actor
     state = await request.app[EXECUTOR].cancel(request.match_info["run_id"], reason, actor=actor)
-    return ok(run_json(request.app, state))
+    return ok(await run_json(request.app, state))
 
 
 async def fork(request: web.Request) -> web.Response:
@@ -89,7 +89,7 @@ async def fork(request: web.Request) -> web.Response:
     patch = optional_mapping(body, "data")
     actor = principal_of(request).actor
     state = await request.app[EXECUTOR].fork(run_id, at_seq, patch, actor=actor)
-    view = {**run_json(request.app, state), "forked_from": run_id}
+    view = {**await run_json(request.app, state), "forked_from": run_id}
     return ok(view, status=201, headers={"Location": f"/runs/{state.run_id}"})
 
 

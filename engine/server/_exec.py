@@ -86,7 +86,6 @@ class Executor:
             engine, self._mail, log=_log, retry=options.adopt_interval, max_runs=options.max_runs
         )
         self._drivers: dict[str, asyncio.Task[None]] = {}
-        self._graphs: dict[str, PreparedGraph] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
         self.recovered = asyncio.Event()
@@ -127,7 +126,6 @@ class Executor:
             _log_run("started", state, outcome="queued for the workers")
             return state
         _log_run("started", state)
-        self._graphs[state.run_id] = graph
         self.submit(state.run_id)
         return state
 
@@ -310,7 +308,7 @@ class Executor:
     async def _drive(self, run_id: str) -> None:
         state = None
         try:
-            state = (await self._driver.drive(run_id, graph=self._graphs.get(run_id))).state
+            state = (await self._driver.drive(run_id)).state
             if state is not None:
                 _log_idle(state)
         except Exception:  # a background task has nobody to raise to: log it
@@ -318,8 +316,6 @@ class Executor:
         finally:
             # No await between the drive's end and this: mail posted later starts a drive.
             self._drivers.pop(run_id, None)
-            if state is None or state.status.terminal:
-                self._graphs.pop(run_id, None)
             if self._mail.has_mail(run_id):
                 # Posted while the drive was finishing, after it last read its mail: the
                 # sender would wait for ever without a drive to answer it.

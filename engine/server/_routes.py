@@ -52,7 +52,9 @@ async def create_run(request: web.Request) -> web.Response:
     actor = principal_of(request).actor
     state = await request.app[EXECUTOR].create(prepared, run_input, run_id, actor=actor)
     return ok(
-        run_json(request.app, state), status=201, headers={"Location": f"/runs/{state.run_id}"}
+        await run_json(request.app, state),
+        status=201,
+        headers={"Location": f"/runs/{state.run_id}"},
     )
 
 
@@ -119,7 +121,7 @@ async def list_runs(request: web.Request) -> web.Response:
 async def get_run(request: web.Request) -> web.Response:
     """A run at its head: status, nodes and their machine states, interrupts, summary."""
     state = await request.app[ENGINE].get(request.match_info["run_id"])
-    return ok(run_json(request.app, state))
+    return ok(await run_json(request.app, state))
 
 
 async def get_snapshot(request: web.Request) -> web.Response:

@@ -25,11 +25,14 @@ __all__ = ["routes"]
 
 
 async def get_graph(request: web.Request) -> web.Response:
-    """The shape of the run's graph; ``changed`` when its definition differs from the run's."""
+    """The shape of the graph the run follows (its stored definition, cached by the engine).
+
+    ``changed`` is kept for clients of earlier versions: the shape is always the run's own.
+    """
     engine = request.app[ENGINE]
     state = await engine.get(request.match_info["run_id"])
-    prepared = engine.prepare(state.graph_source)  # cached by the engine per file and digest
-    changed = prepared.definition.digest != state.graph_digest
+    prepared = await engine.prepared_for(state)
+    changed = False
     expanded = _as_it_stands(prepared, state, changed)
     plans = state.plans if expanded is not prepared else {}
     shape = graph_view(expanded.definition, expanded.workflow.layers, plans)

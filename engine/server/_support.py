@@ -275,7 +275,7 @@ def problem(
     return response
 
 
-def run_json(
+async def run_json(
     app: web.Application, state: RunState, *, driving: bool | None = None
 ) -> dict[str, Any]:
     """The run as the API shows it (:func:`~phasegraph.views.run_view`, as ``status --json``).
@@ -286,9 +286,9 @@ def run_json(
     prepared = None
     if state.interrupts:
         try:
-            prepared = app[ENGINE].prepare(state.graph_source)
+            prepared = await app[ENGINE].prepared_for(state)
         except PhasegraphError:
-            prepared = None  # the graph file moved or broke: the answers are unknown
+            prepared = None  # its definition cannot be loaded here: the answers are unknown
     if driving is None:
         driving = app[EXECUTOR].driving(state.run_id)
     return run_view(state, driving=driving, answers=gate_answers(prepared, state))

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TypeGuard
 
+from phasegraph.core._sources import builtin_overrides
 from phasegraph.errors import Problem, SpecError
 from phasegraph.spec._suggest import did_you_mean
 
@@ -48,8 +49,14 @@ def builtin_dir(kind: str) -> Path:
 
 
 def builtin_files(kind: str) -> dict[str, Path]:
-    """Name -> file of every built-in ``kind`` (``states`` or ``graphs``), sorted by name."""
-    return {path.stem: path for path in sorted(builtin_dir(kind).glob("*.yaml"))}
+    """Name -> file of every built-in ``kind`` (``states`` or ``graphs``), sorted by name.
+
+    While a run's stored definition is loaded, the built-in files it kept are among them
+    (a built-in this installation no longer has included).
+    """
+    found = {path.stem: path for path in sorted(builtin_dir(kind).glob("*.yaml"))}
+    kept = builtin_overrides(kind)
+    return dict(sorted({**found, **kept}.items())) if kept else found
 
 
 def builtin_machines() -> list[str]:

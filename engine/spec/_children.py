@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from phasegraph.core._sources import is_file
 from phasegraph.spec._catalog import builtin_graphs, is_name
 from phasegraph.spec._suggest import did_you_mean
 
@@ -56,6 +57,6 @@ def child_graph_problem(graph: str, folder: Path | None) -> str | None:
             "find it from: give an absolute path or a built-in graph's name"
         )
     path = Path(child_graph_source(graph, folder))
-    if not path.is_file():
+    if not is_file(path):
         return f"graph file {graph!r} not found at {path} (paths are relative to this file)"
     return None

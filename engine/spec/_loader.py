@@ -29,6 +29,7 @@ from typing import Any
 from phasegraph import model
 from phasegraph.core._graph import compile_graph, find_cycle
 from phasegraph.core._plans import node_machines, template_label, with_plan_writes
+from phasegraph.core._sources import is_file
 from phasegraph.core._writes import declared_conflicts, shared_keys
 from phasegraph.errors import Problem, SourceLocation, SpecError
 from phasegraph.spec import _schema as schema
@@ -323,7 +324,7 @@ def _graph_machines(
     first: dict[str, int] = {}
     for index, relative in enumerate(spec.machines):
         path = Path(os.path.normpath(folder / relative))
-        if not path.is_file():
+        if not is_file(path):
             text = (
                 f"machine file {relative!r} not found at {path} (paths are relative to this file)"
             )

@@ -39,6 +39,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from phasegraph.core._sources import read_bytes
 from phasegraph.errors import Problem, SourceLocation
 
 try:  # libyaml's event parser: PyYAML's wheels ship it
@@ -785,7 +786,7 @@ def read_file(
         The document (None when it cannot be used at all) and every problem found.
     """
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         problem = Problem(
             f"cannot read {what} file: {exc.strerror or exc}; check the path",

@@ -154,8 +154,12 @@ class ChildRuns:
     async def _answer(self, link: ParentLink, child: RunState) -> None:
         """Hand the parent's gate the child's end (its ``output:`` keys, or why it failed)."""
         try:
-            outputs: Sequence[str] = self._engine.prepare(child.graph_source).definition.output
-        except SpecError as exc:  # its results cannot be named: say so rather than drop them
+            prepared = await self._engine.prepared_for(child)
+            outputs: Sequence[str] = prepared.definition.output
+        except (
+            SpecError,
+            RunStateError,
+        ) as exc:  # its results cannot be named: say so rather than drop them
             why = f"child run {child.run_id!r} ended, but its graph no longer loads: {exc}"
             result = child_failed(child.run_id, str(child.status), why)
         else:

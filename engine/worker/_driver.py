@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, final
 
-from phasegraph.api import Engine, GraphSource
+from phasegraph.api import Engine
 from phasegraph.errors import (
     CodecError,
     LeaseHeldError,
@@ -128,12 +128,11 @@ class RunDriver:
         self._watch(self._look_for_cancel(run_id, drive))
         return True
 
-    async def drive(self, run_id: str, *, graph: GraphSource | None = None) -> Driven:
+    async def drive(self, run_id: str) -> Driven:
         """Drive the run until idle and no mail is left; retry later if refused.
 
         Args:
             run_id: The run (the host starts one drive per run at a time).
-            graph: Use this graph instead of the one the run recorded.
 
         Raises:
             RuntimeError: The run is being driven already.
@@ -142,7 +141,7 @@ class RunDriver:
             raise RuntimeError(f"run {run_id!r} is being driven already")
         drive = self._drives[run_id] = _Drive()
         try:
-            return await self._until_idle(run_id, drive, graph)
+            return await self._until_idle(run_id, drive)
         except BaseException:  # stopped (the host closes), or a mailbox's own error
             stopped = f"the drive of run {run_id!r} stopped before its mail was dealt with"
             self._mailbox.left(run_id, RunStateError(stopped, run_id=run_id))
@@ -175,12 +174,12 @@ class RunDriver:
 
     # -- the drive ----------------------------------------------------------------------
 
-    async def _until_idle(self, run_id: str, drive: _Drive, graph: GraphSource | None) -> Driven:
+    async def _until_idle(self, run_id: str, drive: _Drive) -> Driven:
         refusals = steps = 0
         held = iter(_HELD_RETRIES)
         while True:
             try:
-                done = await self._attempt(run_id, drive, graph)
+                done = await self._attempt(run_id, drive)
             except _LEFT as exc:
                 if isinstance(exc, LeaseHeldError) and (pause := next(held, None)) is not None:
                     await asyncio.sleep(pause)  # its holder may be giving it back right now
@@ -198,7 +197,7 @@ class RunDriver:
                 continue
             except PhasegraphError as exc:
                 # Not found, or its graph no longer loads or changed: a person must act
-                # (the run stays as committed; 'phasegraph resume --allow-changed', say).
+                # (the run stays as committed; 'phasegraph migrate', say).
                 self._mailbox.left(run_id, exc)
                 level = logging.INFO if isinstance(exc, RunNotFoundError) else logging.ERROR
                 self._log.log(level, "run %s cannot be driven: %s", run_id, exc)
@@ -212,9 +211,7 @@ class RunDriver:
             if not drive.mail:  # no await from here to the caller's clean-up
                 return Driven(state, steps)
 
-    async def _attempt(
-        self, run_id: str, drive: _Drive, graph: GraphSource | None
-    ) -> tuple[RunState, int] | None:
+    async def _attempt(self, run_id: str, drive: _Drive) -> tuple[RunState, int] | None:
         """Open the run and step it until idle: its state and steps, or ``None`` if cut short.
 
         The steps run in a task of their own, which a cancel request cancels.
@@ -222,7 +219,7 @@ class RunDriver:
         await self._engine.leases.room()  # no more runs than the keeper keeps renewed
         async with self._slots or contextlib.nullcontext():
             drive.mail = True  # mail may have come while no drive held the run
-            task = asyncio.create_task(self._steps(run_id, drive, graph))
+            task = asyncio.create_task(self._steps(run_id, drive))
             drive.attempt = task
             try:
                 await asyncio.wait({task})
@@ -234,14 +231,12 @@ class RunDriver:
                 drive.attempt = None
             return None if task.cancelled() else task.result()
 
-    async def _steps(
-        self, run_id: str, drive: _Drive, graph: GraphSource | None
-    ) -> tuple[RunState, int]:
+    async def _steps(self, run_id: str, drive: _Drive) -> tuple[RunState, int]:
         steps = 0
         # Looked at before opening: a run is cancelled even if its graph changed since it
         # started (as engine.cancel does). The first delivery acts on what this found.
         cancel: Cancel | _Look | None = await self._mailbox.cancel_requested(run_id)
-        async with self._engine.open(run_id, graph=graph, allow_changed=cancel is not None) as run:
+        async with self._engine.open(run_id, to_cancel=cancel is not None) as run:
             # Child runs its gates wait for: launched if a crash left them unlaunched, and
             # answered if they ended (the answers are the mail delivered first).
             if not run.state.status.terminal and await self._children.look(run.state):

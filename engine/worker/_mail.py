@@ -162,7 +162,7 @@ async def post_reply(
         CodecError: The reply's data cannot be stored.
     """
     state = await engine.get(run_id)
-    prepared = engine.prepare(state.graph_source)
+    prepared = await engine.prepared_for(state)
     try:
         check_reply(
             prepared,

@@ -149,9 +149,7 @@ class Worker:
         """The consumer name."""
         return self._name
 
-    async def run(
-        self, stop: asyncio.Event, started: Callable[[int], None] | None = None
-    ) -> None:
+    async def run(self, stop: asyncio.Event, started: Callable[[int], None] | None = None) -> None:
         """Take and drive work until ``stop`` is set, then stop every drive.
 
         Drives are cut at their last committed step and their runs handed back to the

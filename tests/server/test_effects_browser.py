@@ -9,9 +9,6 @@ history records, and the file the calls append to counts what really ran.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,7 +190,7 @@ def test_it_happened_for_an_actions_own_effect_takes_the_trigger_it_returned(
     assert server.effects()[f"{run_id}:pay:0"] == 1  # not run again
 
 
-def test_a_changed_graph_is_answered_with_the_command_the_page_gives(
+def test_a_gate_of_a_run_whose_graph_file_changed_is_answered_on_the_page(
     page: Any, server: EffectsServer, tmp_path: Path
 ) -> None:
     run_id = "page-changed"
@@ -203,21 +200,10 @@ def test_a_changed_graph_is_answered_with_the_command_the_page_gives(
     changed = json.loads(graph.read_text(encoding="utf-8")) | {"description": "changed"}
     graph.write_text(json.dumps(changed), encoding="utf-8")
     gate = open_gate(page, server, run_id)
-    result = {"exit": 0, "stdout": "it's done"}  # a quote the command must keep
+    result = {"exit": 0, "stdout": "it's done"}
     gate.locator("textarea").fill(json.dumps(result))
     gate.locator("button[data-answer='happened']").click()
-    hint = gate.locator("code.changed-hint")
-    hint.wait_for()  # the server drives runs with their own graph: it refuses, and says how
-    assert "changed since the run started" in gate.locator(".message.error").inner_text()
-    command = hint.inner_text()
-    assert command.startswith(f"phasegraph reply {run_id} --id {effect_id(run_id, 1)}:outcome")
-
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**server.env, "PATH": path, "PHASEGRAPH_STORE": server.store}
-    done = subprocess.run(
-        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    # The server drives the run with the definition it stored: the edit is no obstacle.
     server.wait_for(run_id, "completed")
     [reply] = [r for r in server.history(run_id) if r["kind"] == "reply"]
     assert reply["result"]["payload"] == {"result": result}

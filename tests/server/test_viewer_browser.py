@@ -353,33 +353,40 @@ def test_a_failed_run_opens_on_its_failed_node(page: Any, served: Served) -> Non
     assert node.locator(".badge").first.inner_text() == "failed"
 
 
-def test_a_gate_of_a_changed_graph_says_how_to_answer_it(
-    page: Any, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_run_whose_graph_file_changed_shows_and_runs_what_it_started_with(
+    page: Any, served: Served, tmp_path: Path
 ) -> None:
-    monkeypatch.syspath_prepend(str(FIXTURES))  # the graph's actions, as the server has them
     # A run started from a graph file (on the command line, in the server's store)...
-    graph = tmp_path / "gated.yaml"
-    graph.write_text((FIXTURES / "gated.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    definitions = REPO / "tests" / "fixtures" / "definitions"
+    graph = tmp_path / "prompted.yaml"
+    graph.write_text((definitions / "prompted.yaml").read_text(encoding="utf-8"))
+    script = (definitions / "prompted.responses.json").read_text(encoding="utf-8")
+    (tmp_path / "prompted.responses.json").write_text(script, encoding="utf-8")
 
-    async def wait_at_the_gate() -> str:
+    async def wait_at_the_gate() -> tuple[str, str]:
         async with open_store(served.store) as opened:
-            state = await Engine(opened).run(graph, {"topic": "changed"})
-            run_id: str = state.run_id
-            return run_id
+            state = await Engine(opened).run(graph, {})
+            return state.run_id, state.graph_digest
 
-    run_id = _in_thread(wait_at_the_gate())
-    graph.write_text(graph.read_text(encoding="utf-8").replace("Server test graph", "Changed"))
+    run_id, version = _in_thread(wait_at_the_gate())
+    # ... whose file then changed, prompts included: the page shows what the run follows.
+    graph.write_text(graph.read_text(encoding="utf-8").replace("OLD", "NEW"))
     page.goto(f"{served.url}/ui#/runs/{run_id}")
-    gate = page.locator(".gate")
-    gate.locator("button.trigger", has_text="confirm").click()
-    # ... whose file then changed: the server refuses, the page says how to answer anyway.
-    hint = gate.locator("code.changed-hint")
-    hint.wait_for()
-    assert "changed since the run started" in gate.locator(".message.error").inner_text()
-    assert hint.inner_text() == (
-        f"phasegraph reply {run_id} --id {run_id}:spec:spec_review --confirm --allow-changed"
-    )
-    assert gate.locator("button.trigger", has_text="confirm").is_enabled()
+    page.locator(".meta .version").wait_for()
+    assert version[:12] in page.locator(".meta .version").inner_text()
+    page.locator("g.node[data-node='write']").click()
+    prompts = page.locator("section.prompts")
+    prompts.wait_for()
+    assert prompts.locator("pre.prompt").all_inner_texts() == [
+        "You are the OLD system.",
+        "Say the OLD words.",
+    ]
+    # Answered from the page, it goes on with its stored definition (script included).
+    page.locator(".gate button.trigger", has_text="ok").click()
+    view = served.wait_for(run_id, "completed")
+    assert view["graph_digest"] == version
+    page.locator("h1 .badge.st-completed").wait_for(timeout=WAIT_MS)
+    shot(page, "run-stored-definition.png")
 
 
 def test_who_decided_a_step_shows_on_the_run_page(page: Any, served: Served) -> None:

@@ -91,7 +91,7 @@ async def test_an_unreachable_server_is_one_line_that_hides_the_password() -> No
 
 def test_the_command_line_says_so_in_one_line_and_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = f"postgresql://me:hunter2@127.0.0.1:{free_port()}/db"
-    for argv in (["status"], ["run", "hello"], ["store", "migrate"], ["worker"]):
+    for argv in (["status"], ["run", "hello"], ["store", "migrate"]):
         done = subprocess.run(
             cli_argv(*argv, "--store", url),
             capture_output=True,
@@ -104,6 +104,31 @@ def test_the_command_line_says_so_in_one_line_and_exit_2(tmp_path) -> None:  # t
         assert done.stderr.count("\n") == 1, (argv, done.stderr)
         assert "hunter2" not in done.stderr + done.stdout
         assert "cannot reach Postgres at postgresql://me:***@" in done.stderr
+
+
+def test_a_worker_says_so_in_one_line_and_waits_for_the_store(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A worker outlives its store's outages, one at its start included (a database
+    # restarting as the workers start): it says so once, masked, and waits.
+    url = f"postgresql://me:hunter2@127.0.0.1:{free_port()}/db"
+    worker = subprocess.Popen(
+        cli_argv("worker", "--store", url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert worker.stderr is not None
+        line = worker.stderr.readline()
+        assert "cannot reach Postgres at postgresql://me:***@" in line, line
+        assert "the worker retries until the store answers" in line
+        assert worker.poll() is None  # waiting, not gone
+    finally:
+        worker.terminate()
+        out, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
+    assert "hunter2" not in line + out + err
+    assert "Traceback" not in err
 
 
 def test_store_migrate_creates_then_finds_the_schema(url: str) -> None:

@@ -39,6 +39,7 @@ from phasegraph.actions.llm._client import (
 from phasegraph.actions.llm._compress import Compressor, needs_compression
 from phasegraph.actions.llm._config import LlmConfig
 from phasegraph.actions.llm._endpoint import open_endpoint
+from phasegraph.core._sources import current as stored_files
 from phasegraph.errors import ActionError
 from phasegraph.model import ActionDef, frozen_map
 
@@ -119,12 +120,13 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
         base_dir: The graph file's folder (a ``with.llm.script`` is found beside it).
     """
     config = LlmConfig.of(definition.config)
+    stored = stored_files()  # a run's stored definition: its scripts, not the files
     warm_up()  # ahead of the first turn
 
     async def call(ctx: ActionContext) -> ActionResult:
         turn = _turn(config, ctx)
         tools = list(await ctx.offer(config.tools)) if config.tools else []
-        async with open_endpoint(ctx.settings, base_dir) as endpoint:
+        async with open_endpoint(ctx.settings, base_dir, stored) as endpoint:
             compressor = Compressor(config, endpoint)
             compressed = config.trigger("compressed")
             if compressed is not None and needs_compression(config, turn.messages, tools):

@@ -31,6 +31,7 @@ from typing import Any, Final
 from phasegraph.actions.llm._client import Endpoint
 from phasegraph.actions.llm._pool import loop_pool
 from phasegraph.actions.llm._scripted import ScriptedModelServer
+from phasegraph.core._sources import StoredFiles, read_bytes
 from phasegraph.errors import ActionError
 
 __all__ = ["BASE_URL_ENV", "KEY_ENV", "MODEL_ENV", "SETTINGS_KEY", "open_endpoint"]
@@ -50,13 +51,18 @@ def _key(settings: Mapping[str, Any]) -> str:
     return ""
 
 
-def _script(path: str, base_dir: Path | None) -> tuple[Path, str, list[Mapping[str, Any]]]:
-    """The script's file, its text and its answers (the text tells an edited script apart)."""
+def _script(
+    path: str, base_dir: Path | None, stored: StoredFiles | None
+) -> tuple[Path, str, list[Mapping[str, Any]]]:
+    """The script's file, its text and its answers (the text tells an edited script apart).
+
+    A run's stored copy of the script (``stored``) is read rather than the file.
+    """
     candidate = Path(path)
     if not candidate.is_absolute() and base_dir is not None:
         candidate = base_dir / candidate
     try:
-        text = candidate.read_text(encoding="utf-8")
+        text = read_bytes(candidate, stored).decode("utf-8")
         script = json.loads(text)
     except (OSError, ValueError) as exc:
         raise ActionError(f"cannot read the response script {str(candidate)!r}: {exc}") from None
@@ -71,9 +77,12 @@ async def _close_server(server: ScriptedModelServer) -> None:
 
 @contextlib.asynccontextmanager
 async def open_endpoint(
-    node_settings: Mapping[str, Any], base_dir: Path | None
+    node_settings: Mapping[str, Any], base_dir: Path | None, stored: StoredFiles | None = None
 ) -> AsyncIterator[Endpoint]:
     """The endpoint for one call (a script's server is kept open until the call ends).
+
+    ``stored`` is the run's stored definition files, whose response scripts are read
+    rather than the files on disk.
 
     Raises:
         ActionError: ``with.llm`` is malformed or its script cannot be read.
@@ -90,7 +99,7 @@ async def open_endpoint(
     if base_url or not settings.get("script"):
         yield Endpoint(base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None, api_key=key)
         return
-    path, text, script = _script(str(settings["script"]), base_dir)
+    path, text, script = _script(str(settings["script"]), base_dir, stored)
 
     async def start() -> ScriptedModelServer:
         # Answers by turn keep no state between requests, so one server serves every

@@ -92,32 +92,12 @@ export function triggersAt(shape, node, path) {
   return [...new Set(legal.map((t) => t.trigger))];
 }
 
-const shellWord = (text) => (/^[\w@%+=:,./-]+$/.test(text) ? text : `'${text.replace(/'/g, "'\\''")}'`);
-
-function payloadValue(value) {
-  if (typeof value !== "string") return JSON.stringify(value);
-  try {
-    JSON.parse(value);
-  } catch {
-    return value; // not JSON: the command line takes it as the text it is
-  }
-  return JSON.stringify(value); // text that would parse as JSON is sent as a JSON string
-}
-
-/** The `phasegraph reply` command giving this answer, for a graph changed since the run started. */
-export function replyCommand(runId, interruptId, trigger, payload) {
-  const words = ["phasegraph", "reply", runId, "--id", interruptId, "--trigger", trigger];
-  for (const [key, value] of Object.entries(payload)) words.push("--payload", `${key}=${payloadValue(value)}`);
-  words.push("--allow-changed");
-  return words.map(shellWord).join(" ");
-}
-
 /**
  * The card of an `outcome_unknown` gate: its question, the call, and the three answers,
  * each labelled. `send(trigger, payload)` answers the gate and resolves when the server
  * took the answer (it rejects with the server's refusal, which the card shows).
  */
-export function effectGateCard(interrupt, n, { runId, triggers, send, describe }) {
+export function effectGateCard(interrupt, n, { triggers, send, describe }) {
   const p = interrupt.payload || {};
   const ownEffect = !p.tool;
   const status = h("p", { class: "message", role: "status" });
@@ -134,12 +114,6 @@ export function effectGateCard(interrupt, n, { runId, triggers, send, describe }
       show(`Answered ${trigger}.`, false);
     } catch (error) {
       show(describe(error), true);
-      if (/changed since the run started/.test(status.textContent)) {
-        // The server drives runs with the graph they started with; the command line
-        // answers with the changed one (after replaying the history against it).
-        status.append(h("br"), "To answer with the changed graph, run against this server's store: ",
-          h("code", { class: "changed-hint" }, replyCommand(runId, interrupt.id, trigger, payload)));
-      }
       buttons.forEach((b) => (b.disabled = false));
     }
   };

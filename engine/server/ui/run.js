@@ -139,7 +139,7 @@ export function showRun(main, runId) {
   function noteShape(shape, error) {
     dagNote.textContent = error
       ? `The graph's drawing is not available (${problemText(error)}); nodes are shown without their edges.`
-      : shape.changed ? "The graph's definition changed since this run started: the drawing shows the current one." : "";
+      : "";
   }
 
   // (Re)draw the DAG from state.shape, keeping the node picked, the one the keyboard is
@@ -229,6 +229,8 @@ export function showRun(main, runId) {
     document.title = `${run.status} · ${run.run_id} · phasegraph`;
     fill(meta,
       h("span", {}, "graph ", h("strong", {}, run.graph)), " · ",
+      h("span", { class: "version", title: `the version of ${run.graph} this run follows: its stored definition (phasegraph migrate moves it to another)` },
+        "version ", h("span", { class: "mono" }, run.graph_digest.slice(0, 12))), " · ",
       h("span", {}, `step ${run.seq}`), " · ",
       h("span", {}, run.summary), " · ",
       h("span", {}, `started ${when(run.created_at)}`), " · ",
@@ -350,7 +352,6 @@ export function showRun(main, runId) {
     if (interrupt.kind === OUTCOME_UNKNOWN) {
       const node = state.run.nodes[interrupt.node];
       return effectGateCard(interrupt, n, {
-        runId,
         triggers: triggersAt(state.shape, interrupt.node, node && node.path),
         send: (trigger, payload) => sendReply(interrupt, trigger, payload),
         describe: (error) => (error instanceof ApiError ? problemText(error) : String(error)),
@@ -368,12 +369,6 @@ export function showRun(main, runId) {
       } catch (error) {
         status.textContent = error instanceof ApiError ? problemText(error) : String(error);
         status.className = "message error";
-        if (/changed since the run started/.test(status.textContent)) {
-          // The server drives runs with the graph they started with; the command line
-          // answers with the changed one (after replaying the history against it).
-          const command = `phasegraph reply ${runId} --id ${interrupt.id} ${trigger === "confirm" ? "--confirm" : `--trigger ${trigger}`} --allow-changed`;
-          status.append(h("br"), "To answer with the changed graph, run against this server's store: ", h("code", { class: "changed-hint" }, command));
-        }
         buttons.forEach((b) => (b.disabled = false));
       }
     };
@@ -541,7 +536,7 @@ export function showRun(main, runId) {
         Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
         view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
       h("p", { class: "muted small" }, "In the diagram: the current state (or the picked step's) is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
-    h("div", { class: "machines" }, diagrams)), ledgerTable(ledger),
+    h("div", { class: "machines" }, diagrams)), promptsOf(shape), ledgerTable(ledger),
     plans ? renderPlanVersions(id, shape.plan, plans, { onPick: pickNode, partial: state.first > 0 }) : "");
     if (focus) heading.focus();
   }
@@ -664,6 +659,19 @@ export function showRun(main, runId) {
     closed = true;
     if (stream) stream.close();
   };
+}
+
+/** A node's model prompts as the run's stored definition has them (nothing for other nodes). */
+function promptsOf(shape) {
+  const shown = Object.entries(shape.hooks).filter(([, hook]) => hook.system || hook.prompt);
+  if (!shown.length) return "";
+  return h("section", { class: "prompts", "aria-label": "Prompts" },
+    h("h3", {}, "Prompts"),
+    h("p", { class: "muted small" }, "As this run's stored definition has them: what its model calls send, whatever the graph file says now."),
+    shown.map(([hook, prompt]) => [
+      prompt.system ? [h("h4", {}, `${hook}: system`), h("pre", { class: "prompt" }, prompt.system)] : [],
+      prompt.prompt ? [h("h4", {}, `${hook}: prompt`), h("pre", { class: "prompt" }, prompt.prompt)] : [],
+    ]));
 }
 
 function flatShape(run) {

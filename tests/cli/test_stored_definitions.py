@@ -1,0 +1,158 @@
+"""The definition travels with the run, through the real command line.
+
+A run waiting at a gate keeps going as it began when its graph file is deleted or edited
+(its prompts included), says so in one line, and moves to another version only through
+``phasegraph migrate``, which checks the move first and records it as one step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from builders import TESTS, cli_argv
+
+FIXTURES = TESTS / "fixtures" / "definitions"
+
+
+def _cli(store: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = cli_argv(*args, "--store", store)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+
+
+def _copy(tmp_path: Path, *names: str) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(FIXTURES / name, folder / name)
+    return folder
+
+
+def _waiting(tmp_path: Path, graph: Path, run_id: str) -> str:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    started = _cli(store, "run", str(graph), "--run-id", run_id, "-q")
+    assert started.returncode == 3, started.stderr  # waits at its gate
+    return store
+
+
+def test_a_run_whose_file_was_deleted_is_answered_replayed_and_forked(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "approval.yaml")
+    graph = folder / "approval.yaml"
+    store = _waiting(tmp_path, graph, "gone")
+    graph.unlink()
+
+    answered = _cli(store, "reply", "gone", "--id", "gone:review:run", "--trigger", "ok")
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.startswith("run gone completed"), answered.stdout
+    assert f"the graph file {graph} is gone or does not load" in answered.stderr
+    assert "goes on with the definition it stored" in answered.stderr
+
+    replayed = _cli(store, "replay", "gone")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "identical" in replayed.stdout
+
+    forked = _cli(store, "fork", "gone", "--at", "2", "--json")
+    assert forked.returncode in (0, 3), forked.stderr
+    fork_id = json.loads(forked.stdout)["run_id"]
+    fork = json.loads(_cli(store, "status", fork_id, "--json").stdout)
+    assert fork["status"] == "waiting"  # the fork was driven on the stored definition too
+    again = _cli(store, "reply", fork_id, "--id", f"{fork_id}:review:run", "--trigger", "ok")
+    assert again.returncode == 0, again.stderr
+
+
+def test_an_edited_prompt_does_not_reach_a_waiting_run(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "prompted.yaml", "prompted.responses.json")
+    graph = folder / "prompted.yaml"
+    store = _waiting(tmp_path, graph, "edited")
+    text = graph.read_text()
+    graph.write_text(text.replace("OLD", "NEW"))
+    (folder / "prompted.responses.json").write_text('[{"content": "NEW script"}]')
+
+    resumed = _cli(store, "reply", "edited", "--id", "edited:approve:run", "--trigger", "ok")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"the graph file {graph} differs from the definition run edited follows" in (
+        resumed.stderr
+    )
+    assert f"phasegraph migrate edited --to {graph}" in resumed.stderr
+
+    shown = json.loads(_cli(store, "show", "edited", "--json").stdout)
+    said = json.dumps(shown["data"]["conversation"])
+    assert "Say the OLD words." in said
+    assert "The words, said." in said  # the stored script answered, not the edited one
+    assert "NEW" not in said
+
+
+def test_migrate_checks_the_move_names_what_does_not_fit_and_records_who_moved_it(
+    tmp_path: Path,
+) -> None:
+    folder = _copy(tmp_path, "approval.yaml")
+    graph = folder / "approval.yaml"
+    store = _waiting(tmp_path, graph, "moving")
+    before = json.loads(_cli(store, "status", "moving", "--json").stdout)
+
+    # The waiting state is gone from the new version: refused, naming state and node.
+    (folder / "work.yaml").write_text(
+        "machine: work\ninitial: doing\nstates:\n  doing: {hook: run}\n  done: {final: success}\n"
+        "  failed: {final: failed}\ntransitions:\n  - {trigger: ok, source: doing, dest: done}\n"
+        "  - {trigger: fail, source: doing, dest: failed}\n"
+    )
+    text = graph.read_text().replace("graph: approval", "graph: approval\nmachines: [work.yaml]")
+    broken = folder / "broken.yaml"
+    broken.write_text(text.replace("machine: task\n    needs:", "machine: work\n    needs:"))
+    refused = _cli(store, "migrate", "moving", "--to", str(broken), "--dry-run")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "node 'review' stands in state 'run'" in refused.stdout
+    assert "machine 'work' of the new graph does not have" in refused.stdout
+    assert f"{folder / 'work.yaml'}:" in refused.stdout  # located in the new files
+    assert "nothing changed" in refused.stdout
+
+    # A compatible version (a prompt text changed) fits; a dry run changes nothing.
+    changed = folder / "approval_v2.yaml"
+    changed.write_text(graph.read_text().replace('text: "{greeting}"', 'text: "Check: {greeting}"'))
+    fits = _cli(store, "migrate", "moving", "--to", str(changed), "--dry-run")
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert "run moving fits" in fits.stdout
+    assert json.loads(_cli(store, "status", "moving", "--json").stdout)["seq"] == before["seq"]
+
+    moved = _cli(store, "migrate", "moving", "--to", str(changed))
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    steps = json.loads(_cli(store, "history", "moving", "--json").stdout)
+    migrate = steps[-1]
+    assert migrate["kind"] == "migrate"
+    assert migrate["actor"]["name"]  # who moved it
+    assert migrate["result"]["from"]["graph_digest"] != migrate["result"]["graph_digest"]
+    assert migrate["result"]["graph_source"] == str(changed)
+
+    changed.unlink()  # the new version is stored too: the run needs no file
+    done = _cli(store, "reply", "moving", "--id", "moving:review:run", "--trigger", "ok")
+    assert done.returncode == 0, done.stderr
+    assert _cli(store, "replay", "moving").returncode == 0
+
+
+def test_the_flags_of_earlier_versions_say_what_replaced_them(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "approval.yaml")
+    store = _waiting(tmp_path, folder / "approval.yaml", "old")
+    refused = _cli(store, "resume", "old", "--allow-changed")
+    assert refused.returncode == 2
+    assert "--allow-changed is gone" in refused.stderr
+    assert "phasegraph migrate old --to FILE --dry-run" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_all_waiting_runs_of_a_graph_move_in_one_command(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "approval.yaml")
+    graph = folder / "approval.yaml"
+    store = _waiting(tmp_path, graph, "w1")
+    _waiting(tmp_path, graph, "w2")
+    changed = folder / "approval_v2.yaml"
+    changed.write_text(graph.read_text().replace('text: "{greeting}"', 'text: "v2 {greeting}"'))
+    moved = _cli(store, "migrate", "--all-waiting", "approval", "--to", str(changed))
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "run w1 moved to" in moved.stdout
+    assert "run w2 moved to" in moved.stdout
+    assert "2 waiting runs of graph 'approval': 2 fit" in moved.stdout
+    for run_id in ("w1", "w2"):
+        last = json.loads(_cli(store, "history", run_id, "--json").stdout)[-1]
+        assert last["kind"] == "migrate"
