@@ -43,7 +43,7 @@ from phasegraph.store.base import RunMeta, Store
 if TYPE_CHECKING:
     from phasegraph.run import PreparedGraph, ReplayReport, Run
     from phasegraph.run._children import ParentLink
-    from phasegraph.run._migrate import Migration, Renames
+    from phasegraph.run import Migration, Renames
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -381,15 +381,20 @@ class Engine:
             await run.drive()
             return run.state
 
-    async def resume(self, run_id: str) -> RunState:
+    async def resume(self, run_id: str, *, graph: GraphSource | None = None) -> RunState:
         """Continue a run from its head snapshot until it finishes or waits.
 
         The run follows the definition it stored when it was created (or migrated to).
 
+        Args:
+            run_id: The run.
+            graph: The graph the run follows, when it was built in Python rather than
+                loaded from files (such a definition is not stored): see :meth:`open`.
+
         Raises:
-            RunStateError: The run already finished.
+            RunStateError: The run already finished, or ``graph`` is not its version.
         """
-        async with self.open(run_id) as run:
+        async with self.open(run_id, graph=graph) as run:
             if run.state.status.terminal:
                 raise RunStateError(
                     f"run {run_id!r} already {run.state.status}; nothing to resume",
@@ -407,6 +412,7 @@ class Engine:
         payload: Mapping[str, Any] | None = None,
         data: Mapping[str, Any] | None = None,
         drive: bool = True,
+        graph: GraphSource | None = None,
         actor: Actor | None = None,
         step: int | None = None,
         trusted: bool = False,
@@ -428,6 +434,8 @@ class Engine:
             payload: What the next action sees as ``ctx.payload`` (e.g. ``feedback``).
             data: Updates to the run's data, merged per top-level key.
             drive: Continue the run until it finishes or waits again.
+            graph: The graph the run follows, when it was built in Python (see
+                :meth:`open`).
             actor: Who answers; recorded on the reply's step.
             step: The step that opened the gate, as the answerer was shown it.
             trusted: Record ``actor`` without holding it to the gate's reviewers.
@@ -442,7 +450,7 @@ class Engine:
         from phasegraph.actions import ActionResult  # here, not at the top: see the imports
 
         result = ActionResult(trigger=trigger, payload=frozen_map(payload), data=frozen_map(data))
-        async with self.open(run_id) as run:
+        async with self.open(run_id, graph=graph) as run:
             if run.state.status.terminal:
                 from phasegraph.run._gates import GateNotOpen, refused_reply
 
@@ -461,6 +469,7 @@ class Engine:
         run_id: str,
         reason: str = "cancelled by request",
         *,
+        graph: GraphSource | None = None,
         actor: Actor | None = None,
     ) -> RunState:
         """Cancel a run that no live process is driving (waiting, parked or crashed).
@@ -471,7 +480,7 @@ class Engine:
             LeaseHeldError: A live process is driving the run.
             RunStateError: The run already finished.
         """
-        async with self.open(run_id, to_cancel=True) as run:
+        async with self.open(run_id, graph=graph, to_cancel=True) as run:
             await run.cancel(reason, actor=actor)
             return run.state
 

@@ -23,7 +23,6 @@ from phasegraph._vocabulary import RunStatus
 from phasegraph.errors import RunStateError, SourceLocation
 
 __all__ = [
-    "MIGRATE",
     "ActionDef",
     "Actor",
     "BudgetDef",

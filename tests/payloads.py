@@ -63,6 +63,11 @@ PLAN = Plan(
 
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
+    return replace(golden_state_v6(), definition="9c1f" * 16)
+
+
+def golden_state_v6() -> RunState:
+    """The golden run state of format 6, which was pinned to no stored definition."""
     state = golden_state_v5()
     child = NodeState(
         status=NodeStatus.COMPLETED,

@@ -29,6 +29,7 @@ from phasegraph.run._options import (
 if TYPE_CHECKING:
     from phasegraph.run._interpreter import Run
     from phasegraph.run._middleware import Middleware, chain
+    from phasegraph.run._migrate import Migration, Renames
     from phasegraph.run._prepare import PreparedGraph, prepare
     from phasegraph.run._replay import Divergence, ReplayReport
 
@@ -36,6 +37,8 @@ _LAZY = {
     "Run": "phasegraph.run._interpreter",
     "Middleware": "phasegraph.run._middleware",
     "chain": "phasegraph.run._middleware",
+    "Migration": "phasegraph.run._migrate",
+    "Renames": "phasegraph.run._migrate",
     "PreparedGraph": "phasegraph.run._prepare",
     "prepare": "phasegraph.run._prepare",
     "Divergence": "phasegraph.run._replay",
@@ -65,7 +68,9 @@ __all__ = [
     "Divergence",
     "IdFactory",
     "Middleware",
+    "Migration",
     "PreparedGraph",
+    "Renames",
     "ReplayReport",
     "Run",
     "RunOptions",

@@ -214,8 +214,8 @@ class Definitions:
             OSError: A file of the definition cannot be read any more.
         """
         definition = prepared.definition
-        if definition.location is None:
-            return ""  # a definition built in Python: it has no files to keep
+        if definition.location is None or not os.path.isfile(definition.location.path):
+            return ""  # a definition built in Python (from text): it has no files to keep
         memo = (prepared.source, definition.digest)
         found = self._keys.get(memo)
         if found is None:

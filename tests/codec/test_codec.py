@@ -40,6 +40,7 @@ from payloads import (
     golden_state_v2,
     golden_state_v3,
     golden_state_v5,
+    golden_state_v6,
     loop_record,
 )
 from phasegraph import codec
@@ -189,6 +190,7 @@ def run_states() -> st.SearchStrategy[RunState]:
         graph=texts(),
         graph_source=texts(),
         graph_digest=texts(),
+        definition=texts(),
         seq=st.integers(0, 2**63 - 1),
         status=st.sampled_from(RunStatus),
         input=user_maps(),
@@ -323,8 +325,10 @@ GOLDEN_CASES: list[
     (4, "record_v4.bin", golden_record_v5, codec.encode_record, codec.decode_record),
     (5, "snapshot_v5.bin", golden_state_v5, codec.encode_snapshot, codec.decode_snapshot),
     (5, "record_v5.bin", golden_record_v5, codec.encode_record, codec.decode_record),
-    (6, "snapshot_v6.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (6, "snapshot_v6.bin", golden_state_v6, codec.encode_snapshot, codec.decode_snapshot),
     (6, "record_v6.bin", golden_record, codec.encode_record, codec.decode_record),
+    (7, "snapshot_v7.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (7, "record_v7.bin", golden_record, codec.encode_record, codec.decode_record),
 ]
 
 
