@@ -29,7 +29,6 @@ from phasegraph.model import Actor, GraphDef, RunState, RunStatus, StepRecord, f
 from phasegraph.run import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._create import create_run
-from phasegraph.run._definitions import Definitions
 from phasegraph.run._fork import fork_state
 from phasegraph.run._lease import LeaseKeeper
 from phasegraph.run._options import RunEnvironment, check_run_id
@@ -41,9 +40,9 @@ from phasegraph.store.base import RunMeta, Store
 # (imported on first use, see phasegraph.run) and imported in the methods that drive, so
 # ``phasegraph history`` and ``show`` start fast.
 if TYPE_CHECKING:
-    from phasegraph.run import PreparedGraph, ReplayReport, Run
+    from phasegraph.run import Migration, PreparedGraph, Renames, ReplayReport, Run
     from phasegraph.run._children import ParentLink
-    from phasegraph.run import Migration, Renames
+    from phasegraph.run._definitions import Definitions
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -98,8 +97,7 @@ class Engine:
             self._middleware = (tracing.middleware,)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
-        self.definitions = Definitions(store, self._compile)
-        """The stored definitions of this store's runs (see phasegraph.run._definitions)."""
+        self._definitions: Definitions | None = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -156,6 +154,15 @@ class Engine:
         if not isinstance(graph, GraphDef):
             _remember(self._loaded, str(graph), (prepared, _stamp(definition)))
         return prepared
+
+    @property
+    def definitions(self) -> Definitions:
+        """The stored definitions of this store's runs (see phasegraph.run._definitions)."""
+        if self._definitions is None:  # made on first use: reading a run never needs it
+            from phasegraph.run._definitions import Definitions
+
+            self._definitions = Definitions(self.store, self._compile)
+        return self._definitions
 
     def _compile(self, definition: GraphDef, source: str) -> PreparedGraph:
         return runs.prepare(definition, source, middleware=self._middleware)

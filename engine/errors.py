@@ -6,6 +6,7 @@ status) and structured context (location, run, node, seq)::
 
     PhasegraphError                        phasegraph_error    any other phasegraph failure
     ├── SpecError(ValueError)              spec_invalid        bad YAML / schema / cycle / hook
+    │   └── DefinitionUnavailableError     definition_unavailable  a run's stored one fails here
     ├── InputError(ValueError)             bad_input           bad CLI or API argument
     │   └── RequestError                   bad_request         malformed HTTP request field
     ├── RunError(RuntimeError)             run_error           a run cannot proceed as asked
@@ -47,6 +48,7 @@ __all__ = [
     "BudgetExhaustedError",
     "CodecError",
     "DataConflictError",
+    "DefinitionUnavailableError",
     "ErrorCode",
     "GateAnsweredError",
     "IllegalTriggerError",
@@ -77,6 +79,7 @@ class ErrorCode(StrEnum):
 
     PHASEGRAPH = "phasegraph_error"
     SPEC = "spec_invalid"
+    DEFINITION_UNAVAILABLE = "definition_unavailable"
     INPUT = "bad_input"
     BAD_REQUEST = "bad_request"
     RUN = "run_error"
@@ -192,6 +195,20 @@ class SpecError(PhasegraphError, ValueError):
             for p in self.problems
         ]
         return {**super().context(), "problems": problems}
+
+
+class DefinitionUnavailableError(SpecError):
+    """A run's stored definition does not load in this process.
+
+    A Python module it imports is missing here, say: another process, which has what it
+    needs, may drive the run.
+    """
+
+    code = ErrorCode.DEFINITION_UNAVAILABLE
+
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...], *, run_id: str) -> None:
+        super().__init__(problems)
+        self.run_id = run_id
 
 
 class InputError(PhasegraphError, ValueError):

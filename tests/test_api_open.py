@@ -36,7 +36,7 @@ def _count_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return loads
 
 
-async def test_open_by_recorded_graph_loads_its_file_once(
+async def test_open_reads_the_stored_definition_not_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "reopened.yaml").write_text(GRAPH, encoding="utf-8")
@@ -46,10 +46,13 @@ async def test_open_by_recorded_graph_loads_its_file_once(
         engine = Engine(store)
         state = await engine.run("reopened.yaml")  # a relative spelling of the path
         assert state.graph_source == str(tmp_path / "reopened.yaml")
+        (tmp_path / "reopened.yaml").unlink()  # the run needs its file no more
         for _ in range(3):
-            async with engine.open(state.run_id) as run:  # the recorded, absolute spelling
+            async with engine.open(state.run_id) as run:
                 assert run.state.seq == state.seq
-    assert loads == ["reopened.yaml", str(tmp_path / "reopened.yaml")]
+        async with Engine(store).open(state.run_id) as run:  # another engine: from the store
+            assert run.state.definition == state.definition
+    assert loads == ["reopened.yaml"]  # the file was loaded once, to start the run
 
 
 async def test_a_changed_file_is_read_again_under_either_spelling(

@@ -124,6 +124,7 @@ PUBLIC = {
         "BudgetExhaustedError",
         "CodecError",
         "DataConflictError",
+        "DefinitionUnavailableError",
         "ErrorCode",
         "GateAnsweredError",
         "IllegalTriggerError",

@@ -19,6 +19,7 @@ from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._kinds import Kind, kind_of
 from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_bound
 from phasegraph.analysis._runnable import graph_run_findings, machine_file_findings
+from phasegraph.core._sources import is_file, read_bytes
 from phasegraph.errors import InputError, Problem, SourceLocation, SpecError
 from phasegraph.model import MachineDef
 from phasegraph.spec import load_graph
@@ -101,7 +102,7 @@ def resolve(target: str | Path) -> Target:
         InputError: The file cannot be read, or no built-in has that name.
     """
     text = str(target)
-    if is_name(target) and not Path(text).is_file():
+    if is_name(target) and not is_file(Path(text)):
         machines, graphs = text in builtin_machines(), text in builtin_graphs()
         if machines and graphs:
             raise InputError(
@@ -116,7 +117,7 @@ def resolve(target: str | Path) -> Target:
         raise InputError(f"no built-in machine or graph is called {text!r} (built-ins: {known})")
     try:
         # Only to tell its kind: the loader says where a byte is not UTF-8.
-        content = Path(target).read_text(encoding="utf-8", errors="replace")
+        content = read_bytes(Path(target)).decode("utf-8", errors="replace")
     except OSError as exc:
         raise InputError(f"cannot read {text}: {exc.strerror or exc}") from exc
     return Target(kind=kind_of(content), source=Path(target), shown=text)

@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import Final, Literal
 
+from phasegraph.core._sources import read_bytes
+
 __all__ = ["Kind", "is_machine_file", "kind_of"]
 
 Kind = Literal["machine", "graph"]
@@ -30,6 +32,6 @@ def kind_of(text: str) -> Kind | None:
 def is_machine_file(path: Path) -> bool:
     """Whether ``path`` is a readable machine definition (a graph file is not)."""
     try:
-        return kind_of(path.read_text(encoding="utf-8", errors="replace")) == "machine"
+        return kind_of(read_bytes(path).decode("utf-8", errors="replace")) == "machine"
     except OSError:
         return False

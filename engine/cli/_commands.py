@@ -304,9 +304,19 @@ def _cancel(parser: argparse.ArgumentParser) -> None:
 def _check(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "targets",
-        nargs="+",
+        nargs="*",
         metavar="FILE|NAME",
         help="a YAML file (a machine has `states:`, a graph `nodes:`) or a built-in name",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="RUN",
+        help="check the definition run RUN follows, as its store keeps it (not the file)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="RUN",
+        help="also check that run RUN fits the graph FILE, as 'migrate --dry-run' does",
     )
     parser.add_argument(
         "--strict", action="store_true", help="fail (exit 1) on warnings as well as errors"

@@ -6,12 +6,17 @@ import argparse
 import json
 import sys
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from phasegraph.analysis import Report, check_all
 from phasegraph.analysis._diagram import draft_diagram
 from phasegraph.analysis._findings import github_annotation
 from phasegraph.cli._handler import Handlers
-from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, with_engine
+from phasegraph.errors import InputError
+
+if TYPE_CHECKING:
+    from phasegraph.api import Engine
 
 __all__ = ["HANDLERS"]
 
@@ -21,10 +26,8 @@ def _plural(count: int, word: str) -> str:
 
 
 async def _cmd_check(args: argparse.Namespace) -> int:
-    # Resolve every target first: one that cannot be read is bad input (exit 2) before
-    # anything is reported; a finding two targets share is reported once.
-    reports: list[Report] = check_all(args.targets)
-    errors = sum(r.errors for r in reports)
+    reports, misfits = await _reports(args)
+    errors = sum(r.errors for r in reports) + len(misfits)
     warnings = sum(r.warnings for r in reports)
     if args.annotations == "github":
         for report in reports:
@@ -39,6 +42,8 @@ async def _cmd_check(args: argparse.Namespace) -> int:
         for report in reports:
             for finding in report.findings:
                 print(finding)
+        for misfit in misfits:
+            print(misfit)
         strict = " (--strict: warnings fail)" if args.strict and warnings else ""
         notes = sum(len(r.findings) - r.errors - r.warnings for r in reports)
         noted = f", {_plural(notes, 'note')} (not defects)" if notes else ""
@@ -48,6 +53,58 @@ async def _cmd_check(args: argparse.Namespace) -> int:
             file=sys.stdout,
         )
     return EXIT_FAILED if errors or (args.strict and warnings) else EXIT_OK
+
+
+async def _reports(args: argparse.Namespace) -> tuple[list[Report], list[str]]:
+    """The reports of what ``check`` was given, and the misfits of ``--against RUN``.
+
+    Every target is resolved first: one that cannot be read is bad input (exit 2) before
+    anything is reported; a finding two targets share is reported once.
+    """
+    if bool(args.targets) == bool(args.run) or (args.against and len(args.targets) != 1):
+        raise InputError(
+            "check FILE... (or a built-in's name), or the definition a run follows with "
+            "--run RUN; --against RUN checks one graph FILE"
+        )
+    reports = await _stored_reports(args) if args.run else check_all(args.targets)
+    return reports, await _misfits(args) if args.against else []
+
+
+async def _stored_reports(args: argparse.Namespace) -> list[Report]:
+    """The check of the definition run ``args.run`` follows, read from its store."""
+    from phasegraph.core._sources import reading
+    from phasegraph.run._definitions import stored_files
+
+    async def body(engine: Engine) -> int:
+        state = await engine.get(args.run)
+        if not state.definition:
+            args.targets = [state.graph_source]  # an older run: it follows its file
+            return 0
+        stored = await engine.definitions.stored(state.definition, args.run)
+        files, graph = stored_files(stored, state.graph_source)
+        with reading(files):
+            found.extend(check_all([graph]))
+        return 0
+
+    found: list[Report] = []
+    await with_engine(args, body, read_only=True)
+    return found or check_all(args.targets)
+
+
+async def _misfits(args: argparse.Namespace) -> list[str]:
+    """Each thing of run ``args.against`` without a place in the graph checked, as a line."""
+    lines: list[str] = []
+
+    async def body(engine: Engine) -> int:
+        migration = await engine.migrate(args.against, args.targets[0], dry_run=True)
+        lines.extend(f"{problem} [{_MISFIT}]" for problem in migration.problems)
+        return 0
+
+    await with_engine(args, body, read_only=True)
+    return lines
+
+
+_MISFIT = "run-does-not-fit"
 
 
 async def _cmd_diagram(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from phasegraph.cli._support import (
 )
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.events import events_for
-from phasegraph.model import NodeStatus, RunState, RunStatus, apply_records
+from phasegraph.model import MIGRATE, NodeStatus, RunState, RunStatus, apply_records
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
@@ -355,6 +355,10 @@ async def _cmd_history(args: argparse.Namespace) -> int:
                 entry = r.ledger
                 what = f"{entry.tool} #{entry.index}" if entry.tool else "the action"
                 move = f"{what} ({entry.effect}, id {entry.id}) in "
+            if r.kind == MIGRATE:  # what it moved the run from and to
+                before = r.result.get("from", {})
+                old, new = str(before.get("graph_digest", "")), str(r.result["graph_digest"])
+                move = f"version {old[:12]} -> {new[:12]}" if old != new else "definition stored"
             by = "" if r.actor is None else f"  by {r.actor.name}"
             lines.append(
                 f"{r.seq:>5}  {r.time:%H:%M:%S}  {r.kind:<10} {r.node or '-':<16} "

@@ -86,6 +86,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
     {
         ErrorCode.PHASEGRAPH: EXIT_FAILED,
         ErrorCode.SPEC: EXIT_BAD_INPUT,
+        ErrorCode.DEFINITION_UNAVAILABLE: EXIT_BAD_INPUT,
         ErrorCode.INPUT: EXIT_BAD_INPUT,
         ErrorCode.BAD_REQUEST: EXIT_BAD_INPUT,
         ErrorCode.RUN: EXIT_FAILED,

@@ -31,7 +31,7 @@ from phasegraph.codec._stored_definition import (
 )
 from phasegraph.core._plans import plan_templates
 from phasegraph.core._sources import BUILTIN, StoredFiles, reading
-from phasegraph.errors import RunStateError
+from phasegraph.errors import DefinitionUnavailableError, Problem, RunStateError, SpecError
 from phasegraph.model import ActionDef, GraphDef, NodeDef, RunState
 from phasegraph.spec._catalog import builtin_dir, is_name
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from phasegraph.run._prepare import PreparedGraph
     from phasegraph.store.base import Store
 
-__all__ = ["Definitions", "drift", "gather", "graph_folder"]
+__all__ = ["Definitions", "drift", "gather", "graph_folder", "stored_files"]
 
 _KINDS: Final = ("states", "graphs")
 _LIMIT: Final = 256  # prepared definitions an engine keeps
@@ -188,6 +188,19 @@ def drift(
     return lines
 
 
+def stored_files(stored: StoredDefinition, source: str) -> tuple[StoredFiles, Path]:
+    """``stored``'s files placed around the graph file at ``source``, and that file's path."""
+    folder = graph_folder(source)
+    builtins = {kind: builtin_dir(kind) for kind in _KINDS}
+    graph = stored.graph
+    if graph.startswith(BUILTIN):
+        kind, _, name = graph[len(BUILTIN) :].partition("/")
+        path = builtins[kind] / name
+    else:
+        path = folder / graph
+    return StoredFiles(stored.files, folder, builtins), path
+
+
 class Definitions:
     """An engine's stored definitions: pinned when runs are created, loaded to drive them.
 
@@ -200,7 +213,8 @@ class Definitions:
     def __init__(self, store: Store, prepare: Callable[[GraphDef, str], PreparedGraph]) -> None:
         self._store = store
         self._prepare = prepare
-        self._keys: dict[tuple[str, str], tuple[str, bytes]] = {}  # (source, digest) → key
+        # (source, digest) → key and bytes (None: not its files, never stored)
+        self._keys: dict[tuple[str, str], tuple[str, bytes] | None] = {}
         self._kept: set[str] = set()  # keys known to be in the store
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}  # (key, source) → graph
         self._stored: dict[str, StoredDefinition] = {}
@@ -209,45 +223,55 @@ class Definitions:
         """The key of ``prepared``'s definition, stored first if the store lacks it.
 
         A definition stored before costs one small read (``has_definition``), no write.
+        A definition that is not its files (built in Python, or from text; or a file
+        edited while it was read) is not stored: ``""``, and its runs follow what they
+        are given (see :meth:`~phasegraph.api.Engine.open`).
 
         Raises:
             OSError: A file of the definition cannot be read any more.
         """
-        definition = prepared.definition
-        if definition.location is None or not os.path.isfile(definition.location.path):
-            return ""  # a definition built in Python (from text): it has no files to keep
-        memo = (prepared.source, definition.digest)
-        found = self._keys.get(memo)
+        found = self._gathered(prepared)
         if found is None:
-            found = self._keys[memo] = gather(definition)
-            _trim(self._keys)
+            return ""
         key, body = found
         if key not in self._kept:
             if not await self._store.has_definition(key):
-                self._check(key, body, prepared)
+                if not self._loads_as(key, body, prepared):
+                    self._keys[(prepared.source, prepared.definition.digest)] = None
+                    return ""
                 await self._store.put_definition(key, body)
             self._kept.add(key)
         return key
 
-    def _check(self, key: str, body: bytes, prepared: PreparedGraph) -> None:
-        """Refuse to keep files that do not load as the definition they were read for.
+    def _gathered(self, prepared: PreparedGraph) -> tuple[str, bytes] | None:
+        """The key and bytes of ``prepared``'s files, read once per engine (None: it has none)."""
+        definition = prepared.definition
+        memo = (prepared.source, definition.digest)
+        if memo in self._keys:
+            return self._keys[memo]
+        if definition.location is None or not os.path.isfile(definition.location.path):
+            return None
+        found = self._keys[memo] = gather(definition)
+        _trim(self._keys)
+        return found
 
-        A file edited between the load and the read would otherwise pin runs to a
-        definition they never started with. Loaded once per new definition, and kept.
+    def _loads_as(self, key: str, body: bytes, prepared: PreparedGraph) -> bool:
+        """Whether the files gathered load as the definition they were read for.
 
-        Raises:
-            RunStateError: The files load as another definition.
+        Else a run would be pinned to a definition it never started with (a file edited
+        between the load and the read, or a definition built in Python whose location
+        names some file). Loaded once per new definition, and kept.
         """
         stored = decode_definition(body, key)
-        loaded = self.load(stored, prepared.source)
+        try:
+            loaded = self.load(key, stored, prepared.source)
+        except SpecError:
+            return False
         if loaded.definition.digest != prepared.definition.digest:
-            self._keys.pop((prepared.source, prepared.definition.digest), None)
-            raise RunStateError(
-                f"the files of graph {prepared.definition.name!r} changed while a run of it "
-                "was created; start the run again"
-            )
+            return False
         self._stored[key] = stored
         self._prepared[(key, prepared.source)] = loaded
+        return True
 
     async def stored(self, key: str, run_id: str) -> StoredDefinition:
         """The stored definition ``key`` (of run ``run_id``, which messages name).
@@ -275,8 +299,8 @@ class Definitions:
 
         Raises:
             RunStateError: The run is not pinned, or its definition is not in the store.
-            SpecError: The stored definition does not load here (a Python module it
-                imports is missing, say); the problems name the run's files.
+            DefinitionUnavailableError: The stored definition does not load here (a
+                Python module it imports is missing, say); the problems name its files.
             CodecError: The stored definition is damaged or of a newer layout.
         """
         key, source = state.definition, state.graph_source
@@ -286,26 +310,36 @@ class Definitions:
         prepared = self._prepared.get(memo)
         if prepared is None:
             stored = await self.stored(key, state.run_id)
-            prepared = self._prepared[memo] = self.load(stored, source)
+            try:
+                prepared = self.load(key, stored, source)
+            except SpecError as exc:
+                head = Problem(
+                    f"run {state.run_id} follows version {state.graph_digest[:12]} of graph "
+                    f"{state.graph!r} (stored definition {key[:12]}), which does not load "
+                    "here:"
+                )
+                raise DefinitionUnavailableError(
+                    [head, *exc.problems], run_id=state.run_id
+                ) from None
+            self._prepared[memo] = prepared
             _trim(self._prepared)
         return prepared
 
-    def load(self, stored: StoredDefinition, source: str) -> PreparedGraph:
-        """Load and compile ``stored`` as the graph at ``source`` (its files read from it)."""
-        from phasegraph.spec._loader import load_graph  # the full way: no file cache
+    def load(self, key: str, stored: StoredDefinition, source: str) -> PreparedGraph:
+        """Load and compile ``stored`` (kept as ``key``) as the graph at ``source``."""
+        from phasegraph.spec._cache import load_stored
 
+        files, path = stored_files(stored, source)
         folder = graph_folder(source)
-        builtins = {kind: builtin_dir(kind) for kind in _KINDS}
-        files = StoredFiles(stored.files, folder, builtins)
-        graph = stored.graph
-        if graph.startswith(BUILTIN):
-            kind, _, name = graph[len(BUILTIN) :].partition("/")
-            path = builtins[kind] / name
-        else:
-            path = folder / graph
         with reading(files):  # actions built now read the stored files too (scripts)
-            definition = load_graph(path)
+            definition = load_stored(key, folder, lambda: _load_graph(path))
             return self._prepare(definition, source)
+
+
+def _load_graph(path: Path) -> GraphDef:
+    from phasegraph.spec._loader import load_graph  # only on a miss of the compiled cache
+
+    return load_graph(path)
 
 
 def _trim(cache: dict[Any, Any]) -> None:

@@ -57,6 +57,7 @@ _requests = logging.getLogger("phasegraph.server.requests")
 STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.PHASEGRAPH: 500,
     ErrorCode.SPEC: 400,
+    ErrorCode.DEFINITION_UNAVAILABLE: 409,
     ErrorCode.INPUT: 400,
     ErrorCode.BAD_REQUEST: 400,
     ErrorCode.RUN_NOT_FOUND: 404,

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from phasegraph.errors import RunStateError
-from phasegraph.model import RunState
-from phasegraph.run import PreparedGraph
 from phasegraph.run._prepare import with_plans
 from phasegraph.server._support import ENGINE, ok
 from phasegraph.views import graph_view
@@ -32,26 +29,10 @@ async def get_graph(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     state = await engine.get(request.match_info["run_id"])
     prepared = await engine.prepared_for(state)
-    changed = False
-    expanded = _as_it_stands(prepared, state, changed)
-    plans = state.plans if expanded is not prepared else {}
-    shape = graph_view(expanded.definition, expanded.workflow.layers, plans)
-    return ok({"run_id": state.run_id, "changed": changed, **shape})
-
-
-def _as_it_stands(prepared: PreparedGraph, state: RunState, changed: bool) -> PreparedGraph:
-    """``prepared`` with the children the run's plans made (compiled per call: a read)."""
-    if not state.plans:
-        return prepared
-    try:
-        return with_plans(prepared, state.plans)
-    except RunStateError:
-        # A definition changed since the run started may lack a node that planned, or
-        # its plan binding: it is drawn as it is now, without the children (the run
-        # state still lists them). With the run's own definition this is a bug: raise.
-        if not changed:
-            raise
-        return prepared
+    # With the children the run's plans made (compiled per call: a read).
+    expanded = with_plans(prepared, state.plans) if state.plans else prepared
+    shape = graph_view(expanded.definition, expanded.workflow.layers, state.plans)
+    return ok({"run_id": state.run_id, "changed": False, **shape})
 
 
 def routes() -> list[web.RouteDef]:

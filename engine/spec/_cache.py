@@ -9,6 +9,10 @@ files. An entry lists every file the definition was read from (the graph file an
 machine file, built-in ones included) with its content hash, and is used only while each
 file still hashes the same: an edited, moved or deleted file is a miss.
 
+A run's stored definition (:mod:`phasegraph.run._definitions`) is kept the same way
+(:func:`load_stored`), under the key it is stored by: its files never change, so its
+entry needs no file hashes.
+
 Anything wrong with an entry (unreadable, stale, written by another phasegraph) is a miss,
 and a miss loads the graph the full way and writes the entry anew, atomically (a rename).
 A graph that does not load is never kept: its errors are found again, the same way. A
@@ -35,16 +39,25 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from phasegraph.codec._definitions import decode_graph, encode_graph
+from phasegraph.core._sources import current
 from phasegraph.errors import CodecError
 from phasegraph.model import GraphDef
 from phasegraph.spec._catalog import builtin, is_name
 
-__all__ = ["CACHE_ENV", "KEPT", "cache_dir", "load_graph", "remember_valid", "valid_before"]
+__all__ = [
+    "CACHE_ENV",
+    "KEPT",
+    "cache_dir",
+    "load_graph",
+    "load_stored",
+    "remember_valid",
+    "valid_before",
+]
 
 CACHE_ENV: Final = "PHASEGRAPH_CACHE_DIR"
 KEPT: Final = 256
@@ -110,6 +123,8 @@ def load_graph(source: str | Path) -> GraphDef:
         SpecError: Every problem of the graph file and of the machines it uses.
     """
     path = builtin(source, "graphs", "graph") if is_name(source) else Path(source)
+    if current() is not None:
+        return _load(source)  # a run's stored files are read: the disk says nothing of them
     folder, text = cache_dir(), _read(str(path))
     if folder is None or text is None:
         return _load(source)
@@ -144,6 +159,25 @@ def _recall(entry: Path) -> GraphDef | None:
         return None
 
 
+def load_stored(key: str, folder: Path, load: Callable[[], GraphDef]) -> GraphDef:
+    """A run's stored definition ``key``, as ``load`` loads it from its stored files.
+
+    Stored files never change (``key`` is their digest), so an entry for ``key`` placed
+    in ``folder`` is read back whenever phasegraph's loader is unchanged: resuming a run
+    costs what resuming from an unchanged graph file costs.
+    """
+    cache = cache_dir()
+    if cache is None:
+        return load()
+    stamp = f"{_loader_stamp()}\nstored:{key}\n{os.path.abspath(folder)}\n"
+    entry = cache / f"{_hash(stamp.encode())}.graph"
+    definition = _recall(entry)
+    if definition is None:
+        definition = load()
+        _write(entry, [["stored", key]], definition)
+    return definition
+
+
 def _keep(entry: Path, definition: GraphDef, path: Path, text: bytes) -> None:
     """Write ``entry``: the files the definition was read from, then the definition."""
     machines = {m.location.path for m in definition.machines.values() if m.location}
@@ -153,6 +187,11 @@ def _keep(entry: Path, definition: GraphDef, path: Path, text: bytes) -> None:
         if data is None:
             return  # a machine file that went away: nothing worth keeping
         files.append([name, _hash(data)])
+    _write(entry, files, definition)
+
+
+def _write(entry: Path, files: list[list[str]], definition: GraphDef) -> None:
+    """Write ``entry`` atomically: ``files`` (the first names the entry), the definition."""
     data = json.dumps(files).encode() + b"\n" + encode_graph(definition)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)

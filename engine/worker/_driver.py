@@ -30,6 +30,7 @@ from typing import Any, Final, final
 from phasegraph.api import Engine
 from phasegraph.errors import (
     CodecError,
+    DefinitionUnavailableError,
     LeaseHeldError,
     LeaseLostError,
     PhasegraphError,
@@ -93,6 +94,9 @@ class RunDriver:
         log: The host's logger: runs left for later are logged there.
         retry: Seconds before a run left for later is first tried again.
         max_runs: Runs open at once (``None``: as many as the host starts).
+        hand_off: Raise :class:`~phasegraph.errors.DefinitionUnavailableError` from
+            :meth:`drive` (a run whose stored definition does not load in this process),
+            for a host that shares runs with others to hand it on; else it is logged.
     """
 
     def __init__(
@@ -103,8 +107,10 @@ class RunDriver:
         log: logging.Logger,
         retry: float = 1.0,
         max_runs: int | None = None,
+        hand_off: bool = False,
     ) -> None:
         self._engine = engine
+        self._hand_off = hand_off
         self._mailbox = mailbox
         self._log = log
         self._retry = retry
@@ -196,7 +202,9 @@ class RunDriver:
                 held = iter(_HELD_RETRIES)
                 continue
             except PhasegraphError as exc:
-                # Not found, or its graph no longer loads or changed: a person must act
+                if self._hand_off and isinstance(exc, DefinitionUnavailableError):
+                    raise  # another worker may have what this one lacks: the host hands it on
+                # Not found, or its definition does not load here: a person must act
                 # (the run stays as committed; 'phasegraph migrate', say).
                 self._mailbox.left(run_id, exc)
                 level = logging.INFO if isinstance(exc, RunNotFoundError) else logging.ERROR

@@ -44,7 +44,12 @@ from dataclasses import dataclass, field
 from typing import Final, final
 
 from phasegraph.api import Engine
-from phasegraph.errors import InputError, PhasegraphError, StoreUnavailableError
+from phasegraph.errors import (
+    DefinitionUnavailableError,
+    InputError,
+    PhasegraphError,
+    StoreUnavailableError,
+)
 from phasegraph.store._holder import holder_gone
 from phasegraph.worker._driver import RunDriver
 from phasegraph.worker._mail import QueueMailbox
@@ -59,6 +64,7 @@ _TRIM_EVERY: Final = 60.0  # seconds between trims of acknowledged entries
 _DUE_POLL_MAX: Final = 1.0  # seconds: a deadline set by another process is seen this soon
 _BEAT_MAX: Final = 1.0  # seconds between heartbeats at most
 _MISSED_BEATS: Final = 3  # an entry this many heartbeats silent lost its worker (or soon will)
+_HAND_ON_PAUSE: Final = 1.0  # seconds before a run this worker cannot load is queued again
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +120,15 @@ class _Active:
     again: bool = False  # an entry came once the drive had ended: drive once more
 
 
+class _HandOn(Exception):  # how _serve says "hand this run on" (not an error of its own)
+    """The run's definition does not load here: its entries, to acknowledge once handed on."""
+
+    def __init__(self, entries: Sequence[QueueEntry], why: DefinitionUnavailableError) -> None:
+        super().__init__(str(why))
+        self.entries = list(entries)
+        self.why = why
+
+
 @final
 class Worker:
     """Drives runs taken from a :class:`WorkQueue` until stopped.
@@ -136,12 +151,13 @@ class Worker:
         self._queue = queue
         self._name = name
         self._options = options or WorkerOptions()
-        self._driver = RunDriver(engine, QueueMailbox(queue), log=_log)
+        self._driver = RunDriver(engine, QueueMailbox(queue), log=_log, hand_off=True)
         self._store = engine.store
         self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Event()  # set whenever a drive ends (a slot may be free)
         self._outage = Outage(_log)  # the store away: said once, not once per failed call
+        self._unloadable: set[str] = set()  # runs left for others: said once each
         self.stats = WorkerStats()
 
     @property
@@ -271,12 +287,32 @@ class Worker:
         """Serve the run; a queue call that fails leaves its entries for a reclaim."""
         try:
             await self._serve(run_id)
+        except _HandOn as handing:
+            await self._hand_on(run_id, handing.entries, handing.why)
         except StoreUnavailableError as exc:
             # Not acknowledged: once the store is back, a worker reclaims the entries.
             self._outage.failed(exc)
             _log.info("run %s left for a reclaim: %s", run_id, exc)
         except PhasegraphError as exc:  # the queue refused a command: reclaimed later too
             _log.error("run %s left for a reclaim: %s", run_id, exc)
+
+    async def _hand_on(
+        self, run_id: str, entries: Sequence[QueueEntry], exc: DefinitionUnavailableError
+    ) -> None:
+        """Leave a run whose definition does not load here for the other workers.
+
+        Said once per run (a worker that keeps taking it back says nothing more); the run
+        is queued again after a pause, so that this worker does not spin on it alone, and
+        only then are its entries acknowledged (a worker that dies between the two leaves
+        one entry more, never none).
+        """
+        if run_id not in self._unloadable:
+            self._unloadable.add(run_id)
+            _log.warning("run %s left for another worker: %s", run_id, exc)
+        await asyncio.sleep(_HAND_ON_PAUSE)
+        await self._queue.enqueue(run_id)  # a store away: the entries are reclaimed later
+        for entry in entries:
+            await self._queue.ack(entry)
 
     async def _serve(self, run_id: str) -> None:
         """Drive a run until idle (again if an entry came after the drive), then acknowledge.
@@ -288,7 +324,10 @@ class Worker:
         try:
             while True:
                 active.again = False
-                driven = await self._driver.drive(run_id)
+                try:
+                    driven = await self._driver.drive(run_id)
+                except DefinitionUnavailableError as exc:
+                    raise _HandOn(active.entries[active.acked :], exc) from None
                 self.stats.drives += 1
                 self.stats.steps += driven.steps
                 if (state := driven.state) is not None:

@@ -156,3 +156,65 @@ def test_all_waiting_runs_of_a_graph_move_in_one_command(tmp_path: Path) -> None
     for run_id in ("w1", "w2"):
         last = json.loads(_cli(store, "history", run_id, "--json").stdout)[-1]
         assert last["kind"] == "migrate"
+
+
+def test_check_reads_a_runs_stored_definition_and_checks_a_move_without_making_it(
+    tmp_path: Path,
+) -> None:
+    folder = _copy(tmp_path, "approval.yaml")
+    graph = folder / "approval.yaml"
+    store = _waiting(tmp_path, graph, "checked")
+    text = graph.read_text()
+    graph.unlink()
+
+    stored = _cli(store, "check", "--run", "checked")
+    assert stored.returncode == 0, stored.stdout + stored.stderr
+    assert "checked 1 definition: 0 errors" in stored.stdout
+
+    moved_away = folder / "renamed.yaml"  # the review node is called approve here
+    moved_away.write_text(text.replace("id: review", "id: approve"))
+    misfit = _cli(store, "check", str(moved_away), "--against", "checked")
+    assert misfit.returncode == 1, misfit.stdout + misfit.stderr
+    assert "node 'review'" in misfit.stdout
+    assert "[run-does-not-fit]" in misfit.stdout
+    assert "has no node 'review'" in misfit.stdout
+
+    fits = folder / "fits.yaml"
+    fits.write_text(text.replace('text: "{greeting}"', 'text: "now: {greeting}"'))
+    fine = _cli(store, "check", str(fits), "--against", "checked")
+    assert fine.returncode == 0, fine.stdout + fine.stderr
+    history = json.loads(_cli(store, "history", "checked", "--json").stdout)
+    assert all(step["kind"] != "migrate" for step in history)  # nothing was moved
+
+
+def test_renamed_nodes_and_states_move_with_a_renames_file(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "approval.yaml")
+    graph = folder / "approval.yaml"
+    store = _waiting(tmp_path, graph, "renamed")
+    text = graph.read_text()
+    renamed = folder / "v2.yaml"
+    renamed.write_text(text.replace("id: draft", "id: write").replace("[draft]", "[write]"))
+
+    plain = _cli(store, "migrate", "renamed", "--to", str(renamed), "--dry-run")
+    assert plain.returncode == 1
+    assert "node 'draft'" in plain.stdout
+    assert "renames file (nodes: {draft: NEW_ID})" in plain.stdout
+
+    renames = folder / "renames.yaml"
+    renames.write_text("nodes: {draft: write}\n")
+    moved = _cli(store, "migrate", "renamed", "--to", str(renamed), "--renames", str(renames))
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    nodes = json.loads(_cli(store, "status", "renamed", "--json").stdout)["nodes"]
+    assert set(nodes) == {"write", "review"}
+    assert nodes["write"]["status"] == "completed"  # the renamed node kept what it did
+
+    gated = folder / "gated.yaml"
+    gated.write_text(renamed.read_text().replace("id: review", "id: approve"))
+    renames.write_text("nodes: {review: approve}\n")
+    refused = _cli(store, "migrate", "renamed", "--to", str(gated), "--renames", str(renames))
+    assert refused.returncode == 1
+    assert "node 'review' waits at a gate" in refused.stdout
+
+    done = _cli(store, "reply", "renamed", "--id", "renamed:review:run", "--trigger", "ok")
+    assert done.returncode == 0, done.stderr
+    assert _cli(store, "replay", "renamed").returncode == 0

@@ -186,7 +186,7 @@ async def test_graph_route_draws_the_children_the_runs_plans_made_so_far(
         assert shape["layers"][-2:] == [["phases"], ["report"]]
 
 
-async def test_graph_route_draws_a_changed_graph_without_children_it_cannot_make(
+async def test_graph_route_draws_the_stored_definition_with_its_children_after_an_edit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(FIXTURES))
@@ -196,9 +196,11 @@ async def test_graph_route_draws_a_changed_graph_without_children_it_cannot_make
         state = await Engine(store).run(graph, {})
         await _plan(client, state.run_id, [{"id": "a"}])
         await wait_for(client, state.run_id, lambda v: v["status"] == "completed")
-        # The node that planned is renamed: the graph as it is now cannot hold its children.
+        # The node that planned is renamed in the file: the run's own definition is drawn.
         graph.write_text(PLANNED.replace("phases", "stages"), encoding="utf-8")
         shape, _ = await _graph(client, state.run_id)
-        assert shape["changed"] is True
-        assert shape["layers"] == [["stages"], ["report"]]
-        assert {node["plan"] is None for node in shape["nodes"].values()} == {True}
+        assert shape["changed"] is False
+        assert shape["digest"] == state.graph_digest
+        assert "stages" not in shape["nodes"]
+        assert shape["nodes"]["phases"]["plan"] is not None
+        assert shape["nodes"]["phases.a"]["parent"] == "phases"

@@ -208,17 +208,12 @@ def test_a_cancel_waits_for_a_lease_left_by_a_dead_holder_instead_of_being_dropp
     assert "enough" in json.dumps(view)
 
 
-@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "sqlite:///{tmp}/runs.db"])
-def test_a_worker_without_a_reachable_queue_says_so_in_one_line(url: str, tmp_path: Path) -> None:
-    refused = cli("worker", "--store", url.format(tmp=tmp_path))
+def test_a_worker_on_a_store_without_a_queue_says_so_in_one_line(tmp_path: Path) -> None:
+    # (A worker whose queue is away waits for it: tests/store/test_postgres_specific.py.)
+    refused = cli("worker", "--store", f"sqlite:///{tmp_path}/runs.db")
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1, refused.stderr  # one line, no traceback
-    assert refused.stderr.startswith(
-        (
-            "phasegraph: cannot reach Redis at redis://127.0.0.1:1/0",
-            "phasegraph: workers share runs through Redis or Postgres",
-        )
-    )
+    assert refused.stderr.startswith("phasegraph: workers share runs through Redis or Postgres")
 
 
 def _progress_lines(text: str) -> list[str]:

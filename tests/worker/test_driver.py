@@ -291,7 +291,7 @@ async def test_the_queue_mailbox_delivers_the_inbox_and_schedules_the_deadline(
             await queue.aclose()
 
 
-async def test_a_run_whose_graph_changed_is_not_driven_but_can_be_cancelled(
+async def test_a_run_whose_graph_file_changed_is_driven_as_it_began_and_can_be_cancelled(
     store: Store, tmp_path: Path
 ) -> None:
     for name in ("side_gate.yaml", "timed_gate.yaml"):
@@ -301,10 +301,14 @@ async def test_a_run_whose_graph_changed_is_not_driven_but_can_be_cancelled(
     async with engine.start(graph, {"n": 1}) as run:
         run_id = run.run_id
     graph.write_text(graph.read_text(encoding="utf-8").replace("go on?", "go on now?"))
-    host = _Host(engine)
+    host = _Host(Engine(store))  # another process: it has only the store
     try:
-        assert (await host.driver.drive(run_id)).state is None  # a person must act
-        cancelled = host.mail.inner.request_cancel(run_id, "graph changed")
+        waiting = (await host.driver.drive(run_id)).state
+        assert waiting is not None
+        assert waiting.status is RunStatus.WAITING
+        (gate,) = waiting.interrupts.values()
+        assert gate.payload["question"] == "go on?"  # the definition it started with
+        cancelled = host.mail.inner.request_cancel(run_id, "not needed")
         driven = await asyncio.wait_for(host.driver.drive(run_id), 30)
         assert (await cancelled).status is RunStatus.CANCELLED
     finally:

@@ -44,14 +44,16 @@ def workers(
     quiet: bool = True,
     env: Mapping[str, str] | None = None,
     reclaim_after: float = RECLAIM_AFTER,
+    first: int = 0,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``count`` worker processes on ``url``; each action call appends a line to ``marks``.
 
-    Their logs are ``worker<i>.log`` beside ``marks`` (warnings only when ``quiet``);
-    ``env`` adds to their environment.
+    They are named ``w<i>`` from ``w<first>`` on; their logs are ``worker<i>.log`` beside
+    ``marks`` (warnings only when ``quiet``); ``env`` adds to their environment.
     """
     env = {**os.environ, **(env or {}), "PHASEGRAPH_TEST_MARKS": str(marks)}
-    logs = [(marks.parent / f"worker{i}.log").open("ab") for i in range(count)]
+    numbers = range(first, first + count)
+    logs = [(marks.parent / f"worker{i}.log").open("ab") for i in numbers]
     procs = [
         subprocess.Popen(
             cli_argv(
@@ -59,7 +61,7 @@ def workers(
                 "--store",
                 url,
                 "--name",
-                f"w{i}",
+                f"w{first + i}",
                 "--concurrency",
                 str(concurrency),
                 "--reclaim-after",
