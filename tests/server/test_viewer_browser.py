@@ -304,6 +304,43 @@ def test_a_coding_agents_conversation_shows_its_tool_calls(page: Any, served: Se
     assert page.locator("table.steps tbody tr[data-node='build']").first.is_visible()
 
 
+def test_a_finished_agent_run_opens_on_its_conversation_and_links_to_a_step(
+    page: Any, served: Served
+) -> None:
+    run_id = served.call("POST", "/runs", {"graph": "coding_task", "input": {}})["run_id"]
+    (gate,) = served.wait_for(run_id, "waiting")["interrupts"]
+    served.call("POST", f"/runs/{run_id}/reply", {"interrupt_id": gate["id"], "trigger": "confirm"})
+    served.wait_for(run_id, "completed")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    # No click: the finished run opens on the node whose model did the work.
+    talk = page.locator(".conversation .talk[data-key='conversation']")
+    talk.wait_for()
+    assert page.locator(".conversation h2").inner_text() == "Model conversation of build"
+    assert page.locator("section[aria-label='Node'] h2").inner_text() == "Node build"
+    # The system message the turns sent, rendered, comes first; then the rendered prompt.
+    system = talk.locator(".msg.role-system").first
+    assert "careful software engineer" in system.locator(".msg-text").inner_text()
+    assert talk.locator(".msg").first.get_attribute("class") == "msg role-system"
+    prompted = talk.locator(".msg.role-user.prompted").first
+    assert "Implement calc.total" in prompted.inner_text()
+    assert "the prompt template, rendered" in prompted.inner_text()
+    shot(page, "conversation-opened-finished.png")
+
+    # Picking a step puts it in the address; that address, opened anew, opens on the step.
+    seq = int(talk.locator(".msg.role-assistant").nth(1).get_attribute("data-seq"))
+    page.click(f"tr[data-seq='{seq}'] button.seq")
+    page.locator(f"h2:text-is('Step {seq}')").wait_for()
+    link = page.locator("a.step-link").get_attribute("href")
+    assert link == f"#/runs/{run_id}?node=build&seq={seq}"
+    assert page.evaluate("location.hash") == link
+    page.goto(f"{served.url}/ui#/")
+    page.locator("table.runs").wait_for()
+    page.goto(f"{served.url}/ui{link}")
+    page.locator(f"h2:text-is('Step {seq}')").wait_for()
+    assert page.locator(f"tr[data-seq='{seq}']").get_attribute("class") == "picked"
+    assert page.locator(".conversation h2").inner_text() == "Model conversation of build"
+
+
 def test_streamed_text_arrives_live_and_compressions_show(page: Any, served: Served) -> None:
     run_id = _created_not_driven(served.store, "research_agent")
     page.goto(f"{served.url}/ui#/runs/{run_id}")

@@ -14,14 +14,15 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
 /**
  * The conversations of `node` in `records` (ascending seq): data key → {entries}.
- * An entry is {type: "message", seq, message, turn?, calls?} (an assistant message's
+ * An entry is {type: "system", seq, text} (the system message a turn sent, where it
+ * first did or changed), {type: "message", seq, message, turn?, calls?, prompted?} (an assistant message's
  * calls each get their result when a later tool message answers it), {type: "compression",
  * seq, details, summary} or {type: "event", seq, event} (a refused call, a loop warning).
  */
 export function conversationsOf(records, node) {
   const talks = new Map();
   const talk = (key) => {
-    if (!talks.has(key)) talks.set(key, { entries: [], messages: [], open: new Map() });
+    if (!talks.has(key)) talks.set(key, { entries: [], messages: [], open: new Map(), system: null });
     return talks.get(key);
   };
   for (const record of records) {
@@ -35,6 +36,7 @@ export function conversationsOf(records, node) {
       touched.add(key);
       const prefix = t.messages.length <= value.length && t.messages.every((m, i) => same(m, value[i]));
       if (prefix) {
+        announce(t, record, output);
         value.slice(t.messages.length).forEach((m) => add(t, record, m, output));
       } else {
         // Replaced, not extended: a compression (or a list rewritten by an action).
@@ -47,6 +49,7 @@ export function conversationsOf(records, node) {
       if (!items.every(isMessage)) continue;
       const t = talk(key);
       touched.add(key);
+      announce(t, record, output);
       items.forEach((m) => add(t, record, m, output));
       t.messages.push(...items);
     }
@@ -57,6 +60,14 @@ export function conversationsOf(records, node) {
     }
   }
   return talks;
+}
+
+// A turn's record holds the system message it sent (never in the conversation itself):
+// shown where it was first sent, and again wherever it changed.
+function announce(t, record, output) {
+  if (typeof output.system !== "string" || !output.finish_reason || output.system === t.system) return;
+  t.system = output.system;
+  t.entries.push({ type: "system", seq: record.seq, text: output.system });
 }
 
 function add(t, record, message, output) {
@@ -70,6 +81,8 @@ function add(t, record, message, output) {
     }
   }
   const entry = { type: "message", seq: record.seq, message };
+  // The user message the binding's prompt template rendered to on this turn.
+  if (message.role === "user" && typeof output.prompt === "string" && message.content === output.prompt) entry.prompted = true;
   if (message.role === "assistant") {
     if (output.usage || output.model || output.finish_reason) entry.turn = output;
     // Call ids may repeat from one turn to the next: a result answers the latest call.
@@ -134,11 +147,18 @@ function callBox(call, entry) {
 function messageBox(entry, ledger) {
   const m = entry.message;
   const text = typeof m.content === "string" ? m.content : m.content == null ? "" : pretty(m.content);
-  return h("div", { class: `msg role-${m.role}`, "data-seq": entry.seq },
+  return h("div", { class: `msg role-${m.role}${entry.prompted ? " prompted" : ""}`, "data-seq": entry.seq },
     h("div", { class: "msg-head" }, h("strong", {}, m.role), h("span", { class: "muted small" }, ` step ${entry.seq}`),
+      entry.prompted ? h("span", { class: "muted small" }, " · the prompt template, rendered") : "",
       entry.turn ? h("span", { class: "muted small turn-facts" }, ` · ${turnFacts(entry.turn)}`) : ""),
     text ? h("div", { class: "msg-text" }, text) : "",
     (entry.calls || []).map((call, index) => callBox(call, ledger.find((e) => e.index === index && e.tool === call.name))));
+}
+
+function systemBox(entry) {
+  return h("div", { class: "msg role-system", "data-seq": entry.seq },
+    h("div", { class: "msg-head" }, h("strong", {}, "system"), h("span", { class: "muted small" }, ` sent from step ${entry.seq}`)),
+    h("div", { class: "msg-text" }, entry.text));
 }
 
 function compressionBox(entry) {
@@ -170,7 +190,8 @@ export function renderConversations(talks, liveText, ledger = []) {
     parts.push(h("h3", {}, "Conversation ", h("span", { class: "mono" }, key)),
       h("div", { class: "talk", "data-key": key }, t.entries.map((entry) =>
         entry.type === "message" ? messageBox(entry, entry === calling ? ledger : [])
-          : entry.type === "compression" ? compressionBox(entry) : eventBox(entry))));
+          : entry.type === "system" ? systemBox(entry)
+            : entry.type === "compression" ? compressionBox(entry) : eventBox(entry))));
   }
   parts.push(liveText);
   return parts;
