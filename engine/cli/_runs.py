@@ -31,6 +31,7 @@ from phasegraph.cli._support import (
 from phasegraph.errors import InputError, PhasegraphError, RunStateError
 from phasegraph.events import events_for
 from phasegraph.model import NodeStatus, RunState, RunStatus, apply_records
+from phasegraph.run._fork import nothing_to_resume
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
@@ -87,6 +88,9 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
             await fits_changed_graph(engine, args.run, args.graph)
         if args.detach:
             return await _resume_detached(args, engine)
+        ended = await engine.get(args.run)
+        if ended.status.terminal:  # said before any "resuming" line, which would mislead
+            raise nothing_to_resume(args.run, ended.status)
         with await progress(args, engine, args.run, graph=args.graph):
             state = await engine.resume(
                 args.run, graph=args.graph, allow_changed=args.allow_changed
@@ -109,9 +113,7 @@ async def _resume_detached(args: argparse.Namespace, engine: Engine) -> int:
         )
     state = await engine.get(args.run)
     if state.status.terminal:
-        raise RunStateError(
-            f"run {args.run!r} already {state.status}; nothing to resume", run_id=args.run
-        )
+        raise nothing_to_resume(args.run, state.status)
     await hand_over(engine, state.run_id)
     return detached(args, state)
 

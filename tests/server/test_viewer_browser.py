@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from test_gate_files import NOTES, gated_folder, serve_in
+from test_gate_files import TOKEN as FILES_TOKEN
 from test_server import FIXTURES
 
 from browser_kit import WAIT_MS, browser, shot, signed_in
@@ -388,6 +390,24 @@ def test_a_failed_run_opens_on_its_failed_node(page: Any, served: Served) -> Non
     node = page.locator("section[aria-label='Node']")
     node.locator("h2:has-text('Node build')").wait_for()
     assert node.locator(".badge").first.inner_text() == "failed"
+
+
+def test_a_gate_shows_the_text_of_the_file_it_names(browser: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    store = gated_folder(folder)
+    with serve_in(folder, store) as url, signed_in(browser, url, FILES_TOKEN) as tab:
+        tab.goto(f"{url}/ui#/runs/notes")
+        shown = tab.locator(".gate .gate-file[data-key='notes']")
+        shown.wait_for()
+        # The notes themselves, as text: the markup in them is not run, nor drawn.
+        assert shown.locator("pre").text_content() == NOTES
+        assert tab.locator(".gate .gate-file script").count() == 0
+        assert "notes.md" in shown.locator("summary").inner_text()
+        big = tab.locator(".gate .gate-file[data-key='big'] summary").inner_text()
+        assert "cut: the first 64 KiB of 70000 bytes" in big
+        assert tab.locator(".gate .gate-file").count() == 2
+        shot(tab, "gate-file.png")
 
 
 def test_a_gate_of_a_changed_graph_says_how_to_answer_it(

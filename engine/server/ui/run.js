@@ -391,9 +391,23 @@ export function showRun(main, runId, query = new URLSearchParams()) {
       interrupt.reviewers && interrupt.reviewers.length
         ? h("p", { class: "reviewers" }, "Reviewers: ", interrupt.reviewers.join(", ")) : "",
       json(interrupt.payload),
+      gateFiles(interrupt),
       h("label", { for: `feedback-${n}` }, "Feedback"), feedback,
       h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? [...buttons, guardGate(interrupt.reviewers, [...buttons, feedback])] : h("span", { class: "muted" }, "This gate declares no triggers.")),
       status);
+  }
+
+  // The files the gate's payload names (notes.md…), their text as the server reads it
+  // now: what the reviewer judges. Set as text, never read as markup.
+  function gateFiles(interrupt) {
+    const box = h("div", { class: "gate-files" });
+    api(`${base}/gates/${enc(interrupt.id)}/files`).then((found) => {
+      fill(box, found.files.map((file) => h("details", { class: "gate-file", open: true, "data-key": file.key },
+        h("summary", {}, h("span", { class: "mono" }, file.path),
+          file.truncated ? ` (cut: the first 64 KiB of ${file.bytes} bytes)` : ""),
+        h("pre", {}, file.text))));
+    }, () => {}); // answered meanwhile, or the server cannot say: the payload is shown
+    return box;
   }
 
   // ------------------------------------------------------------------ timeline
