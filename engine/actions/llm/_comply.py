@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import jsonschema
@@ -25,14 +26,12 @@ __all__ = ["Verdict", "check_answer", "request_format"]
 _ERRORS_SHOWN: Final = 3
 
 
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What the check found: why the answer does not comply, or its parsed JSON."""
 
-    __slots__ = ("misfit", "structured")
-
-    def __init__(self, misfit: str | None = None, structured: Any = None) -> None:
-        self.misfit = misfit
-        self.structured = structured
+    misfit: str | None = None
+    structured: Any = None
 
 
 def request_format(config: LlmConfig) -> dict[str, Any] | None:
