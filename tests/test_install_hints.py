@@ -62,3 +62,12 @@ def test_every_extra_the_docs_install_exists() -> None:
     }
     assert {"auth", "mcp", "otel", "docs", "test"} <= named
     assert named <= set(EXTRAS)
+
+
+def test_the_wheel_the_docs_install_is_the_one_the_build_makes() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "version"
+    ]
+    places = [REPO / "README.md", *REPO.glob("docs/**/*.md")]
+    wheels = {name for path in places for name in re.findall(r"[\w./-]+\.whl", path.read_text())}
+    assert wheels == {f"dist/phasegraph-{version}-py3-none-any.whl"}
