@@ -3,7 +3,8 @@
 The real command line (``run``, then ``reply`` in another process) exports over OTLP/HTTP
 to the receiver of ``otlp_kit``, a real HTTP server on a loopback port that decodes the
 protobuf bodies; the test reads back the prompt, the completion, a tool call's arguments
-and its result, as the OpenTelemetry GenAI conventions name them.
+and its result, as the OpenTelemetry GenAI conventions name them. The same two commands
+export to Arize Phoenix, the receiver users run, in ``test_tracing_phoenix.py``.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ SECRET = "s3cret-topic-value"
 """An environment secret the run's prompt contains: the traces must mask it."""
 
 
-def _tutorial_files(folder: Path) -> None:
+def tutorial_files(folder: Path) -> None:
     """The files the tutorial's agent page writes, as it shows them."""
     page = (REPO / "docs" / "tutorial" / "agent.md").read_text(encoding="utf-8")
     for name, text in re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", page, re.S):
         (folder / name).write_text(text, encoding="utf-8")
 
 
-async def _cli(folder: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
+async def cli(folder: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         *cli_argv(*args),
         cwd=folder,
@@ -48,14 +49,14 @@ def _messages(span: ReceivedSpan, key: str) -> list[dict]:
 
 
 async def test_the_tutorial_agent_is_one_trace_with_its_content(tmp_path: Path) -> None:
-    _tutorial_files(tmp_path)
+    tutorial_files(tmp_path)
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARIABLES}
     env |= {"NOTES_API_KEY": SECRET, "OTEL_SERVICE_NAME": "tutorial"}
     async with otlp_receiver() as receiver:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
         common = ["--store", store, "--otel"]
-        code, out = await _cli(
+        code, out = await cli(
             tmp_path,
             {**env, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"},
             *["run", "notes.yaml", "--input", f"topic={SECRET}", "--run-id", "notes-1"],
@@ -63,7 +64,7 @@ async def test_the_tutorial_agent_is_one_trace_with_its_content(tmp_path: Path) 
         )
         assert code == 3, out  # waiting at the review gate; its spans are flushed at exit
         first = list(receiver.spans)
-        code, out = await _cli(
+        code, out = await cli(
             tmp_path,
             env,
             *["reply", "notes-1", "--id", "notes-1:review:run", "--trigger", "ok"],
