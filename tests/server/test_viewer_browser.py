@@ -410,6 +410,74 @@ def test_a_gate_shows_the_text_of_the_file_it_names(browser: Any, tmp_path: Path
         shot(tab, "gate-file.png")
 
 
+CONTROLLED = """
+graph: controlled
+nodes:
+  - id: agent
+    machine: agent
+    with: {phases: {"*": {tools: [read_file, advance]}}}
+    bind:
+      think:
+        llm:
+          model: m
+          prompt: Read notes.md, then advance.
+          tools: [read_file, advance]
+          tool_choice: required
+          parallel_tool_calls: false
+      act: {tools: conversation}
+"""
+CONTROLLED_SCRIPT = [
+    {"content": "The notes are probably fine."},  # prose where a call is required
+    {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]},
+    {"tool_calls": [{"name": "advance", "arguments": {}}]},
+]
+
+
+def test_a_turn_shows_its_controls_and_the_answer_asked_again(browser: Any, tmp_path: Path) -> None:
+    (tmp_path / "controlled.yaml").write_text(CONTROLLED, encoding="utf-8")
+    (tmp_path / "script.json").write_text(json.dumps(CONTROLLED_SCRIPT), encoding="utf-8")
+    (tmp_path / "notes.md").write_text("- one\n", encoding="utf-8")
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    with subprocess.Popen(
+        cli_argv("model-server", "--script", "script.json", "--port", "0"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as model:
+        assert model.stdout is not None
+        env = {**os.environ, "PHASEGRAPH_LLM_BASE_URL": model.stdout.readline().strip()}
+        try:
+            ran = subprocess.run(
+                cli_argv("run", "controlled.yaml", "--store", store, "--run-id", "c", "-q"),
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            model.terminate()
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    with serve_in(tmp_path, store) as url, signed_in(browser, url, FILES_TOKEN) as tab:
+        tab.goto(f"{url}/ui#/runs/c")
+        talk = tab.locator(".conversation .talk[data-key='conversation']")
+        talk.wait_for()
+        # The prose answer is kept, flagged, and followed by why it was asked again.
+        again = talk.locator(".msg.role-assistant.refused-answer")
+        assert again.count() == 1
+        assert "The notes are probably fine." in again.inner_text()
+        assert again.locator(".turn-facts").count() == 0
+        told = talk.locator(".msg.role-user").nth(1).inner_text()
+        assert "must call one of the tools" in told
+        # The answer kept carries the turn's facts: what the binding asked of it.
+        facts = talk.locator(".msg.role-assistant:not(.refused-answer) .turn-facts").first
+        assert "tool_choice required" in facts.inner_text()
+        assert "one call an answer" in facts.inner_text()
+        assert "1 answer asked again" in facts.inner_text()
+        shot(tab, "conversation-turn-controls.png")
+
+
 def test_a_gate_of_a_changed_graph_says_how_to_answer_it(
     page: Any, served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,6 +38,7 @@ export function conversationsOf(records, node) {
       if (prefix) {
         announce(t, record, output);
         value.slice(t.messages.length).forEach((m) => add(t, record, m, output));
+        settle(t, record, output);
       } else {
         // Replaced, not extended: a compression (or a list rewritten by an action).
         const summary = value.find((m) => String(m.content || "").startsWith(SUMMARY_PREFIX));
@@ -51,6 +52,7 @@ export function conversationsOf(records, node) {
       touched.add(key);
       announce(t, record, output);
       items.forEach((m) => add(t, record, m, output));
+      settle(t, record, output);
       t.messages.push(...items);
     }
     for (const event of record.events || []) {
@@ -68,6 +70,18 @@ function announce(t, record, output) {
   if (typeof output.system !== "string" || !output.finish_reason || output.system === t.system) return;
   t.system = output.system;
   t.entries.push({ type: "system", seq: record.seq, text: output.system });
+}
+
+// A turn whose earlier answers did not comply with its binding (tool_choice,
+// parallel_tool_calls, response_format) holds them too: the turn's facts go with the
+// answer kept, and each refused one says why it was asked again.
+function settle(t, record, output) {
+  const answers = t.entries.filter((e) => e.seq === record.seq && e.type === "message" && e.message.role === "assistant");
+  const reasons = Array.isArray(output.refused_answers) ? output.refused_answers : [];
+  answers.slice(0, -1).forEach((entry, i) => {
+    delete entry.turn;
+    entry.refused = reasons[i] || "asked again";
+  });
 }
 
 function add(t, record, message, output) {
@@ -115,6 +129,11 @@ function turnFacts(turn) {
   if (usage.prompt_tokens !== undefined || usage.completion_tokens !== undefined) {
     parts.push(`${usage.prompt_tokens ?? "?"} prompt + ${usage.completion_tokens ?? "?"} completion tokens`);
   } else if (usage.total_tokens !== undefined) parts.push(`${usage.total_tokens} tokens`);
+  if (turn.tool_choice) parts.push(`tool_choice ${turn.tool_choice}`);
+  if (turn.parallel_tool_calls === false) parts.push("one call an answer");
+  if (turn.response_format) parts.push(`schema ${turn.response_format}`);
+  const refused = (turn.refused_answers || []).length;
+  if (refused) parts.push(`${refused} answer${refused > 1 ? "s" : ""} asked again`);
   if (Number.isFinite(turn.duration_ms)) parts.push(duration(turn.duration_ms));
   return parts.join(" · ");
 }
@@ -147,11 +166,13 @@ function callBox(call, entry) {
 function messageBox(entry, ledger) {
   const m = entry.message;
   const text = typeof m.content === "string" ? m.content : m.content == null ? "" : pretty(m.content);
-  return h("div", { class: `msg role-${m.role}${entry.prompted ? " prompted" : ""}`, "data-seq": entry.seq },
+  return h("div", { class: `msg role-${m.role}${entry.prompted ? " prompted" : ""}${entry.refused ? " refused-answer" : ""}`, "data-seq": entry.seq },
     h("div", { class: "msg-head" }, h("strong", {}, m.role), h("span", { class: "muted small" }, ` step ${entry.seq}`),
       entry.prompted ? h("span", { class: "muted small" }, " · the prompt template, rendered") : "",
+      entry.refused ? [" ", h("span", { class: "flag refused-flag", title: entry.refused }, "asked again")] : "",
       entry.turn ? h("span", { class: "muted small turn-facts" }, ` · ${turnFacts(entry.turn)}`) : ""),
     text ? h("div", { class: "msg-text" }, text) : "",
+    m.refusal ? h("div", { class: "msg-text refusal" }, `refused: ${m.refusal}`) : "",
     (entry.calls || []).map((call, index) => callBox(call, ledger.find((e) => e.index === index && e.tool === call.name))));
 }
 
