@@ -9,7 +9,8 @@ cheapest parts, and those modules (and the parser) import them from here:
 * :class:`RunStatus`, re-exported by :mod:`phasegraph.model` (``status --status``);
 * :data:`DEFAULT_STORE_URL`, re-exported by :mod:`phasegraph.store` (``--store``);
 * :data:`DIAGRAM_FORMATS`, re-exported by :mod:`phasegraph.analysis` as ``FORMATS``
-  (``diagram --format``).
+  (``diagram --format``);
+* :data:`CAPTURE_CONTENT_ENV`, read by the traces (``--otel-content``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,17 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final, Literal
 
-__all__ = ["DEFAULT_STORE_URL", "DIAGRAM_FORMATS", "DiagramFormat", "RunStatus"]
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "DEFAULT_STORE_URL",
+    "DIAGRAM_FORMATS",
+    "DiagramFormat",
+    "RunStatus",
+]
+
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The OpenTelemetry GenAI variable that puts messages and tool calls in traces
+(``--otel-content``)."""
 
 DEFAULT_STORE_URL: Final = "sqlite:///.phasegraph/runs.db"
 """The embedded default store, relative to the current directory."""

@@ -29,7 +29,7 @@ from phasegraph.model import Actor, GraphDef, RunState, RunStatus, StepRecord, f
 from phasegraph.run import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._create import create_run
-from phasegraph.run._fork import fork_state
+from phasegraph.run._fork import fork_state, nothing_to_resume
 from phasegraph.run._lease import LeaseKeeper
 from phasegraph.run._options import RunEnvironment, check_run_id
 from phasegraph.run._stored import decode_history, history_json, load
@@ -69,6 +69,10 @@ class Engine:
         tracer_provider: An OpenTelemetry ``TracerProvider``: trace the runs this engine
             drives to it (needs the ``otel`` extra; off when ``None``). The engine never
             installs a global provider.
+        trace_content: Put the model's messages, system instructions and tool calls'
+            arguments and results in the traces (secrets masked); ``None`` reads the
+            standard ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, and leaves
+            content out unless that says true.
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class Engine:
         ids: IdFactory | None = None,
         bus: EventBus | None = None,
         tracer_provider: Any = None,
+        trace_content: bool | None = None,
     ) -> None:
         self.store = store
         self.options = options or RunOptions()
@@ -92,7 +97,7 @@ class Engine:
         if tracer_provider is not None:
             from phasegraph.run._tracing import Tracing  # only then: opentelemetry is optional
 
-            tracing = Tracing(tracer_provider)
+            tracing = Tracing(tracer_provider, content=trace_content)
             self.bus.subscribe(tracing.listen)
             self._middleware = (tracing.middleware,)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
@@ -403,10 +408,7 @@ class Engine:
         """
         async with self.open(run_id, graph=graph) as run:
             if run.state.status.terminal:
-                raise RunStateError(
-                    f"run {run_id!r} already {run.state.status}; nothing to resume",
-                    run_id=run_id,
-                )
+                raise nothing_to_resume(run_id, run.state.status)
             await run.drive()
             return run.state
 

@@ -227,7 +227,10 @@ def _failure(
         what = f"command {program!r} ran past its timeout of {timed_out:g} s"
     else:
         what = f"command {program!r} exited with status {status}"
-    tail = stderr.decode("utf-8", errors="replace").strip()[-FAILURE_STDERR_CHARS:]
+    tail = stderr.decode("utf-8", errors="replace").strip()
+    if len(tail) > FAILURE_STDERR_CHARS:  # whole lines: a line cut mid-path misleads
+        tail = tail[-FAILURE_STDERR_CHARS:]
+        tail = tail.partition("\n")[2] or tail
     return {
         "error_code": "action_failed",
         "action": "shell",

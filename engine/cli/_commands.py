@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from phasegraph._vocabulary import DIAGRAM_FORMATS, RunStatus
+from phasegraph._vocabulary import CAPTURE_CONTENT_ENV, DIAGRAM_FORMATS, RunStatus
 from phasegraph.cli._handler import Handler, Handlers
 
 __all__ = ["COMMANDS", "Command"]
@@ -194,13 +194,24 @@ def _run(parser: argparse.ArgumentParser) -> None:
     _otel(parser)
 
 
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 def _otel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--otel",
         action="store_true",
         default=os.environ.get("PHASEGRAPH_OTEL", "") not in ("", "0"),
         help="export OpenTelemetry traces of the runs over OTLP/HTTP to "
-        "OTEL_EXPORTER_OTLP_ENDPOINT (env PHASEGRAPH_OTEL=1; needs phasegraph[otel])",
+        "OTEL_EXPORTER_OTLP_ENDPOINT (env PHASEGRAPH_OTEL=1; needs the otel extra)",
+    )
+    parser.add_argument(
+        "--otel-content",
+        action="store_true",
+        default=_truthy(os.environ.get(CAPTURE_CONTENT_ENV, "")),
+        help="with --otel, put the model's messages, system instructions and tool calls' "
+        f"arguments and results in the traces, secrets masked (env {CAPTURE_CONTENT_ENV}=true)",
     )
 
 
@@ -294,6 +305,7 @@ def _reply(parser: argparse.ArgumentParser) -> None:
     )
     _gone_flags(parser)
     _detach(parser, "commit the answer, then hand the run to")
+    _otel(parser)
 
 
 def _cancel(parser: argparse.ArgumentParser) -> None:
@@ -570,6 +582,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server's log lines on stderr (one per request, and per run started, gate "
         "opened, reply, cancel and run end): text for people, json for one object a line "
         "(default %(default)s; --quiet keeps warnings only)",
+    )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="look at runs only: drive, start, answer, resume, cancel and fork none (the "
+        "process that drives them goes on undisturbed); the viewer shows no such action",
     )
     parser.add_argument(
         "--with-worker",

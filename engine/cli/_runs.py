@@ -29,9 +29,10 @@ from phasegraph.cli._support import (
     store_writable,
     with_engine,
 )
-from phasegraph.errors import InputError, PhasegraphError, RunStateError
+from phasegraph.errors import InputError, PhasegraphError
 from phasegraph.events import events_for
 from phasegraph.model import MIGRATE, NodeStatus, RunState, RunStatus, apply_records
+from phasegraph.run._fork import nothing_to_resume
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
 from phasegraph.views import meta_view, run_summary, state_view
@@ -88,6 +89,9 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
     async def body(engine: Engine) -> int:
         if args.detach:
             return await _resume_detached(args, engine)
+        ended = await engine.get(args.run)
+        if ended.status.terminal:  # said before any "resuming" line, which would mislead
+            raise nothing_to_resume(args.run, ended.status)
         await say_drift(args, engine, args.run)
         with await progress(args, engine, args.run):
             state = await engine.resume(args.run)
@@ -104,9 +108,7 @@ async def _resume_detached(args: argparse.Namespace, engine: Engine) -> int:
     can_hand_over(args, engine.store)
     state = await engine.get(args.run)
     if state.status.terminal:
-        raise RunStateError(
-            f"run {args.run!r} already {state.status}; nothing to resume", run_id=args.run
-        )
+        raise nothing_to_resume(args.run, state.status)
     await hand_over(engine, state.run_id)
     return detached(args, state)
 

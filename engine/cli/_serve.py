@@ -106,6 +106,7 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
         upload_dir=Path(args.upload_dir),
         adopt_interval=min(max(ttl / 3, 0.05), 5.0),
         queue=args.queue or args.with_worker,
+        read_only=args.read_only,
     )
 
 
@@ -154,8 +155,15 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     options = RunOptions(lease_ttl=ttl)
     async with (
         open_store(args.store) as store,
-        Engine(store, options=options, tracer_provider=tracer_provider(args)) as engine,
+        Engine(
+            store,
+            options=options,
+            tracer_provider=tracer_provider(args),
+            trace_content=getattr(args, "otel_content", None),
+        ) as engine,
     ):
+        if args.read_only and (args.queue or args.with_worker):
+            raise InputError("--read-only drives nothing: drop --queue and --with-worker")
         if settings.queue:
             require_queue(
                 store,
@@ -189,6 +197,8 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
             else:
                 if settings.queue and not args.quiet:
                     print("  runs go to the workers' queue", file=sys.stderr, flush=True)
+                if settings.read_only and not args.quiet:
+                    print("  read-only: this server drives no run", file=sys.stderr, flush=True)
                 await stop.wait()
         finally:
             await runner.cleanup()

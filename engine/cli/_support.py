@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
+from phasegraph._extras import install_hint
 from phasegraph.api import Engine
 from phasegraph.cli._gates import gate_lines, open_gates, run_json, shown
 from phasegraph.cli._handler import Handler
@@ -390,7 +391,12 @@ async def with_engine(
     options = RunOptions(lease_ttl=lease_ttl())
     async with (
         open_store(args.store, read_only=read_only) as store,
-        Engine(store, options=options, tracer_provider=tracer_provider(args)) as engine,
+        Engine(
+            store,
+            options=options,
+            tracer_provider=tracer_provider(args),
+            trace_content=getattr(args, "otel_content", None),
+        ) as engine,
     ):
         return await body(engine)
 
@@ -410,7 +416,7 @@ def _otlp_provider() -> Any:
         from phasegraph.run._tracing import otlp_provider
     except ImportError as exc:
         raise InputError(
-            f"--otel needs OpenTelemetry ({exc.name} is missing): pip install 'phasegraph[otel]'"
+            f"--otel needs OpenTelemetry ({exc.name} is missing): {install_hint('otel')}"
         ) from exc
     return otlp_provider()
 

@@ -7,6 +7,7 @@ import json
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from phasegraph._extras import install_hint
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._support import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, parse_inputs
 
@@ -20,7 +21,8 @@ async def _cmd_test(args: argparse.Namespace) -> int:
     try:
         from phasegraph.testing import verify
     except ImportError as exc:  # the test extra (hypothesis, pytest) is not installed
-        print(f"phasegraph test needs the test extra: pip install 'phasegraph[test]' ({exc})")
+        needs = install_hint("test", "hypothesis", "pytest")
+        print(f"phasegraph test needs hypothesis and pytest ({exc}): {needs}")
         return EXIT_BAD_INPUT
     if args.draft_examples:
         return _draft(args.target)

@@ -60,7 +60,12 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     async with (
         open_store(args.store) as store,
         worker_queue(store, args.partitions) as queue,
-        Engine(store, options=run_options, tracer_provider=tracer_provider(args)) as engine,
+        Engine(
+            store,
+            options=run_options,
+            tracer_provider=tracer_provider(args),
+            trace_content=getattr(args, "otel_content", None),
+        ) as engine,
     ):
         worker = Worker(engine, queue, name=name, options=options)
         stop = asyncio.Event()

@@ -18,10 +18,21 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from phasegraph.errors import InputError
-from phasegraph.model import Actor, RunState, StepRecord, frozen_map, replace
+from phasegraph.errors import InputError, RunStateError
+from phasegraph.model import Actor, RunState, RunStatus, StepRecord, frozen_map, replace
 
-__all__ = ["fork_state"]
+__all__ = ["fork_state", "nothing_to_resume"]
+
+
+def nothing_to_resume(run_id: str, status: RunStatus) -> RunStateError:
+    """The refusal to resume a run that ended, naming what does what was meant: a fork."""
+    retry = "to try again" if status is not RunStatus.COMPLETED else "to go on differently"
+    return RunStateError(
+        f"run {run_id!r} already {status}; nothing to resume. {retry.capitalize()}, fork "
+        f"it from a step before it ended: 'phasegraph fork {run_id} --at SEQ' (its history "
+        f"shows each step's SEQ: 'phasegraph history {run_id}')",
+        run_id=run_id,
+    )
 
 
 def fork_state(

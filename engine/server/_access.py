@@ -10,6 +10,7 @@ rate-limits refused credentials per client address (429 with ``Retry-After``) an
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 from collections.abc import Awaitable, Mapping
@@ -73,6 +74,7 @@ ROUTE_SCOPES: Final[Mapping[tuple[str, str], str]] = {
     ("GET", "/runs/{run_id}/history"): RUNS_READ,
     ("GET", "/runs/{run_id}/errors"): RUNS_READ,
     ("GET", "/runs/{run_id}/graph"): RUNS_READ,
+    ("GET", "/runs/{run_id}/gates/{gate_id}/files"): RUNS_READ,
     ("GET", "/runs/{run_id}/events"): RUNS_READ,
     ("POST", "/runs/{run_id}/replay"): RUNS_READ,  # re-drives in memory: changes nothing
     ("POST", "/runs/{run_id}/reply"): GATES_ANSWER,
@@ -97,12 +99,18 @@ class Authenticator:
             TokenFile(settings.tokens_file, settings.clock) if settings.tokens_file else None
         )
         self._jwt = JwtVerifier(settings.jwt) if settings.jwt else None
+        self._read_only = settings.read_only
         self.throttle = FailureThrottle(
             settings.auth_failure_burst, settings.auth_failure_refill, settings.clock
         )
         # Per credential source ("the token file", "JWTs"): why it cannot check one now,
         # as logged (once: every request meanwhile is a 503 the log need not repeat).
         self._outages: dict[str, str] = {}
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the server only reads runs (``serve --read-only``)."""
+        return self._read_only
 
     @property
     def open(self) -> bool:
@@ -266,12 +274,29 @@ def access_guard(authenticator: Authenticator) -> Any:
             principal = await _authenticate(request, authenticator)
         if isinstance(principal, web.Response):
             return principal
+        if authenticator.read_only:
+            principal = _reader(principal)
+            if need not in _READS:
+                return forbidden(ScopeMissing(need, _READ_ONLY))
         request[PRINCIPAL] = principal
         if (lacks := _lacks(principal, need)) is not None:
             return forbidden(ScopeMissing(need, lacks))
         return await handler(request)
 
     return access
+
+
+_READS: Final = frozenset({SIGNED_IN, RUNS_READ})
+_READ_ONLY: Final = (
+    "this server only reads runs (serve --read-only): it starts, answers, resumes, cancels "
+    "and forks none; ask the server or command line that drives them"
+)
+
+
+def _reader(principal: Principal) -> Principal:
+    """``principal`` as a read-only server sees it: its read scope at most (``whoami`` too)."""
+    reads = frozenset({RUNS_READ}) if principal.allows(RUNS_READ) else frozenset()
+    return dataclasses.replace(principal, scopes=reads)
 
 
 def require_start(request: web.Request, graph: str | None) -> None:

@@ -28,6 +28,7 @@ from phasegraph.errors import ErrorCode, PhasegraphError
 from phasegraph.server import _access as server_access
 from phasegraph.server import _control as server_control
 from phasegraph.server import _events as server_events
+from phasegraph.server import _gate_files as server_gate_files
 from phasegraph.server import _routes as server_routes
 from phasegraph.server import _shape as server_shape
 from phasegraph.server import _ui as server_ui
@@ -189,6 +190,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
             max_runs=settings.max_concurrent_runs,
             adopt_interval=settings.adopt_interval,
             queue=queue,
+            read_only=settings.read_only,
         ),
     )
     app[EXECUTOR] = executor
@@ -239,6 +241,7 @@ def create_app(engine: Engine, *, settings: ServerSettings | None = None) -> web
             *server_control.routes(),
             *server_events.routes(),
             *server_shape.routes(),
+            *server_gate_files.routes(),
             *server_ui.routes(),
             *server_access.routes(),
         ]

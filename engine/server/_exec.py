@@ -32,6 +32,7 @@ from phasegraph.api import Engine
 from phasegraph.errors import InputError, LeaseHeldError, PhasegraphError, RunStateError
 from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import PreparedGraph
+from phasegraph.run._fork import nothing_to_resume
 from phasegraph.store.base import RunMeta
 from phasegraph.worker import WorkQueue
 from phasegraph.worker._driver import RunDriver
@@ -56,11 +57,14 @@ class ExecutorOptions:
             lease another process (live, or dead with a lease not yet expired) holds.
         queue: Hand runs to the workers through this queue instead of driving them here
             (the caller closes it).
+        read_only: Drive nothing, not even the runs found at start (the server's routes
+            refuse whatever would ask for a drive).
     """
 
     max_runs: int = 64
     adopt_interval: float = 1.0
     queue: WorkQueue | None = None
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         if self.max_runs < 1:
@@ -95,8 +99,8 @@ class Executor:
 
     def start(self) -> None:
         """Begin recovery: resume ``running`` runs, arm deadlines of waiting ones."""
-        if self._options.queue is not None:
-            self.recovered.set()  # the workers own every run, the ones found now too
+        if self._options.queue is not None or self._options.read_only:
+            self.recovered.set()  # the workers (or another process) own every run
             return
         task = asyncio.create_task(self._recover(), name="phasegraph-server:recover")
         self._background.add(task)
@@ -199,9 +203,7 @@ class Executor:
         """
         state = await self._engine.get(run_id)
         if state.status.terminal:
-            raise RunStateError(
-                f"run {run_id!r} already {state.status}; nothing to resume", run_id=run_id
-            )
+            raise nothing_to_resume(run_id, state.status)
         if self._options.queue is not None:
             await self._options.queue.enqueue(run_id)
             return state

@@ -7,7 +7,7 @@ issuer, audience, expiry and subject are required. The JWKS is a file (re-read w
 changes; while it cannot be read, every JWT is answered 503 naming it) or an ``https://``
 URL (PyJWT's ``PyJWKClient``: cached, fetched again for a ``kid`` it does not know).
 
-PyJWT is an optional dependency (``pip install 'phasegraph[auth]'``): it is imported only
+PyJWT is an optional dependency (the ``auth`` extra): it is imported only
 when a server is configured for JWTs.
 """
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from phasegraph._extras import install_hint
 from phasegraph.errors import InputError
 from phasegraph.server._keyfile import KeyFile
 from phasegraph.server._principal import CredentialRefused, Principal, SignInUnavailable
@@ -76,7 +77,7 @@ class JwtVerifier:
             import jwt
         except ImportError:
             raise InputError(
-                "JWT sign-in needs PyJWT with its crypto extra: pip install 'phasegraph[auth]'"
+                f"JWT sign-in needs PyJWT with its crypto extra: {install_hint('auth')}"
             ) from None
         self._jwt = jwt
         self._settings = settings

@@ -80,6 +80,8 @@ class ServerSettings:
         max_graph_bytes: Largest uploaded graph.
         max_graph_depth: Deepest nesting of an uploaded graph's YAML.
         upload_dir: Where uploaded graphs are kept (runs refer to them by path).
+        read_only: Only read runs: drive none (no recovery at start) and refuse every
+            route that would start, answer, resume, cancel or fork one (403).
         poll_interval: Seconds between store reads for event streams of runs stepped
             by another process.
         keepalive_interval: Seconds of silence after which a stream sends a comment.
@@ -110,6 +112,7 @@ class ServerSettings:
     keepalive_interval: float = 15.0
     adopt_interval: float = 1.0
     queue: bool = False
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():

@@ -27,13 +27,23 @@ import re2
 
 from phasegraph.errors import Problem, SourceLocation
 
-__all__ = ["input_schema_problems", "input_validator"]
+__all__ = ["input_schema_problems", "input_validator", "json_schema_error"]
 
 _Pointer = tuple[str | int, ...]
 _DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
 """Keywords whose values are instance data, not schemas: references there mean nothing."""
 _ELSEWHERE = ("$dynamicRef", "$recursiveRef")
 """Keywords that resolve through the dynamic scope: refused, a local $ref does the job."""
+
+
+def json_schema_error(schema: Mapping[str, Any]) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema 2020-12, or ``None`` when it is."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = _shown(tuple(exc.absolute_path)).removeprefix("input")
+        return f"{where.removeprefix('.')}: {exc.message}" if where else exc.message
+    return None
 
 
 def input_schema_problems(

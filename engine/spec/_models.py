@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from phasegraph.model import template_parts
 from phasegraph.spec._concerns import CONCERN_TRIGGERS
+from phasegraph.spec._input import json_schema_error
 
 __all__ = [
     "ACTION_KINDS",
@@ -501,6 +502,40 @@ class HumanAction(_ActionBase):
     )
 
 
+class ResponseFormat(_Spec):
+    """Structured output: the answer must be JSON matching a JSON Schema.
+
+    Sent as the API's ``json_schema`` response format (servers that enforce it with a
+    grammar produce nothing else); the answer is validated again when it comes back.
+    """
+
+    json_schema: dict[str, Any] = Field(
+        alias="schema", description="The JSON Schema (2020-12) the answer must match."
+    )
+    name: _Name = Field("answer", description="The schema's name, as the API asks for one.")
+    strict: bool = Field(True, description="Ask the server to follow the schema strictly.")
+    attempts: int = Field(
+        2,
+        ge=1,
+        le=5,
+        description="Answers asked for in one step: one that does not match is shown to the "
+        "model with why, and it answers again.",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _valid_schema(self) -> ResponseFormat:
+        error = json_schema_error(self.json_schema)
+        if error is not None:
+            raise PydanticCustomError(
+                "response_schema", "schema: not a valid JSON Schema: {error}", {"error": error}
+            )
+        return self
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+"""The ``tool_choice`` words; any other value names one tool the model must call."""
+
+
 class LlmRequest(_Spec):
     """One chat-completion call against an OpenAI-compatible endpoint."""
 
@@ -528,6 +563,38 @@ class LlmRequest(_Spec):
     keep_recent: int = Field(6, ge=1, description="Messages a compression keeps word for word.")
     stream: bool = Field(False, description="Stream the answer (live llm_delta events).")
     retries: int = Field(2, ge=0, le=10, description="Retries of 429/5xx/timeouts (Retry-After).")
+    tool_choice: _Name | None = Field(
+        None,
+        description="Whether the model must call a tool: auto, none, required, or the name of "
+        "one of `tools` it must call. An answer that does not comply is shown to the model "
+        "with why, and it answers again.",
+    )
+    parallel_tool_calls: bool | None = Field(
+        None, description="Whether the model may call several tools in one answer."
+    )
+    response_format: ResponseFormat | None = Field(
+        None, description="The answer must be JSON matching a schema (structured output)."
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _choice_offered(self) -> LlmRequest:
+        choice = self.tool_choice
+        if choice not in (None, "auto", "none") and not self.tools:
+            raise PydanticCustomError(
+                "tool_choice", "tool_choice {choice} needs tools to call", {"choice": repr(choice)}
+            )
+        if choice is not None and choice not in TOOL_CHOICES and choice not in self.tools:
+            raise PydanticCustomError(
+                "tool_choice",
+                "tool_choice {choice} is neither auto, none nor required, nor one of the "
+                "tools offered ({tools})",
+                {"choice": repr(choice), "tools": ", ".join(self.tools)},
+            )
+        if self.parallel_tool_calls is not None and not self.tools:
+            raise PydanticCustomError(
+                "parallel_tool_calls", "parallel_tool_calls needs tools to call", {}
+            )
+        return self
 
 
 _OUTCOME_KEYS = Literal["answer", "tool_calls", "compressed"]

@@ -48,6 +48,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from phasegraph._extras import install_hint
 from phasegraph.actions import EventSink, ToolCall, declare_effect, effect_of
 from phasegraph.actions._base import CALL_EFFECT_ID
 from phasegraph.errors import ActionError, Problem, SpecError
@@ -565,7 +566,7 @@ def _mcp_servers(
     try:  # the SDK is an extra: imported only for a graph that names servers
         from phasegraph.tools._mcp._servers import McpServers
     except ImportError as exc:
-        text = f"mcp: needs the MCP SDK ({exc.name} is missing): pip install 'phasegraph[mcp]'"
+        text = f"mcp: needs the MCP SDK ({exc.name} is missing): {install_hint('mcp')}"
         return None, [*problems, Problem(text, definition.location)]
     return McpServers(servers), problems
 

@@ -44,6 +44,15 @@ def test_run_status_and_errors_show_type_place_exit_status_and_stderr(tmp_path: 
     errors = _cli(tmp_path, "errors", "f").stdout
     for message in (PYTHON, SHELL, TIMED_OUT, TOOL):
         assert f"\n    {message}" in errors
+    # Resuming the failed run names what retries it; nothing says it is resuming.
+    resumed = _cli(tmp_path, "resume", "f")
+    assert resumed.returncode == 2
+    assert resumed.stdout == ""
+    assert resumed.stderr == (
+        "phasegraph: run 'f' already failed; nothing to resume. To try again, fork it from "
+        "a step before it ended: 'phasegraph fork f --at SEQ' (its history shows each "
+        "step's SEQ: 'phasegraph history f')\n"
+    )
 
 
 def test_coding_task_without_pytest_says_pytest_is_missing(tmp_path: Path) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from builders import cli_argv
 from history_checks import assert_holds
 from phasegraph.api import Engine
 from phasegraph.cli import main
@@ -51,3 +54,40 @@ def test_history_json_to_a_text_only_stdout(
     monkeypatch.setattr("sys.stdout", text)
     assert main(["history", "r", "--json", "--store", store]) == 0
     assert text.getvalue().encode() == _api_json(store, "r") + b"\n"
+
+
+def test_history_json_carries_each_turns_prompt_as_sent(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHASEGRAPH_LLM", "OPENAI"))}
+    common = ["--store", store, "--run-id", "c", "--input", f"workdir={tmp_path}"]
+    started = subprocess.run(
+        cli_argv("run", "coding_task", "--approve", "-q", *common),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    shown = subprocess.run(
+        cli_argv("history", "c", "--json", "--store", store),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    turns = [
+        r["result"]["output"]
+        for r in json.loads(shown.stdout)
+        if r["node"] == "build" and "finish_reason" in r["result"].get("output", {})
+    ]
+    # `think` has a system message, sent (and recorded) with each of its turns.
+    thinking = [t for t in turns if "system" in t]
+    assert len(thinking) > 2
+    assert all("careful software engineer" in t["system"] for t in thinking)
+    # The first turn's prompt is the `{spec}` template, rendered from the run's data.
+    assert "Implement calc.total" in turns[0]["prompt"]
+    # `reflect` has none: its prompt says what failed, with the check's message filled in.
+    [reflected] = [t["prompt"] for t in turns if "system" not in t]
+    assert reflected.startswith("The tests failed: ")
+    assert "{payload" not in reflected

@@ -112,7 +112,10 @@ def test_the_tutorial_gate_is_answered_in_the_viewer(browser: Any, tmp_path: Pat
             row.locator("a:text-is('notes-1')").click()
             gate = tab.locator(".gate")
             gate.wait_for()
-            assert "notes.md" in gate.locator("pre").inner_text()  # the payload
+            assert "notes.md" in gate.locator("pre.json").inner_text()  # the payload
+            # "... and the notes themselves, to judge."
+            notes = gate.locator(".gate-file[data-key='notes'] pre")
+            assert notes.text_content() == "- durable\n- explicit\n- replayable\n"
             assert gate.locator("button.trigger").all_inner_texts() == ["ok", "fail"]
             shot(tab, "tutorial-agent-gate.png")
             # "Click ok. ... its badge turns to completed."

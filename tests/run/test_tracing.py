@@ -25,6 +25,7 @@ from model_kit import ENDPOINT_VARIABLES, agent_node, call, graph_text
 from otlp_kit import ReceivedSpan, otlp_receiver
 from phasegraph.api import Engine
 from phasegraph.model import RunStatus
+from phasegraph.run._tracing import run_root
 from phasegraph.spec import load_graph_text
 from phasegraph.store import open_store
 from phasegraph.testing import ScriptedModelServer
@@ -76,11 +77,15 @@ async def test_an_agent_run_is_traced_from_run_to_model_and_tool_calls(
 
     assert state.status is RunStatus.COMPLETED
     [run] = receiver.named("phasegraph.run")
-    assert run.parent_id == ""
+    # With a provider of the caller's own, the run's root is the parent every drive names:
+    # its ids are the run's own.
+    root = run_root(state.run_id)
+    assert run.parent_id == f"{root.span_id:016x}"
+    assert run.trace_id == f"{root.trace_id:032x}"
     assert run.service == "traced-test"
     assert run.attributes["phasegraph.run.id"] == state.run_id
     assert run.attributes["phasegraph.run.status"] == "completed"
-    [node] = receiver.named("phasegraph.node")
+    [node] = receiver.named("node agent")
     assert node.parent_id == run.span_id
     assert node.attributes["phasegraph.node.id"] == "agent"
     assert node.attributes["phasegraph.node.status"] == "completed"
@@ -88,7 +93,8 @@ async def test_an_agent_run_is_traced_from_run_to_model_and_tool_calls(
     assert transitions == ["tool_calls", "observed", "answer"]
 
     # One step span per action call, under the node: think (llm), act (tools), think.
-    steps = _by_start(receiver.named("phasegraph.step"))
+    steps = _by_start([s for s in receiver.spans if s.name in ("agent think", "agent act")])
+    assert [step.name for step in steps] == ["agent think", "agent act", "agent think"]
     assert [step.attributes["phasegraph.hook"] for step in steps] == ["think", "act", "think"]
     assert [step.attributes["phasegraph.trigger"] for step in steps] == [
         "tool_calls",
@@ -154,11 +160,30 @@ async def test_the_cli_exports_traces_to_the_standard_endpoint(
         spans = list(receiver.spans)
 
     assert json.loads(out)["status"] == "completed"
-    ours = [span for span in spans if span.name.startswith("phasegraph.")]
-    assert {span.name for span in ours} == {"phasegraph.run", "phasegraph.node", "phasegraph.step"}
-    assert {span.attributes["phasegraph.run.id"] for span in ours} == {json.loads(out)["run_id"]}
+    ours = [span for span in spans if "phasegraph.run.id" in span.attributes]
+    names = {"phasegraph.run", "node agent", "agent think", "agent act"}
+    assert {span.name for span in ours} == names
+    run_id = json.loads(out)["run_id"]
+    assert {span.attributes["phasegraph.run.id"] for span in ours} == {run_id}
     [run] = [span for span in spans if span.name == "phasegraph.run"]
     assert run.service == "phasegraph"
+    # The CLI's provider sends the run's root itself, with the run's own ids.
+    assert (run.parent_id, run.span_id) == ("", f"{run_root(run_id).span_id:016x}")
+    assert {span.trace_id for span in spans} == {f"{run_root(run_id).trace_id:032x}"}
+    # Content is off by default: no message, argument or result is sent.
+    assert not any(
+        key.startswith(
+            (
+                "gen_ai.input",
+                "gen_ai.output",
+                "gen_ai.tool.call.a",
+                "gen_ai.tool.call.r",
+                "gen_ai.system_",
+            )
+        )
+        for span in spans
+        for key in span.attributes
+    )
     chats = [span for span in spans if span.name == "chat main"]
     assert sorted(chat.attributes["gen_ai.usage.output_tokens"] for chat in chats) == [5, 7]
     [tool] = [span for span in spans if span.name == "execute_tool read_file"]
@@ -204,5 +229,8 @@ async def test_otel_without_the_extra_says_what_to_install(model: str, tmp_path:
     code, _, err = await _cli(*argv, env={}, cwd=tmp_path)
 
     assert code == 2, err
-    assert "pip install 'phasegraph[otel]'" in err
+    # phasegraph is on no package index: the packages themselves, and the checkout's way.
+    assert "pip install 'opentelemetry-api<2,>=1.27' 'opentelemetry-sdk<2,>=1.27'" in err
+    assert "from a checkout: pip install -e '.[otel]'" in err
+    assert "phasegraph[otel]" not in err
     assert "Traceback" not in err

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from test_gate_files import NOTES, gated_folder, serve_in
+from test_gate_files import TOKEN as FILES_TOKEN
 from test_server import FIXTURES
 
 from browser_kit import WAIT_MS, browser, shot, signed_in
@@ -304,6 +306,43 @@ def test_a_coding_agents_conversation_shows_its_tool_calls(page: Any, served: Se
     assert page.locator("table.steps tbody tr[data-node='build']").first.is_visible()
 
 
+def test_a_finished_agent_run_opens_on_its_conversation_and_links_to_a_step(
+    page: Any, served: Served
+) -> None:
+    run_id = served.call("POST", "/runs", {"graph": "coding_task", "input": {}})["run_id"]
+    (gate,) = served.wait_for(run_id, "waiting")["interrupts"]
+    served.call("POST", f"/runs/{run_id}/reply", {"interrupt_id": gate["id"], "trigger": "confirm"})
+    served.wait_for(run_id, "completed")
+    page.goto(f"{served.url}/ui#/runs/{run_id}")
+    # No click: the finished run opens on the node whose model did the work.
+    talk = page.locator(".conversation .talk[data-key='conversation']")
+    talk.wait_for()
+    assert page.locator(".conversation h2").inner_text() == "Model conversation of build"
+    assert page.locator("section[aria-label='Node'] h2").inner_text() == "Node build"
+    # The system message the turns sent, rendered, comes first; then the rendered prompt.
+    system = talk.locator(".msg.role-system").first
+    assert "careful software engineer" in system.locator(".msg-text").inner_text()
+    assert talk.locator(".msg").first.get_attribute("class") == "msg role-system"
+    prompted = talk.locator(".msg.role-user.prompted").first
+    assert "Implement calc.total" in prompted.inner_text()
+    assert "the prompt template, rendered" in prompted.inner_text()
+    shot(page, "conversation-opened-finished.png")
+
+    # Picking a step puts it in the address; that address, opened anew, opens on the step.
+    seq = int(talk.locator(".msg.role-assistant").nth(1).get_attribute("data-seq"))
+    page.click(f"tr[data-seq='{seq}'] button.seq")
+    page.locator(f"h2:text-is('Step {seq}')").wait_for()
+    link = page.locator("a.step-link").get_attribute("href")
+    assert link == f"#/runs/{run_id}?node=build&seq={seq}"
+    assert page.evaluate("location.hash") == link
+    page.goto(f"{served.url}/ui#/")
+    page.locator("table.runs").wait_for()
+    page.goto(f"{served.url}/ui{link}")
+    page.locator(f"h2:text-is('Step {seq}')").wait_for()
+    assert page.locator(f"tr[data-seq='{seq}']").get_attribute("class") == "picked"
+    assert page.locator(".conversation h2").inner_text() == "Model conversation of build"
+
+
 def test_streamed_text_arrives_live_and_compressions_show(page: Any, served: Served) -> None:
     run_id = _created_not_driven(served.store, "research_agent")
     page.goto(f"{served.url}/ui#/runs/{run_id}")
@@ -351,6 +390,92 @@ def test_a_failed_run_opens_on_its_failed_node(page: Any, served: Served) -> Non
     node = page.locator("section[aria-label='Node']")
     node.locator("h2:has-text('Node build')").wait_for()
     assert node.locator(".badge").first.inner_text() == "failed"
+
+
+def test_a_gate_shows_the_text_of_the_file_it_names(browser: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    store = gated_folder(folder)
+    with serve_in(folder, store) as url, signed_in(browser, url, FILES_TOKEN) as tab:
+        tab.goto(f"{url}/ui#/runs/notes")
+        shown = tab.locator(".gate .gate-file[data-key='notes']")
+        shown.wait_for()
+        # The notes themselves, as text: the markup in them is not run, nor drawn.
+        assert shown.locator("pre").text_content() == NOTES
+        assert tab.locator(".gate .gate-file script").count() == 0
+        assert "notes.md" in shown.locator("summary").inner_text()
+        big = tab.locator(".gate .gate-file[data-key='big'] summary").inner_text()
+        assert "cut: the first 64 KiB of 70000 bytes" in big
+        assert tab.locator(".gate .gate-file").count() == 2
+        shot(tab, "gate-file.png")
+
+
+CONTROLLED = """
+graph: controlled
+nodes:
+  - id: agent
+    machine: agent
+    with: {phases: {"*": {tools: [read_file, advance]}}}
+    bind:
+      think:
+        llm:
+          model: m
+          prompt: Read notes.md, then advance.
+          tools: [read_file, advance]
+          tool_choice: required
+          parallel_tool_calls: false
+      act: {tools: conversation}
+"""
+CONTROLLED_SCRIPT = [
+    {"content": "The notes are probably fine."},  # prose where a call is required
+    {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]},
+    {"tool_calls": [{"name": "advance", "arguments": {}}]},
+]
+
+
+def test_a_turn_shows_its_controls_and_the_answer_asked_again(browser: Any, tmp_path: Path) -> None:
+    (tmp_path / "controlled.yaml").write_text(CONTROLLED, encoding="utf-8")
+    (tmp_path / "script.json").write_text(json.dumps(CONTROLLED_SCRIPT), encoding="utf-8")
+    (tmp_path / "notes.md").write_text("- one\n", encoding="utf-8")
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    with subprocess.Popen(
+        cli_argv("model-server", "--script", "script.json", "--port", "0"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as model:
+        assert model.stdout is not None
+        env = {**os.environ, "PHASEGRAPH_LLM_BASE_URL": model.stdout.readline().strip()}
+        try:
+            ran = subprocess.run(
+                cli_argv("run", "controlled.yaml", "--store", store, "--run-id", "c", "-q"),
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            model.terminate()
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    with serve_in(tmp_path, store) as url, signed_in(browser, url, FILES_TOKEN) as tab:
+        tab.goto(f"{url}/ui#/runs/c")
+        talk = tab.locator(".conversation .talk[data-key='conversation']")
+        talk.wait_for()
+        # The prose answer is kept, flagged, and followed by why it was asked again.
+        again = talk.locator(".msg.role-assistant.refused-answer")
+        assert again.count() == 1
+        assert "The notes are probably fine." in again.inner_text()
+        assert again.locator(".turn-facts").count() == 0
+        told = talk.locator(".msg.role-user").nth(1).inner_text()
+        assert "must call one of the tools" in told
+        # The answer kept carries the turn's facts: what the binding asked of it.
+        facts = talk.locator(".msg.role-assistant:not(.refused-answer) .turn-facts").first
+        assert "tool_choice required" in facts.inner_text()
+        assert "one call an answer" in facts.inner_text()
+        assert "1 answer asked again" in facts.inner_text()
+        shot(tab, "conversation-turn-controls.png")
 
 
 def test_a_run_whose_graph_file_changed_shows_and_runs_what_it_started_with(

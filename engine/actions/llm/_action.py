@@ -13,7 +13,9 @@ The model is offered the ``tools`` the node's current phase allows, described fr
 tools themselves; a refused tool is not shown. Token usage goes to the node's ``tokens``
 counter (``ActionResult.spend``), so a ``tokens`` budget with ``spend_on: []`` can stop
 a node that used too many; ``prompt_tokens``, ``completion_tokens``, the model and the
-finish reason are in the step record's output.
+finish reason are in the step record's output, and so is the prompt as sent: ``system``
+(the rendered system message, which the conversation does not hold) and ``prompt`` (the
+rendered prompt template, on the turn that added it).
 
 When the conversation nears ``context_tokens`` (80 % of it, counting about four
 characters a token), or the provider refuses it as too long, the step compresses instead
@@ -22,6 +24,7 @@ of answering: :mod:`phasegraph.actions.llm._compress`, fired as ``compressed``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,7 @@ from phasegraph.actions.llm._client import (
     complete,
     warm_up,
 )
+from phasegraph.actions.llm._comply import Verdict, check_answer, request_format
 from phasegraph.actions.llm._compress import Compressor, needs_compression
 from phasegraph.actions.llm._config import LlmConfig
 from phasegraph.actions.llm._endpoint import open_endpoint
@@ -61,6 +65,19 @@ class _Turn:
     system: tuple[Mapping[str, Any], ...]
     conversation: list[Mapping[str, Any]]
     added: list[Mapping[str, Any]]
+    prompt: str | None = None
+    """The rendered ``prompt`` template, when this step added it."""
+
+    def sent(self) -> dict[str, str]:
+        """What the templates rendered to, for the turn's record.
+
+        The system message (never in the conversation) and the prompt (the user message
+        it became).
+        """
+        sent = {"system": str(self.system[0]["content"])} if self.system else {}
+        if self.prompt is not None:
+            sent["prompt"] = self.prompt
+        return sent
 
     @property
     def messages(self) -> list[Mapping[str, Any]]:
@@ -80,35 +97,72 @@ def _turn(config: LlmConfig, ctx: ActionContext) -> _Turn:
         ({"role": "system", "content": render(config.system, values)},) if config.system else ()
     )
     added: list[Mapping[str, Any]] = []
+    prompt = None
     if config.prompt and _awaits_prompt(conversation):
-        added.append({"role": "user", "content": render(config.prompt, values)})
+        prompt = render(config.prompt, values)
+        added.append({"role": "user", "content": prompt})
     added += [{"role": "user", "content": message} for message in ctx.messages]
-    return _Turn(system, conversation, added)
+    return _Turn(system, conversation, added, prompt)
 
 
-def _result(config: LlmConfig, turn: _Turn, completion: Completion) -> ActionResult:
+@dataclass(slots=True)
+class _Answers:
+    """The answers of one step: refused ones (each with why) before the one kept."""
+
+    refused: list[Mapping[str, Any]]
+    misfits: list[str]
+    usage: dict[str, int]
+
+    def add(self, completion: Completion) -> None:
+        for key, count in completion.usage.items():
+            self.usage[key] = self.usage.get(key, 0) + int(count)
+
+
+def _controls(config: LlmConfig) -> dict[str, Any]:
+    """The turn controls the binding sent, for the turn's record."""
+    controls: dict[str, Any] = {}
+    if config.tool_choice is not None:
+        controls["tool_choice"] = config.tool_choice
+    if config.parallel_tool_calls is not None:
+        controls["parallel_tool_calls"] = config.parallel_tool_calls
+    if config.response_format is not None:
+        controls["response_format"] = str(config.response_format["name"])
+    return controls
+
+
+def _result(
+    config: LlmConfig, turn: _Turn, completion: Completion, answers: _Answers, verdict: Verdict
+) -> ActionResult:
     message = dict(completion.message)
     calls = message.get("tool_calls") or []
     outcome = "tool_calls" if calls else "answer"
     trigger = config.trigger(outcome)
     if trigger is None:
         raise ActionError(f"the model answered with {outcome}, which this binding does not expect")
-    conversation = [*turn.conversation, *turn.added, message]
+    conversation = [*turn.conversation, *turn.added, *answers.refused, message]
     turns = sum(1 for m in conversation if m.get("role") == "assistant")
+    # The turn number keeps each step's payload distinct (loop detection hashes it).
+    payload: dict[str, Any] = {"turn": turns, "tool_calls": len(calls)}
+    if verdict.structured is not None:
+        payload["structured"] = verdict.structured
+    if message.get("refusal"):
+        payload["refusal"] = message["refusal"]
+    output: dict[str, Any] = {
+        "model": completion.model or config.model,
+        "id": completion.id,
+        "finish_reason": completion.finish_reason,
+        "usage": answers.usage,
+        **turn.sent(),
+        **_controls(config),
+    }
+    if answers.misfits:
+        output["refused_answers"] = answers.misfits
     return ActionResult(
         trigger=trigger,
         data=frozen_map({config.conversation: conversation}),
-        # The turn number keeps each step's payload distinct (loop detection hashes it).
-        payload=frozen_map({"turn": turns, "tool_calls": len(calls)}),
-        output=frozen_map(
-            {
-                "model": completion.model or config.model,
-                "id": completion.id,
-                "finish_reason": completion.finish_reason,
-                "usage": dict(completion.usage),
-            }
-        ),
-        spend=frozen_map({"tokens": completion.usage.get("total_tokens", 0)}),
+        payload=frozen_map(payload),
+        output=frozen_map(output),
+        spend=frozen_map({"tokens": answers.usage.get("total_tokens", 0)}),
     )
 
 
@@ -131,25 +185,56 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
             compressed = config.trigger("compressed")
             if compressed is not None and needs_compression(config, turn.messages, tools):
                 return await compressor.compress(ctx, turn.conversation, compressed)
-            request = ChatRequest(
-                model=endpoint.model or config.model,
-                messages=turn.messages,
-                tools=tools,
-                temperature=config.temperature,
-                max_tokens=config.max_tokens,
-                timeout=config.timeout,
-                retries=config.retries,
-                stream=config.stream,
-            )
-            try:
-                completion = await complete(endpoint, request, _streamer(ctx, config))
-            except ProviderError as exc:
-                if not exc.context_length or compressed is None:
-                    raise
-                return await compressor.compress(ctx, turn.conversation, compressed)
-        return _result(config, turn, completion)
+            answers = _Answers([], [], {})
+            for attempt in range(config.attempts):
+                request = ChatRequest(
+                    model=endpoint.model or config.model,
+                    messages=[*turn.messages, *answers.refused],
+                    tools=tools,
+                    temperature=config.temperature,
+                    max_tokens=config.max_tokens,
+                    timeout=config.timeout,
+                    retries=config.retries,
+                    stream=config.stream,
+                    tool_choice=config.tool_choice if tools else None,
+                    parallel_tool_calls=config.parallel_tool_calls if tools else None,
+                    response_format=request_format(config),
+                )
+                try:
+                    completion = await complete(endpoint, request, _streamer(ctx, config))
+                except ProviderError as exc:
+                    if not exc.context_length or compressed is None or attempt:
+                        raise
+                    return await compressor.compress(ctx, turn.conversation, compressed)
+                answers.add(completion)
+                verdict = check_answer(config, completion.message)
+                if verdict.misfit is None:
+                    return _result(config, turn, completion, answers, verdict)
+                # Shown to the model with why, and asked again.
+                answers.misfits.append(verdict.misfit)
+                answers.refused += [dict(completion.message), *_told(completion, verdict.misfit)]
+        raise ActionError(
+            f"model {config.model!r} answered {config.attempts} times without complying "
+            f"with the binding: {answers.misfits[-1]}",
+            node_id=ctx.node_id,
+        )
 
     return call
+
+
+def _told(completion: Completion, misfit: str) -> list[Mapping[str, Any]]:
+    """What the model is told of its refused answer.
+
+    Its calls are answered, not run: a call left unanswered would make the next request
+    invalid.
+    """
+    calls = completion.message.get("tool_calls") or []
+    result = json.dumps({"error": "not_run", "message": misfit}, sort_keys=True)
+    told: list[Mapping[str, Any]] = [
+        {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": result}
+        for call in calls
+    ]
+    return told or [{"role": "user", "content": misfit}]
 
 
 def _streamer(ctx: ActionContext, config: LlmConfig) -> Any:

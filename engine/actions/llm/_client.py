@@ -109,6 +109,11 @@ class ChatRequest:
     timeout: float = 120.0
     retries: int = 2
     stream: bool = False
+    tool_choice: str | None = None
+    """``auto``, ``none``, ``required`` or the name of the tool to call."""
+    parallel_tool_calls: bool | None = None
+    response_format: Mapping[str, Any] | None = None
+    """As the API takes it: ``{type: json_schema, json_schema: {name, schema, strict}}``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +181,14 @@ def _arguments(request: ChatRequest) -> dict[str, Any]:
         arguments["temperature"] = request.temperature
     if request.max_tokens is not None:
         arguments["max_tokens"] = request.max_tokens
+    if request.tool_choice in ("auto", "none", "required"):
+        arguments["tool_choice"] = request.tool_choice
+    elif request.tool_choice is not None:
+        arguments["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
+    if request.parallel_tool_calls is not None:
+        arguments["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.response_format is not None:
+        arguments["response_format"] = dict(request.response_format)
     if request.stream:
         arguments["stream"] = True
         arguments["stream_options"] = {"include_usage": True}
@@ -263,6 +276,8 @@ def _completion(text: str, endpoint: Endpoint, where: str) -> Completion:
     message: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
     if raw.get("tool_calls") is not None:
         message["tool_calls"] = raw["tool_calls"]
+    if raw.get("refusal"):  # the model declined to answer in the asked format
+        message["refusal"] = str(raw["refusal"])
     return Completion(
         message=message,
         finish_reason=str(choice.get("finish_reason") or "stop"),
@@ -286,6 +301,7 @@ class _Assembly:
     """A streamed answer being put back together."""
 
     text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: Mapping[str, Any] | None = None
@@ -308,6 +324,8 @@ class _Assembly:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
             message["tool_calls"] = [self.calls[index] for index in sorted(self.calls)]
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
         return Completion(
             message=message,
             finish_reason=self.finish_reason or "stop",
@@ -337,6 +355,8 @@ async def _collect(
                 assembly.text.append(delta.content)
                 if on_delta is not None:
                     on_delta(delta.content)
+            if getattr(delta, "refusal", None):
+                assembly.refusal.append(delta.refusal)
             for call in delta.tool_calls or ():
                 assembly.add_call(call)
             if choice.finish_reason:

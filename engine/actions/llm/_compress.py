@@ -154,6 +154,10 @@ class Compressor:
             trigger=trigger,
             data=frozen_map({self._config.conversation: compressed}),
             payload=frozen_map({"compressed": len(older)}),
-            output=frozen_map({"compression": details, "usage": dict(summary.usage)}),
+            # The summary's instructions as sent; its user message is the transcript of
+            # the messages it summarized, which the records before this one hold.
+            output=frozen_map(
+                {"compression": details, "usage": dict(summary.usage), "system": _INSTRUCTIONS}
+            ),
             spend=frozen_map({"tokens": summary.usage.get("total_tokens", 0)}),
         )

@@ -4,6 +4,7 @@ Tests drive the real ``openai`` client against it over a loopback socket, and th
 offline examples answer from a shipped script. Each entry of the script is one answer:
 
 - ``{content: TEXT}``: an assistant message;
+- ``{refusal: TEXT}``: the model declines to answer (the API's ``refusal`` field);
 - ``{tool_calls: [{name: NAME, arguments: {...}}, ...], content: TEXT?}``: tool calls;
 - ``{error: 429 | 500 | ..., message: TEXT?, retry_after: SECONDS?}``: an error status
   (``Retry-After`` sent when given);
@@ -320,6 +321,7 @@ class _Answer:
     content: str | None
     tool_calls: tuple[dict[str, Any], ...]
     usage: dict[str, int]
+    refusal: str | None = None
 
     @classmethod
     def of(cls, entry: Mapping[str, Any], body: Mapping[str, Any], model: str, id: str) -> _Answer:
@@ -344,7 +346,8 @@ class _Answer:
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
-        return cls(id, model, None if content is None else str(content), calls, usage)
+        refusal = None if entry.get("refusal") is None else str(entry["refusal"])
+        return cls(id, model, None if content is None else str(content), calls, usage, refusal)
 
     @property
     def finish_reason(self) -> str:
@@ -354,6 +357,8 @@ class _Answer:
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             message["tool_calls"] = list(self.tool_calls)
+        if self.refusal is not None:
+            message["refusal"] = self.refusal
         return message
 
     def completion(self) -> dict[str, Any]:
@@ -383,6 +388,8 @@ class _Answer:
         # Word by word, spaces kept, so the deltas join back into the exact text.
         for word in _pieces(self.content or ""):
             parts.append(self._chunk({"content": word}))
+        if self.refusal is not None:
+            parts.append(self._chunk({"refusal": self.refusal}))
         for index, call in enumerate(self.tool_calls):
             function = call["function"]
             head = {"index": index, "id": call["id"], "type": "function"}

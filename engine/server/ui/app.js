@@ -1,4 +1,5 @@
-// The viewer's entry: the token prompt and a hash router (#/ runs, #/runs/ID a run).
+// The viewer's entry: the token prompt and a hash router (#/ runs, #/runs/ID a run,
+// #/runs/ID?node=NODE&seq=SEQ a run opened on a node or a step).
 
 import { loadPrincipal } from "./access.js";
 import { ApiError, token } from "./api.js";
@@ -60,7 +61,7 @@ async function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query = ""] = hash.split("?");
   const match = path.match(/^\/runs\/([^/]+)$/);
-  if (match) leave = showRun(main, decodeURIComponent(match[1]));
+  if (match) leave = showRun(main, decodeURIComponent(match[1]), new URLSearchParams(query));
   else leave = showRuns(main, new URLSearchParams(query));
 }
 

@@ -19,8 +19,10 @@ const LAST_OF_STEP = 999999999; // the largest event index: "after every event o
 
 const path = (states) => (states && states.length ? states.join(" / ") : "—");
 
-export function showRun(main, runId) {
+export function showRun(main, runId, query = new URLSearchParams()) {
   const base = `/runs/${enc(runId)}`;
+  // A link may name a node and a step to open on (`#/runs/ID?node=…&seq=…`).
+  const asked = { node: query.get("node"), seq: /^\d+$/.test(query.get("seq") || "") ? Number(query.get("seq")) : null };
   const state = {
     run: null,
     shape: null,
@@ -108,16 +110,17 @@ export function showRun(main, runId) {
     try {
       const run = await api(base);
       const { shape, error: shapeError } = await loadShape();
-      state.first = Math.max(0, run.seq - FIRST_PAGE + 1);
+      state.first = Math.max(0, Math.min(run.seq - FIRST_PAGE + 1, asked.seq ?? Infinity));
       state.records = await historyFrom(state.first);
       state.errors = (await api(`${base}/errors`)).errors;
       if (closed) return;
       state.run = run;
       state.shape = shape || flatShape(run);
       noteShape(shape, shapeError);
-      state.pick.node = defaultNode(run, state.shape);
+      state.pick.node = asked.node && state.shape.nodes[asked.node] ? asked.node : defaultNode(run, state.shape, state.records);
       drawShape();
       renderAll();
+      if (asked.seq !== null && state.records.some((r) => r.seq === asked.seq)) pickStep(asked.seq);
       if (!TERMINAL.has(run.status)) startStream();
       else showLive("ended");
     } catch (error) {
@@ -383,9 +386,23 @@ export function showRun(main, runId) {
       interrupt.reviewers && interrupt.reviewers.length
         ? h("p", { class: "reviewers" }, "Reviewers: ", interrupt.reviewers.join(", ")) : "",
       json(interrupt.payload),
+      gateFiles(interrupt),
       h("label", { for: `feedback-${n}` }, "Feedback"), feedback,
       h("div", { class: "trigger-row", role: "group", "aria-label": "Answer with a trigger" }, buttons.length ? [...buttons, guardGate(interrupt.reviewers, [...buttons, feedback])] : h("span", { class: "muted" }, "This gate declares no triggers.")),
       status);
+  }
+
+  // The files the gate's payload names (notes.md…), their text as the server reads it
+  // now: what the reviewer judges. Set as text, never read as markup.
+  function gateFiles(interrupt) {
+    const box = h("div", { class: "gate-files" });
+    api(`${base}/gates/${enc(interrupt.id)}/files`).then((found) => {
+      fill(box, found.files.map((file) => h("details", { class: "gate-file", open: true, "data-key": file.key },
+        h("summary", {}, h("span", { class: "mono" }, file.path),
+          file.truncated ? ` (cut: the first 64 KiB of ${file.bytes} bytes)` : ""),
+        h("pre", {}, file.text))));
+    }, () => {}); // answered meanwhile, or the server cannot say: the payload is shown
+    return box;
   }
 
   // ------------------------------------------------------------------ timeline
@@ -451,9 +468,23 @@ export function showRun(main, runId) {
 
   // -------------------------------------------------------------------- detail
 
+  // The address says what is picked, so that it can be shared (no new history entry).
+  function linkOf(node, seq) {
+    const params = new URLSearchParams();
+    if (node) params.set("node", node);
+    if (seq !== null && seq !== undefined) params.set("seq", String(seq));
+    const query = params.toString();
+    return `#/runs/${enc(runId)}${query ? `?${query}` : ""}`;
+  }
+
+  function showPick() {
+    if (!closed) history.replaceState(null, "", linkOf(state.pick.node, state.pick.seq));
+  }
+
   function pickNode(id) {
     state.pick.node = id;
     state.pick.seq = null; // the node as it is now
+    showPick();
     for (const tr of rows.querySelectorAll("tr.picked")) tr.classList.remove("picked");
     dag.select(id);
     renderNode(true);
@@ -556,6 +587,7 @@ export function showRun(main, runId) {
       state.pick.node = record.node;
       dag.select(record.node);
     }
+    showPick();
     renderNode(false);
     renderTalk();
     for (const tr of rows.querySelectorAll("tr")) tr.classList.toggle("picked", Number(tr.dataset.seq) === seq);
@@ -565,6 +597,7 @@ export function showRun(main, runId) {
     const forkButton = h("button", { type: "submit" }, "Fork");
     const heading = h("h2", { tabindex: -1 }, `Step ${seq}`);
     fill(stepPanel, heading,
+      h("p", { class: "small" }, h("a", { class: "step-link", href: linkOf(record.node, seq) }, "Link to this step")),
       h("dl", { class: "facts" },
         h("dt", {}, "time"), h("dd", {}, when(record.time), " ", h("span", { class: "muted" }, clock(record.time))),
         h("dt", {}, "kind"), h("dd", {}, record.kind),
@@ -683,9 +716,12 @@ function flatShape(run) {
   };
 }
 
-function defaultNode(run, shape) {
+// The node that tells the run's story: the one a gate waits on, the failed one, the one
+// running, else the last node whose model answered (a finished agent's conversation).
+function defaultNode(run, shape, records) {
   if (run.interrupts.length) return run.interrupts[0].node;
   const ids = shape.layers.flat();
   const first = (status) => ids.find((id) => run.nodes[id] && run.nodes[id].status === status);
-  return first("failed") || first("running") || ids[0] || null;
+  const talked = records.findLast((r) => r.node && ids.includes(r.node) && r.result && r.result.output && r.result.output.finish_reason);
+  return first("failed") || first("running") || (talked && talked.node) || ids[0] || null;
 }

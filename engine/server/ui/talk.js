@@ -14,14 +14,15 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
 /**
  * The conversations of `node` in `records` (ascending seq): data key → {entries}.
- * An entry is {type: "message", seq, message, turn?, calls?} (an assistant message's
+ * An entry is {type: "system", seq, text} (the system message a turn sent, where it
+ * first did or changed), {type: "message", seq, message, turn?, calls?, prompted?} (an assistant message's
  * calls each get their result when a later tool message answers it), {type: "compression",
  * seq, details, summary} or {type: "event", seq, event} (a refused call, a loop warning).
  */
 export function conversationsOf(records, node) {
   const talks = new Map();
   const talk = (key) => {
-    if (!talks.has(key)) talks.set(key, { entries: [], messages: [], open: new Map() });
+    if (!talks.has(key)) talks.set(key, { entries: [], messages: [], open: new Map(), system: null });
     return talks.get(key);
   };
   for (const record of records) {
@@ -35,7 +36,9 @@ export function conversationsOf(records, node) {
       touched.add(key);
       const prefix = t.messages.length <= value.length && t.messages.every((m, i) => same(m, value[i]));
       if (prefix) {
+        announce(t, record, output);
         value.slice(t.messages.length).forEach((m) => add(t, record, m, output));
+        settle(t, record, output);
       } else {
         // Replaced, not extended: a compression (or a list rewritten by an action).
         const summary = value.find((m) => String(m.content || "").startsWith(SUMMARY_PREFIX));
@@ -47,7 +50,9 @@ export function conversationsOf(records, node) {
       if (!items.every(isMessage)) continue;
       const t = talk(key);
       touched.add(key);
+      announce(t, record, output);
       items.forEach((m) => add(t, record, m, output));
+      settle(t, record, output);
       t.messages.push(...items);
     }
     for (const event of record.events || []) {
@@ -57,6 +62,26 @@ export function conversationsOf(records, node) {
     }
   }
   return talks;
+}
+
+// A turn's record holds the system message it sent (never in the conversation itself):
+// shown where it was first sent, and again wherever it changed.
+function announce(t, record, output) {
+  if (typeof output.system !== "string" || !output.finish_reason || output.system === t.system) return;
+  t.system = output.system;
+  t.entries.push({ type: "system", seq: record.seq, text: output.system });
+}
+
+// A turn whose earlier answers did not comply with its binding (tool_choice,
+// parallel_tool_calls, response_format) holds them too: the turn's facts go with the
+// answer kept, and each refused one says why it was asked again.
+function settle(t, record, output) {
+  const answers = t.entries.filter((e) => e.seq === record.seq && e.type === "message" && e.message.role === "assistant");
+  const reasons = Array.isArray(output.refused_answers) ? output.refused_answers : [];
+  answers.slice(0, -1).forEach((entry, i) => {
+    delete entry.turn;
+    entry.refused = reasons[i] || "asked again";
+  });
 }
 
 function add(t, record, message, output) {
@@ -70,6 +95,8 @@ function add(t, record, message, output) {
     }
   }
   const entry = { type: "message", seq: record.seq, message };
+  // The user message the binding's prompt template rendered to on this turn.
+  if (message.role === "user" && typeof output.prompt === "string" && message.content === output.prompt) entry.prompted = true;
   if (message.role === "assistant") {
     if (output.usage || output.model || output.finish_reason) entry.turn = output;
     // Call ids may repeat from one turn to the next: a result answers the latest call.
@@ -102,6 +129,11 @@ function turnFacts(turn) {
   if (usage.prompt_tokens !== undefined || usage.completion_tokens !== undefined) {
     parts.push(`${usage.prompt_tokens ?? "?"} prompt + ${usage.completion_tokens ?? "?"} completion tokens`);
   } else if (usage.total_tokens !== undefined) parts.push(`${usage.total_tokens} tokens`);
+  if (turn.tool_choice) parts.push(`tool_choice ${turn.tool_choice}`);
+  if (turn.parallel_tool_calls === false) parts.push("one call an answer");
+  if (turn.response_format) parts.push(`schema ${turn.response_format}`);
+  const refused = (turn.refused_answers || []).length;
+  if (refused) parts.push(`${refused} answer${refused > 1 ? "s" : ""} asked again`);
   if (Number.isFinite(turn.duration_ms)) parts.push(duration(turn.duration_ms));
   return parts.join(" · ");
 }
@@ -134,11 +166,20 @@ function callBox(call, entry) {
 function messageBox(entry, ledger) {
   const m = entry.message;
   const text = typeof m.content === "string" ? m.content : m.content == null ? "" : pretty(m.content);
-  return h("div", { class: `msg role-${m.role}`, "data-seq": entry.seq },
+  return h("div", { class: `msg role-${m.role}${entry.prompted ? " prompted" : ""}${entry.refused ? " refused-answer" : ""}`, "data-seq": entry.seq },
     h("div", { class: "msg-head" }, h("strong", {}, m.role), h("span", { class: "muted small" }, ` step ${entry.seq}`),
+      entry.prompted ? h("span", { class: "muted small" }, " · the prompt template, rendered") : "",
+      entry.refused ? [" ", h("span", { class: "flag refused-flag", title: entry.refused }, "asked again")] : "",
       entry.turn ? h("span", { class: "muted small turn-facts" }, ` · ${turnFacts(entry.turn)}`) : ""),
     text ? h("div", { class: "msg-text" }, text) : "",
+    m.refusal ? h("div", { class: "msg-text refusal" }, `refused: ${m.refusal}`) : "",
     (entry.calls || []).map((call, index) => callBox(call, ledger.find((e) => e.index === index && e.tool === call.name))));
+}
+
+function systemBox(entry) {
+  return h("div", { class: "msg role-system", "data-seq": entry.seq },
+    h("div", { class: "msg-head" }, h("strong", {}, "system"), h("span", { class: "muted small" }, ` sent from step ${entry.seq}`)),
+    h("div", { class: "msg-text" }, entry.text));
 }
 
 function compressionBox(entry) {
@@ -170,7 +211,8 @@ export function renderConversations(talks, liveText, ledger = []) {
     parts.push(h("h3", {}, "Conversation ", h("span", { class: "mono" }, key)),
       h("div", { class: "talk", "data-key": key }, t.entries.map((entry) =>
         entry.type === "message" ? messageBox(entry, entry === calling ? ledger : [])
-          : entry.type === "compression" ? compressionBox(entry) : eventBox(entry))));
+          : entry.type === "system" ? systemBox(entry)
+            : entry.type === "compression" ? compressionBox(entry) : eventBox(entry))));
   }
   parts.push(liveText);
   return parts;

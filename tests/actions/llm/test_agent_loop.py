@@ -210,3 +210,23 @@ async def _one_step_state():
             name="g.yaml",
         )
         return await engine.run(definition)
+
+
+async def test_each_turn_records_the_prompt_as_sent(serve, tmp_path: Path) -> None:
+    server = await serve([{"tool_calls": [call("read_file", path="x.txt")]}, {"content": "Done."}])
+    llm = {"system": "You help {who}.", "prompt": "Task: {task}"}
+    node = agent_node(llm, settings={"workspace": str(tmp_path)})
+    state, history = await run_agent(graph_text(node), {"task": "read x", "who": "ada"})
+
+    assert state.status is RunStatus.COMPLETED
+    first, second = (r.result["output"] for r in history if r.source == ("think",))
+    # Both templates rendered, as the model got them on the turn that sent them.
+    assert first["system"] == "You help ada."
+    assert first["prompt"] == "Task: read x"
+    assert server.requests[0]["messages"][:2] == [
+        {"role": "system", "content": first["system"]},
+        {"role": "user", "content": first["prompt"]},
+    ]
+    # The second turn answers the tool's result: the system message again, no new prompt.
+    assert second["system"] == "You help ada."
+    assert "prompt" not in second
