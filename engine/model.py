@@ -877,12 +877,16 @@ def _planned(plans: Mapping[str, Plan], record: StepRecord) -> dict[str, Plan]:
 def _entered(
     before: Mapping[str, NodeState], moved: Mapping[str, NodeState], record: StepRecord
 ) -> Mapping[str, NodeState]:
-    """``moved`` with the record's ledger entry in its node's ledger (same id: replaced)."""
+    """``moved`` with the record's ledger entry in its node's ledger (same call: replaced).
+
+    One entry per call of the step, by its index: a fork's re-run of its parent's call
+    replaces the parent's entry though its effect id is the fork's.
+    """
     entry, node_id = record.ledger, record.node
     if entry is None or node_id is None:
         return moved
     node = moved.get(node_id) or before[node_id]
-    kept = tuple(e for e in node.ledger if e.id != entry.id)
+    kept = tuple(e for e in node.ledger if e.index != entry.index)
     return {**moved, node_id: replace(node, ledger=(*kept, entry))}
 
 

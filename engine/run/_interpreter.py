@@ -568,20 +568,23 @@ class Run:
             await self._commit(*_encode(self._steps.ledger_step(self._state, node_id, entry)))
 
     async def _once(self, site: _Site, ctx: ActionContext) -> ActionResult:
-        """Run a ``once`` action: its intent committed first, or its uncertainty settled.
+        """Run a ``once`` action, its intent committed first, or its uncertainty settled.
 
-        An intent with no result is here only under ``retry`` or ``reconcile`` (``ask``
-        and ``fail`` are decided before the action starts).
+        An intent with no result is here only under ``retry`` or ``reconcile``, or after a
+        ``run_again`` answer (``ask`` and ``fail`` are decided before the action starts).
         """
         entry = next((e for e in ctx.ledger if e.index == ACTION_INDEX), None)
         policy = site.policy
-        if entry is None:
-            intent = LedgerEntry(id=ctx.effect_id, effect=Effect.ONCE, on_unknown=policy.on_unknown)
-            await ctx.record_effect(intent)
-        elif policy.reconcile is not None and entry.on_unknown is OnUnknown.RECONCILE:
-            found = await policy.reconcile(ctx, entry)
+        reconcile = policy.reconcile
+        if entry is not None and reconcile is not None and entry.on_unknown is OnUnknown.RECONCILE:
+            found = await reconcile(ctx, entry)
             if found is not None:
                 return coerce_result(found, f"reconciler of node {ctx.node_id!r}")
+        # Every run commits its intent again, under the binding's own policy: a crash
+        # after a re-run (a run_again answer) asks again instead of running it unasked.
+        await ctx.record_effect(
+            LedgerEntry(id=ctx.effect_id, effect=Effect.ONCE, on_unknown=policy.on_unknown)
+        )
         return await site.action(ctx)
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:

@@ -85,8 +85,9 @@ async def _ledgered(
     Returns the tool's name and the call's result.
 
     A call whose result an earlier attempt committed is not run again: its result is
-    reused. An intent without a result is here only under ``retry`` (it runs again, with
-    the same effect id) or ``reconcile`` (the reconciler says whether it happened).
+    reused. An intent without a result is here only under ``retry`` or after a
+    ``run_again`` answer (it runs again, with the same effect id, its intent committed
+    again first) or ``reconcile`` (the reconciler says whether it happened).
     """
     effect_id = f"{ctx.effect_id}:{index}"
     # By index, not id: a fork's ledger holds its parent's entries, under the parent's ids.
@@ -104,10 +105,12 @@ async def _ledgered(
         on_unknown=policy.on_unknown,
     )
     found: Any = None
-    if done is None and effect is Effect.ONCE:
-        await ctx.record_effect(entry)  # the intent: a crash from here on leaves it uncertain
-    elif done is not None and policy.reconcile is not None:
+    if done is not None and policy.reconcile is not None:
         found = await policy.reconcile(ctx, done)
+    if found is None and effect is Effect.ONCE:
+        # The intent, committed again before a re-run (retry, run_again) under the
+        # binding's policy: a crash from here on leaves it uncertain, and asks again.
+        await ctx.record_effect(entry)
     if found is None:
         result = await _dispatch(ctx, name, arguments, cwd, effect_id)
     elif isinstance(found, Mapping):
