@@ -586,6 +586,8 @@ class NodeState(Value, frozen=True, kw_only=True):
             :class:`LedgerEntry`); empty between steps.
         result: For a child of a plan that declares a ``result:`` key, what the child
             wrote to it: its parent gathers its children's results, in plan order.
+        retried: The step of the node's last call in a state another state ``retries``:
+            a retry's action uses that call's effect ids (``None``: no such call yet).
     """
 
     status: NodeStatus = NodeStatus.PENDING
@@ -597,6 +599,7 @@ class NodeState(Value, frozen=True, kw_only=True):
     payload: Mapping[str, Any] = EMPTY
     ledger: tuple[LedgerEntry, ...] = ()
     result: Any = None
+    retried: int | None = None
 
     @property
     def state(self) -> str:

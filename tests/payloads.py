@@ -63,6 +63,13 @@ PLAN = Plan(
 
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
+    state = golden_state_v6()
+    retry = replace(state.nodes["review"], retried=3)
+    return replace(state, nodes=MappingProxyType({**state.nodes, "review": retry}))
+
+
+def golden_state_v6() -> RunState:
+    """The golden run state of format 6, whose nodes retried nothing."""
     state = golden_state_v5()
     child = NodeState(
         status=NodeStatus.COMPLETED,
@@ -163,6 +170,13 @@ def golden_state_v2() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
+    record = golden_record_v6()
+    retry = replace(record.nodes["review"], retried=2)
+    return replace(record, nodes=MappingProxyType({"review": retry}))
+
+
+def golden_record_v6() -> StepRecord:
+    """The golden record of format 6, whose nodes retried nothing."""
     return replace(golden_record_v5(), plan=PLAN)
 
 
