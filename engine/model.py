@@ -369,6 +369,9 @@ class StateDef(Value, frozen=True, kw_only=True):
         hook: The slot a graph binds to an action that runs in this state.
         machine: Name of a machine nested in this state; its outcome is the trigger
             this state then receives.
+        retries: The state whose call this state's action makes again (a recovery's
+            retry): the action keeps that call's effect ids, so a receiver that
+            deduplicates on them sees one call, not one per attempt.
         description: Free text for diagrams and docs.
         location: Where the state is declared.
     """
@@ -377,6 +380,7 @@ class StateDef(Value, frozen=True, kw_only=True):
     final: NodeOutcome | None = None
     hook: str | None = None
     machine: str | None = None
+    retries: str | None = None
     description: str = ""
     location: SourceLocation | None = None
 

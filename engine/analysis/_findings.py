@@ -52,6 +52,7 @@ class Code(StrEnum):
     WRITE_CONFLICT = "write-conflict"
     SUCCESS_FORBIDDEN = "success-forbidden-by-tool-rules"
     CHILD_GRAPH = "child-graph"
+    ONCE_AGAIN = "once-effect-again"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -97,6 +97,7 @@ class _Site(NamedTuple):
     bind_tool: Callable[[EventSink, RunState], ToolCall]
     policy: EffectPolicy
     item: Any
+    retry: bool
 
 
 def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site:
@@ -121,6 +122,7 @@ def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site
         bind_tool=tools.binder(definition, where),
         policy=policy,
         item=definition.item,
+        retry=machines.retries(definition.machine, path) is not None,
     )
     prepared.sites[(node_id, path)] = site
     return site
@@ -547,6 +549,8 @@ class Run:
             stream=functools.partial(self._stream, node_id),
             attempt=self._hold.lease.token,
             ledger=node.ledger,
+            # A retry makes the retried call again: the same effect ids (Idempotency-Key).
+            call_step=node.retried if site.retry else None,
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
             item=site.item,
