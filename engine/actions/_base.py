@@ -38,6 +38,12 @@ CALL_EFFECT_ID: ContextVar[str] = ContextVar("phasegraph_call_effect_id", defaul
 """The effect id of the tool call being made (``Scope.effect_id``), set around the call so
 that its arguments, which middleware reads and hashes, stay the model's own."""
 
+CALL_STARTING: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "phasegraph_call_starting", default=None
+)
+"""Awaited once a tool call has passed every rule and check and is about to run: a
+``once`` call's intent is committed there, so a call refused before it never had one."""
+
 EffectSink = Callable[[str, LedgerEntry], Awaitable[None]]
 """Commits a ledger entry (an intent, or a call's result) to a node's step in flight."""
 

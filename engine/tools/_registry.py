@@ -49,7 +49,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from phasegraph.actions import EventSink, ToolCall, declare_effect, effect_of
-from phasegraph.actions._base import CALL_EFFECT_ID
+from phasegraph.actions._base import CALL_EFFECT_ID, CALL_STARTING
 from phasegraph.errors import ActionError, Problem, SpecError
 from phasegraph.model import (
     EMPTY,
@@ -387,6 +387,9 @@ class ToolFactory:
             )
         except ToolRefused as exc:
             return error_result(exc.code, str(exc))
+        starting = CALL_STARTING.get()
+        if starting is not None:  # every rule passed: the call runs now
+            await starting()
         if tool is not None:
             return await tool(scope, **arguments)
         assert self._servers is not None  # _known found it
