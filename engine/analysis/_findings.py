@@ -53,6 +53,8 @@ class Code(StrEnum):
     SUCCESS_FORBIDDEN = "success-forbidden-by-tool-rules"
     CHILD_GRAPH = "child-graph"
     ONCE_AGAIN = "once-effect-again"
+    MISNAMED_OUTCOME = "misnamed-outcome"
+    ENTRY_ONLY_SPEND = "entry-only-spend"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
