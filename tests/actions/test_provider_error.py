@@ -27,13 +27,13 @@ nodes:
       emergency: {python: "phasegraph.concerns.fallback:emergency", triggers: [fail]}
 """
 
-_MODULE = '''
+_MODULE = """
 from phasegraph.actions import ProviderError
 
 
 def ask(ctx):
     raise ProviderError("the provider answered 503", status=503, retry_after=2.0)
-'''
+"""
 
 
 def test_a_provider_error_is_classified_llm_failure() -> None:
