@@ -105,7 +105,7 @@ def _copy(origin: Path, work: Path) -> None:
         shutil.Error: A file that is there could not be copied.
     """
     try:
-        shutil.copytree(origin, work, symlinks=True, ignore=_ignored)
+        shutil.copytree(origin, work, symlinks=True, ignore=_ignored, copy_function=shutil.copy2)
     except shutil.Error as exc:
         kept = [e for e in exc.args[0] if Path(e[0]).exists() or os.path.islink(e[0])]
         if kept:

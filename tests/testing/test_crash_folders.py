@@ -8,13 +8,15 @@ node finishes first is timing, not behaviour.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from phasegraph.testing import crash_equivalence
+from phasegraph.testing import _folders, crash_equivalence
 from phasegraph.testing._crash import _json
+from phasegraph.testing._folders import Folders
 
 _FILES = """
 graph: files
@@ -116,3 +118,31 @@ def test_an_appended_key_is_written_as_its_items_in_one_order() -> None:
     assert _json({"other": [1, 2]}, frozenset({"items"})) != _json(
         {"other": [2, 1]}, frozenset({"items"})
     )
+
+
+def test_a_file_that_vanishes_while_a_run_copies_the_folder_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's scratch file, gone before the copy reached it, is no error."""
+    origin, folder = tmp_path / "origin", tmp_path / "run"
+    origin.mkdir()
+    folder.mkdir()
+    (origin / "kept.txt").write_text("kept")
+    (origin / "gone.part").write_text("about to go")
+    copy = shutil.copy2
+
+    def copy_then_lose(source: object, target: object, **options: object) -> object:
+        if str(getattr(source, "path", source)).endswith("gone.part"):
+            Path(str(getattr(source, "path", source))).unlink()  # its owner removed it
+        return copy(source, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_folders.shutil, "copy2", copy_then_lose)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+    entered = Folders(origin).enter(folder, "graph.yaml")
+
+    assert entered == "graph.yaml"  # no such file: named as given
+    assert Path.cwd() == folder / "work"
+    assert (folder / "work" / "kept.txt").read_text() == "kept"
+    assert not (folder / "work" / "gone.part").exists()
