@@ -374,6 +374,9 @@ class StateDef(Value, frozen=True, kw_only=True):
         hook: The slot a graph binds to an action that runs in this state.
         machine: Name of a machine nested in this state; its outcome is the trigger
             this state then receives.
+        retries: The state whose call this state's action makes again (a recovery's
+            retry): the action keeps that call's effect ids, so a receiver that
+            deduplicates on them sees one call, not one per attempt.
         description: Free text for diagrams and docs.
         location: Where the state is declared.
     """
@@ -382,6 +385,7 @@ class StateDef(Value, frozen=True, kw_only=True):
     final: NodeOutcome | None = None
     hook: str | None = None
     machine: str | None = None
+    retries: str | None = None
     description: str = ""
     location: SourceLocation | None = None
 
@@ -591,6 +595,8 @@ class NodeState(Value, frozen=True, kw_only=True):
             :class:`LedgerEntry`); empty between steps.
         result: For a child of a plan that declares a ``result:`` key, what the child
             wrote to it: its parent gathers its children's results, in plan order.
+        retried: The step of the node's last call in a state another state ``retries``:
+            a retry's action uses that call's effect ids (``None``: no such call yet).
     """
 
     status: NodeStatus = NodeStatus.PENDING
@@ -602,6 +608,7 @@ class NodeState(Value, frozen=True, kw_only=True):
     payload: Mapping[str, Any] = EMPTY
     ledger: tuple[LedgerEntry, ...] = ()
     result: Any = None
+    retried: int | None = None
 
     @property
     def state(self) -> str:
@@ -917,12 +924,16 @@ def _planned(plans: Mapping[str, Plan], record: StepRecord) -> dict[str, Plan]:
 def _entered(
     before: Mapping[str, NodeState], moved: Mapping[str, NodeState], record: StepRecord
 ) -> Mapping[str, NodeState]:
-    """``moved`` with the record's ledger entry in its node's ledger (same id: replaced)."""
+    """``moved`` with the record's ledger entry in its node's ledger (same call: replaced).
+
+    One entry per call of the step, by its index: a fork's re-run of its parent's call
+    replaces the parent's entry though its effect id is the fork's.
+    """
     entry, node_id = record.ledger, record.node
     if entry is None or node_id is None:
         return moved
     node = moved.get(node_id) or before[node_id]
-    kept = tuple(e for e in node.ledger if e.id != entry.id)
+    kept = tuple(e for e in node.ledger if e.index != entry.index)
     return {**moved, node_id: replace(node, ledger=(*kept, entry))}
 
 

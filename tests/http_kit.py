@@ -39,12 +39,14 @@ class Server:
         seen: Every request to ``/echo``: method, raw path, query, content type, body.
         calls: Requests per route name.
         release: Set at teardown: ``/slow`` (and the first ``/flaky``) wait for it.
+        invoices: ``/invoice`` POSTs by ``Idempotency-Key``: each key is one invoice.
     """
 
     url: str = ""
     seen: list[dict[str, Any]] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    invoices: Counter[str] = field(default_factory=Counter)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -56,6 +58,7 @@ class Server:
         app.router.add_get("/auth", self.auth)
         app.router.add_get("/slow", self.slow)
         app.router.add_get("/flaky", self.flaky)
+        app.router.add_post("/invoice", self.invoice)
         return app
 
     async def echo(self, request: web.Request) -> web.Response:
@@ -94,6 +97,13 @@ class Server:
     async def slow(self, request: web.Request) -> web.Response:
         await self.release.wait()
         return web.Response(text="late")
+
+    async def invoice(self, request: web.Request) -> web.Response:
+        """Makes the invoice of the request's key, then fails with a 503 the first time."""
+        self.invoices[request.headers.get("Idempotency-Key", "")] += 1
+        if sum(self.invoices.values()) == 1:
+            return web.Response(status=503, text="made it, then fell over")
+        return web.json_response({"invoices": len(self.invoices)})
 
     async def flaky(self, request: web.Request) -> web.Response:
         """Never answers the first call (until teardown); answers every later one."""

@@ -63,11 +63,18 @@ PLAN = Plan(
 
 def golden_state() -> RunState:
     """A run state with every field set to something other than its default."""
+    state = golden_state_v7()
+    retry = replace(state.nodes["review"], retried=3)
+    return replace(state, nodes=MappingProxyType({**state.nodes, "review": retry}))
+
+
+def golden_state_v7() -> RunState:
+    """The golden run state of format 7, whose nodes retried nothing."""
     return replace(golden_state_v6(), definition="9c1f" * 16)
 
 
 def golden_state_v6() -> RunState:
-    """The golden run state of format 6, which was pinned to no stored definition."""
+    """The golden run state of format 6, pinned to no stored definition."""
     state = golden_state_v5()
     child = NodeState(
         status=NodeStatus.COMPLETED,
@@ -168,6 +175,13 @@ def golden_state_v2() -> RunState:
 
 def golden_record() -> StepRecord:
     """A step record with every field set to something other than its default."""
+    record = golden_record_v6()
+    retry = replace(record.nodes["review"], retried=2)
+    return replace(record, nodes=MappingProxyType({"review": retry}))
+
+
+def golden_record_v6() -> StepRecord:
+    """The golden record of format 6, whose nodes retried nothing."""
     return replace(golden_record_v5(), plan=PLAN)
 
 

@@ -55,6 +55,7 @@ PUBLIC = {
         "ActionResult",
         "CallNext",
         "EventSink",
+        "ProviderError",
         "ToolCall",
         "declare_effect",
         "effect_of",

@@ -38,6 +38,12 @@ CALL_EFFECT_ID: ContextVar[str] = ContextVar("phasegraph_call_effect_id", defaul
 """The effect id of the tool call being made (``Scope.effect_id``), set around the call so
 that its arguments, which middleware reads and hashes, stay the model's own."""
 
+CALL_STARTING: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "phasegraph_call_starting", default=None
+)
+"""Awaited once a tool call has passed every rule and check and is about to run: a
+``once`` call's intent is committed there, so a call refused before it never had one."""
+
 EffectSink = Callable[[str, LedgerEntry], Awaitable[None]]
 """Commits a ledger entry (an intent, or a call's result) to a node's step in flight."""
 
@@ -120,6 +126,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         attempt: Which attempt at this step this call is: the fencing token of the lease
             it runs under, larger for every process that took the run over (after a
             crash, a lost lease or a worker's death), so two attempts never share it.
+        call_step: In a state that ``retries`` another, the step of the call it makes
+            again: the effect ids are that call's (``None``: this step's own).
         ledger: The effects of this step already committed by an earlier attempt (see
             :class:`~phasegraph.model.LedgerEntry`): a call with a result must not run
             again; an intent without one is an outcome nobody knows.
@@ -148,6 +156,7 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     stream: EventSink = _drop_event
     attempt: int = 0
     ledger: tuple[LedgerEntry, ...] = ()
+    call_step: int | None = None
     effect_sink: EffectSink = _keep_nothing
     tool_effect: EffectKinds = _once
     item: Any = None
@@ -159,10 +168,13 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         A step's action runs at least once (again after a crash before its commit), and
         its result is committed exactly once: pass this id to a side effect that can
         deduplicate (a payment API's idempotency key, a unique row) so it happens once.
-        ``step`` is the number of transitions the node had taken when the action started.
-        A tool call's id adds its index in the model's message (``Scope.effect_id``).
+        ``step`` is the number of transitions the node had taken when the action started,
+        or, in a state that ``retries`` another (a recovery's retry), the step of the call
+        it makes again: every attempt of one call has one id. A tool call's id adds its
+        index in the model's message (``Scope.effect_id``).
         """
-        return f"{self.run_id}:{self.node_id}:{self.steps}"
+        step = self.steps if self.call_step is None else self.call_step
+        return f"{self.run_id}:{self.node_id}:{step}"
 
     def record_effect(self, entry: LedgerEntry) -> Awaitable[None]:
         """Commit ``entry`` to this node's step in flight now, before the step commits."""

@@ -10,7 +10,13 @@ from typing import Any
 
 from phasegraph.errors import ActionError, LoopDetectedError, PhasegraphError
 
-__all__ = ["ERROR_LOG_EVENT", "ERROR_TRIGGER", "classify_error", "describe_error"]
+__all__ = [
+    "ERROR_LOG_EVENT",
+    "ERROR_TRIGGER",
+    "ProviderError",
+    "classify_error",
+    "describe_error",
+]
 
 
 @functools.cache
@@ -26,6 +32,41 @@ def _not_the_users() -> tuple[str, ...]:
         str(Path(__file__).resolve().parents[1]) + os.sep,
         str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep,
     )
+
+
+class ProviderError(ActionError):
+    """The model provider refused or failed a request: raise it to say so.
+
+    The ``error`` trigger classifies it as ``llm_failure`` (a fallback chain's emergency
+    says "The model provider failed."), not ``action_failed``. The ``llm:`` action raises
+    it; a ``python:`` action that calls a model itself raises it too
+    (``from phasegraph.actions import ProviderError``), e.g.
+    ``raise ProviderError("rate limited", status=429, retry_after=2.0)``.
+
+    Attributes:
+        status: The HTTP status, when the provider answered.
+        retryable: Whether trying again later may help (429, 5xx, timeouts).
+        retry_after: Seconds the provider asked to wait, when it said.
+        context_length: The request was over the model's context window.
+    """
+
+    failure_code = "llm_failure"
+    """How the ``error`` trigger classifies it (other action errors are ``action_failed``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = True,
+        retry_after: float | None = None,
+        context_length: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.context_length = context_length
 
 
 ERROR_TRIGGER = "error"

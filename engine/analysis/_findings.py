@@ -52,6 +52,9 @@ class Code(StrEnum):
     WRITE_CONFLICT = "write-conflict"
     SUCCESS_FORBIDDEN = "success-forbidden-by-tool-rules"
     CHILD_GRAPH = "child-graph"
+    ONCE_AGAIN = "once-effect-again"
+    MISNAMED_OUTCOME = "misnamed-outcome"
+    ENTRY_ONLY_SPEND = "entry-only-spend"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

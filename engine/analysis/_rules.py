@@ -21,6 +21,9 @@ code                      severity  meaning
 ``dag-cycle``             error     nodes that need each other
 ``success-forbidden-      error     the tool rules take away ``advance`` where it is the
 by-tool-rules``                     only way to succeed (:mod:`._phase_rules`)
+``misnamed-outcome``      warning   a final ``success`` state named like a failure that
+                                    only failure triggers reach (:mod:`._intent`)
+``entry-only-spend``      warning   a budget spent only on states no transition enters
 ========================  ========  =====================================================
 
 A loop is bounded when one of its states is in some budget's ``spend_on``: the engine
@@ -37,6 +40,7 @@ from phasegraph.analysis._explore import Explorer as SpaceExplorer
 from phasegraph.analysis._explore import setting_keys
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
+from phasegraph.analysis._intent import intent_findings
 from phasegraph.analysis._phase_rules import advance_findings
 from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core._graph import find_cycle
@@ -188,6 +192,7 @@ def _machine_findings(
         *budget_findings,
         *_reach_findings(machine, explored, finals_proved=proofs.complete),
         *_nesting_findings(explorer, machine, explored),
+        *intent_findings(machine),
         *proved,
     ]
     if not proofs.complete:  # exploration could not prove loops bounded or not

@@ -9,7 +9,9 @@ reports each problem it raises. It also finds what ``run`` would only meet later
 * ``capture:`` keys of ``shell:`` actions, which write data like declared ``writes``: two
   nodes that may run together capturing into one key fail the run when the second writes;
 * a machine file beside the definition named like a built-in machine, which the built-in
-  silently wins over.
+  silently wins over;
+* a ``once`` effect its machine runs again, as a retry or as a new attempt
+  (:mod:`phasegraph.analysis._effects`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from phasegraph.actions._human import TIMEOUT_TRIGGER
+from phasegraph.analysis._effects import once_again_findings
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._kinds import is_machine_file
 from phasegraph.core._graph import compile_graph, find_cycle
@@ -37,15 +40,18 @@ def _error(code: Code, message: str, where: SourceLocation | None) -> Finding:
 def graph_run_findings(definition: GraphDef, source: str) -> list[Finding]:
     """Everything ``run`` would refuse or fail on in a graph that loads."""
     problems: list[Problem] = []
+    findings: list[Finding] = []
     try:
-        prepare(definition, source)
+        prepared = prepare(definition, source)
     except SpecError as exc:
         problems += exc.problems
+    else:  # the effect kinds are known once the actions are built
+        findings += once_again_findings(definition, prepared.effects)
     try:  # prepare stops before the tool rules when anything else is wrong
         build_tools(definition)
     except SpecError as exc:
         problems += exc.problems
-    findings = [
+    findings += [
         _error(
             Code.NOT_RUNNABLE,
             f"{problem.message} (`phasegraph run` refuses this graph)",

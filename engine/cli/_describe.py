@@ -145,7 +145,8 @@ def _settings(machine: MachineDef) -> tuple[Entry, ...]:
     owners = _concern_owners(machine)
     for key, setting in NODE_SETTINGS.items():
         if setting.owner in owners:
-            readers.setdefault(key, []).append(f"read by {setting.owner}")
+            shape = f" as {setting.needs}" if setting.needs else ""
+            readers.setdefault(key, []).append(f"read by {setting.owner}{shape}")
     return tuple(Entry(key, "; ".join(texts)) for key, texts in readers.items())
 
 
@@ -204,7 +205,7 @@ def describe_concern(target: str, machines: Mapping[str, MachineDef]) -> Descrip
         if hook == function
     ]
     settings = tuple(
-        Entry(key, setting.owner)
+        Entry(key, f"{setting.owner}, as {setting.needs}" if setting.needs else setting.owner)
         for key, setting in NODE_SETTINGS.items()
         if setting.owner == module
     )

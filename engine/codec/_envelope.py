@@ -85,7 +85,7 @@ __all__ = [
 RecordBody: TypeAlias = Record
 """A step record as :func:`read_record` reads it: checked, in its wire form (``seq`` is its seq)."""
 
-FORMAT_VERSION: Final = 7
+FORMAT_VERSION: Final = 8
 """The format version this phasegraph writes, and the newest it reads."""
 
 _Migration = Callable[[str, Any], Any]
@@ -150,6 +150,15 @@ def _six_to_seven(kind: str, body: Any) -> Any:
     return body
 
 
+def _seven_to_eight(kind: str, body: Any) -> Any:
+    """Format 8 adds a node's ``retried`` (the step of a call a retry makes again).
+
+    It is written only when set, so a format-7 body reads as a format-8 one whose nodes
+    retry nothing yet: the body is kept as it is (and read directly).
+    """
+    return body
+
+
 _MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
     {
         1: _one_to_two,
@@ -158,13 +167,14 @@ _MIGRATIONS: Final[Mapping[int, _Migration]] = MappingProxyType(
         4: _four_to_five,
         5: _five_to_six,
         6: _six_to_seven,
+        7: _seven_to_eight,
     }
 )
 """Version ``n`` → the migration from ``n`` to ``n + 1``."""
 
-_READ_DIRECTLY: Final = frozenset({4, 5, 6, FORMAT_VERSION})
+_READ_DIRECTLY: Final = frozenset({4, 5, 6, 7, FORMAT_VERSION})
 """The versions whose bodies the current layout reads as they are (format 5 only leaves
-out keys format 4 writes, formats 6 and 7 only add keys left out when empty), so an
+out keys format 4 writes, formats 6, 7 and 8 only add keys left out when empty), so an
 older run's history is read as fast as a new one's."""
 
 _B = TypeVar("_B")

@@ -92,6 +92,7 @@ class Node(Wire, omit_defaults=True, kw_only=True):
     path: tuple[str, ...] = field(name="p")
     payload: dict[str, Any] | UnsetType = field(name="pl", default=UNSET)
     result: Any = field(name="r", default=None)  # user data (format 6): a plan child's result
+    retried: int | None = field(name="rt", default=None)  # format 8
     status: model.NodeStatus = field(name="s")
 
 
@@ -288,6 +289,7 @@ def _node_wire(node: model.NodeState) -> Node:
         path=node.path,
         payload=_user(node.payload, ".payload") if node.payload else UNSET,
         result=None if result is None else _value(result, ".result"),
+        retried=node.retried,
         status=node.status,
     )
 
@@ -525,6 +527,7 @@ def _node_state(wire: Node) -> model.NodeState:
         payload=_frozen(payload, "node.payload") if payload else _EMPTY,
         ledger=tuple(map(_ledger, ledger)) if ledger else (),
         result=None if result is None else _checked(result, "node.result"),
+        retried=wire.retried,
     )
 
 

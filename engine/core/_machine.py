@@ -168,6 +168,8 @@ class CompiledMachine:
         self._legal = {
             state: tuple(sorted(self._machine.get_triggers(state))) for state in definition.states
         }
+        self.retried = frozenset(s.retries for s in definition.states.values() if s.retries)
+        """The states another state ``retries``: their calls' effect ids outlive them."""
 
     # -- compilation -------------------------------------------------------------------
 
@@ -380,6 +382,14 @@ class MachineSet:
         if key not in self._hooks:
             self._hooks[key] = self.levels(root, path)[-1].state(path[-1]).hook
         return self._hooks[key]
+
+    def retries(self, root: str, path: tuple[str, ...]) -> str | None:
+        """The state whose call the innermost state of ``path`` makes again, if any."""
+        return self.levels(root, path)[-1].state(path[-1]).retries if path else None
+
+    def retried(self, root: str, path: tuple[str, ...]) -> bool:
+        """Whether another state retries the call of the innermost state of ``path``."""
+        return bool(path) and path[-1] in self.levels(root, path)[-1].retried
 
     def legal_triggers(self, root: str, path: tuple[str, ...]) -> tuple[str, ...]:
         """Triggers declared from the innermost state of ``path``."""

@@ -97,6 +97,7 @@ class _Site(NamedTuple):
     bind_tool: Callable[[EventSink, RunState], ToolCall]
     policy: EffectPolicy
     item: Any
+    retry: bool
 
 
 def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site:
@@ -121,6 +122,7 @@ def _site(prepared: PreparedGraph, node_id: str, path: tuple[str, ...]) -> _Site
         bind_tool=tools.binder(definition, where),
         policy=policy,
         item=definition.item,
+        retry=machines.retries(definition.machine, path) is not None,
     )
     prepared.sites[(node_id, path)] = site
     return site
@@ -587,6 +589,8 @@ class Run:
             stream=functools.partial(self._stream, node_id),
             attempt=self._hold.lease.token,
             ledger=node.ledger,
+            # A retry makes the retried call again: the same effect ids (Idempotency-Key).
+            call_step=node.retried if site.retry else None,
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
             item=site.item,
@@ -608,20 +612,23 @@ class Run:
             await self._commit(*_encode(self._steps.ledger_step(self._state, node_id, entry)))
 
     async def _once(self, site: _Site, ctx: ActionContext) -> ActionResult:
-        """Run a ``once`` action: its intent committed first, or its uncertainty settled.
+        """Run a ``once`` action, its intent committed first, or its uncertainty settled.
 
-        An intent with no result is here only under ``retry`` or ``reconcile`` (``ask``
-        and ``fail`` are decided before the action starts).
+        An intent with no result is here only under ``retry`` or ``reconcile``, or after a
+        ``run_again`` answer (``ask`` and ``fail`` are decided before the action starts).
         """
         entry = next((e for e in ctx.ledger if e.index == ACTION_INDEX), None)
         policy = site.policy
-        if entry is None:
-            intent = LedgerEntry(id=ctx.effect_id, effect=Effect.ONCE, on_unknown=policy.on_unknown)
-            await ctx.record_effect(intent)
-        elif policy.reconcile is not None and entry.on_unknown is OnUnknown.RECONCILE:
-            found = await policy.reconcile(ctx, entry)
+        reconcile = policy.reconcile
+        if entry is not None and reconcile is not None and entry.on_unknown is OnUnknown.RECONCILE:
+            found = await reconcile(ctx, entry)
             if found is not None:
                 return coerce_result(found, f"reconciler of node {ctx.node_id!r}")
+        # Every run commits its intent again, under the binding's own policy: a crash
+        # after a re-run (a run_again answer) asks again instead of running it unasked.
+        await ctx.record_effect(
+            LedgerEntry(id=ctx.effect_id, effect=Effect.ONCE, on_unknown=policy.on_unknown)
+        )
         return await site.action(ctx)
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:

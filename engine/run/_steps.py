@@ -251,7 +251,7 @@ class StepBuilder:
             step = self._prepared.machines.start(definition.machine, node_id, definition.settings)
         except BudgetExhaustedError as exc:
             return self.node_failed(state, node_id, exc, ())
-        node = self._moved(NodeState(), step, steps=0)
+        node = self._moved(node_id, NodeState(), step, steps=0)
         return self._record(state, node_id, node, kind="start", dest=step.position.path)
 
     def transition(
@@ -296,7 +296,7 @@ class StepBuilder:
             exc.add_context(run_id=state.run_id)  # machines and merges know only the node
             raise
         node = self._moved(
-            current, step, steps=current.steps + 1, payload=result.payload, result=handed
+            node_id, current, step, steps=current.steps + 1, payload=result.payload, result=handed
         )
         summary = self._summary(result, kept)
         return self._record(
@@ -822,8 +822,9 @@ class StepBuilder:
 
     # -- helpers -----------------------------------------------------------------------
 
-    @staticmethod
     def _moved(
+        self,
+        node_id: str,
         current: NodeState,
         step: StepResult,
         *,
@@ -831,14 +832,19 @@ class StepBuilder:
         payload: Mapping[str, Any] = EMPTY,
         result: Any = None,
     ) -> NodeState:
+        path, retried = step.position.path, current.retried
+        root = self._prepared.workflow.nodes[node_id].machine
+        if self._prepared.machines.retried(root, path):  # a call a later retry makes again
+            retried = steps
         return NodeState(
             status=_STATUS_FOR_OUTCOME[step.outcome],
-            path=step.position.path,
+            path=path,
             outcome=step.outcome,
             counters=step.position.counters,
             steps=steps,
             payload=payload,
             result=result,
+            retried=retried,
         )
 
     def _record(

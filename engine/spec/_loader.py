@@ -522,10 +522,7 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
         "machines": {
             # A machine's examples change what `phasegraph test` checks, never what a run
             # does: a run started before an example was added resumes as the same graph.
-            m.name: {
-                **m.spec.model_dump(mode="json", by_alias=True, exclude={"examples"}),
-                "machine": m.name,
-            }
+            m.name: _machine_json(m)
             for m in machines
         },
     }
@@ -533,6 +530,19 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
         payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_node_json
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _machine_json(machine: MachineFile) -> dict[str, Any]:
+    """A machine as digested: what a run does, without what only ``test`` reads.
+
+    A state's ``retries:`` is left out when it has none, so the digests of machines
+    written before it stay as they were.
+    """
+    dumped = machine.spec.model_dump(mode="json", by_alias=True, exclude={"examples"})
+    for state in dumped["states"].values():
+        if state.get("retries") is None:
+            state.pop("retries", None)
+    return {**dumped, "machine": machine.name}
 
 
 def _node_json(value: object) -> Any:

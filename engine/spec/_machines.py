@@ -64,6 +64,7 @@ def _state_def(name: str, spec: schema.MachineSpec, doc: Document) -> model.Stat
         # A non-final state that nests nothing runs the action bound to its own name.
         hook=declared.hook or (None if declared.final or declared.machine else name),
         machine=declared.machine,
+        retries=declared.retries,
         description=declared.description,
         location=doc.at(("states", name)),
     )

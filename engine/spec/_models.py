@@ -210,6 +210,11 @@ class StateSpec(_Spec):
     final: _Outcome | None = Field(None, description="Node outcome when the machine ends here.")
     hook: _Name | None = Field(None, description="Slot a graph binds; default: the state name.")
     machine: _Ident | None = Field(None, description="Nested machine; its outcome is the trigger.")
+    retries: _Name | None = Field(
+        None,
+        description="A state with the same hook whose call this state makes again (a "
+        "recovery's retry): its action keeps that call's effect ids (Idempotency-Key).",
+    )
     description: str = Field("", description="Free text for diagrams and docs.")
 
     @pydantic.model_validator(mode="after")

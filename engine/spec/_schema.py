@@ -157,6 +157,8 @@ def _machine_issues(spec: MachineSpec, states: set[str]) -> Issues:
             if state not in states:
                 text = f"budget {name!r} is spent on unknown state"
                 issues.unknown(("budgets", name, "spend_on", index), text, state, states, "states")
+    for declared in spec.states:
+        _retries_issues(issues, spec, states, declared)
     for index, transition in enumerate(spec.transitions):
         _transition_issues(issues, spec, states, ("transitions", index), transition)
     named: dict[str, int] = {}
@@ -168,6 +170,30 @@ def _machine_issues(spec: MachineSpec, states: set[str]) -> Issues:
         named.setdefault(example.name, index)
         _example_issues(issues, spec, states, here, example)
     return issues
+
+
+def _hook_of(spec: MachineSpec, name: str) -> str | None:
+    state = spec.states[name]  # a state that is neither final nor nesting is its own hook
+    return state.hook or (None if state.final or state.machine else name)
+
+
+def _retries_issues(issues: Issues, spec: MachineSpec, states: set[str], name: str) -> None:
+    """A ``retries:`` state makes the call of another hooked state of its hook again."""
+    target = spec.states[name].retries
+    if target is None:
+        return
+    here = ("states", name, "retries")
+    if target not in states:
+        issues.unknown(here, "retries names unknown state", target, states, "states")
+        return
+    hooks = (_hook_of(spec, name), _hook_of(spec, target))
+    if target == name or spec.states[target].retries or hooks[0] is None or hooks[0] != hooks[1]:
+        issues.add(
+            here,
+            f"state {name!r} retries {target!r}, but a retry makes the call of another state "
+            f"again: both need the same hook (here {hooks[0]!r} and {hooks[1]!r}), and the "
+            "retried state retries nothing itself",
+        )
 
 
 def _example_issues(

@@ -22,7 +22,7 @@ finds every ``settings.get("KEY")`` in the package and fails on a key missing he
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -33,6 +33,10 @@ from phasegraph.spec._suggest import did_you_mean
 __all__ = ["NODE_SETTINGS", "OWN_PYTHON", "Setting", "settings_problems"]
 
 
+Shape = Callable[[Any], bool]
+"""Whether a setting's value has the shape its reader needs."""
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """A top-level ``with:`` key phasegraph reads.
@@ -41,26 +45,68 @@ class Setting:
         owner: Who reads it, as messages name it.
         keys: The keys its mapping may hold; ``None`` when its value is not a mapping of
             fixed keys (checked by its owner, or free-form).
+        shape: What its reader needs its value to be, checked at load; ``None``: any
+            value (its reader takes it as text).
+        needs: The shape in words, for messages (``a list of texts``).
     """
 
     owner: str
     keys: frozenset[str] | None = None
+    shape: Shape | None = None
+    needs: str = ""
 
 
 def _owned(owner: str, *names: str) -> dict[str, Setting]:
     return {name: Setting(owner) for name in names}
 
 
+def _whole(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _suggestions(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(listed, list) and all(isinstance(text, str) for text in listed)
+        for listed in value.values()
+    )
+
+
+def _loop_detection(value: Any) -> bool:
+    return isinstance(value, Mapping) and _whole(value.get("threshold", 2), 1)
+
+
+def _mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
 NODE_SETTINGS: Final[Mapping[str, Setting]] = MappingProxyType(
     {
         "budgets": Setting("the machine's budgets (limit overrides)"),
         "llm": Setting(
-            "llm: actions (the endpoint)", frozenset({"base_url", "api_key_env", "script"})
+            "llm: actions (the endpoint)",
+            frozenset({"base_url", "api_key_env", "script"}),
+            _mapping,
+            "a mapping, e.g. {base_url: http://127.0.0.1:8000/v1}",
         ),
         **_owned("tools: actions (tool rules)", "phases", "workspace"),
         "review_timeout": Setting("human: gates (the default review deadline)"),
-        "loop_detection": Setting("the loop_detection middleware", frozenset({"threshold"})),
-        **_owned("phasegraph.concerns.fallback", "suggestions", "error_key"),
+        "loop_detection": Setting(
+            "the loop_detection middleware",
+            frozenset({"threshold"}),
+            _loop_detection,
+            "a mapping whose threshold is a whole number >= 1, e.g. {threshold: 3}",
+        ),
+        "suggestions": Setting(
+            "phasegraph.concerns.fallback",
+            None,
+            _suggestions,
+            "a mapping of error code to a list of suggestions, e.g. {timeout: [Try again later.]}",
+        ),
+        "error_key": Setting("phasegraph.concerns.fallback"),
         **_owned("phasegraph.concerns.spec", "spec_key"),
         **_owned(
             "phasegraph.concerns.team",
@@ -68,9 +114,13 @@ NODE_SETTINGS: Final[Mapping[str, Setting]] = MappingProxyType(
             "validation_command",
             "rollback_command",
             "command_cwd",
-            "command_timeout",
         ),
-        **_owned("phasegraph.concerns.solo", "auto_advance_after_steps"),
+        "command_timeout": Setting(
+            "phasegraph.concerns.team", None, _number, "a number of seconds > 0"
+        ),
+        "auto_advance_after_steps": Setting(
+            "phasegraph.concerns.solo", None, _whole, "a whole number >= 0"
+        ),
         **_owned("phasegraph.concerns.plans", "plan_key", "conversation"),
     }
 )
@@ -87,16 +137,33 @@ def _suggest(word: str, choices: Collection[str], cutoff: float = 0.6) -> str | 
     return close[0] if close else None
 
 
+def _guard_reads(machines: Collection[model.MachineDef]) -> list[tuple[str, str]]:
+    """(machine, dotted setting) for each ``setting:`` guard of the machines."""
+    return [
+        (machine.name, predicate.partition(":")[2])
+        for machine in machines
+        for transition in machine.transitions
+        for predicate in (*transition.conditions, *transition.unless)
+        if predicate.partition(":")[0] == "setting"
+    ]
+
+
 def _guarded(machines: Collection[model.MachineDef]) -> dict[str, str]:
     """Top-level settings the machines' ``setting:`` guards read -> the machine reading it."""
     read: dict[str, str] = {}
-    for machine in machines:
-        for transition in machine.transitions:
-            for predicate in (*transition.conditions, *transition.unless):
-                kind, _, dotted = predicate.partition(":")
-                if kind == "setting":
-                    read.setdefault(dotted.split(".")[0], machine.name)
+    for machine, dotted in _guard_reads(machines):
+        read.setdefault(dotted.split(".")[0], machine)
     return read
+
+
+def _blocks(machines: Collection[model.MachineDef]) -> dict[str, frozenset[str]]:
+    """Top-level settings whose inner keys guards read (``recovery.enabled``) -> those keys."""
+    inner: dict[str, set[str]] = {}
+    for _, dotted in _guard_reads(machines):
+        top, _, rest = dotted.partition(".")
+        if rest:
+            inner.setdefault(top, set()).add(rest.split(".")[0])
+    return {top: frozenset(keys) for top, keys in inner.items()}
 
 
 def _opens(bind: Mapping[str, model.ActionDef]) -> bool:
@@ -114,6 +181,7 @@ class _Node:
     label: str  # how messages name whose settings they are: "node 'x'"
     budgets: Mapping[str, str]  # budget -> the machine declaring it
     guarded: Mapping[str, str]  # setting read by a guard -> the machine reading it
+    blocks: Mapping[str, frozenset[str]]  # a guarded block -> the inner keys guards read
     open: bool
 
     def known(self) -> set[str]:
@@ -138,6 +206,7 @@ def settings_problems(
         label=label or f"node {node.id!r}",
         budgets={b: m.name for m in machines for b in m.budgets},
         guarded=_guarded(machines),
+        blocks=_blocks(machines),
         open=_opens(node.bind),
     )
     found: list[tuple[tuple[str, ...], str]] = []
@@ -151,6 +220,9 @@ def _key_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ..
     if key == "budgets":
         return _budget_problems(node, value)
     setting = NODE_SETTINGS.get(key)
+    if setting is not None and setting.shape is not None and not setting.shape(value):
+        text = f"{where} must be {setting.needs} (read by {setting.owner}), not {value!r}"
+        return [((key,), text)]
     if setting is not None and setting.keys is not None and isinstance(value, Mapping):
         reads = ", ".join(sorted(setting.keys))
         return [
@@ -162,6 +234,8 @@ def _key_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ..
             for inner in value
             if inner not in setting.keys
         ]
+    if key in node.blocks:
+        return _block_problems(node, key, value)
     if setting is not None or key in node.guarded:
         return []
     if key in node.budgets:
@@ -184,6 +258,40 @@ def _key_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ..
     else:
         text += f" (known settings: {', '.join(sorted(node.known()))})"
     return [((key,), text)]
+
+
+def _block_problems(node: _Node, key: str, value: Any) -> list[tuple[tuple[str, ...], str]]:
+    """A block the guards read inside (``recovery: {enabled: true}``): only those keys count.
+
+    A block that holds none of them reads as off, whatever else it holds.
+    """
+    where = f"{node.label}: with.{key}"
+    read = node.blocks[key]
+    listed = ", ".join(sorted(read))
+    machine = node.guarded[key]
+    example = f"{{{sorted(read)[0]}: true}}"
+    if not isinstance(value, Mapping):
+        text = (
+            f"{where} must be a mapping, e.g. {example}: the guards of machine {machine!r} "
+            f"read {key}.{listed}, so {value!r} reads as off"
+        )
+        return [((key,), text)]
+    found: list[tuple[tuple[str, ...], str]] = []
+    if not node.open:
+        for inner in value:
+            if inner not in read:
+                text = (
+                    f"{where}.{inner}: nothing reads this setting (the guards of machine "
+                    f"{machine!r} read {key}.{listed})" + did_you_mean(str(inner), read)
+                )
+                found.append(((key, str(inner)), text))
+    if value and not read & set(value):
+        text = (
+            f"{where} has no {listed}, so the guards of machine {machine!r} read it as off: "
+            f"write {key}: {example} to switch it on, or {{{sorted(read)[0]}: false}}"
+        )
+        found.append(((key,), text))
+    return found
 
 
 def _budget_problems(node: _Node, value: Any) -> list[tuple[tuple[str, ...], str]]:

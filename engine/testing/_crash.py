@@ -15,7 +15,13 @@ crash injected just before that commit (the step's action has run, its commit is
 and resumed from the store by a fresh interpreter. Each node's steps (trigger, state
 reached, data written) and the final data are compared with the uninterrupted run's; the
 first difference is reported with the crash point that caused it. The crashed runs are
-independent, so a few run at once, each in a process of its own.
+independent, so a few run at once, each in a process of its own and a working folder of
+its own (:mod:`phasegraph.testing._folders`).
+
+What is compared is what the engine makes deterministic: the order in which nodes of one
+layer finish is timing, not behaviour, so a key their ``append`` reducer gathers is
+compared as a multiset (its items in any order), in each step and in the final data.
+Files outside the run are the author's business.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 from phasegraph.actions import ActionResult
@@ -41,6 +48,7 @@ from phasegraph.run._effects import OUTCOME_UNKNOWN, RUN_AGAIN
 from phasegraph.spec import load_graph
 from phasegraph.store import Commit, ForwardingStore, Lease, Store
 from phasegraph.store.memory import MemoryStore
+from phasegraph.testing._folders import Folders, working_folders
 from phasegraph.worker import drive_locally
 
 __all__ = ["CrashReport", "Difference", "RunTrace", "crash_equivalence", "uninterrupted_run"]
@@ -163,6 +171,7 @@ class CrashReport:
         status: How the uninterrupted run ended.
         varying: Where two uninterrupted runs wrote different data (the crashed runs
             were then compared on triggers and states only), or ``None``.
+        folders: Where the runs worked, in words.
     """
 
     commits: int
@@ -170,9 +179,28 @@ class CrashReport:
     first: Difference | None
     status: str
     varying: Difference | None = None
+    folders: str = ""
 
 
-def _steps(records: list[StepRecord]) -> dict[str, list[str]]:
+def _appended(definition: GraphDef) -> frozenset[str]:
+    """Keys an ``append`` reducer gathers: their order is the order nodes finished in."""
+    return frozenset(key for key, reducer in definition.reducers.items() if reducer == "append")
+
+
+def _json(data: Mapping[str, Any], unordered: frozenset[str]) -> str:
+    """Data as sorted JSON, each key of ``unordered`` as a multiset (its items sorted)."""
+    plain = _plain(data)
+    for key in unordered & plain.keys():
+        if isinstance(plain[key], list):
+            plain[key] = sorted(plain[key], key=_canonical)
+    return json.dumps(plain, sort_keys=True, default=repr)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def _steps(records: list[StepRecord], unordered: frozenset[str]) -> dict[str, list[str]]:
     steps: dict[str, list[str]] = {}
     for record in records:
         if record.node is None or record.kind == "created" or _settling_an_effect(record):
@@ -182,10 +210,25 @@ def _steps(records: list[StepRecord]) -> dict[str, list[str]]:
             text += f" --{record.trigger}-->"
         if record.dest:
             text += " " + "/".join(record.dest)
-        if record.data:
-            text += f" writes {json.dumps(_plain(record.data), sort_keys=True, default=repr)}"
+        written = _written(record, unordered)
+        if written:
+            text += f" writes {_json(written, unordered)}"
         steps.setdefault(record.node, []).append(text)
     return steps
+
+
+def _written(record: StepRecord, unordered: frozenset[str]) -> Mapping[str, Any]:
+    """What a step wrote: for an appended key, the items it added, not the list so far.
+
+    The list so far holds what the nodes that finished before it added, in the order
+    they finished; the record keeps the step's own update of a reduced key beside it.
+    """
+    if not unordered:
+        return record.data
+    raw = (record.result or {}).get("data") or {}
+    written = {key: value for key, value in record.data.items() if key not in unordered}
+    written.update((key, value) for key, value in raw.items() if key in unordered)
+    return written
 
 
 def _settling_an_effect(record: StepRecord) -> bool:
@@ -272,12 +315,14 @@ async def _one(
         engine = await _drive(store, lambda: prepare(definition, source), run_input, approve)
         state = await engine.get(_RUN_ID)
         history = await engine.history(_RUN_ID)
-    data = json.dumps(_plain(state.data), sort_keys=True, default=repr)
+    unordered = _appended(definition)
+    data = _json(state.data, unordered)
     errors = tuple(
         f"node {e.node!r} in {e.state!r}: {e.message}" + (" (recovered)" if e.recovered else "")
         for e in state.errors
     )
-    return RunTrace(str(state.status), data, _steps(list(history)), store.commits, errors)
+    steps = _steps(list(history), unordered)
+    return RunTrace(str(state.status), data, steps, store.commits, errors)
 
 
 def _plain(value: Any) -> Any:
@@ -335,7 +380,7 @@ def uninterrupted_run(
         run_input: The run's input.
         approve: Answer every gate that accepts ``confirm`` with it.
     """
-    [(_, trace)] = _trials(source, dict(run_input or {}), [None], approve)
+    [(_, trace)] = _trials(source, dict(run_input or {}), [None], approve, _folders())
     return trace
 
 
@@ -367,28 +412,41 @@ def crash_equivalence(
     points: list[int | None] = [None, *range(2, straight.commits + 1)]
     shape_only = False
     varying: Difference | None = None
-    for crash_at, trace in _trials(source, given, points, approve):
+    folders = _folders()
+    said = folders.describe()
+    for crash_at, trace in _trials(source, given, points, approve, folders):
         if crash_at is None:  # the second uninterrupted run
             varying = _first_difference(0, straight, trace, shape_only=False)
             shape_only = varying is not None
             found = _first_difference(0, straight, trace, shape_only=True)
             if found is not None:
-                return CrashReport(straight.commits, 0, found, straight.status, varying)
+                return CrashReport(straight.commits, 0, found, straight.status, varying, said)
             continue
         found = _first_difference(crash_at, straight, trace, shape_only=shape_only)
         if found is not None:
-            return CrashReport(straight.commits, crash_at - 1, found, straight.status, varying)
+            crashes = crash_at - 1
+            return CrashReport(straight.commits, crashes, found, straight.status, varying, said)
     crashes = max(straight.commits - 1, 0)
-    return CrashReport(straight.commits, crashes, None, straight.status, varying)
+    return CrashReport(straight.commits, crashes, None, straight.status, varying, said)
+
+
+def _folders() -> Folders:
+    """Copies of this folder, one a run, when the runs are forked processes of their own."""
+    return working_folders(private="fork" in multiprocessing.get_all_start_methods())
 
 
 def _trials(
-    source: str, run_input: Mapping[str, Any], points: Sequence[int | None], approve: bool
+    source: str,
+    run_input: Mapping[str, Any],
+    points: Sequence[int | None],
+    approve: bool,
+    folders: Folders,
 ) -> Iterator[tuple[int | None, RunTrace]]:
     """Each run in ``points`` order: crashed before commit ``point`` (``None``: not crashed).
 
-    Up to :data:`_WORKERS` run at once, each in a process forked for it. Stopping the
-    iteration ends the runs still going.
+    Up to :data:`_WORKERS` run at once, each in a process forked for it and a working
+    folder of its own (``folders``), removed when it ends. Stopping the iteration ends the
+    runs still going.
     """
     # Loaded once here: the definition is plain data; preparing it (which imports the
     # actions) happens in each run's own process.
@@ -398,7 +456,7 @@ def _trials(
             yield point, _trial(source, definition, run_input, point, approve)
         return
     context = multiprocessing.get_context("fork")
-    running: dict[int, tuple[BaseProcess, Connection]] = {}
+    running: dict[int, tuple[BaseProcess, Connection, Path | None]] = {}
     done: dict[int, RunTrace | BaseException] = {}
     started = 0
     try:
@@ -406,29 +464,32 @@ def _trials(
             while index not in done:
                 while started < len(points) and len(running) < _WORKERS:
                     receive, send = context.Pipe(duplex=False)
+                    folder = folders.make()
+                    trial = (source, definition, run_input, points[started], approve)
                     process: BaseProcess = context.Process(
-                        target=_child,
-                        args=(send, source, definition, run_input, points[started], approve),
+                        target=_child, args=(send, folders, folder, *trial)
                     )
                     process.start()
                     send.close()
-                    running[started] = (process, receive)
+                    running[started] = (process, receive, folder)
                     started += 1
-                ready = wait([conn for _, conn in running.values()])
-                for key, (process, conn) in list(running.items()):
+                ready = wait([conn for _, conn, _ in running.values()])
+                for key, (process, conn, folder) in list(running.items()):
                     if conn in ready:
                         done[key] = _received(conn)
                         process.join()
+                        folders.remove(folder)
                         del running[key]
             result = done.pop(index)
             if isinstance(result, BaseException):
                 raise result  # as raised in the run's process (bad input, say)
             yield point, result
     finally:
-        for process, conn in running.values():
+        for process, conn, folder in running.values():
             process.kill()
             process.join()
             conn.close()
+            folders.remove(folder)
 
 
 def _received(conn: Connection) -> RunTrace | BaseException:
@@ -442,14 +503,19 @@ def _received(conn: Connection) -> RunTrace | BaseException:
 
 def _child(
     send: Connection,
+    folders: Folders,
+    folder: Path | None,
     source: str,
     definition: GraphDef,
     run_input: Mapping[str, Any],
     crash_at: int | None,
     approve: bool,
 ) -> None:
-    """A forked process: one run, its trace (or what it raised) sent back."""
+    """A forked process: one run in its own folder, its trace (or what it raised) sent back."""
     try:
+        copied = folders.enter(folder, source)
+        if copied != source:  # the graph's own files, from the copy
+            source, definition = copied, load_graph(copied)
         send.send(_trial(source, definition, run_input, crash_at, approve))
     except BaseException as exc:  # raised again in the parent
         try:

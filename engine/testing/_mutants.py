@@ -14,7 +14,18 @@ operator                   change
                            other outcome to success
 ``make-non-final``         a final state is no longer final
 ``move-spend``             a budget is spent on entering another non-final state
+``limit-off-by-one``       a budget's default limit is one more, or one less
+``drop-source``            one source state of a multi-source transition is dropped
+``swap-priority``          two transitions of one trigger from a common state swap
+                           places (the first whose guards hold wins)
+``other-outcome``          a final state's outcome turns to another failure kind
+                           (``failed``, ``gave_up``, ``parked``)
+``retrigger``              a transition fires on another trigger its sources take
 =========================  ==========================================================
+
+The last five are not the project's own first set: they change what an author's
+typo or reordering changes (a limit, a list of sources, the order of two lines, an
+outcome's kind, a trigger's name).
 
 A mutant of a graph is a mutant of one machine its nodes use (nested ones included),
 in place in the graph, so each node's settings and bindings apply to it.
@@ -69,6 +80,11 @@ OPERATORS = (
     "flip-outcome",
     "make-non-final",
     "move-spend",
+    "limit-off-by-one",
+    "drop-source",
+    "swap-priority",
+    "other-outcome",
+    "retrigger",
 )
 """Every mutation operator, in the order mutants are generated."""
 
@@ -120,7 +136,19 @@ def machine_mutants(machine: MachineDef, subject: str | None = None) -> Iterator
     """Every mutant of ``machine`` the operators make, named under ``subject``."""
     subject = subject or machine.name
     prefix = "" if subject == machine.name else f"{machine.name}: "
-    for make in (_drops, _redirects, _flipped_guards, _flipped_outcomes, _moved_spends):
+    makers = (
+        _drops,
+        _redirects,
+        _flipped_guards,
+        _flipped_outcomes,
+        _moved_spends,
+        _limits,
+        _dropped_sources,
+        _swapped,
+        _other_outcomes,
+        _retriggered,
+    )
+    for make in makers:
         for operator, change, mutated, index in make(machine):
             yield Mutant(subject, operator, prefix + change, mutated, machine, index)
 
@@ -191,6 +219,78 @@ def _moved_spends(machine: MachineDef) -> Iterator[_Change]:
                 budgets = {**machine.budgets, budget.name: replace(budget, spend_on=spend_on)}
                 change = f"budget {budget.name} spent on {other.name} instead of {spent}"
                 yield "move-spend", change, replace(machine, budgets=budgets), None
+
+
+def _limits(machine: MachineDef) -> Iterator[_Change]:
+    for budget in machine.budgets.values():
+        for limit in (budget.limit + 1, budget.limit - 1):
+            if limit < 0:
+                continue
+            budgets = {**machine.budgets, budget.name: replace(budget, limit=limit)}
+            change = f"budget {budget.name} limit {limit} instead of {budget.limit}"
+            yield "limit-off-by-one", change, replace(machine, budgets=budgets), None
+
+
+def _dropped_sources(machine: MachineDef) -> Iterator[_Change]:
+    for index, transition in enumerate(machine.transitions):
+        if len(transition.source) < 2:
+            continue
+        for source in transition.source:
+            kept = tuple(s for s in transition.source if s != source)
+            narrowed = _with_transition(machine, index, replace(transition, source=kept))
+            change = f"drop source {source} of {_edge(index, transition)}"
+            yield "drop-source", change, narrowed, index
+
+
+def _swapped(machine: MachineDef) -> Iterator[_Change]:
+    """Each transition swapped with the next of its trigger that shares a source with it."""
+    transitions = machine.transitions
+    for index, first in enumerate(transitions):
+        later = next(
+            (
+                j
+                for j in range(index + 1, len(transitions))
+                if transitions[j].trigger == first.trigger
+                and set(transitions[j].source) & set(first.source)
+            ),
+            None,
+        )
+        if later is None:
+            continue
+        order = list(transitions)
+        order[index], order[later] = order[later], order[index]
+        change = f"swap {_edge(index, first)} with transition {later}"
+        yield "swap-priority", change, replace(machine, transitions=tuple(order)), index
+
+
+_FAILURES = (NodeOutcome.FAILED, NodeOutcome.GAVE_UP, NodeOutcome.PARKED)
+
+
+def _other_outcomes(machine: MachineDef) -> Iterator[_Change]:
+    """A failure's kind changed (flip-outcome already turns success and failure round)."""
+    for state in machine.states.values():
+        if state.final is None or state.final is NodeOutcome.SUCCESS:
+            continue
+        for outcome in _FAILURES:
+            if outcome is state.final or (outcome is NodeOutcome.FAILED):
+                continue
+            states = {**machine.states, state.name: replace(state, final=outcome)}
+            change = f"final state {state.name} ends {outcome} instead of {state.final}"
+            yield "other-outcome", change, replace(machine, states=states), None
+
+
+def _retriggered(machine: MachineDef) -> Iterator[_Change]:
+    """A transition fires on another trigger its source states take (two lines mixed up)."""
+    taken: dict[str, set[str]] = {}
+    for transition in machine.transitions:
+        for source in transition.source:
+            taken.setdefault(source, set()).add(transition.trigger)
+    for index, transition in enumerate(machine.transitions):
+        others = {t for source in transition.source for t in taken[source]}
+        for trigger in sorted(others - {transition.trigger}):
+            moved = _with_transition(machine, index, replace(transition, trigger=trigger))
+            change = f"{_edge(index, transition)} fires on {trigger}"
+            yield "retrigger", change, moved, index
 
 
 def graph_mutants(definition: GraphDef) -> Iterator[Mutant]:
@@ -376,6 +476,7 @@ def machine_text(machine: MachineDef, examples: Iterable[Example] = ()) -> str:
                     ("final", state.final),
                     ("hook", state.hook),
                     ("machine", state.machine),
+                    ("retries", state.retries),
                 )
                 if value is not None
             }

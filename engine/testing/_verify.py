@@ -265,7 +265,7 @@ def _crash(
     report = crash_equivalence(str(target), run_input, approve=approve, first=trace)
     details = [
         f"{report.crashes} crash points tried over {report.commits} commits "
-        f"(the uninterrupted run ended {report.status})"
+        f"(the uninterrupted run ended {report.status}); {report.folders}"
     ]
     if report.varying is not None:
         varying = report.varying

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from phasegraph._extras import install_hint
 from phasegraph.actions import EventSink, ToolCall, declare_effect, effect_of
-from phasegraph.actions._base import CALL_EFFECT_ID
+from phasegraph.actions._base import CALL_EFFECT_ID, CALL_STARTING
 from phasegraph.errors import ActionError, Problem, SpecError
 from phasegraph.model import (
     EMPTY,
@@ -388,6 +388,9 @@ class ToolFactory:
             )
         except ToolRefused as exc:
             return error_result(exc.code, str(exc))
+        starting = CALL_STARTING.get()
+        if starting is not None:  # every rule passed: the call runs now
+            await starting()
         if tool is not None:
             return await tool(scope, **arguments)
         assert self._servers is not None  # _known found it
@@ -588,8 +591,29 @@ def build_tools(definition: GraphDef, tools: Mapping[str, Tool] | None = None) -
     for node in definition.nodes:
         policy, found = parse_policy(node, definition, known)
         problems += found
+        problems += _offered_problems(node, known)
         if policy is not None:
             policies[node.id] = policy
     if problems:
         raise SpecError(problems)
     return ToolFactory(available, policies, servers)
+
+
+def _offered_problems(node: NodeDef, known: Sequence[str]) -> list[Problem]:
+    """An ``llm:`` binding offering a tool no one provides: its first model turn would fail."""
+    problems = []
+    for hook, action in node.bind.items():
+        if action.kind != "llm":
+            continue
+        for name in (action.config.get("llm") or {}).get("tools") or ():
+            if name not in known:
+                problems.append(
+                    Problem(
+                        f"node {node.id!r}: the llm action bound to hook {hook!r} offers "
+                        f"unknown tool {name!r}: no built-in tool, tool given in code or MCP "
+                        f"server's `tools:` has that name (known: {', '.join(known)})"
+                        + did_you_mean(str(name), known),
+                        action.location,
+                    )
+                )
+    return problems

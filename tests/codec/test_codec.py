@@ -36,11 +36,13 @@ from payloads import (
     golden_record_v2,
     golden_record_v3,
     golden_record_v5,
+    golden_record_v6,
     golden_state,
     golden_state_v2,
     golden_state_v3,
     golden_state_v5,
     golden_state_v6,
+    golden_state_v7,
     loop_record,
 )
 from phasegraph import codec
@@ -148,6 +150,7 @@ def node_states() -> st.SearchStrategy[NodeState]:
         error=st.none() | texts(),
         payload=user_maps(2),
         ledger=st.lists(ledger_entries(), max_size=2).map(tuple),
+        retried=st.none() | st.integers(0, 2**63 - 1),
     )
 
 
@@ -326,9 +329,11 @@ GOLDEN_CASES: list[
     (5, "snapshot_v5.bin", golden_state_v5, codec.encode_snapshot, codec.decode_snapshot),
     (5, "record_v5.bin", golden_record_v5, codec.encode_record, codec.decode_record),
     (6, "snapshot_v6.bin", golden_state_v6, codec.encode_snapshot, codec.decode_snapshot),
-    (6, "record_v6.bin", golden_record, codec.encode_record, codec.decode_record),
-    (7, "snapshot_v7.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
-    (7, "record_v7.bin", golden_record, codec.encode_record, codec.decode_record),
+    (6, "record_v6.bin", golden_record_v6, codec.encode_record, codec.decode_record),
+    (7, "snapshot_v7.bin", golden_state_v7, codec.encode_snapshot, codec.decode_snapshot),
+    (7, "record_v7.bin", golden_record_v6, codec.encode_record, codec.decode_record),
+    (8, "snapshot_v8.bin", golden_state, codec.encode_snapshot, codec.decode_snapshot),
+    (8, "record_v8.bin", golden_record, codec.encode_record, codec.decode_record),
 ]
 
 

@@ -170,6 +170,31 @@ def test_predicate_syntax(predicate: str) -> None:
         assert "budget:NAME, payload:KEY or setting:DOTTED.KEY" in issue.message
 
 
+@pytest.mark.parametrize(
+    ("retry", "wrong"),
+    [
+        ({"hook": "work", "retries": "main"}, None),
+        ({"hook": "work", "retries": "mian"}, "retries names unknown state 'mian'"),
+        ({"hook": "other", "retries": "main"}, "both need the same hook"),
+        ({"hook": "work", "retries": "retry"}, "the call of another state"),
+        ({"machine": "task", "retries": "main"}, "both need the same hook"),
+    ],
+)
+def test_a_retry_names_another_state_of_its_hook(retry: dict[str, str], wrong: str | None) -> None:
+    document = {
+        "initial": "main",
+        "states": {"main": {"hook": "work"}, "retry": retry, "done": {"final": "success"}},
+        "transitions": [{"trigger": "ok", "source": ["main", "retry"], "dest": "done"}],
+    }
+    issues = schema.check_machine(document).issues
+    if wrong is None:
+        assert issues == ()
+    else:
+        [issue] = issues
+        assert issue.loc == ("states", "retry", "retries")
+        assert wrong in issue.message
+
+
 @given(st.text(alphabet="ab_9./-Z ", min_size=1, max_size=6))
 def test_state_names_follow_the_pattern(name: str) -> None:
     checked = schema.check_machine({"initial": "a", "states": {"a": {}, name: {"final": "failed"}}})

@@ -61,7 +61,12 @@ def _closed_node(settings: str) -> str:
 @given(key=st.from_regex(r"[a-z][a-z_]{0,14}", fullmatch=True))
 def test_a_node_binding_only_phasegraph_actions_takes_only_registered_keys(key: str) -> None:
     text = _closed_node(f'{{"{key}": 1}}')  # quoted: YAML reads a bare `no` as false
-    if key in NODE_SETTINGS and key != "budgets" and NODE_SETTINGS[key].keys is None:
+    setting = NODE_SETTINGS.get(key)
+    if setting is not None and setting.shape is not None and not setting.shape(1):
+        with pytest.raises(SpecError, match=f"with.{key} must be"):
+            load_graph_text(text, name="g.yaml")
+        return
+    if setting is not None and key != "budgets" and setting.keys is None:
         load_graph_text(text, name="g.yaml")
         return
     if key in NODE_SETTINGS:
@@ -94,3 +99,47 @@ def test_budget_overrides_may_name_the_budgets_of_nested_machines() -> None:
         "      reflect: {llm: {model: m}, on_outcome: {answer: retry, compressed: null}}\n"
     )
     assert load_graph_text(text, name="g").nodes[0].settings["budgets"] == {"turns": 3, "verify": 1}
+
+
+def _chain(settings: str) -> str:
+    return (
+        f"nodes:\n  - id: n\n    machine: fallback_chain\n    with: {settings}\n"
+        "    bind:\n      main: {shell: [make], on_exit: {0: ok, default: fail}}\n"
+        '      recover: {python: "phasegraph.concerns.fallback:recover", triggers: [retry]}\n'
+        '      emergency: {python: "phasegraph.concerns.fallback:emergency", triggers: [fail]}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "refused"),
+    [
+        (
+            "{suggestions: [try again]}",
+            "with.suggestions must be a mapping of error code to a list",
+        ),
+        ("{suggestions: {timeout: try again}}", "with.suggestions must be"),
+        ("{recovery: {retries: 3}}", "with.recovery has no enabled, so the guards of machine"),
+        ("{recovery: {enabled: true, retries: 3}}", "with.recovery.retries: nothing reads"),
+        ("{emergency: true}", "with.emergency must be a mapping, e.g. {enabled: true}"),
+        ("{loop_detection: {threshold: many}}", "with.loop_detection must be a mapping whose"),
+        ("{command_timeout: soon}", "with.command_timeout must be a number of seconds"),
+    ],
+)
+def test_a_nested_setting_of_the_wrong_shape_is_refused_at_load(
+    settings: str, refused: str
+) -> None:
+    with pytest.raises(SpecError, match=re.escape(refused)):
+        load_graph_text(_chain(settings), name="g.yaml")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        "{suggestions: {timeout: [Try later.]}}",
+        "{recovery: {enabled: false}, emergency: {enabled: true}}",
+        "{recovery: {}}",
+        "{loop_detection: {threshold: 3}, command_timeout: 2.5}",
+    ],
+)
+def test_settings_of_the_right_shape_load(settings: str) -> None:
+    load_graph_text(_chain(settings), name="g.yaml")

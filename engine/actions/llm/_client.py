@@ -33,8 +33,8 @@ from typing import Any, Final
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from phasegraph.actions._failures import ProviderError
 from phasegraph.actions.llm._pool import loop_pool
-from phasegraph.errors import ActionError
 
 __all__ = ["ChatRequest", "Completion", "Endpoint", "ProviderError", "complete", "warm_up"]
 
@@ -47,35 +47,6 @@ _RETRY_WAIT: Final = 0.25
 _KEEP_ALIVE: Final = 30.0
 """Seconds an idle connection is kept for the next call (httpx's default is 5): an agent's
 tool calls often take longer than that between two turns."""
-
-
-class ProviderError(ActionError):
-    """The model provider refused or failed a request.
-
-    Attributes:
-        status: The HTTP status, when the provider answered.
-        retryable: Whether trying again later may help (429, 5xx, timeouts).
-        retry_after: Seconds the provider asked to wait, when it said.
-        context_length: The request was over the model's context window.
-    """
-
-    failure_code = "llm_failure"
-    """How the ``error`` trigger classifies it (other action errors are ``action_failed``)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        retryable: bool = True,
-        retry_after: float | None = None,
-        context_length: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retryable = retryable
-        self.retry_after = retry_after
-        self.context_length = context_length
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,9 @@
 
 ``tools: KEY`` names the conversation (a data key). Each call goes through ``ctx.tool``,
 so the node's rules apply: a call the phase refuses is not run, and the model reads the
-structured ``phase_violation`` result instead (the loop goes on). A result is appended as
+structured ``phase_violation`` result instead (the loop goes on). The rules come before
+the ledger: only a call that passed them commits anything (a ``once`` call's intent as
+it starts, its result as it ends). A result is appended as
 a ``tool`` message answering its call. Arguments that are not a JSON object, an unknown
 tool or arguments the tool does not take come back to the model as an error result too:
 the model made the mistake, so the model is told.
@@ -20,11 +22,17 @@ relative paths resolve there and no call may leave it (the tools' ``cwd`` argume
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from phasegraph.actions._base import CALL_EFFECT_ID, Action, ActionContext, ActionResult
+from phasegraph.actions._base import (
+    CALL_EFFECT_ID,
+    CALL_STARTING,
+    Action,
+    ActionContext,
+    ActionResult,
+)
 from phasegraph.actions._effects import EffectPolicy, effect_policy
 from phasegraph.actions._shell import render
 from phasegraph.errors import ActionError, LoopDetectedError
@@ -57,12 +65,13 @@ async def _dispatch(
     arguments: dict[str, Any] | str,
     cwd: str | None,
     effect_id: str,
+    starting: Callable[[], Awaitable[None]],
 ) -> dict[str, Any]:
     if isinstance(arguments, str):
         return {"error": "bad_arguments", "message": arguments}
     if cwd is not None:
         arguments = {**arguments, "cwd": cwd}
-    token = CALL_EFFECT_ID.set(effect_id)
+    token, begun = CALL_EFFECT_ID.set(effect_id), CALL_STARTING.set(starting)
     try:
         return dict(await ctx.tool(name, **arguments))
     except LoopDetectedError:
@@ -70,6 +79,7 @@ async def _dispatch(
     except ActionError as exc:  # unknown tool, arguments it does not take
         return {"error": "bad_call", "message": exc.message}
     finally:
+        CALL_STARTING.reset(begun)
         CALL_EFFECT_ID.reset(token)
 
 
@@ -85,8 +95,9 @@ async def _ledgered(
     Returns the tool's name and the call's result.
 
     A call whose result an earlier attempt committed is not run again: its result is
-    reused. An intent without a result is here only under ``retry`` (it runs again, with
-    the same effect id) or ``reconcile`` (the reconciler says whether it happened).
+    reused. An intent without a result is here only under ``retry`` or after a
+    ``run_again`` answer (it runs again, with the same effect id, its intent committed
+    again first) or ``reconcile`` (the reconciler says whether it happened).
     """
     effect_id = f"{ctx.effect_id}:{index}"
     # By index, not id: a fork's ledger holds its parent's entries, under the parent's ids.
@@ -104,12 +115,23 @@ async def _ledgered(
         on_unknown=policy.on_unknown,
     )
     found: Any = None
-    if done is None and effect is Effect.ONCE:
-        await ctx.record_effect(entry)  # the intent: a crash from here on leaves it uncertain
-    elif done is not None and policy.reconcile is not None:
+    started = False
+
+    async def starting() -> None:
+        # The call passed the phase rules and the tool's checks and runs now. A once
+        # call's intent is committed here (again before a re-run, under the binding's
+        # policy): a crash from here on leaves it uncertain, and asks again.
+        nonlocal started
+        started = True
+        if effect is Effect.ONCE:
+            await ctx.record_effect(entry)
+
+    if done is not None and policy.reconcile is not None:
         found = await policy.reconcile(ctx, done)
     if found is None:
-        result = await _dispatch(ctx, name, arguments, cwd, effect_id)
+        result = await _dispatch(ctx, name, arguments, cwd, effect_id, starting)
+        if not started:  # refused before it ran: nothing happened, nothing to commit
+            return name, result
     elif isinstance(found, Mapping):
         result = dict(found)
     else:

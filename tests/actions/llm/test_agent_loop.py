@@ -79,6 +79,26 @@ async def test_the_model_sees_only_the_tools_its_phase_allows(serve, tmp_path: P
     assert "phase_violation" in events
 
 
+async def test_a_refused_once_call_commits_no_intent_and_is_logged_refused(
+    serve, tmp_path: Path
+) -> None:
+    """The rules come before the intent: a call never attempted is never asked about."""
+    commit = call("run_command", argv=["git", "commit", "-m", "x"])
+    await serve([{"tool_calls": [commit, call("read_file", path="a.txt")]}, {"content": "ok"}])
+    (tmp_path / "a.txt").write_text("a", encoding="utf-8")
+    settings = {"workspace": str(tmp_path), "phases": {"act": {"tools": ["read_file"]}}}
+    state, history = await run_agent(graph_text(agent_node(settings=settings)))
+
+    assert state.status is RunStatus.COMPLETED
+    assert tool_result(state.data["conversation"][2])["error"] == "phase_violation"
+    # Nothing of the refused call is in the ledger: no intent, no result; the allowed
+    # read's result is (index 1).
+    ledger = [(r.kind, r.ledger.tool, r.ledger.index) for r in history if r.ledger]
+    assert ledger == [("effect", "read_file", 1)]
+    refused = [e for r in history for e in r.events if e["kind"] == "phase_violation"]
+    assert [e["tool"] for e in refused] == ["run_command"]
+
+
 async def test_a_repeated_call_is_corrected_in_the_conversation_then_stopped(
     serve, tmp_path: Path
 ) -> None:
