@@ -122,6 +122,8 @@ def counted(kind: str, root: Path | None, folder: Path, store: Path) -> int:
 def waiting_run(root: Path | None, folder: Path, store: Path) -> None:
     """A run ``w`` waiting at its gate in ``store``, made by the checkout at ``root``."""
     env = with_checkout(os.environ, root, folder)
+    env["PYTHONHASHSEED"] = "0"
+    env["PHASEGRAPH_CACHE_DIR"] = str(folder / "cache")  # warms the cache the counts use
     code = (
         "import sys; from phasegraph.cli import main; "
         f"sys.exit(main(['run', {str(WAITING)!r}, '--run-id', 'w', '--store', "
