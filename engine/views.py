@@ -23,6 +23,7 @@ from enum import Enum
 from types import MappingProxyType, NoneType
 from typing import Any, Final, Protocol
 
+from phasegraph.errors import Problem
 from phasegraph.model import (
     ActionDef,
     GraphDef,
@@ -302,6 +303,41 @@ def graph_view(
             for node in definition.nodes
         },
         "machines": {name: _machine_view(m) for name, m in definition.machines.items()},
+    }
+
+
+class _Migration(Protocol):
+    """What :func:`migration_view` reads of a :class:`~phasegraph.run.Migration`."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def from_digest(self) -> str: ...
+    @property
+    def to_digest(self) -> str: ...
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def applied(self) -> bool: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def problems(self) -> tuple[Problem, ...]: ...
+
+
+def migration_view(migration: _Migration) -> dict[str, Any]:
+    """A migration, checked or made, as ``migrate --json`` and the HTTP API show it."""
+    return {
+        "run_id": migration.run_id,
+        "from": migration.from_digest,
+        "to": migration.to_digest,
+        "fits": migration.fits,
+        "applied": migration.applied,
+        "seq": migration.seq,
+        "problems": [
+            {"message": problem.message, "location": str(problem.location or "")}
+            for problem in migration.problems
+        ],
     }
 
 

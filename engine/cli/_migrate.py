@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phasegraph.api import Engine
 from phasegraph.cli._handler import Handlers
@@ -26,6 +26,7 @@ from phasegraph.cli._support import (
 )
 from phasegraph.errors import InputError, PhasegraphError
 from phasegraph.model import RunStatus
+from phasegraph.views import migration_view
 
 if TYPE_CHECKING:
     from phasegraph.run._migrate import Migration, Renames
@@ -96,7 +97,7 @@ async def _cmd_migrate(args: argparse.Namespace) -> int:
             migration = await engine.migrate(
                 args.run, args.to, renames=renames, dry_run=args.dry_run, actor=local_actor()
             )
-            emit(args, _view(migration), _text(args, migration))
+            emit(args, migration_view(migration), _text(args, migration))
             return EXIT_OK if migration.fits else EXIT_FAILED
         migrations = []
         for run_id in await _waiting(engine, args.all_waiting):
@@ -109,7 +110,7 @@ async def _cmd_migrate(args: argparse.Namespace) -> int:
                     print(f"run {run_id}: not moved: {exc}")
                 migrations.append({"run_id": run_id, "fits": False, "error": str(exc)})
                 continue
-            migrations.append(_view(migration))
+            migrations.append(migration_view(migration))
             if not args.json:
                 print(_text(args, migration))
         moved = sum(1 for m in migrations if m.get("applied"))
@@ -136,21 +137,6 @@ async def _waiting(engine: Engine, graph: str) -> list[str]:
                 break
             offset += _PAGE
     return sorted(found)
-
-
-def _view(migration: Migration) -> dict[str, Any]:
-    return {
-        "run_id": migration.run_id,
-        "from": migration.from_digest,
-        "to": migration.to_digest,
-        "fits": migration.fits,
-        "applied": migration.applied,
-        "seq": migration.seq,
-        "problems": [
-            {"message": problem.message, "location": str(problem.location or "")}
-            for problem in migration.problems
-        ],
-    }
 
 
 def _text(args: argparse.Namespace, migration: Migration) -> str:

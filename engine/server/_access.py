@@ -26,6 +26,7 @@ from phasegraph.server._principal import (
     PRINCIPAL,
     RUNS_CANCEL,
     RUNS_FORK,
+    RUNS_MIGRATE,
     RUNS_READ,
     RUNS_RESUME,
     RUNS_START,
@@ -81,6 +82,7 @@ ROUTE_SCOPES: Final[Mapping[tuple[str, str], str]] = {
     ("POST", "/runs/{run_id}/resume"): RUNS_RESUME,
     ("POST", "/runs/{run_id}/cancel"): RUNS_CANCEL,
     ("POST", "/runs/{run_id}/fork"): RUNS_FORK,
+    ("POST", "/runs/{run_id}/migrate"): RUNS_MIGRATE,
 }
 """What each route (method, path template) needs; a path no route serves needs sign-in."""
 

@@ -1,16 +1,19 @@
-"""HTTP routes that act on runs: reply, resume, cancel, fork, replay."""
+"""HTTP routes that act on runs: reply, resume, cancel, fork, replay, migrate."""
 
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from aiohttp import web
 
 from phasegraph.actions import ActionResult
 from phasegraph.model import frozen_map
+from phasegraph.run import Renames
 from phasegraph.run._replay import report_view
 from phasegraph.server._principal import principal_of
+from phasegraph.server._routes import graph_of
 from phasegraph.server._support import (
     ENGINE,
     EXECUTOR,
@@ -23,12 +26,15 @@ from phasegraph.server._support import (
     optional_string,
     run_json,
 )
+from phasegraph.server._upload import UPLOAD_FIELD
+from phasegraph.views import migration_view
 
 __all__ = ["routes"]
 
 _TRIGGER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 _REPLY_FIELDS: Final = frozenset({"interrupt_id", "trigger", "payload", "data", "step"})
 _FORK_FIELDS: Final = frozenset({"at_seq", "data"})
+_MIGRATE_FIELDS: Final = frozenset({"graph", UPLOAD_FIELD, "dry_run", "renames"})
 _MAX_REASON: Final = 1000
 
 
@@ -99,6 +105,50 @@ async def replay(request: web.Request) -> web.Response:
     return ok(report_view(report))
 
 
+async def migrate(request: web.Request) -> web.Response:
+    """Check that a run fits another graph (built-in or uploaded) and, unless a dry run, move it.
+
+    200 either way: ``fits`` says whether everything the run holds has a place in the new
+    graph (``problems`` name each misfit, located in ``graph_yaml``), ``applied`` whether
+    the ``migrate`` step was committed.
+    """
+    run_id = request.match_info["run_id"]
+    body = await json_body(request)
+    check_fields(body, _MIGRATE_FIELDS)
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        fail("body.dry_run", "expected true or false")
+    renames = _renames(optional_mapping(body, "renames"))
+    prepared = await graph_of(request, body, start=False)
+    migration = await request.app[ENGINE].migrate(
+        run_id, prepared, renames=renames, dry_run=dry_run, actor=principal_of(request).actor
+    )
+    view = migration_view(migration)
+    if UPLOAD_FIELD in body and prepared.definition.location is not None:
+        # Located in the request field, as an upload's load problems are: never a server path.
+        kept = prepared.definition.location.path
+        for problem in view["problems"]:
+            problem["location"] = problem["location"].replace(kept, UPLOAD_FIELD, 1)
+    return ok(view)
+
+
+def _renames(given: Mapping[str, Any]) -> Renames | None:
+    """The ``renames`` of a migrate request: ``nodes`` and ``states``, each old → new."""
+    if not given:
+        return None
+    parts: dict[str, dict[str, str]] = {}
+    for key in ("nodes", "states"):
+        value = given.get(key) or {}
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            fail(f"body.renames.{key}", "expected a map of names to names (old: new)")
+        parts[key] = dict(value)
+    if set(given) - {"nodes", "states"}:
+        fail("body.renames", "only `nodes` and `states` may be renamed")
+    return Renames(nodes=parts["nodes"], states=parts["states"])
+
+
 def routes() -> list[web.RouteDef]:
     """This module's routes."""
     return [
@@ -107,4 +157,5 @@ def routes() -> list[web.RouteDef]:
         web.post("/runs/{run_id}/cancel", cancel),
         web.post("/runs/{run_id}/fork", fork),
         web.post("/runs/{run_id}/replay", replay),
+        web.post("/runs/{run_id}/migrate", migrate),
     ]

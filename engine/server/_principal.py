@@ -42,6 +42,7 @@ GATES_ANSWER: Final = "gates:answer"
 RUNS_RESUME: Final = "runs:resume"
 RUNS_CANCEL: Final = "runs:cancel"
 RUNS_FORK: Final = "runs:fork"
+RUNS_MIGRATE: Final = "runs:migrate"
 ADMIN: Final = "admin"
 
 SCOPES: Final = {
@@ -52,6 +53,7 @@ SCOPES: Final = {
     RUNS_RESUME: "resume an unfinished run",
     RUNS_CANCEL: "cancel a run",
     RUNS_FORK: "fork a run from one of its steps",
+    RUNS_MIGRATE: "check that a run fits another version of its graph, and move it there",
     ADMIN: "everything above",
 }
 """Every scope a credential can grant, with what it allows (``docs/teams.md`` shows them)."""

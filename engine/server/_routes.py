@@ -34,7 +34,7 @@ from phasegraph.server._upload import UPLOAD_FIELD, UploadPolicy, load_upload
 from phasegraph.spec._catalog import builtin_graphs
 from phasegraph.views import errors_view, meta_view, state_view
 
-__all__ = ["routes"]
+__all__ = ["graph_of", "routes"]
 
 _BUILTIN_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}")
 _CREATE_FIELDS: Final = frozenset({"graph", UPLOAD_FIELD, "input", "run_id"})
@@ -48,7 +48,7 @@ async def create_run(request: web.Request) -> web.Response:
     check_fields(body, _CREATE_FIELDS)
     run_input = optional_mapping(body, "input")
     run_id = run_id_of(body)
-    prepared = await _graph_of(request, body)
+    prepared = await graph_of(request, body)
     actor = principal_of(request).actor
     state = await request.app[EXECUTOR].create(prepared, run_input, run_id, actor=actor)
     return ok(
@@ -58,12 +58,19 @@ async def create_run(request: web.Request) -> web.Response:
     )
 
 
-async def _graph_of(request: web.Request, body: dict[str, object]) -> PreparedGraph:
+async def graph_of(
+    request: web.Request, body: dict[str, object], *, start: bool = True
+) -> PreparedGraph:
+    """The graph a request names: a built-in (``graph``) or uploaded YAML (``graph_yaml``).
+
+    ``start``: the graph is to start a run, which the principal's start scopes must cover.
+    """
     name = optional_string(body, "graph", _BUILTIN_NAME)
     text = body.get(UPLOAD_FIELD)
     if (name is None) == (text is None):
         fail("body", f"give exactly one of `graph` (a built-in name) and `{UPLOAD_FIELD}`")
-    require_start(request, name)
+    if start:
+        require_start(request, name)
     engine = request.app[ENGINE]
     if name is not None:
         if name not in builtin_graphs():

@@ -14,6 +14,7 @@ const DOING = {
   "runs:resume": "resuming runs",
   "runs:cancel": "cancelling runs",
   "runs:fork": "forking runs",
+  "runs:migrate": "migrating runs",
 };
 
 let me = { name: "", groups: [], scopes: [] };
