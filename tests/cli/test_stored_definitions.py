@@ -218,3 +218,37 @@ def test_renamed_nodes_and_states_move_with_a_renames_file(tmp_path: Path) -> No
     done = _cli(store, "reply", "renamed", "--id", "renamed:review:run", "--trigger", "ok")
     assert done.returncode == 0, done.stderr
     assert _cli(store, "replay", "renamed").returncode == 0
+
+
+CODE_GRAPH = """graph: coded
+nodes:
+  - id: work
+    machine: task
+    bind:
+      run: {python: "beside:ok", triggers: [ok]}
+  - id: review
+    machine: task
+    needs: [work]
+    bind:
+      run: {human: review, triggers: [ok]}
+"""
+CODE = """from phasegraph.actions import ActionResult
+
+
+def ok(ctx):
+    return ActionResult(trigger="ok")
+"""
+
+
+def test_a_change_of_the_code_a_run_imports_is_reported_not_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "coded.yaml").write_text(CODE_GRAPH)
+    (folder / "beside.py").write_text(CODE)
+    store = _waiting(tmp_path, folder / "coded.yaml", "coded")
+    (folder / "beside.py").write_text(CODE + "\n# changed since the run started\n")
+    answered = _cli(store, "reply", "coded", "--id", "coded:review:run", "--trigger", "ok")
+    assert answered.returncode == 0, answered.stderr
+    said = f"python module beside ({folder / 'beside.py'}) changed since run coded stored"
+    assert said in answered.stderr
+    assert "graph file" not in answered.stderr  # the YAML is as it was: nothing to say of it
