@@ -31,7 +31,7 @@ from phasegraph.store.memory import MemoryStore
 from postgres_kit import isolated_postgres_url, libpq_url
 
 GROUPS, RUNS, KILLS = 3, 10, 20  # 30 runs, 60 kills
-LOOPS, DELAY = 6, 0.03  # 25 steps a run
+LOOPS, DELAY = 14, 0.03  # 57 steps a run: work left for every kill, on a busy machine too
 STEPS_BEFORE_KILL = 3  # commits a group's process makes (at least) before it is killed
 
 # Drives the runs named on the command line until each completes: starts those not

@@ -25,8 +25,9 @@ nodes:
     machine: task
     bind:
       run:
-        # Logs where it works and a temporary folder it makes, then writes a file there.
-        shell: [sh, -c, 'pwd >> "$1" && mktemp -d >> "$1" && echo hi > out.txt', sh, "{log}"]
+        # Logs where it works and a temporary folder it makes (one line, one write: runs
+        # log at once), then writes a file there.
+        shell: [sh, -c, 'echo "$(pwd) $(mktemp -d)" >> "$1" && echo hi > out.txt', sh, "{log}"]
         on_exit: {0: ok, default: fail}
   - id: read
     machine: task
@@ -49,8 +50,8 @@ def test_each_run_works_in_a_copy_of_its_own_and_leaves_nothing(
 
     assert report.first is None, str(report.first)
     assert "each run worked in a copy of this folder of its own" in report.folders
-    lines = log.read_text().splitlines()
-    folders, scratch = set(lines[0::2]), set(lines[1::2])
+    pairs = [line.split(" ") for line in log.read_text().splitlines()]
+    folders, scratch = {pair[0] for pair in pairs}, {pair[1] for pair in pairs}
     # Two uninterrupted runs and one a crash point, each in its own folder (a resumed
     # run works where its crashed attempt did), none of them this one.
     assert len(folders) == report.crashes + 2
