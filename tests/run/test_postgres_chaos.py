@@ -142,9 +142,10 @@ def test_sixty_sigkills_over_thirty_runs_lose_nothing_and_redo_nothing(
             try:
                 _kill_and_restart(groups, conn)
             finally:
-                for group in groups:
-                    if group.process is not None and group.running():
-                        group.process.kill()
+                for group in groups:  # each pipe closed, a process that ended early's too
+                    if group.process is not None:
+                        if group.running():
+                            group.process.kill()
                         group.process.communicate()
         finals = asyncio.run(_states(url, [r for g in groups for r in g.run_ids]))
     assert sum(group.kills for group in groups) >= 60
