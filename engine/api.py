@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
 
 from phasegraph import run as runs
-from phasegraph.errors import InputError, RunStateError
+from phasegraph.errors import InputError, RunStateError, SpecError
 from phasegraph.events import EventBus
 from phasegraph.model import Actor, GraphDef, RunState, RunStatus, StepRecord, frozen_map
 from phasegraph.run import Clock, IdFactory, RunOptions, SystemClock, TimeOrderedIds
@@ -204,8 +204,6 @@ class Engine:
     ) -> PreparedGraph:
         if not lenient:
             return await self.prepared_for(state)
-        from phasegraph.errors import SpecError
-
         try:  # an older run, to cancel or migrate: its file as it is now will do
             return self.prepare(state.graph_source)
         except SpecError:
@@ -215,8 +213,6 @@ class Engine:
 
     def _unpinned(self, state: RunState) -> PreparedGraph:
         """The graph file of a run created before definitions were stored, if unchanged."""
-        from phasegraph.errors import SpecError
-
         try:
             prepared = self.prepare(state.graph_source)
         except SpecError as exc:

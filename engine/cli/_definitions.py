@@ -77,8 +77,8 @@ async def _stored_reports(args: argparse.Namespace) -> list[Report]:
 
     async def body(engine: Engine) -> int:
         state = await engine.get(args.run)
-        if not state.definition:
-            args.targets = [state.graph_source]  # an older run: it follows its file
+        if not state.definition:  # an older run: it follows its file
+            found.extend(check_all([state.graph_source]))
             return 0
         stored = await engine.definitions.stored(state.definition, args.run)
         files, graph = stored_files(stored, state.graph_source)
@@ -88,7 +88,7 @@ async def _stored_reports(args: argparse.Namespace) -> list[Report]:
 
     found: list[Report] = []
     await with_engine(args, body, read_only=True)
-    return found or check_all(args.targets)
+    return found
 
 
 async def _misfits(args: argparse.Namespace) -> list[str]:

@@ -43,8 +43,9 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
     refuse_gone_flags(args)
 
     async def body(engine: Engine) -> int:
-        if not args.detach:
-            await say_drift(args, engine, args.run)
+        head = None if args.detach else await engine.get(args.run)
+        if head is not None:
+            await say_drift(args, engine, head)
         if args.detach:
             from phasegraph.cli._worker import can_hand_over
 
@@ -52,7 +53,9 @@ async def _cmd_reply(args: argparse.Namespace) -> int:
         try:
             # Detached, nothing is driven here: no progress display.
             shown = (
-                contextlib.nullcontext() if args.detach else await progress(args, engine, args.run)
+                contextlib.nullcontext()
+                if head is None
+                else await progress(args, engine, args.run, state=head)
             )
             with shown:
                 state = await engine.reply(

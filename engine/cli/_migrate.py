@@ -25,7 +25,7 @@ from phasegraph.cli._support import (
     with_engine,
 )
 from phasegraph.errors import InputError, PhasegraphError
-from phasegraph.model import RunStatus
+from phasegraph.model import RunState, RunStatus
 from phasegraph.views import migration_view
 
 if TYPE_CHECKING:
@@ -52,13 +52,16 @@ def refuse_gone_flags(args: argparse.Namespace) -> None:
         )
 
 
-async def say_drift(args: argparse.Namespace, engine: Engine, run_id: str) -> None:
-    """One line on stderr for each way the files on disk differ from what the run follows."""
+async def say_drift(args: argparse.Namespace, engine: Engine, state: RunState) -> None:
+    """One line on stderr for each way the files on disk differ from what a run follows.
+
+    ``state`` is the run's head as the command read it (not read again here).
+    """
     if getattr(args, "quiet", False):
         return
     from phasegraph.run._definitions import drift  # here: only a command that drives reads it
 
-    state = await engine.get(run_id)
+    run_id = state.run_id
     if not state.definition:
         return  # an older run: opening it checks its file (and pins it)
 

@@ -92,8 +92,8 @@ async def _cmd_resume(args: argparse.Namespace) -> int:
         ended = await engine.get(args.run)
         if ended.status.terminal:  # said before any "resuming" line, which would mislead
             raise nothing_to_resume(args.run, ended.status)
-        await say_drift(args, engine, args.run)
-        with await progress(args, engine, args.run):
+        await say_drift(args, engine, ended)
+        with await progress(args, engine, args.run, state=ended):
             state = await engine.resume(args.run)
             state = await drive_children_here(engine, state)
         return await finished(args, engine, state)

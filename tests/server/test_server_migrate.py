@@ -66,7 +66,7 @@ async def test_a_migrate_request_of_the_wrong_shape_is_one_clear_400(tmp_path: P
         for body, field in (
             ({"graph": "hello", "dry_run": "yes"}, "body.dry_run"),
             ({"graph": "hello", "renames": {"nodes": {"a": 1}}}, "body.renames.nodes"),
-            ({"dry_run": True}, "body"),
+            ({"dry_run": True}, "give exactly one of `graph`"),
         ):
             response = await client.post("/runs/r/migrate", json=body)
             assert response.status == 400, await response.text()
