@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeVar
@@ -73,6 +73,9 @@ class Engine:
             arguments and results in the traces (secrets masked); ``None`` reads the
             standard ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, and leaves
             content out unless that says true.
+        middleware: Layers around every action of the graphs this engine prepares,
+            outermost first and outside the graph's own ``middleware:`` (a cassette's
+            player answers calls from its recording there).
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class Engine:
         bus: EventBus | None = None,
         tracer_provider: Any = None,
         trace_content: bool | None = None,
+        middleware: Sequence[runs.Middleware] = (),
     ) -> None:
         self.store = store
         self.options = options or RunOptions()
@@ -93,13 +97,13 @@ class Engine:
         self.bus = bus or EventBus()
         self.leases = LeaseKeeper(store, self.options)
         """Takes, renews and gives back the leases of the runs this engine drives."""
-        self._middleware: tuple[runs.Middleware, ...] = ()
+        self._middleware: tuple[runs.Middleware, ...] = tuple(middleware)
         if tracer_provider is not None:
             from phasegraph.run._tracing import Tracing  # only then: opentelemetry is optional
 
             tracing = Tracing(tracer_provider, content=trace_content)
             self.bus.subscribe(tracing.listen)
-            self._middleware = (tracing.middleware,)
+            self._middleware = (*self._middleware, tracing.middleware)
         self._prepared: dict[tuple[str, str], PreparedGraph] = {}
         self._loaded: dict[str, tuple[PreparedGraph, tuple[tuple[str, int, int], ...]]] = {}
         self._definitions: Definitions | None = None

@@ -372,6 +372,39 @@ def _test(parser: argparse.ArgumentParser) -> None:
         help="print a draft of `examples:` taking every transition of a machine its declared "
         "examples do not take (read each before keeping it)",
     )
+    replayed = parser.add_mutually_exclusive_group()
+    replayed.add_argument(
+        "--from-run",
+        dest="run",
+        metavar="RUN",
+        help="instead of the properties: drive GRAPH offline against what run RUN (in "
+        "--store) recorded (model answers, http and shell results, replies; python actions "
+        "and tools run and are checked), report changed model requests, and fail at the "
+        "first step that differs (exit 1)",
+    )
+    replayed.add_argument(
+        "--cassette",
+        metavar="FILE",
+        help="as --from-run, from a cassette file written by 'phasegraph record'",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="with --cassette: run GRAPH live instead (model calls go to "
+        "PHASEGRAPH_LLM_BASE_URL or the graph's own endpoint; replies as recorded) and "
+        "rewrite FILE from that run",
+    )
+
+
+def _record(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the cassette file to write (YAML; name it NAME.cassette.yaml for the pytest "
+        "plugin to collect it)",
+    )
 
 
 def _fork(parser: argparse.ArgumentParser) -> None:
@@ -768,6 +801,14 @@ COMMANDS = (
         "machines' examples, a run of its own actions that does not fail, and "
         "crash-equivalence (exit 1 if one fails)",
         _test,
+        _testing,
+    ),
+    Command(
+        "record",
+        "write a run's answers from outside (model messages, tool results, http and shell "
+        "results, replies) to a cassette file, secrets masked, for 'phasegraph test "
+        "--cassette'",
+        _record,
         _testing,
     ),
     Command(

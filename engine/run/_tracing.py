@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-import json
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +49,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from phasegraph._vocabulary import CAPTURE_CONTENT_ENV
 from phasegraph.actions import ActionContext, ActionResult, CallNext
+from phasegraph.core._secrets import SecretMasker
 from phasegraph.events import Event, ends_run
 from phasegraph.model import replace
 
@@ -64,10 +63,6 @@ _MAX_OPEN: Final = 4096
 """Runs whose spans stay open at most: a drive cut off (lease lost) sends no end event."""
 _STDERR_CHARS: Final = 1000
 """How much of a command's stderr its step span keeps (the end: where errors are said)."""
-_SECRET_NAME: Final = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
-_SECRET_MIN: Final = 8
-"""Shorter values are not masked: they would mask ordinary words."""
-_MASK: Final = "***"
 _WANTED: Final = contextvars.ContextVar[tuple[int, int] | None]("phasegraph_span_ids", default=None)
 """The ids :class:`_RunIds` gives the next span it makes (a run's root), when set."""
 
@@ -99,23 +94,6 @@ class _RunIds(RandomIdGenerator):
         return wanted[1] if wanted is not None else super().generate_span_id()
 
 
-class _Masker:
-    """Replaces the values of the environment's secret-named variables with ``***``."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._secrets = sorted(
-            {v for k, v in environ.items() if _SECRET_NAME.search(k) and len(v) >= _SECRET_MIN},
-            key=len,
-            reverse=True,
-        )
-
-    def __call__(self, value: Any) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        for secret in self._secrets:
-            text = text.replace(secret, _MASK)
-        return text
-
-
 @dataclass(slots=True)
 class _Open:
     """The spans open for one run: its own and its nodes'."""
@@ -140,7 +118,7 @@ class Tracing:
         # Whether the provider makes a run's root span with the run's own ids.
         self._roots = isinstance(getattr(tracer_provider, "id_generator", None), _RunIds)
         self._content = _truthy(os.environ.get(CAPTURE_CONTENT_ENV)) if content is None else content
-        self._mask = _Masker(os.environ)
+        self._mask = SecretMasker(os.environ)
 
     # -- the bus: runs and nodes ------------------------------------------------------
 
@@ -362,7 +340,7 @@ class _ToolTracer:
     __slots__ = ("_ctx", "_mask", "_pending", "_tracer")
 
     def __init__(
-        self, tracer: trace.Tracer, ctx: ActionContext, mask: _Masker | None = None
+        self, tracer: trace.Tracer, ctx: ActionContext, mask: SecretMasker | None = None
     ) -> None:
         self._tracer, self._ctx, self._mask = tracer, ctx, mask
         self._pending: list[tuple[str, str]] | None = None

@@ -52,6 +52,7 @@ __all__ = [
     "Mark",
     "YamlLimits",
     "YamlPath",
+    "dump_text",
     "location",
     "parse_text",
     "read_file",
@@ -880,3 +881,28 @@ def parse_text(
 def _place(problem: Problem) -> tuple[int, int]:
     where = problem.location
     return (0, 0) if where is None else (where.line or 0, where.column or 0)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes text of several lines as a literal block, so a diff shows lines, not escapes."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # A literal block cannot keep trailing spaces or control characters exactly: quoted then.
+    block = "\n" in value and not any(line != line.rstrip() for line in value.split("\n"))
+    if block and not _character_problems(value, ""):
+        return dumper.represent_scalar(_STR, value, style="|")
+    return dumper.represent_scalar(_STR, value)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def dump_text(value: Any) -> str:
+    """``value`` (JSON-like data) as a YAML document, keys in the order given.
+
+    Text of several lines is written as a literal block; everything reads back as it was
+    with :func:`parse_text`.
+    """
+    text: str = yaml.dump(value, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    return text
