@@ -883,11 +883,17 @@ def _place(problem: Problem) -> tuple[int, int]:
     return (0, 0) if where is None else (where.line or 0, where.column or 0)
 
 
+_OTHER_BREAK = re.compile("[\r\x85\u2028\u2029]")
+"""Line breaks other than ``\n``: a double-quoted scalar escapes them."""
+
+
 class _Dumper(yaml.SafeDumper):
     """Writes text of several lines as a literal block, so a diff shows lines, not escapes."""
 
 
 def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if _OTHER_BREAK.search(value):  # written as is, YAML would read a line break there
+        return dumper.represent_scalar(_STR, value, style='"')
     # A literal block cannot keep trailing spaces or control characters exactly: quoted then.
     block = "\n" in value and not any(line != line.rstrip() for line in value.split("\n"))
     if block and not _character_problems(value, ""):

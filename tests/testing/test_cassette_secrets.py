@@ -18,6 +18,7 @@ import yaml
 from aiohttp import web
 
 from builders import cli_argv
+from phasegraph.testing.cassettes import check_cassette
 
 HEADER_SECRET = "header-secret-value-777"
 INPUT_SECRET = "input-secret-value-888"
@@ -104,3 +105,6 @@ async def test_no_secret_reaches_a_cassette_and_http_and_shell_are_answered_offl
     )
     assert played.returncode == 0, played.stdout + played.stderr
     assert "passed (2 of 2 entries)" in played.stdout
+    # In Python, the cassette names its graph: the file beside it.
+    report = await asyncio.to_thread(check_cassette, cassette)
+    assert (report.passed, report.graph, report.entries) == (True, "secrets_demo", 2)
