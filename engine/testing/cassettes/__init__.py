@@ -1,7 +1,8 @@
 """Cassettes: a recorded run kept as a regression test, and driven again offline.
 
 ``phasegraph record RUN --out FILE`` writes a run's answers from outside (model messages,
-tool results, http and shell results, replies) as a cassette (:mod:`._format`);
+tool results, http and shell results, replies) as a cassette (:mod:`._format`,
+:mod:`._record`, :mod:`._entries`);
 ``phasegraph test GRAPH --cassette FILE`` (or ``--from-run RUN``) drives the current graph
 against it (:mod:`._play`) and reports changed requests and the first divergence
 (:mod:`._compare`). In pytest, :func:`assert_cassette` checks one file, and the plugin
@@ -26,12 +27,8 @@ from phasegraph.testing.cassettes._format import (
     read_cassette,
     write_cassette,
 )
-from phasegraph.testing.cassettes._play import (
-    play_cassette,
-    record_run,
-    secrets_of,
-    update_cassette,
-)
+from phasegraph.testing.cassettes._play import play_cassette, update_cassette
+from phasegraph.testing.cassettes._record import record_run, secrets_of
 
 __all__ = [
     "CASSETTE_SUFFIX",

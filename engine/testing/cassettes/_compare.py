@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from phasegraph.testing.cassettes._format import Entry
@@ -84,7 +84,6 @@ class CassetteReport:
     status: str
     changed: tuple[Change, ...] = ()
     divergence: Divergence | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def passed(self) -> bool:
@@ -115,7 +114,6 @@ class CassetteReport:
             lines.append(
                 f"  {len(carried)} later request(s) only carry those changes (steps {steps})"
             )
-        lines += [f"  {note}" for note in self.notes]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
