@@ -25,7 +25,7 @@ from typing import Final
 from phasegraph.actions import ActionContext, ActionResult, CallNext
 from phasegraph.actions.llm._endpoint import BASE_URL_ENV, SETTINGS_KEY
 from phasegraph.api import Engine, GraphSource
-from phasegraph.errors import ActionError, InputError
+from phasegraph.errors import ActionError, InputError, PhasegraphError
 from phasegraph.model import RunState, RunStatus, frozen_map, replace
 from phasegraph.run import PreparedGraph
 from phasegraph.store import open_store
@@ -102,13 +102,19 @@ async def _answer_gates(
             missing.append(f"node {gate.node!r}, gate {gate.kind!r} (a reply)")
             break
         answer = recorded.pop(0).answer
-        state = await engine.reply(
-            state.run_id,
-            gate.id,
-            str(answer.get("trigger", "")),
-            payload=answer.get("payload"),
-            data=answer.get("data"),
-        )
+        trigger = str(answer.get("trigger", ""))
+        try:
+            state = await engine.reply(
+                state.run_id,
+                gate.id,
+                trigger,
+                payload=answer.get("payload"),
+                data=answer.get("data"),
+            )
+        except PhasegraphError as exc:  # the graph changed: its gate takes another answer
+            missing.append(f"node {gate.node!r}, gate {gate.kind!r}: the recorded reply "
+                           f"{trigger!r} is refused ({exc})")  # fmt: skip
+            break
     return state
 
 
