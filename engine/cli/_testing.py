@@ -81,11 +81,11 @@ async def _replayed(args: argparse.Namespace) -> int:
     else:
         cassette = await _recorded(args, args.run)
     if args.update:
-        fresh = await cassettes.update_cassette(cassette, args.target)
+        fresh, status = await cassettes.update_cassette(cassette, args.target)
         out = Path(args.cassette)
         cassettes.write_cassette(_sourced(fresh, _source(args.target), out), out)
-        text = f"re-recorded {out}: {len(fresh.entries)} entries from a live run"
-        emit(args, {"cassette": str(out), "entries": len(fresh.entries)}, text)
+        text = f"re-recorded {out}: {len(fresh.entries)} entries from a live run ({status})"
+        emit(args, {"cassette": str(out), "entries": len(fresh.entries), "status": status}, text)
         return EXIT_OK
     if os.environ.pop(BASE_URL_ENV, None):  # this process only: the test is offline
         print(f"({BASE_URL_ENV} ignored: the cassette answers model calls)", file=sys.stderr)

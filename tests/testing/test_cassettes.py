@@ -131,6 +131,7 @@ def test_the_recorded_run_passes_offline_from_the_run_and_from_the_file(
     assert from_file.returncode == 0, from_file.stdout + from_file.stderr
     report = json.loads(from_file.stdout)
     assert (report["passed"], report["status"], report["changed"]) == (True, "completed", [])
+    assert report["graph_changed"] is False  # the same definition, from another folder
 
 
 def test_a_changed_prompt_is_reported_as_changed_and_still_passes(recorded: Recorded) -> None:
@@ -139,6 +140,7 @@ def test_a_changed_prompt_is_reported_as_changed_and_still_passes(recorded: Reco
     )
     done = recorded.test(graph, "--cassette", str(recorded.cassette))
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "against graph 'coding_task' (changed since the recording): passed" in done.stdout
     reflect = next(e for e in _entries(recorded.cassette) if e["hook"] == "reflect")
     assert f"changed request at step {reflect['at']} (node 'build', hook 'reflect', turn 1)" in (
         done.stdout
@@ -267,6 +269,7 @@ def test_update_records_again_from_a_live_endpoint(recorded: Recorded) -> None:
             server.communicate(timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"re-recorded {cassette}" in done.stdout
+    assert "from a live run (completed)" in done.stdout
     reflect = next(e for e in _entries(cassette) if e["hook"] == "reflect")
     assert "Reflect briefly" in reflect["request"]["prompt"]
     again = recorded.test(graph, "--cassette", str(cassette), "--json")

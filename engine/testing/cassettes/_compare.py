@@ -73,6 +73,7 @@ class CassetteReport:
         entries: How many recorded entries the run reproduced.
         recorded: How many entries the cassette holds.
         status: How the test's run ended.
+        graph_changed: Whether the graph's definition differs from the recorded one.
         changed: Model requests that changed and were answered as recorded.
         divergence: The first divergence, or ``None``: the test passes.
     """
@@ -82,6 +83,7 @@ class CassetteReport:
     entries: int
     recorded: int
     status: str
+    graph_changed: bool = False
     changed: tuple[Change, ...] = ()
     divergence: Divergence | None = None
 
@@ -93,6 +95,7 @@ class CassetteReport:
     def text(self) -> str:
         """The report as lines for a person."""
         head = f"cassette {self.cassette} against graph {self.graph!r}"
+        head += " (changed since the recording)" * self.graph_changed
         changed = f"; {len(self.changed)} request(s) changed" if self.changed else ""
         lines = []
         if self.divergence is None:
@@ -124,6 +127,7 @@ class CassetteReport:
             "cassette": self.cassette,
             "passed": self.passed,
             "status": self.status,
+            "graph_changed": self.graph_changed,
             "entries": self.entries,
             "recorded": self.recorded,
             "changed": [

@@ -167,20 +167,24 @@ async def play_cassette(cassette: Cassette, graph: GraphSource) -> CassetteRepor
         entries=same,
         recorded=len(cassette.entries),
         status=str(state.status),
+        graph_changed=prepared.definition.digest != cassette.graph_digest,
         changed=changed,
         divergence=divergence,
     )
 
 
-async def update_cassette(cassette: Cassette, graph: GraphSource) -> Cassette:
+async def update_cassette(cassette: Cassette, graph: GraphSource) -> tuple[Cassette, str]:
     """Record ``cassette`` again from a live run of ``graph`` (replies as recorded).
+
+    Returns:
+        The new cassette, and how its run ended (``completed``, ``failed``, ...).
 
     Raises:
         InputError: ``graph`` is not the graph the cassette was recorded from.
         SpecError: The graph is invalid.
     """
     prepared, entries, state, _ = await _drive(cassette, graph, None)
-    return Cassette(
+    fresh = Cassette(
         graph=prepared.definition.name,
         source=cassette.source,
         graph_digest=prepared.definition.digest,
@@ -188,3 +192,4 @@ async def update_cassette(cassette: Cassette, graph: GraphSource) -> Cassette:
         input=cassette.input,
         entries=tuple(entries),
     )
+    return fresh, str(state.status)
