@@ -275,3 +275,15 @@ def test_update_records_again_from_a_live_endpoint(recorded: Recorded) -> None:
     again = recorded.test(graph, "--cassette", str(cassette), "--json")
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["changed"] == []
+
+
+def test_a_run_recorded_waiting_at_a_gate_passes_waiting_there(recorded: Recorded) -> None:
+    work = recorded.folder / "waiting"
+    work.mkdir()
+    args = ["--store", recorded.store, "--run-id", "waits", "-q", "--input", f"workdir={work}"]
+    waiting = _cli("run", "coding_task", *args, cwd=recorded.folder)
+    assert waiting.returncode == 3, waiting.stdout + waiting.stderr  # 3: waits for a person
+    done = recorded.test("coding_task", "--from-run", "waits", "--store", recorded.store, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert (report["passed"], report["status"], report["entries"]) == (True, "waiting", 3)

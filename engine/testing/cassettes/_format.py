@@ -7,6 +7,7 @@ A cassette is a mapping (documented in ``docs/guides/cassettes.md``)::
     source: coding_task      # where it came from: a built-in name, or a path
     graph_digest: ...        # the definition's digest then
     run: r1                  # the run it was recorded from
+    status: completed        # how it stood when recorded (a run waiting at a gate: waiting)
     input: {...}             # the run's input
     entries:                 # in the order they happened
       - {at: SEQ, node: ..., hook: ..., kind: ..., turn: N, ...}
@@ -119,6 +120,7 @@ class Cassette:
         run: The run recorded.
         input: The run's input.
         entries: Every entry, in the order it happened.
+        status: How the run stood when it was recorded (``completed``, ``waiting``, ...).
         path: The file it was read from.
     """
 
@@ -128,6 +130,7 @@ class Cassette:
     run: str
     input: Mapping[str, Any]
     entries: tuple[Entry, ...]
+    status: str = ""
     path: str | None = None
 
     @property
@@ -143,6 +146,7 @@ class Cassette:
             "source": self.source,
             "graph_digest": self.graph_digest,
             "run": self.run,
+            **({"status": self.status} if self.status else {}),
             "input": dict(self.input),
             "entries": [entry.to_json() for entry in self.entries],
         }
@@ -200,6 +204,9 @@ def _checked(doc: Document, problems: list[Problem]) -> Cassette | None:
     for key in ("graph", "source", "run", "graph_digest"):
         if not isinstance(data.get(key), str) or not data[key]:
             problems.append(doc.problem((key,), f"`{key}` must be a non-empty string"))
+    status = data.get("status", "")
+    if not isinstance(status, str):
+        problems.append(doc.problem(("status",), "`status` must be a run status"))
     run_input = data.get("input") or {}
     if not isinstance(run_input, dict):
         problems.append(doc.problem(("input",), "`input` must be a mapping"))
@@ -217,6 +224,7 @@ def _checked(doc: Document, problems: list[Problem]) -> Cassette | None:
         run=data["run"],
         input=run_input,
         entries=tuple(e for e in entries if e is not None),
+        status=status,
         path=doc.path,
     )
 

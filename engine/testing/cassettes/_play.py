@@ -99,7 +99,9 @@ async def _answer_gates(
         gate = next(iter(state.interrupts.values()))
         recorded = replies.get(gate.node) or []
         if not recorded:
-            missing.append(f"node {gate.node!r}, gate {gate.kind!r} (a reply)")
+            # A recording that ended waiting for a person ends the test there too.
+            if cassette.status not in _WAITS:
+                missing.append(f"node {gate.node!r}, gate {gate.kind!r} (a reply)")
             break
         answer = recorded.pop(0).answer
         trigger = str(answer.get("trigger", ""))
@@ -191,5 +193,6 @@ async def update_cassette(cassette: Cassette, graph: GraphSource) -> tuple[Casse
         run=state.run_id,
         input=cassette.input,
         entries=tuple(entries),
+        status=str(state.status),
     )
     return fresh, str(state.status)

@@ -56,4 +56,5 @@ async def record_run(engine: Engine, run_id: str) -> Cassette:
         run=run_id,
         input=masker.value(jsonable(first.input)),
         entries=tuple(entries),
+        status=str(records[-1].status) if records else str(first.status),
     )
