@@ -61,3 +61,11 @@ def test_a_graph_that_stops_early_names_what_the_recording_did_next() -> None:
         "the graph stopped before doing what the recording did next; the cassette has no "
         "answer for node 'a', hook 'run', turn 2 (a model call)"
     )
+
+
+def test_a_failure_is_compared_by_failing_not_by_its_message() -> None:
+    recorded = [_step(1, "a", failed="cannot open /tmp/one/x")]
+    assert compare(recorded, [_step(7, "a", failed="cannot open /tmp/two/x")], [])[2] is None
+    _, _, divergence = compare(recorded, [_step(7, "a")], [])
+    assert divergence is not None
+    assert divergence.reason == "the step's outcome differs from the recorded one"

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,22 @@ def _cli(
         cli_argv(*args), cwd=cwd, env={**environ, **(env or {})},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
+
+
+@contextmanager
+def _model_server(script: Path) -> Iterator[str]:
+    """``phasegraph model-server`` answering ``script`` in a subprocess: its base URL."""
+    server = subprocess.Popen(
+        cli_argv("model-server", "--script", str(script)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    with server:
+        try:
+            assert server.stdout is not None
+            yield server.stdout.readline().strip()
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.communicate(timeout=60)
 
 
 @dataclass(frozen=True)
@@ -66,23 +83,13 @@ class Recorded:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     folder = tmp_path_factory.mktemp("cassettes")
     store = f"sqlite:///{folder / 'runs.db'}"
-    server = subprocess.Popen(
-        cli_argv("model-server", "--script", str(GRAPHS / "coding_task.responses.json")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    with server:
-        try:
-            assert server.stdout is not None
-            base_url = server.stdout.readline().strip()
-            env = {"PHASEGRAPH_LLM_BASE_URL": base_url, "PHASEGRAPH_LLM_API_KEY": SECRET}
-            work = folder / "work"
-            work.mkdir()
-            args = ["--store", store, "--run-id", "rec", "--input", f"workdir={work}", "-q"]
-            done = _cli("run", "coding_task", "--approve", *args, cwd=folder, env=env)
-            assert done.returncode == 0, done.stdout + done.stderr
-        finally:
-            server.send_signal(signal.SIGINT)
-            server.communicate(timeout=60)
+    with _model_server(GRAPHS / "coding_task.responses.json") as base_url:
+        env = {"PHASEGRAPH_LLM_BASE_URL": base_url, "PHASEGRAPH_LLM_API_KEY": SECRET}
+        work = folder / "work"
+        work.mkdir()
+        args = ["--store", store, "--run-id", "rec", "--input", f"workdir={work}", "-q"]
+        done = _cli("run", "coding_task", "--approve", *args, cwd=folder, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
     cassette = folder / "coding.cassette.yaml"
     written = _cli("record", "rec", "--store", store, "--out", str(cassette), cwd=folder,
                    env={"PHASEGRAPH_LLM_API_KEY": SECRET})  # fmt: skip
@@ -254,19 +261,9 @@ def test_update_records_again_from_a_live_endpoint(recorded: Recorded) -> None:
     )
     cassette = recorded.folder / "updated.cassette.yaml"
     shutil.copy(recorded.cassette, cassette)
-    server = subprocess.Popen(
-        cli_argv("model-server", "--script", str(GRAPHS / "coding_task.responses.json")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    with server:
-        try:
-            assert server.stdout is not None
-            base_url = server.stdout.readline().strip()
-            done = _cli("test", str(graph), "--cassette", str(cassette), "--update",
-                        cwd=recorded.folder, env={"PHASEGRAPH_LLM_BASE_URL": base_url})  # fmt: skip
-        finally:
-            server.send_signal(signal.SIGINT)
-            server.communicate(timeout=60)
+    with _model_server(GRAPHS / "coding_task.responses.json") as base_url:
+        done = _cli("test", str(graph), "--cassette", str(cassette), "--update",
+                    cwd=recorded.folder, env={"PHASEGRAPH_LLM_BASE_URL": base_url})  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"re-recorded {cassette}" in done.stdout
     assert "from a live run (completed)" in done.stdout
@@ -287,3 +284,19 @@ def test_a_run_recorded_waiting_at_a_gate_passes_waiting_there(recorded: Recorde
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert (report["passed"], report["status"], report["entries"]) == (True, "waiting", 3)
+
+
+def test_a_model_call_that_failed_fails_again_the_same_way(recorded: Recorded) -> None:
+    script = recorded.folder / "gone.json"
+    script.write_text(json.dumps([{"error": 400, "message": "the model is gone"}]), "utf-8")
+    work = recorded.folder / "gone"
+    work.mkdir()
+    args = ["--store", recorded.store, "--run-id", "gone", "-q", "--input", f"workdir={work}"]
+    with _model_server(script) as base_url:
+        ran = _cli("run", "coding_task", "--approve", *args, cwd=recorded.folder,
+                   env={"PHASEGRAPH_LLM_BASE_URL": base_url})  # fmt: skip
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # the build node failed
+    done = recorded.test("coding_task", "--from-run", "gone", "--store", recorded.store, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert (report["passed"], report["status"]) == (True, "failed")

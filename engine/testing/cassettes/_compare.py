@@ -232,9 +232,17 @@ def _diverges(recorded: Entry, played: Entry) -> str | None:
         if played.answer != recorded.answer:
             changes = _result_changes(recorded.answer.get("result"), played.answer.get("result"))
             return f"tool {played.request.get('tool')!r} now returns something else: {changes}"
-    if played.outcome != recorded.outcome:
+    if _fate(played.outcome) != _fate(recorded.outcome):
         return "the step's outcome differs from the recorded one"
     return None
+
+
+def _fate(outcome: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What an outcome is compared by: its trigger and state, or that it failed.
+
+    A failure's message is shown, not compared: it may name a temporary path or a time.
+    """
+    return ("failed",) if "failed" in outcome else (outcome.get("trigger"), outcome.get("state"))
 
 
 def _by_node(entries: Sequence[Entry]) -> dict[str, list[Entry]]:

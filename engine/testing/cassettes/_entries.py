@@ -159,11 +159,14 @@ class _Reader:
         request: dict[str, Any] = {}
         answer: dict[str, Any] = {}
         output = record.result.get("output") or {}
-        if kind == "llm":
+        if kind == "llm" and failed is None and "finish_reason" not in output:
+            # The call failed and the state took it as an error trigger: fail it again.
+            answer = {"error": record.errors[0].message if record.errors else "the call failed"}
+        elif kind == "llm" and failed is None:
             key = self.conversation(node_id, hook)
             said = list(after.data.get(key) or ())
             system = [{"role": "system", "content": output["system"]}] if "system" in output else []
-            if failed is None and said:
+            if said:
                 request = describe_request([*system, *said[:-1]], output)
                 answer = {"message": jsonable(said[-1]), "usage": jsonable(output.get("usage", {}))}
         elif kind in ("http", "shell"):
