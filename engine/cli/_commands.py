@@ -627,7 +627,8 @@ def _tokens_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="a scope the token grants (repeatable): runs:read, runs:start, "
-        "runs:start:GRAPH, gates:answer, runs:resume, runs:cancel, runs:fork, runs:migrate, admin",
+        "runs:start:GRAPH, gates:answer, runs:message, runs:resume, runs:cancel, runs:fork, "
+        "runs:migrate, admin",
     )
     parser.add_argument(
         "--group", action="append", default=[], help="a group its holder belongs to (repeatable)"

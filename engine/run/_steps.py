@@ -697,6 +697,7 @@ class StepBuilder:
         actor: Actor | None = None,
         step: int | None = None,
         trusted: bool = False,
+        message: Mapping[str, Any] | None = None,
     ) -> StepRecord:
         """Fire a reply's trigger on the waiting node and close its interrupt.
 
@@ -709,6 +710,8 @@ class StepBuilder:
                 whichever opening of the gate is pending.
             trusted: The caller is local and trusted: the gate's reviewers do not
                 restrict ``actor`` (who is still recorded).
+            message: The inbox message this reply delivers (its ``id`` and
+                ``position``), recorded on the reply's event.
 
         Raises:
             RunStateError: No such pending interrupt.
@@ -737,6 +740,8 @@ class StepBuilder:
             "trigger": result.trigger,
             "payload": dict(result.payload),
         }
+        if message is not None:
+            reply["message"] = dict(message)
         if interrupt.kind == OUTCOME_UNKNOWN:
             record = self._settle_effect(state, interrupt, result, reply, remaining)
         else:
