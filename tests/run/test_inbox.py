@@ -23,7 +23,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "messages"
 
 @pytest.fixture
 def chat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("chat.yaml", "chat_machine.yaml", "chatbot.py"):
+    for name in ("chat.yaml", "chatbot.py"):
         shutil.copy(FIXTURES / name, tmp_path / name)
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path / "chat.yaml"
@@ -98,9 +98,8 @@ async def test_reject_names_the_step_the_run_is_on(chat: Path) -> None:
 async def test_reject_while_a_node_is_busy(tmp_path: Path) -> None:
     """A run busy at a node (here: its action failed to start, left running) refuses."""
     graph = tmp_path / "two.yaml"
-    shutil.copy(FIXTURES / "chat_machine.yaml", tmp_path / "chat_machine.yaml")
     graph.write_text(
-        "graph: two\nbusy: reject\nmachines: [chat_machine.yaml]\nnodes:\n"
+        "graph: two\nbusy: reject\nnodes:\n"
         "  - id: chat\n    machine: chat\n    bind:\n"
         "      listen: {human: chat, triggers: [message, bye]}\n"
         "      think: {shell: [sleep, '30'], on_exit: {'0': answer, default: error}}\n"
