@@ -806,8 +806,10 @@ class StepRecord(Value, frozen=True, kw_only=True):
             ``transition``, ``fail``, ``wait`` (a human gate opened), ``reply``,
             ``cancel``, ``status`` (run-level change), ``intent`` (a ``once`` effect is
             about to run), ``effect`` (a tool call's result), ``expand`` (a node's plan
-            became its children), ``join`` (a node's children all ended) or ``migrate``
-            (the run moved to another stored definition, see :data:`MIGRATE`).
+            became its children), ``join`` (a node's children all ended), ``rollback``
+            (a message under ``busy: rollback`` put a node back at the gate that began
+            its turn) or ``migrate`` (the run moved to another stored definition, see
+            :data:`MIGRATE`).
         node: The node that moved, if any.
         source: State path before the step.
         trigger: The trigger fired, if any.

@@ -65,7 +65,7 @@ from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.run._stored import decode_history, run_meta
+from phasegraph.run._stored import decode_history, load, run_meta
 from phasegraph.store.base import Commit, Message
 
 __all__ = ["Run", "check_reply"]
@@ -76,6 +76,15 @@ T = TypeVar("T")
 _ONCE: Final = Effect.ONCE
 _RUNNING: Final = NodeStatus.RUNNING
 _CUTTING: Final = frozenset({BusyPolicy.INTERRUPT, BusyPolicy.ROLLBACK})
+_ROLLBACK_WINDOW: Final = 64  # records read at a time, newest first, for where a turn began
+
+
+def _gate_taking(record: StepRecord) -> str | None:
+    """The gate ``record`` delivered a message to, if it is such a step."""
+    if record.kind != "reply" or taken_by(record) is None:
+        return None
+    return next((str(e["id"]) for e in record.events if MESSAGE_EVENT in e and "id" in e), None)
+
 
 # Waits between attempts after a failed commit; the last one repeats until two leases'
 # length has passed (see Run._store_commit).
@@ -622,6 +631,14 @@ class Run:
             record = self._steps.answer(state, target.gate, result, trusted=True, message=taken)
             return _encode(record)
         await self._stop_node(target.node)
+        if target.policy is BusyPolicy.ROLLBACK:
+            back = await self._turn_began(target.node)
+            if back is not None:  # discard the turn: back to the gate that began it
+                gate, before, keys = back
+                rolled = self._steps.rollback(state, target.node, before, gate, keys)
+                await self._commit(*_encode(rolled))
+                record = self._steps.answer(self._state, gate, result, trusted=True, message=taken)
+                return _encode(record)
         event = {
             "kind": MESSAGE_EVENT,
             "trigger": busy.trigger,
@@ -631,6 +648,30 @@ class Run:
         }
         record = self._steps.transition(state, target.node, result, (event,), kind="reply")
         return _encode(record)
+
+    async def _turn_began(self, node_id: str) -> tuple[str, RunState, set[str]] | None:
+        """Where the node's turn began, read from the newest step back.
+
+        Returns:
+            The gate that took the node's last message, the run just before that step,
+            and the data keys the node wrote since; ``None`` if it took none at a gate.
+        """
+        keys: set[str] = set()
+        stop = self._state.seq + 1
+        while stop > 0:
+            start = max(0, stop - _ROLLBACK_WINDOW)
+            stored = self._store.history(self.run_id, start=start, stop=stop)
+            records = decode_history(self.run_id, [item async for item in stored], start)
+            for record in reversed(records):
+                if record.node != node_id:
+                    continue
+                keys |= {*record.data, *record.appended}
+                gate = _gate_taking(record)
+                if gate is not None:
+                    before = await load(self._store, self.run_id, record.seq - 1)
+                    return gate, before.state, keys
+            stop = start
+        return None
 
     async def _stop_node(self, node_id: str) -> None:
         """Cut the node's action short, or forget it if it has not started."""

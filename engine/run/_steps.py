@@ -750,6 +750,38 @@ class StepBuilder:
             )
         return record if actor is None else replace(record, actor=actor)
 
+    def rollback(
+        self,
+        state: RunState,
+        node_id: str,
+        back: RunState,
+        gate: str,
+        keys: Iterable[str],
+    ) -> StepRecord:
+        """Put a node back at the gate it waited at in ``back``, as if nothing since began.
+
+        The node's state is ``back``'s, the gate ``gate`` is open again, and each data key
+        in ``keys`` (what the node wrote since) holds ``back``'s value again (``None``
+        for a key ``back`` had not). A ``rollback`` step: the message that discards the
+        turn is delivered to the gate next.
+        """
+        node = back.nodes[node_id]
+        data = {key: back.data.get(key) for key in sorted(keys)}
+        data = {key: value for key, value in data.items() if state.data.get(key) != value}
+        interrupts = MappingProxyType({**state.interrupts, gate: back.interrupts[gate]})
+        event = {"kind": "rollback", "node": node_id, "gate": gate, "to": back.seq}
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="rollback",
+            source=state.nodes[node_id].path,
+            dest=node.path,
+            data=data,
+            events=(event,),
+            interrupts=interrupts,
+        )
+
     def expire(self, state: RunState) -> StepRecord | None:
         """Fire ``timeout`` on the first interrupt whose deadline has passed, if any."""
         now = self._now()

@@ -160,3 +160,66 @@ async def test_messages_are_refused_where_nothing_takes_them(chat: Path) -> None
         await engine.reply("ended", "ended:chat:listen", "bye")
         with pytest.raises(RunStateError, match="already completed; it takes no more"):
             await engine.send("ended", {"text": "hello"})
+
+
+@pytest.fixture
+def writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("turns.yaml", "writer.yaml", "writer.py"):
+        shutil.copy(FIXTURES / "turns" / name, tmp_path / name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path / "writer.yaml"
+
+
+async def _mid_turn(engine: Engine, graph: Path) -> None:
+    """A run that took two messages and is half-way through the second turn.
+
+    The first turn wrote ``draft`` and ``final``; the second has drafted ``two``
+    and is about to polish it.
+    """
+    await engine.run(load_graph(graph), {}, run_id="r")
+    await engine.send("r", {"text": "one"})
+    await engine.send("r", {"text": "two"}, drive=False)
+    async with engine.open("r") as run:
+        await run.next()  # the gate takes "two"
+        await run.next()  # drafted: polish is due
+    assert (await engine.get("r")).data == {"draft": "two", "final": "one!"}
+
+
+async def test_rollback_discards_the_turn_in_flight_back_to_its_gate(writer: Path) -> None:
+    async with MemoryStore() as store:
+        engine = Engine(store)
+        await _mid_turn(engine, writer)
+        before = await engine.get("r")
+        await engine.send("r", {"text": "three"}, drive=False)
+        async with engine.open("r") as run:
+            taken = await run.next()  # a rollback step, then the gate takes "three"
+            assert taken is not None
+            await run.drive()
+        rolled = (await engine.history("r", start=before.seq + 1))[0]
+        back = await engine.get("r", rolled.seq)
+        after = await engine.get("r")
+    assert rolled.kind == "rollback"
+    assert rolled.events[0]["to"] == before.seq - 2  # the step before "two" was taken
+    assert back.data == {"draft": "one", "final": "one!"}  # as the turn began
+    assert back.nodes["write"].path == ("listen",)
+    assert (taken.kind, taken.seq, taken.events[0]["message"]["position"]) == (
+        "reply",
+        rolled.seq + 1,
+        3,
+    )
+    assert after.data == {"draft": "three", "final": "three!"}
+
+
+async def test_interrupt_hands_the_message_to_the_busy_state(writer: Path) -> None:
+    graph = _with(writer, "busy: rollback", "busy: interrupt")
+    async with MemoryStore() as store:
+        engine = Engine(store)
+        await _mid_turn(engine, graph)
+        await engine.send("r", {"text": "three"}, drive=False)
+        async with engine.open("r") as run:
+            taken = await run.next()
+            assert taken is not None
+            assert (taken.kind, taken.source, taken.dest) == ("reply", ("polish",), ("draft",))
+            assert run.state.data["draft"] == "two"  # kept: the turn was cut, not undone
+            await run.drive()
+        assert (await engine.get("r")).data == {"draft": "three", "final": "three!"}

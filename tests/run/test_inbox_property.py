@@ -3,9 +3,10 @@
 Hypothesis interleaves sending messages with the run's steps (a message arriving in
 every state the chat machine passes through: at its gate, while it thinks, right after
 it answered), then lets the run go on until it waits. Under ``enqueue`` every message is
-answered, once, in the order sent; under ``interrupt`` each is still taken once and in
-order, and one that comes while the node thinks replaces the message it was thinking
-about, so what is answered is an ordered part of what was sent, ending with the last.
+answered, once, in the order sent; under ``interrupt`` and ``rollback`` each is still
+taken once and in order, and one that comes while the node thinks replaces the message
+it was thinking about, so what is answered is an ordered part of what was sent, ending
+with the last.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def graphs() -> Iterator[dict[str, GraphDef]]:
     shutil.copy(FIXTURES / "chatbot.py", folder / "chatbot.py")
     text = (FIXTURES / "chat.yaml").read_text()
     loaded = {}
-    for policy in ("enqueue", "interrupt"):
+    for policy in ("enqueue", "interrupt", "rollback"):
         path = folder / f"chat_{policy}.yaml"
         path.write_text(text.replace("busy: enqueue", f"busy: {policy}"))
         loaded[policy] = load_graph(path)
@@ -87,10 +88,10 @@ def test_under_enqueue_every_message_is_answered_once_in_order(
 
 
 @settings(max_examples=40)
-@given(moves=_MOVES)
-def test_under_interrupt_the_last_message_is_answered_and_none_twice(
-    graphs: dict[str, GraphDef], moves: list[str]
+@given(moves=_MOVES, policy=st.sampled_from(["interrupt", "rollback"]))
+def test_when_a_message_cuts_in_the_last_is_answered_and_none_twice(
+    graphs: dict[str, GraphDef], moves: list[str], policy: str
 ) -> None:
-    sent, said, _ = asyncio.run(_converse(graphs["interrupt"], moves))
+    sent, said, _ = asyncio.run(_converse(graphs[policy], moves))
     assert said == [text for text in sent if text in said]  # in order, none twice
     assert said[-1:] == sent[-1:]
