@@ -130,7 +130,8 @@ for i = 4, #ARGV, 2 do
 end
 call('HSET', KEYS[1], unpack(fields))
 if expire then
-  for _, key in ipairs({KEYS[1], rec, base .. 'snap', base .. 'snaps', base .. 'token'}) do
+  for _, key in ipairs({KEYS[1], rec, base .. 'snap', base .. 'snaps', base .. 'token',
+      base .. 'msgid', base .. 'msg', base .. 'msgtaken'}) do
     if expire == '0' then call('PERSIST', key) else call('PEXPIRE', key, expire) end
   end
 end

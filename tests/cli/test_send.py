@@ -35,7 +35,10 @@ def _said(tmp_path: Path, run_id: str) -> list[str]:
 
 def test_send_answers_at_once_and_takes_a_resent_id_once(tmp_path: Path) -> None:
     graph = _chat(tmp_path)
-    assert _cli(tmp_path, "run", str(graph), "--run-id", "c", "-q").returncode == 3
+    started = _cli(tmp_path, "run", str(graph), "--run-id", "c", "-q")
+    assert started.returncode == 3
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert f"phasegraph send c --text TEXT --store {store}\n" in started.stdout  # not reply
     sent = _cli(tmp_path, "send", "c", "--text", "hello", "--id", "m1", "-q")
     assert sent.returncode == 3, sent.stderr  # taken, answered: the run waits again
     assert sent.stdout.startswith("message m1 to run c taken\nrun c waiting")
