@@ -253,6 +253,7 @@ class Run:
         "_state",
         "_steps",
         "_store",
+        "_takes",
         "_tasks",
         "_to_launch",
         "_uncertain",
@@ -284,12 +285,16 @@ class Run:
         # A graph that takes messages looks at the run's inbox when told to (opened, mail
         # came) and once at each idle step; one whose policy can cut a busy node short
         # looks at every step (a message may arrive from another process).
+        self._looked = -1  # the seq at which the inbox was last looked at
+        self._read_busy(prepared)
+
+    def _read_busy(self, prepared: PreparedGraph) -> None:
+        """Whether runs of ``prepared`` take messages, and look for them at every step."""
         busy = prepared.definition.busy
-        self._inbox = busy is not None
+        self._takes = self._inbox = busy is not None
         self._eager = busy is not None and (
             busy.policy in _CUTTING or any(g.busy in _CUTTING for g in prepared.gates.values())
         )
-        self._looked = -1  # the seq at which the inbox was last looked at
 
     @property
     def state(self) -> RunState:
@@ -431,6 +436,7 @@ class Run:
             state = self._state
             record = self._steps.migrate(state, result, nodes, actor)
             self._steps = self._steps.moved_to(prepared, state.plans)
+            self._read_busy(prepared)
             self._to_launch = [renamed.get(node, node) for node in self._to_launch]
             return await self._commit(*_encode(record))
 
@@ -451,7 +457,7 @@ class Run:
 
     def expect_message(self) -> None:
         """A message may have come: look at the inbox at the next step boundary."""
-        self._inbox = self._prepared.definition.busy is not None
+        self._inbox = self._takes
 
     async def message_cuts_in(self) -> bool:
         """Whether a message waits that a busy node takes now, its action to be cut short.
@@ -508,7 +514,7 @@ class Run:
         * A drive is one call of this loop under one lease guard (:meth:`_leased`), not
           a guard per step.
         """
-        if self._prepared.definition.busy is not None:
+        if self._takes:
             return await self._advance_with_inbox(once=once)
         return await self._step_loop(once=once)
 
@@ -593,10 +599,6 @@ class Run:
             raise
         finally:
             hold.leave()
-
-    @property
-    def _takes_messages(self) -> bool:
-        return self._prepared.definition.busy is not None
 
     async def _take_message(self) -> StepRecord | None:
         """Deliver the inbox's next message where the machine accepts it now, if anywhere.

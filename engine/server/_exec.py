@@ -351,7 +351,11 @@ class Executor:
     # -- start-up -------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """Resume ``running`` runs and arm the deadlines of waiting and parked ones."""
+        """Resume ``running`` runs and arm the deadlines of waiting and parked ones.
+
+        A waiting run with a message in its inbox is driven too: it was kept, and the
+        server stopped before the run took it.
+        """
         while True:
             try:
                 running = await self._run_ids(RunStatus.RUNNING)
@@ -367,6 +371,8 @@ class Executor:
         for run_id in held:
             with contextlib.suppress(PhasegraphError):
                 await self._driver.settle(await self._engine.get(run_id))
+                if await self._engine.store.messages(run_id, limit=1):
+                    self.submit(run_id)  # a message kept before a crash waits to be taken
         _log.info("recovered %d running and %d waiting runs", len(running), len(held))
         self.recovered.set()
 

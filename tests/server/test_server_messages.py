@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 
 from builders import cli_argv
+from phasegraph import Engine, open_store
 from phasegraph.actions.llm._scripted import ScriptedModelServer
 
 CHAT = (Path(__file__).parent.parent / "fixtures" / "messages" / "chat_llm.yaml").read_text()
@@ -232,6 +233,32 @@ async def test_interrupt_cuts_the_first_turn_and_answers_the_second(
                 if event.get("kind") == "message"
             ]
             assert [(e["message"]["id"], e["policy"]) for e in cut] == [("m2", "interrupt")]
+        assert await server.stop(signal.SIGTERM) == 0, server.log()
+    finally:
+        if server.process is not None and server.process.returncode is None:
+            await server.stop(signal.SIGKILL)
+
+
+async def test_a_message_kept_while_no_server_ran_is_taken_when_one_starts(
+    model: ScriptedModelServer, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    server = _Serve(store, tmp_path, model)
+    graph = tmp_path / "chat.yaml"
+    graph.write_text(CHAT)
+    argv = cli_argv("run", str(graph), "--store", store, "--run-id", "early", "--quiet")
+    assert await (await asyncio.create_subprocess_exec(*argv, cwd=tmp_path)).wait() == 3
+    async with open_store(store) as kept:
+        await Engine(kept).post_message("early", {"text": "while down"}, message_id="m")
+    try:
+        async with aiohttp.ClientSession(await server.start()) as session:
+            await model.received(1)
+            model.release()
+            await _until(session, "early", lambda v: _listening(v) and v["seq"] > 3)
+            assert await _conversation(session, "early") == [
+                ("user", "while down"),
+                ("assistant", "answer 1"),
+            ]
         assert await server.stop(signal.SIGTERM) == 0, server.log()
     finally:
         if server.process is not None and server.process.returncode is None:
