@@ -618,7 +618,14 @@ class Run:
             target = message_target(self._prepared, self._state)  # it may have moved since
             if target is None:
                 return None
-            record = await self._commit(*await self._message_step(target, message))
+            try:
+                step = await self._message_step(target, message)
+            except (RunError, CodecError):
+                # Refused where it was to be taken (a budget spent, say): it is taken all
+                # the same, so that the messages after it are not held up behind it.
+                await self._store.take_messages(self.run_id, message.position)
+                raise
+            record = await self._commit(*step)
         await self._store.take_messages(self.run_id, message.position)
         return record
 

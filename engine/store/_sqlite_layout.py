@@ -74,9 +74,9 @@ INBOX_TABLES: Final = (
     """CREATE TABLE IF NOT EXISTS messages (
         run_id TEXT NOT NULL, position INTEGER NOT NULL, id TEXT NOT NULL,
         body BLOB NOT NULL, at REAL NOT NULL,
-        PRIMARY KEY (run_id, position), UNIQUE (run_id, id)) WITHOUT ROWID""",
+        PRIMARY KEY (run_id, position), UNIQUE (run_id, id))""",
     """CREATE TABLE IF NOT EXISTS messages_taken (
-        run_id TEXT PRIMARY KEY, position INTEGER NOT NULL) WITHOUT ROWID""",
+        run_id TEXT PRIMARY KEY, position INTEGER NOT NULL)""",
 )
 """The runs' inboxes, made in a new file and added to an older one (any version)."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from phasegraph.api import Engine
-from phasegraph.errors import InputError, RunBusyError, RunStateError
+from phasegraph.errors import IllegalTriggerError, InputError, RunBusyError, RunStateError
 from phasegraph.model import RunStatus
 from phasegraph.spec import load_graph
 from phasegraph.store.base import ForwardingStore
@@ -223,3 +223,32 @@ async def test_interrupt_hands_the_message_to_the_busy_state(writer: Path) -> No
             assert run.state.data["draft"] == "two"  # kept: the turn was cut, not undone
             await run.drive()
         assert (await engine.get("r")).data == {"draft": "three", "final": "three!"}
+
+
+async def test_a_message_refused_where_it_is_taken_does_not_hold_up_the_next(
+    tmp_path: Path,
+) -> None:
+    """A message the machine refuses when it comes to take it (here: no turn left) is
+    refused to its sender and taken all the same: the inbox is not stuck behind it."""
+    (tmp_path / "short.yaml").write_text(
+        "machine: short\ninitial: listen\nbudgets:\n  turns: {limit: 1, spend_on: [think]}\n"
+        "states:\n  listen: {hook: listen}\n  think: {hook: think}\n"
+        "transitions:\n"
+        "  - {trigger: message, source: listen, dest: think, conditions: ['budget:turns']}\n"
+        "  - {trigger: answer, source: think, dest: listen}\n"
+    )
+    graph = tmp_path / "short_chat.yaml"
+    graph.write_text(
+        "graph: short_chat\nbusy: enqueue\nmachines: [short.yaml]\nnodes:\n"
+        "  - id: chat\n    machine: short\n    bind:\n"
+        "      listen: {human: chat, triggers: [message]}\n"
+        "      think: {shell: [echo], on_exit: {'0': answer, default: answer}}\n"
+    )
+    async with MemoryStore() as store:
+        engine = Engine(store)
+        await engine.run(load_graph(graph), {}, run_id="r")
+        assert (await engine.send("r", {"text": "one"})).taken
+        with pytest.raises(IllegalTriggerError, match="refused by every guard"):
+            await engine.send("r", {"text": "two"})
+        assert await store.messages("r") == []
+        assert (await engine.get("r")).status is RunStatus.WAITING
