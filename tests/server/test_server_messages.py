@@ -263,3 +263,38 @@ async def test_a_message_kept_while_no_server_ran_is_taken_when_one_starts(
     finally:
         if server.process is not None and server.process.returncode is None:
             await server.stop(signal.SIGKILL)
+
+
+async def test_rollback_discards_the_second_turn_and_answers_the_third(
+    model: ScriptedModelServer, tmp_path: Path
+) -> None:
+    server = _Serve(f"sqlite:///{tmp_path / 'runs.db'}", tmp_path, model)
+    try:
+        async with aiohttp.ClientSession(await server.start()) as session:
+            run_id = await _start(session, server, "rollback")
+            assert (await _message(session, run_id, "first", "m1"))[0] == 202
+            await model.received(1)
+            model.release()
+            await _until(session, run_id, lambda v: _listening(v) and v["seq"] > 4)
+            assert (await _message(session, run_id, "second", "m2"))[0] == 202
+            await model.received(2)  # the second turn is under way, held
+            assert (await _message(session, run_id, "third", "m3"))[0] == 202
+            await model.received(3)  # the second turn discarded, the third asked
+            asked = model.requests[2]["messages"]
+            assert [m["content"] for m in asked if m["role"] == "user"] == ["first", "third"]
+            model.release()
+            # seq 6 took "second", 7 rolled it back, 8 took "third": listening after that.
+            await _until(session, run_id, lambda v: _listening(v) and v["seq"] > 8)
+            assert await _conversation(session, run_id) == [
+                ("user", "first"),
+                ("assistant", "answer 1"),
+                ("user", "third"),
+                ("assistant", "answer 2"),
+            ]
+            history = await _ok(session, "GET", f"/runs/{run_id}/history?limit=1000")
+            kinds = [record["kind"] for record in history["records"]]
+            assert kinds.count("rollback") == 1
+        assert await server.stop(signal.SIGTERM) == 0, server.log()
+    finally:
+        if server.process is not None and server.process.returncode is None:
+            await server.stop(signal.SIGKILL)
