@@ -95,13 +95,16 @@ async def test_reject_names_the_step_the_run_is_on(chat: Path) -> None:
         assert state.data["said"] == ["one"]
 
 
-async def test_reject_while_a_node_is_busy(tmp_path: Path) -> None:
-    """A run busy at a node (here: its action failed to start, left running) refuses."""
+@pytest.mark.parametrize(
+    ("graph_busy", "gate_busy"), [("reject", ""), ("enqueue", ", busy: reject")]
+)
+async def test_reject_while_a_node_is_busy(tmp_path: Path, graph_busy: str, gate_busy: str) -> None:
+    """A run busy at a node refuses a message, by the graph's policy or its gate's."""
     graph = tmp_path / "two.yaml"
     graph.write_text(
-        "graph: two\nbusy: reject\nnodes:\n"
+        f"graph: two\nbusy: {graph_busy}\nnodes:\n"
         "  - id: chat\n    machine: chat\n    bind:\n"
-        "      listen: {human: chat, triggers: [message, bye]}\n"
+        f"      listen: {{human: chat, triggers: [message, bye]{gate_busy}}}\n"
         "      think: {shell: [sleep, '30'], on_exit: {'0': answer, default: error}}\n"
     )
     async with MemoryStore() as store:
