@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from phasegraph.run import Migration, PreparedGraph, Renames, ReplayReport, Run
     from phasegraph.run._children import ParentLink
     from phasegraph.run._definitions import Definitions
+    from phasegraph.run._inbox import Sent
 
 __all__ = ["Engine", "GraphSource"]
 
@@ -369,6 +371,7 @@ class Engine:
                 from phasegraph.run._migrate import pinned
 
                 await run.migrate(prepared, pinned(prepared, key, loaded.state, ()))
+            await run.settle_messages()
             yield run
 
     def _environment(self) -> RunEnvironment:
@@ -472,6 +475,99 @@ class Engine:
             if drive:
                 await run.drive()
             return run.state
+
+    async def send(
+        self,
+        run_id: str,
+        payload: Mapping[str, Any],
+        *,
+        message_id: str | None = None,
+        drive: bool = True,
+        graph: GraphSource | None = None,
+    ) -> Sent:
+        """Send a message to a run; it is refused, or kept in its inbox and delivered.
+
+        The graph's ``busy:`` says what a message does while the run is busy (see
+        :mod:`phasegraph.run._inbox`). A message that is not refused is committed to the
+        run's inbox before this returns, and delivered in order where the machine takes
+        it; one sent again under an id kept already is not taken again (``duplicate``).
+        With ``drive``, a run nobody else drives is opened here, takes what it can and
+        goes on until it finishes or waits; a run another process drives takes it there.
+
+        Args:
+            run_id: The run.
+            payload: The message: what the node that takes it reads as ``ctx.payload``.
+            message_id: Its id (default: a new one); a message sent twice under one id
+                is taken once.
+            drive: Open the run and drive it on (as :meth:`reply` does).
+            graph: The graph the run follows, when it was built in Python.
+
+        Raises:
+            RunBusyError: The run is busy and its graph (or gate) rejects messages then;
+                nothing was kept.
+            RunStateError: The run has finished, or its graph takes no messages.
+            InputError: The message id or payload is unusable.
+        """
+        sent = await self.post_message(run_id, payload, message_id=message_id, graph=graph)
+        if not drive or sent.duplicate:
+            return sent
+        from phasegraph.errors import LeaseHeldError
+
+        try:
+            async with self.open(run_id, graph=graph) as run:
+                await run.drive()
+        except LeaseHeldError:
+            pass  # another process drives the run: it takes the message there
+        return await self._sent(sent)
+
+    async def post_message(
+        self,
+        run_id: str,
+        payload: Mapping[str, Any],
+        *,
+        message_id: str | None = None,
+        graph: GraphSource | None = None,
+    ) -> Sent:
+        """Keep a message in the run's inbox, or refuse it; deliver nothing.
+
+        What :meth:`send` does before it drives the run; a server posts, then has the
+        run's driver deliver it.
+
+        Raises:
+            RunBusyError: As :meth:`send`.
+            RunStateError: As :meth:`send`.
+            InputError: As :meth:`send`.
+        """
+        from phasegraph.run import _inbox as inbox
+
+        state = await self.get(run_id)
+        prepared = await self.prepared_for(state) if graph is None else self._given(graph, state)
+        if (refused := inbox.no_messages(prepared, state)) is not None:
+            raise refused
+        given = inbox.check_message_id(message_id) if message_id is not None else None
+        body = inbox.encode_message(payload)
+        waiting = await self.store.messages(run_id, limit=100)
+        if given is not None and (kept := next((m for m in waiting if m.id == given), None)):
+            return inbox.Sent(
+                id=given, position=kept.position, duplicate=True, taken=False, state=state
+            )
+        refused_busy = inbox.refusal_for(prepared, state, waiting=len(waiting))
+        if refused_busy is not None:
+            raise refused_busy
+        new_id = given or uuid.uuid4().hex
+        at = self.clock.now().timestamp()
+        message, fresh = await self.store.post_message(run_id, new_id, body, at)
+        sent = inbox.Sent(
+            id=new_id, position=message.position, duplicate=not fresh, taken=False, state=state
+        )
+        return await self._sent(sent) if not fresh else sent
+
+    async def _sent(self, sent: Sent) -> Sent:
+        """``sent`` with the run as it is now, and whether it took the message."""
+        state = await self.get(sent.state.run_id)
+        first = await self.store.messages(state.run_id, limit=1)
+        taken = not first or first[0].position > sent.position
+        return dataclasses.replace(sent, taken=taken, state=state)
 
     async def cancel(
         self,

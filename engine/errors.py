@@ -19,7 +19,8 @@ status) and structured context (location, run, node, seq)::
     │   ├── RunStateError                  run_state           not allowed in the run's status
     │   │   ├── NotAReviewerError          not_a_reviewer      the gate names other reviewers
     │   │   ├── GateAnsweredError          gate_answered       the gate was answered already
-    │   │   └── StaleReplyError            stale_reply         the reply's gate step is past
+    │   │   ├── StaleReplyError            stale_reply         the reply's gate step is past
+    │   │   └── RunBusyError               run_busy            a message found the run busy
     │   └── RunNotFoundError(LookupError)  run_not_found       no such run or seq
     ├── StoreError                         store_error         the store refused an operation
     │   ├── LeaseHeldError                 lease_held          another live writer holds the run
@@ -61,6 +62,7 @@ __all__ = [
     "PhasegraphError",
     "Problem",
     "RequestError",
+    "RunBusyError",
     "RunError",
     "RunNotFoundError",
     "RunStateError",
@@ -92,6 +94,7 @@ class ErrorCode(StrEnum):
     NOT_A_REVIEWER = "not_a_reviewer"
     GATE_ANSWERED = "gate_answered"
     STALE_REPLY = "stale_reply"
+    RUN_BUSY = "run_busy"
     RUN_NOT_FOUND = "run_not_found"
     STORE = "store_error"
     LEASE_HELD = "lease_held"
@@ -397,6 +400,31 @@ class StaleReplyError(RunStateError):
         """The base fields, the gate, the step quoted and the pending opening's step."""
         now = {} if self.current is None else {"current_step": self.current}
         return {**super().context(), "gate": self.gate, "step": self.step, **now}
+
+
+class RunBusyError(RunStateError):
+    """A message found the run busy, and its graph (or gate) refuses messages then.
+
+    Attributes:
+        node: The node the run is busy with (``None``: it has a message to take first).
+        state: That node's state, its path joined with ``.``.
+        step: The run's last committed step.
+    """
+
+    code = ErrorCode.RUN_BUSY
+
+    def __init__(
+        self, message: str, *, run_id: str, node: str | None, state: str | None, step: int
+    ) -> None:
+        super().__init__(message, run_id=run_id, seq=step)
+        self.node = node
+        self.state = state
+        self.step = step
+
+    def context(self) -> dict[str, Any]:
+        """The base fields, and the node and state the run is busy at."""
+        where = {} if self.node is None else {"node": self.node, "state": self.state}
+        return {**super().context(), **where}
 
 
 class RunNotFoundError(RunError, LookupError):

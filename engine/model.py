@@ -26,6 +26,8 @@ __all__ = [
     "ActionDef",
     "Actor",
     "BudgetDef",
+    "BusyDef",
+    "BusyPolicy",
     "ChunkedMap",
     "Effect",
     "ErrorRecord",
@@ -517,6 +519,35 @@ def nested_machines(root: str, machines: Mapping[str, MachineDef]) -> tuple[Mach
     return tuple(found.values())
 
 
+class BusyPolicy(StrEnum):
+    """What a message sent to a run does when the run cannot take it now (it is busy).
+
+    ``reject`` refuses it, naming the step the run is on; ``enqueue`` keeps it in the
+    run's inbox until a gate takes it; ``interrupt`` cuts the action in flight short (as a
+    cancel does) and hands the message to the busy node; ``rollback`` discards the turn
+    in flight (back to the gate that took the last message, as if it never began) and
+    hands the message to that gate.
+    """
+
+    REJECT = "reject"
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
+    ROLLBACK = "rollback"
+
+
+class BusyDef(Value, frozen=True, kw_only=True):
+    """A graph's ``busy:``: that its runs take messages, and what one does while busy.
+
+    Attributes:
+        policy: What a message does while the run is busy (a gate may override it).
+        trigger: The trigger a message fires on the node that takes it: on a gate that
+            accepts it, or (``interrupt``) on a busy node whose state accepts it.
+    """
+
+    policy: BusyPolicy
+    trigger: str = "message"
+
+
 class GraphDef(Value, frozen=True, kw_only=True):
     """A workflow graph with every machine it uses resolved.
 
@@ -531,6 +562,8 @@ class GraphDef(Value, frozen=True, kw_only=True):
         description: Free text.
         output: Data keys that are the run's result (shown when the run ends).
         mcp: MCP server name → its settings as written (``phasegraph.tools`` reads them).
+        busy: Whether runs take messages, and what one does while the run is busy
+            (``None``: runs take no messages).
         location: The file the graph came from.
         digest: Content hash of the definition, recorded in every run.
     """
@@ -545,6 +578,7 @@ class GraphDef(Value, frozen=True, kw_only=True):
     description: str = ""
     output: tuple[str, ...] = ()
     mcp: Mapping[str, Mapping[str, Any]] = EMPTY
+    busy: BusyDef | None = None
     location: SourceLocation | None = None
     digest: str = ""
 
@@ -772,8 +806,10 @@ class StepRecord(Value, frozen=True, kw_only=True):
             ``transition``, ``fail``, ``wait`` (a human gate opened), ``reply``,
             ``cancel``, ``status`` (run-level change), ``intent`` (a ``once`` effect is
             about to run), ``effect`` (a tool call's result), ``expand`` (a node's plan
-            became its children), ``join`` (a node's children all ended) or ``migrate``
-            (the run moved to another stored definition, see :data:`MIGRATE`).
+            became its children), ``join`` (a node's children all ended), ``rollback``
+            (a message under ``busy: rollback`` put a node back at the gate that began
+            its turn) or ``migrate`` (the run moved to another stored definition, see
+            :data:`MIGRATE`).
         node: The node that moved, if any.
         source: State path before the step.
         trigger: The trigger fired, if any.

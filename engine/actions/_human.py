@@ -20,7 +20,7 @@ from typing import Any
 
 from phasegraph.actions._shell import render
 from phasegraph.errors import ActionError, Problem, SpecError
-from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, Actor, empty_field
+from phasegraph.model import TEMPLATE_MAX_CHARS, ActionDef, Actor, BusyPolicy, empty_field
 
 __all__ = [
     "DEFAULT_REVIEW_TIMEOUT",
@@ -82,6 +82,8 @@ class HumanGate:
         park: Whether the run counts as parked (not waiting) while the gate is open.
         triggers: The triggers a reply may fire (empty: any the state accepts).
         reviewers: Who may answer (see :func:`admits`; empty: anyone).
+        busy: What a message for this gate does while its node is busy, in place of the
+            graph's ``busy:`` policy (``None``: the graph's).
     """
 
     kind: str
@@ -90,6 +92,7 @@ class HumanGate:
     park: bool = False
     triggers: tuple[str, ...] = ()
     reviewers: tuple[str, ...] = ()
+    busy: BusyPolicy | None = None
 
 
 def build_gate(
@@ -127,6 +130,7 @@ def build_gate(
         park=bool(config.get("park", False)),
         triggers=definition.triggers,
         reviewers=tuple(config.get("reviewers") or ()),
+        busy=None if config.get("busy") is None else BusyPolicy(config["busy"]),
     )
 
 

@@ -55,6 +55,9 @@ class Code(StrEnum):
     ONCE_AGAIN = "once-effect-again"
     MISNAMED_OUTCOME = "misnamed-outcome"
     ENTRY_ONLY_SPEND = "entry-only-spend"
+    MESSAGES_NEVER_TAKEN = "messages-never-taken"
+    MESSAGE_WAITS = "message-waits-for-ever"
+    GATE_BUSY_IGNORED = "gate-busy-ignored"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -41,6 +41,7 @@ from phasegraph.analysis._explore import setting_keys
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
 from phasegraph.analysis._intent import intent_findings
+from phasegraph.analysis._messages import message_findings
 from phasegraph.analysis._phase_rules import advance_findings
 from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core._graph import find_cycle
@@ -254,7 +255,7 @@ def analyze_graph(definition: GraphDef) -> list[Finding]:
             guarded = setting_keys([definition.machines[template.machine]])
             guessed = bool(item_settings(action) & {key.split(".")[0] for key in guarded})
             findings += _node_findings(template, definition, explorer, known, proofs=not guessed)
-    return findings
+    return findings + message_findings(definition, spaces)
 
 
 def _node_findings(

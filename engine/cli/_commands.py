@@ -224,6 +224,25 @@ def _detach(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def _send(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run id")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument(
+        "--text", help="the message's text (the node that takes it reads ctx.payload['text'])"
+    )
+    given.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="the message as a JSON object (the node that takes it reads it as ctx.payload)",
+    )
+    parser.add_argument(
+        "--id",
+        help="the message's id (default: a new one): a message sent again under an id kept "
+        "already is taken once",
+    )
+    _detach(parser, "keep the message in the run's inbox, then hand the run to")
+
+
 def _resume(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     _gone_flags(parser, graph=True)
@@ -660,7 +679,8 @@ def _tokens_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="a scope the token grants (repeatable): runs:read, runs:start, "
-        "runs:start:GRAPH, gates:answer, runs:resume, runs:cancel, runs:fork, runs:migrate, admin",
+        "runs:start:GRAPH, gates:answer, runs:message, runs:resume, runs:cancel, runs:fork, "
+        "runs:migrate, admin",
     )
     parser.add_argument(
         "--group", action="append", default=[], help="a group its holder belongs to (repeatable)"
@@ -781,6 +801,13 @@ COMMANDS = (
     ),
     Command("graphs", "list the built-in graphs", _no_arguments, _runs),
     Command("reply", "answer a run's pending interrupt and continue the run", _reply, _human),
+    Command(
+        "send",
+        "send a run a message: refused while it is busy (graph busy: reject), else kept in "
+        "its inbox and taken in order where the machine accepts it",
+        _send,
+        _human,
+    ),
     Command("cancel", "cancel a waiting, parked or abandoned run", _cancel, _human),
     Command(
         "check",

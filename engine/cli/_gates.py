@@ -31,13 +31,18 @@ class OpenGate:
         answers: Triggers a person may answer with, in the gate's declared order
             (``timeout`` is left out: the deadline fires it). Empty when the graph
             could not be loaded to ask.
+        message: The answer a message sent to the run fires (``phasegraph send``),
+            when the gate takes messages.
     """
 
-    __slots__ = ("answers", "interrupt")
+    __slots__ = ("answers", "interrupt", "message")
 
-    def __init__(self, *, interrupt: Interrupt, answers: tuple[str, ...]) -> None:
+    def __init__(
+        self, *, interrupt: Interrupt, answers: tuple[str, ...], message: str | None = None
+    ) -> None:
         self.interrupt: Final = interrupt
         self.answers: Final = answers
+        self.message: Final = message
 
 
 async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
@@ -52,8 +57,14 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
     except PhasegraphError:
         prepared = None  # its definition cannot be loaded here: say what we can without it
     answers = gate_answers(prepared, state)
+    busy = None if prepared is None else prepared.definition.busy
+    message = None if busy is None else busy.trigger
     return [
-        OpenGate(interrupt=state.interrupts[interrupt_id], answers=answers[interrupt_id])
+        OpenGate(
+            interrupt=state.interrupts[interrupt_id],
+            answers=answers[interrupt_id],
+            message=message if message in answers[interrupt_id] else None,
+        )
         for interrupt_id in sorted(state.interrupts)
     ]
 
@@ -86,6 +97,18 @@ def reply_command(args: argparse.Namespace, run_id: str, interrupt: Interrupt, t
         words.append("--detach")  # else answering would drive the whole run right here
     text = shlex.join(words)
     return text.replace("'FEEDBACK'", "FEEDBACK")
+
+
+def _answer_command(args: argparse.Namespace, run_id: str, gate: OpenGate, trigger: str) -> str:
+    """The command that answers ``gate`` with ``trigger``: a message is sent, not replied."""
+    if trigger != gate.message:
+        return reply_command(args, run_id, gate.interrupt, trigger)
+    words = ["phasegraph", "send", run_id, "--text", "TEXT"]
+    if args.store != DEFAULT_STORE_URL:
+        words += ["--store", args.store]
+    if hands_to_workers(args):
+        words.append("--detach")
+    return shlex.join(words)
 
 
 def hands_to_workers(args: argparse.Namespace) -> bool:
@@ -133,7 +156,7 @@ def gate_lines(args: argparse.Namespace, state: RunState, gates: Sequence[OpenGa
         if gate.answers:
             lines.append(f"\n    it accepts {', '.join(gate.answers)}; answer with one of:")
             lines += [
-                f"\n      {reply_command(args, state.run_id, interrupt, trigger)}"
+                f"\n      {_answer_command(args, state.run_id, gate, trigger)}"
                 for trigger in gate.answers
             ]
         else:

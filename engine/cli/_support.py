@@ -101,6 +101,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.NOT_A_REVIEWER: EXIT_BAD_INPUT,
         ErrorCode.GATE_ANSWERED: EXIT_BAD_INPUT,
         ErrorCode.STALE_REPLY: EXIT_BAD_INPUT,
+        ErrorCode.RUN_BUSY: EXIT_BAD_INPUT,
         ErrorCode.RUN_NOT_FOUND: EXIT_BAD_INPUT,
         ErrorCode.STORE: EXIT_BAD_INPUT,
         ErrorCode.LEASE_HELD: EXIT_BAD_INPUT,

@@ -42,6 +42,7 @@ from phasegraph.errors import (
 from phasegraph.events import events_for, live_event
 from phasegraph.model import (
     Actor,
+    BusyPolicy,
     Effect,
     LedgerEntry,
     NodeState,
@@ -53,12 +54,19 @@ from phasegraph.model import (
 )
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._gates import GateNotOpen, refused_reply
+from phasegraph.run._inbox import (
+    MESSAGE_EVENT,
+    Target,
+    decode_message,
+    message_target,
+    taken_by,
+)
 from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.run._stored import run_meta
-from phasegraph.store.base import Commit
+from phasegraph.run._stored import decode_history, load, run_meta
+from phasegraph.store.base import Commit, Message
 
 __all__ = ["Run", "check_reply"]
 
@@ -67,6 +75,16 @@ T = TypeVar("T")
 # An enum member read from its class costs a property call (Python 3.11): read once here.
 _ONCE: Final = Effect.ONCE
 _RUNNING: Final = NodeStatus.RUNNING
+_CUTTING: Final = frozenset({BusyPolicy.INTERRUPT, BusyPolicy.ROLLBACK})
+_ROLLBACK_WINDOW: Final = 64  # records read at a time, newest first, for where a turn began
+
+
+def _gate_taking(record: StepRecord) -> str | None:
+    """The gate ``record`` delivered a message to, if it is such a step."""
+    if record.kind != "reply" or taken_by(record) is None:
+        return None
+    return next((str(e["id"]) for e in record.events if MESSAGE_EVENT in e and "id" in e), None)
+
 
 # Waits between attempts after a failed commit; the last one repeats until two leases'
 # length has passed (see Run._store_commit).
@@ -227,11 +245,15 @@ class Run:
         "__weakref__",
         "_bus",
         "_checkpoints",
+        "_eager",
         "_hold",
+        "_inbox",
         "_lock",
+        "_looked",
         "_state",
         "_steps",
         "_store",
+        "_takes",
         "_tasks",
         "_to_launch",
         "_uncertain",
@@ -260,6 +282,19 @@ class Run:
         # while any is in flight, each step is built from the run state and committed
         # under this lock.
         self._lock = asyncio.Lock()
+        # A graph that takes messages looks at the run's inbox when told to (opened, mail
+        # came) and once at each idle step; one whose policy can cut a busy node short
+        # looks at every step (a message may arrive from another process).
+        self._looked = -1  # the seq at which the inbox was last looked at
+        self._read_busy(prepared)
+
+    def _read_busy(self, prepared: PreparedGraph) -> None:
+        """Whether runs of ``prepared`` take messages, and look for them at every step."""
+        busy = prepared.definition.busy
+        self._takes = self._inbox = busy is not None
+        self._eager = busy is not None and (
+            busy.policy in _CUTTING or any(g.busy in _CUTTING for g in prepared.gates.values())
+        )
 
     @property
     def state(self) -> RunState:
@@ -401,6 +436,7 @@ class Run:
             state = self._state
             record = self._steps.migrate(state, result, nodes, actor)
             self._steps = self._steps.moved_to(prepared, state.plans)
+            self._read_busy(prepared)
             self._to_launch = [renamed.get(node, node) for node in self._to_launch]
             return await self._commit(*_encode(record))
 
@@ -418,6 +454,41 @@ class Run:
                 run_id=self.run_id,
             )
         return await self._leased(self._cancel(reason, actor))
+
+    def expect_message(self) -> None:
+        """A message may have come: look at the inbox at the next step boundary."""
+        self._inbox = self._takes
+
+    async def message_cuts_in(self) -> bool:
+        """Whether a message waits that a busy node takes now, its action to be cut short.
+
+        True under ``interrupt`` and ``rollback`` when a running node's state accepts the
+        message trigger and the inbox holds a message: the caller stops the action in
+        flight (as for a cancel) and the next step delivers the message.
+        """
+        target = message_target(self._prepared, self._state)
+        if target is None or target.gate is not None:
+            return False
+        return bool(await self._store.messages(self.run_id, limit=1))
+
+    async def settle_messages(self) -> None:
+        """Mark the inbox's first message taken if the run's last step took it.
+
+        A message is taken after the step that delivers it is committed; a process that
+        stopped in between left its cursor behind, and the run must not take it twice.
+        Call it when the run is opened, before it takes a step.
+        """
+        if self._prepared.definition.busy is None:
+            return
+        pending = await self._store.messages(self.run_id, limit=1)
+        if pending and await self._took_last(pending[0]):
+            await self._store.take_messages(self.run_id, pending[0].position)
+
+    async def _took_last(self, message: Message) -> bool:
+        """Whether the run's head step delivered ``message``."""
+        seq = self._state.seq
+        stored = [item async for item in self._store.history(self.run_id, start=seq)]
+        return any(taken_by(r) == message.id for r in decode_history(self.run_id, stored, seq))
 
     # -- the step loop -----------------------------------------------------------------
 
@@ -443,6 +514,12 @@ class Run:
         * A drive is one call of this loop under one lease guard (:meth:`_leased`), not
           a guard per step.
         """
+        if self._takes:
+            return await self._advance_with_inbox(once=once)
+        return await self._step_loop(once=once)
+
+    async def _step_loop(self, *, once: bool) -> StepRecord | None:
+        """:meth:`_advance`'s loop itself (see there)."""
         record: StepRecord | None = None
         lock = self._lock
         while True:
@@ -469,6 +546,26 @@ class Run:
                 else:
                     node_id, outcome = await self._first_outcome()
                 record = await self._commit_outcome(node_id, outcome)
+            if once:
+                return record
+
+    async def _advance_with_inbox(self, *, once: bool) -> StepRecord | None:
+        """The step loop of a graph that takes messages: the inbox looked at between steps.
+
+        It is looked at when told to (the run was opened, mail came), once at each step
+        where the run is idle (a gate may take a message), and at every step when a
+        message may cut a busy node short (``interrupt``, ``rollback``).
+        """
+        while True:
+            due = self._inbox or (self._eager and self._looked != self._state.seq)
+            record = await self._take_message() if due else None
+            if record is None:
+                record = await self._step_loop(once=True)
+            if record is None:
+                if self._looked == self._state.seq:
+                    return None
+                self._inbox = True  # idle: a message may be waiting for a gate
+                continue
             if once:
                 return record
 
@@ -502,6 +599,97 @@ class Run:
             raise
         finally:
             hold.leave()
+
+    async def _take_message(self) -> StepRecord | None:
+        """Deliver the inbox's next message where the machine accepts it now, if anywhere.
+
+        The message is marked taken once its step is committed (see
+        :meth:`settle_messages` for a process that stops in between).
+        """
+        self._inbox = False
+        self._looked = self._state.seq
+        if message_target(self._prepared, self._state) is None:
+            return None
+        pending = await self._store.messages(self.run_id, limit=1)
+        if not pending:
+            return None
+        message = pending[0]
+        async with self._lock:
+            target = message_target(self._prepared, self._state)  # it may have moved since
+            if target is None:
+                return None
+            try:
+                step = await self._message_step(target, message)
+            except (RunError, CodecError):
+                # Refused where it was to be taken (a budget spent, say): it is taken all
+                # the same, so that the messages after it are not held up behind it.
+                await self._store.take_messages(self.run_id, message.position)
+                raise
+            record = await self._commit(*step)
+        await self._store.take_messages(self.run_id, message.position)
+        return record
+
+    async def _message_step(self, target: Target, message: Message) -> tuple[StepRecord, bytes]:
+        """The step delivering ``message`` to ``target`` (a busy node's action is stopped)."""
+        busy = self._prepared.definition.busy
+        assert busy is not None  # a target exists only for a graph that takes messages
+        result = ActionResult(trigger=busy.trigger, payload=decode_message(message.body))
+        taken = {"id": message.id, "position": message.position}
+        state = self._state
+        if target.gate is not None:
+            record = self._steps.answer(state, target.gate, result, trusted=True, message=taken)
+            return _encode(record)
+        await self._stop_node(target.node)
+        if target.policy is BusyPolicy.ROLLBACK:
+            back = await self._turn_began(target.node)
+            if back is not None:  # discard the turn: back to the gate that began it
+                gate, before, keys = back
+                rolled = self._steps.rollback(state, target.node, before, gate, keys)
+                await self._commit(*_encode(rolled))
+                record = self._steps.answer(self._state, gate, result, trusted=True, message=taken)
+                return _encode(record)
+        event = {
+            "kind": MESSAGE_EVENT,
+            "trigger": busy.trigger,
+            "payload": dict(result.payload),
+            MESSAGE_EVENT: taken,
+            "policy": str(target.policy),
+        }
+        record = self._steps.transition(state, target.node, result, (event,), kind="reply")
+        return _encode(record)
+
+    async def _turn_began(self, node_id: str) -> tuple[str, RunState, set[str]] | None:
+        """Where the node's turn began, read from the newest step back.
+
+        Returns:
+            The gate that took the node's last message, the run just before that step,
+            and the data keys the node wrote since; ``None`` if it took none at a gate.
+        """
+        keys: set[str] = set()
+        stop = self._state.seq + 1
+        while stop > 0:
+            start = max(0, stop - _ROLLBACK_WINDOW)
+            stored = self._store.history(self.run_id, start=start, stop=stop)
+            records = decode_history(self.run_id, [item async for item in stored], start)
+            for record in reversed(records):
+                if record.node != node_id:
+                    continue
+                keys |= {*record.data, *record.appended}
+                gate = _gate_taking(record)
+                if gate is not None:
+                    before = await load(self._store, self.run_id, record.seq - 1)
+                    return gate, before.state, keys
+            stop = start
+        return None
+
+    async def _stop_node(self, node_id: str) -> None:
+        """Cut the node's action short, or forget it if it has not started."""
+        if node_id in self._to_launch:
+            self._to_launch.remove(node_id)
+        task = self._tasks.pop(node_id, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _reply(self, interrupt_id: str, result: ActionResult, who: _Answer) -> StepRecord:
         async with self._lock:

@@ -697,6 +697,7 @@ class StepBuilder:
         actor: Actor | None = None,
         step: int | None = None,
         trusted: bool = False,
+        message: Mapping[str, Any] | None = None,
     ) -> StepRecord:
         """Fire a reply's trigger on the waiting node and close its interrupt.
 
@@ -709,6 +710,8 @@ class StepBuilder:
                 whichever opening of the gate is pending.
             trusted: The caller is local and trusted: the gate's reviewers do not
                 restrict ``actor`` (who is still recorded).
+            message: The inbox message this reply delivers (its ``id`` and
+                ``position``), recorded on the reply's event.
 
         Raises:
             RunStateError: No such pending interrupt.
@@ -737,6 +740,8 @@ class StepBuilder:
             "trigger": result.trigger,
             "payload": dict(result.payload),
         }
+        if message is not None:
+            reply["message"] = dict(message)
         if interrupt.kind == OUTCOME_UNKNOWN:
             record = self._settle_effect(state, interrupt, result, reply, remaining)
         else:
@@ -744,6 +749,38 @@ class StepBuilder:
                 state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining
             )
         return record if actor is None else replace(record, actor=actor)
+
+    def rollback(
+        self,
+        state: RunState,
+        node_id: str,
+        back: RunState,
+        gate: str,
+        keys: Iterable[str],
+    ) -> StepRecord:
+        """Put a node back at the gate it waited at in ``back``, as if nothing since began.
+
+        The node's state is ``back``'s, the gate ``gate`` is open again, and each data key
+        in ``keys`` (what the node wrote since) holds ``back``'s value again (``None``
+        for a key ``back`` had not). A ``rollback`` step: the message that discards the
+        turn is delivered to the gate next.
+        """
+        node = back.nodes[node_id]
+        data = {key: back.data.get(key) for key in sorted(keys)}
+        data = {key: value for key, value in data.items() if state.data.get(key) != value}
+        interrupts = MappingProxyType({**state.interrupts, gate: back.interrupts[gate]})
+        event = {"kind": "rollback", "node": node_id, "gate": gate, "to": back.seq}
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="rollback",
+            source=state.nodes[node_id].path,
+            dest=node.path,
+            data=data,
+            events=(event,),
+            interrupts=interrupts,
+        )
 
     def expire(self, state: RunState) -> StepRecord | None:
         """Fire ``timeout`` on the first interrupt whose deadline has passed, if any."""

@@ -26,6 +26,7 @@ from phasegraph.server._principal import (
     PRINCIPAL,
     RUNS_CANCEL,
     RUNS_FORK,
+    RUNS_MESSAGE,
     RUNS_MIGRATE,
     RUNS_READ,
     RUNS_RESUME,
@@ -79,6 +80,7 @@ ROUTE_SCOPES: Final[Mapping[tuple[str, str], str]] = {
     ("GET", "/runs/{run_id}/events"): RUNS_READ,
     ("POST", "/runs/{run_id}/replay"): RUNS_READ,  # re-drives in memory: changes nothing
     ("POST", "/runs/{run_id}/reply"): GATES_ANSWER,
+    ("POST", "/runs/{run_id}/messages"): RUNS_MESSAGE,
     ("POST", "/runs/{run_id}/resume"): RUNS_RESUME,
     ("POST", "/runs/{run_id}/cancel"): RUNS_CANCEL,
     ("POST", "/runs/{run_id}/fork"): RUNS_FORK,

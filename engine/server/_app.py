@@ -67,6 +67,7 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.NOT_A_REVIEWER: 403,
     ErrorCode.GATE_ANSWERED: 409,
     ErrorCode.STALE_REPLY: 409,
+    ErrorCode.RUN_BUSY: 409,
     ErrorCode.ILLEGAL_TRIGGER: 409,
     ErrorCode.BUDGET_EXHAUSTED: 409,
     ErrorCode.ACTION_FAILED: 409,

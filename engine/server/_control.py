@@ -1,4 +1,4 @@
-"""HTTP routes that act on runs: reply, resume, cancel, fork, replay, migrate."""
+"""HTTP routes that act on runs: reply, message, resume, cancel, fork, replay, migrate."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ __all__ = ["routes"]
 
 _TRIGGER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 _REPLY_FIELDS: Final = frozenset({"interrupt_id", "trigger", "payload", "data", "step"})
+_MESSAGE_FIELDS: Final = frozenset({"text", "payload", "id"})
+_MESSAGE_ID: Final = re.compile(r"[\x21-\x7e]{1,200}")  # printable ASCII, no space
 _FORK_FIELDS: Final = frozenset({"at_seq", "data"})
 _MIGRATE_FIELDS: Final = frozenset({"graph", UPLOAD_FIELD, "dry_run", "renames"})
 _MAX_REASON: Final = 1000
@@ -62,6 +64,34 @@ async def reply(request: web.Request) -> web.Response:
         run_id, interrupt_id, result, actor=who.actor, step=step, trusted=who.trusted
     )
     return ok(await run_json(request.app, state))
+
+
+async def message(request: web.Request) -> web.Response:
+    """Send a run a message: kept in its inbox (202) and taken in order, or refused (409).
+
+    ``text`` (read as ``{"text": ...}``) or ``payload`` is the message, ``id`` its id (a
+    message sent again under one id is taken once). What it does while the run is busy is
+    the graph's ``busy:`` policy: ``reject`` refuses it with 409, naming the step the run
+    is on.
+    """
+    run_id = request.match_info["run_id"]
+    body = await json_body(request)
+    check_fields(body, _MESSAGE_FIELDS)
+    text = body.get("text")
+    if text is not None and not isinstance(text, str):
+        fail("body.text", f"expected a string, not {type(text).__name__}")
+    if (text is None) == ("payload" not in body):
+        fail("body", "give the message as `text` or as `payload`, one of them")
+    payload = {"text": text} if text is not None else optional_mapping(body, "payload")
+    message_id = optional_string(body, "id", _MESSAGE_ID)
+    sent = await request.app[EXECUTOR].send(run_id, payload, message_id=message_id)
+    view = {
+        "id": sent.id,
+        "position": sent.position,
+        "duplicate": sent.duplicate,
+        "run": await run_json(request.app, sent.state),
+    }
+    return ok(view, status=202)
 
 
 async def resume(request: web.Request) -> web.Response:
@@ -153,6 +183,7 @@ def routes() -> list[web.RouteDef]:
     """This module's routes."""
     return [
         web.post("/runs/{run_id}/reply", reply),
+        web.post("/runs/{run_id}/messages", message),
         web.post("/runs/{run_id}/resume", resume),
         web.post("/runs/{run_id}/cancel", cancel),
         web.post("/runs/{run_id}/fork", fork),

@@ -33,6 +33,7 @@ from phasegraph.errors import InputError, LeaseHeldError, PhasegraphError, RunSt
 from phasegraph.model import Actor, RunState, RunStatus
 from phasegraph.run import PreparedGraph
 from phasegraph.run._fork import nothing_to_resume
+from phasegraph.run._inbox import Sent
 from phasegraph.store.base import RunMeta
 from phasegraph.worker import WorkQueue
 from phasegraph.worker._driver import RunDriver
@@ -194,6 +195,30 @@ class Executor:
         self.submit(run_id)
         return await done
 
+    async def send(
+        self, run_id: str, payload: Mapping[str, Any], *, message_id: str | None = None
+    ) -> Sent:
+        """Keep a message in the run's inbox (or refuse it) and have the run take it.
+
+        The run's drive delivers it where the machine takes it (see
+        :meth:`~phasegraph.Engine.send`); in front of workers, the run is queued for them.
+
+        Raises:
+            RunBusyError: The run is busy and its graph rejects messages then.
+            RunStateError: The run has finished, or its graph takes no messages.
+            InputError: The id or payload is unusable.
+        """
+        self._refuse_if_closing(run_id)
+        sent = await self._engine.post_message(run_id, payload, message_id=message_id)
+        if not sent.duplicate:
+            queue = self._options.queue
+            if queue is not None:
+                await queue.enqueue(run_id)  # the wake-up: the worker driving it looks
+            else:
+                self.submit(run_id)  # its drive looks at the inbox between two steps
+        _log_run("message", sent.state, message=sent.id, position=str(sent.position))
+        return sent
+
     async def resume(self, run_id: str) -> RunState:
         """Drive an unfinished run in the background; return its head state.
 
@@ -326,7 +351,11 @@ class Executor:
     # -- start-up -------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """Resume ``running`` runs and arm the deadlines of waiting and parked ones."""
+        """Resume ``running`` runs and arm the deadlines of waiting and parked ones.
+
+        A waiting run with a message in its inbox is driven too: it was kept, and the
+        server stopped before the run took it.
+        """
         while True:
             try:
                 running = await self._run_ids(RunStatus.RUNNING)
@@ -342,6 +371,8 @@ class Executor:
         for run_id in held:
             with contextlib.suppress(PhasegraphError):
                 await self._driver.settle(await self._engine.get(run_id))
+                if await self._engine.store.messages(run_id, limit=1):
+                    self.submit(run_id)  # a message kept before a crash waits to be taken
         _log.info("recovered %d running and %d waiting runs", len(running), len(held))
         self.recovered.set()
 

@@ -39,6 +39,7 @@ __all__ = [
 RUNS_READ: Final = "runs:read"
 RUNS_START: Final = "runs:start"
 GATES_ANSWER: Final = "gates:answer"
+RUNS_MESSAGE: Final = "runs:message"
 RUNS_RESUME: Final = "runs:resume"
 RUNS_CANCEL: Final = "runs:cancel"
 RUNS_FORK: Final = "runs:fork"
@@ -50,6 +51,7 @@ SCOPES: Final = {
     RUNS_START: "start runs of any built-in graph or of an uploaded one "
     "(runs:start:GRAPH: of the built-in graph GRAPH only)",
     GATES_ANSWER: "answer a run's pending gates (reply)",
+    RUNS_MESSAGE: "send a run messages (its graph's busy: says what one does)",
     RUNS_RESUME: "resume an unfinished run",
     RUNS_CANCEL: "cancel a run",
     RUNS_FORK: "fork a run from one of its steps",

@@ -517,6 +517,8 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
         del graph["output"]  # so the digests of graphs written before `output:` stay as they were
     if not graph.get("mcp"):
         del graph["mcp"]  # likewise for graphs without MCP servers
+    if graph.get("busy") is None:
+        graph.pop("busy", None)  # and for graphs whose runs take no messages
     payload = {
         "graph": {**graph, "graph": name},
         "machines": {
@@ -548,7 +550,11 @@ def _machine_json(machine: MachineFile) -> dict[str, Any]:
 def _node_json(value: object) -> Any:
     """A node of the graph being digested, as its JSON dump (see :func:`_digest`)."""
     if isinstance(value, schema.NodeSpec):
-        return value.model_dump(mode="json", by_alias=True)
+        dumped = value.model_dump(mode="json", by_alias=True)
+        for action in (dumped.get("bind") or {}).values():
+            if isinstance(action, dict) and "human" in action and action.get("busy") is None:
+                action.pop("busy", None)  # the digests of gates written before `busy:` stay
+        return dumped
     raise TypeError(f"{type(value).__name__} is not JSON")  # pragma: no cover - dumps are JSON
 
 
@@ -651,6 +657,7 @@ def _graph(
         middleware=_middleware(spec, doc),
         description=spec.description,
         output=tuple(spec.output),
+        busy=_busy(spec.busy),
         mcp=MappingProxyType(
             {
                 name: _frozen(server.model_dump(exclude_none=True))
@@ -660,6 +667,15 @@ def _graph(
         location=SourceLocation(doc.path),
         digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
     )
+
+
+def _busy(busy: schema.BusySpec | str | None) -> model.BusyDef | None:
+    """A graph's ``busy:`` as a definition (a bare policy takes the default trigger)."""
+    if busy is None:
+        return None
+    if isinstance(busy, str):
+        return model.BusyDef(policy=model.BusyPolicy(busy))
+    return model.BusyDef(policy=model.BusyPolicy(busy.policy), trigger=busy.trigger)
 
 
 def read_raw(source: str | Path, what: str) -> tuple[Mapping[str, Any] | None, list[Problem]]:

@@ -490,6 +490,23 @@ class HttpAction(_ActionBase, _ActionEffects):
         return [(("on_status", key), trigger) for key, trigger in self.on_status.items()]
 
 
+_BusyPolicy = Literal["reject", "enqueue", "interrupt", "rollback"]
+
+
+class BusySpec(_Spec):
+    """That a graph's runs take messages, and what one does while the run is busy."""
+
+    policy: _BusyPolicy = Field(
+        description="While the run is busy: reject (refused, naming the step), enqueue "
+        "(kept in the run's inbox until a gate takes it), interrupt (the action in flight "
+        "is cut short and the busy node takes it) or rollback (the turn in flight is "
+        "discarded and the gate that began it takes it)."
+    )
+    trigger: _Name = Field(
+        "message", description="The trigger a message fires on the node that takes it."
+    )
+
+
 class HumanAction(_ActionBase):
     """Pause the run on an interrupt until someone replies (or the timeout fires)."""
 
@@ -504,6 +521,11 @@ class HumanAction(_ActionBase):
         min_length=1,
         description="Who may answer: principal names and group:NAME entries "
         "(default: anyone who may reply).",
+    )
+    busy: _BusyPolicy | None = Field(
+        None,
+        description="For a gate that takes messages (the graph's busy: trigger): what a "
+        "message does while its node is busy, in place of the graph's busy: policy.",
     )
 
 
@@ -911,6 +933,11 @@ class GraphSpec(_Spec):
     nodes: list[NodeSpec] = Field(min_length=1, description="The nodes, in declaration order.")
     output: list[_NonEmpty] = Field(
         [], description="Data keys that are the run's result, shown when it ends."
+    )
+    busy: _BusyPolicy | BusySpec | None = Field(
+        None,
+        description="Runs take messages (phasegraph send, POST /runs/ID/messages): what one "
+        "does while the run is busy, as a policy or {policy, trigger}; default: none taken.",
     )
 
 

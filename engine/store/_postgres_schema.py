@@ -19,7 +19,10 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``schema_version``):
 * ``due``: the next deadline of each waiting or parked run (ms since the epoch);
 * ``inbox`` and ``cancels``: replies and cancel requests for runs a worker is driving;
 * ``definitions`` (since version 2): one row per run definition, its bytes (``bytea``)
-  under their digest; shared by runs, so retention's sweep never deletes one.
+  under their digest; shared by runs, so retention's sweep never deletes one;
+* ``messages`` and ``messages_taken`` (since version 3): the runs' inboxes, one row per
+  message keyed by ``(run_id, position)`` with its sender's id unique per run, and each
+  run's cursor (how many it took); retention's sweep deletes a run's with the run.
 
 Lease and queue times are the server's clock (:data:`NOW`), which every host sharing
 the database agrees on.
@@ -41,7 +44,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The layout this phasegraph writes; a newer one is refused, never written."""
 
 DEFAULT_SCHEMA: Final = POSTGRES_SCHEMA
@@ -114,7 +117,24 @@ _V2: Final = (
     )""",
 )
 
-_STEPS: Final = {1: _V1, 2: _V2}
+# Version 3: the runs' inboxes.
+_V3: Final = (
+    """CREATE TABLE {s}.messages (
+        run_id text NOT NULL,
+        position int8 NOT NULL,
+        id text NOT NULL,
+        body bytea NOT NULL,
+        at float8 NOT NULL,
+        PRIMARY KEY (run_id, position),
+        UNIQUE (run_id, id)
+    )""",
+    """CREATE TABLE {s}.messages_taken (
+        run_id text PRIMARY KEY,
+        position int8 NOT NULL
+    )""",
+)
+
+_STEPS: Final = {1: _V1, 2: _V2, 3: _V3}
 
 
 def migrations(schema: str, version: int) -> list[bytes]:
@@ -198,6 +218,11 @@ class Statements:
     put_definition: bytes
     get_definition: bytes
     has_definition: bytes
+    post_message: bytes
+    message_by_id: bytes
+    messages: bytes
+    messages_after: bytes
+    take_messages: bytes
     channel: str
 
     @classmethod
@@ -293,6 +318,10 @@ WITH gone AS (
   DELETE FROM {s}.records WHERE run_id IN (SELECT run_id FROM gone)
 ), snapshots AS (
   DELETE FROM {s}.snapshots WHERE run_id IN (SELECT run_id FROM gone)
+), messages AS (
+  DELETE FROM {s}.messages WHERE run_id IN (SELECT run_id FROM gone)
+), taken AS (
+  DELETE FROM {s}.messages_taken WHERE run_id IN (SELECT run_id FROM gone)
 )
 SELECT count(*) FROM gone""",
     # -- the work queue (NOTIFY is delivered when the statement's transaction commits)
@@ -358,4 +387,18 @@ SELECT pg_notify({channel}, '') FROM queued""",
     "ON CONFLICT (key) DO NOTHING",
     "get_definition": "SELECT body FROM {s}.definitions WHERE key = %s",
     "has_definition": "SELECT EXISTS (SELECT 1 FROM {s}.definitions WHERE key = %s)",
+    # -- the runs' inboxes: a post that finds its id (or, in a race, its position) taken
+    # inserts nothing; the caller then looks the id up, and tries again if it is not there
+    "post_message": "INSERT INTO {s}.messages (run_id, position, id, body, at) "
+    "SELECT %s, coalesce(max(position), 0) + 1, %s, %b, %s FROM {s}.messages "
+    "WHERE run_id = %s ON CONFLICT DO NOTHING RETURNING position",
+    "message_by_id": "SELECT position, body, at FROM {s}.messages WHERE run_id = %s AND id = %s",
+    "messages": "SELECT position, id, body, at FROM {s}.messages WHERE run_id = %s "
+    "AND position > coalesce((SELECT position FROM {s}.messages_taken WHERE run_id = %s), 0) "
+    "ORDER BY position LIMIT %s",
+    "messages_after": "SELECT position, id, body, at FROM {s}.messages "
+    "WHERE run_id = %s AND position > %s ORDER BY position LIMIT %s",
+    "take_messages": "INSERT INTO {s}.messages_taken AS t (run_id, position) "
+    "SELECT %s, least(%s, coalesce(max(position), 0)) FROM {s}.messages WHERE run_id = %s "
+    "ON CONFLICT (run_id) DO UPDATE SET position = greatest(t.position, excluded.position)",
 }

@@ -9,7 +9,17 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-__all__ = ["COMMIT", "HEAD", "LEASE", "READ", "SCRIPT_SHA", "ms"]
+__all__ = [
+    "COMMIT",
+    "HEAD",
+    "LEASE",
+    "MESSAGES",
+    "POST_MESSAGE",
+    "READ",
+    "SCRIPT_SHA",
+    "TAKE_MESSAGES",
+    "ms",
+]
 
 # KEYS: lease, token. ARGV: op (acquire | takeover | renew | release), token, ttl ms,
 # owner, and for takeover the lease value seen (a holder the client found dead).
@@ -120,7 +130,8 @@ for i = 4, #ARGV, 2 do
 end
 call('HSET', KEYS[1], unpack(fields))
 if expire then
-  for _, key in ipairs({KEYS[1], rec, base .. 'snap', base .. 'snaps', base .. 'token'}) do
+  for _, key in ipairs({KEYS[1], rec, base .. 'snap', base .. 'snaps', base .. 'token',
+      base .. 'msgid', base .. 'msg', base .. 'msgtaken'}) do
     if expire == '0' then call('PERSIST', key) else call('PEXPIRE', key, expire) end
   end
 end
@@ -159,8 +170,50 @@ if not head then return {-1} end
 return {1, head, redis.call('LLEN', KEYS[2])}
 """
 
+# A run's inbox. KEYS: ids (hash: message id -> position), msgs (hash: position -> body,
+# position:id -> id, position:at -> time), taken (the cursor). ARGV: id, body, at.
+# Returns {1 (taken in) or 0 (kept already), position, body, at}.
+POST_MESSAGE: Final = """
+local kept = redis.call('HGET', KEYS[1], ARGV[1])
+if kept then
+  local m = redis.call('HMGET', KEYS[2], kept, kept .. ':at')
+  return {0, tonumber(kept), m[1], m[2]}
+end
+local position = redis.call('HLEN', KEYS[1]) + 1
+redis.call('HSET', KEYS[1], ARGV[1], position)
+redis.call('HSET', KEYS[2], position, ARGV[2], position .. ':id', ARGV[1],
+  position .. ':at', ARGV[3])
+return {1, position, ARGV[2], ARGV[3]}
+"""
+
+# KEYS: ids, msgs, taken. ARGV: after ('' : the cursor), limit. Returns a flat list of
+# position, id, body, at for each message past ``after``, in order.
+MESSAGES: Final = """
+local after = tonumber(ARGV[1]) or tonumber(redis.call('GET', KEYS[3]) or '0')
+local last = math.min(redis.call('HLEN', KEYS[1]), after + tonumber(ARGV[2]))
+local out = {}
+for position = after + 1, last do
+  local m = redis.call('HMGET', KEYS[2], position .. ':id', position, position .. ':at')
+  out[#out + 1] = position
+  out[#out + 1] = m[1]
+  out[#out + 1] = m[2]
+  out[#out + 1] = m[3]
+end
+return out
+"""
+
+# KEYS: ids, taken. ARGV: position. The cursor only moves on, never past the last message.
+TAKE_MESSAGES: Final = """
+local position = math.min(tonumber(ARGV[1]), redis.call('HLEN', KEYS[1]))
+if position > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], position)
+end
+return 1
+"""
+
 SCRIPT_SHA: Final = {
-    script: hashlib.sha1(script.encode()).hexdigest() for script in (LEASE, COMMIT, READ, HEAD)
+    script: hashlib.sha1(script.encode()).hexdigest()
+    for script in (LEASE, COMMIT, READ, HEAD, POST_MESSAGE, MESSAGES, TAKE_MESSAGES)
 }
 """Each script's SHA-1 digest, the name EVALSHA knows it by."""
 

@@ -8,11 +8,14 @@ more pages per step. A file of another application, of a newer version, or of an
 unknown one is refused with a :class:`~phasegraph.errors.StoreError` naming it, and left
 alone.
 
-One table is added to a file of any version, when a writable store opens it:
+Tables are added to a file of any version, when a writable store opens it:
 ``definitions`` (:data:`DEFINITIONS_TABLE`: a run definition's bytes under their digest,
-shared by runs and removed by none). It is the same in every layout and no older
-phasegraph reads the file differently for it, so it changes no ``user_version``; a file
-opened only read-only since may lack it, and then keeps no definition.
+shared by runs and removed by none), and the runs' inboxes (:data:`INBOX_TABLES`:
+``messages``, one row per message keyed by ``(run_id, position)`` with its sender's id
+unique per run, and ``messages_taken``, each run's cursor). They are the same in every
+layout and no older phasegraph reads the file differently for them, so they change no
+``user_version``; a file opened only read-only since may lack them, and then keeps no
+definition and no message.
 
 Version 3 is laid out so that a step rewrites two pages, each a whole WAL frame: the
 run's ``runs`` row and the ``records`` leaf its record lands in.
@@ -46,6 +49,7 @@ from phasegraph.errors import StoreError
 
 __all__ = [
     "DEFINITIONS_TABLE",
+    "INBOX_TABLES",
     "MAX_SEQ",
     "SCHEMA_VERSION",
     "Statement",
@@ -65,6 +69,16 @@ DEFINITIONS_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS definitions (key TEXT PRIMARY KEY, body BLOB NOT NULL)"
 )
 """The table of run definitions, made in a new file and added to an older one (any version)."""
+
+INBOX_TABLES: Final = (
+    """CREATE TABLE IF NOT EXISTS messages (
+        run_id TEXT NOT NULL, position INTEGER NOT NULL, id TEXT NOT NULL,
+        body BLOB NOT NULL, at REAL NOT NULL,
+        PRIMARY KEY (run_id, position), UNIQUE (run_id, id))""",
+    """CREATE TABLE IF NOT EXISTS messages_taken (
+        run_id TEXT PRIMARY KEY, position INTEGER NOT NULL)""",
+)
+"""The runs' inboxes, made in a new file and added to an older one (any version)."""
 
 _APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
 
@@ -260,7 +274,8 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
 
     Runs in its own ``BEGIN IMMEDIATE`` transaction, so two processes opening a new file
     at once create the tables once (a plain ``BEGIN`` when ``create`` is false). With
-    ``create``, a file of any version known gets the ``definitions`` table if it lacks it.
+    ``create``, a file of any version known gets the ``definitions`` and inbox tables if it
+    lacks them.
 
     Returns:
         The statements of the file's layout (``None`` only for an empty file not created).
@@ -291,12 +306,18 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
         elif version not in _STATEMENTS:
             raise foreign_file_error(path, f"its schema version {version} is unknown")
         if create:
-            conn.execute(DEFINITIONS_TABLE)  # a new file's, or one an older version wrote
+            _added_tables(conn)  # a new file's, or one an older version wrote
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     return _STATEMENTS[version]
+
+
+def _added_tables(conn: sqlite3.Connection) -> None:
+    """Create the tables a file of any version gets when it is opened to write."""
+    for statement in (DEFINITIONS_TABLE, *INBOX_TABLES):
+        conn.execute(statement)
 
 
 def connect_read_only(path: Path, timeout: float) -> tuple[sqlite3.Connection, Statements]:

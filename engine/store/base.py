@@ -34,6 +34,11 @@ Guarantees every backend gives (the contract suite in ``phasegraph.testing`` che
   refused with :class:`JournalHeadError`, whatever seq is asked for. A store changed
   outside phasegraph is never shown one step short, nor continued from an earlier step.
 
+Beside its journal, each run has an **inbox**: the messages sent to it, in the order the
+store took them in, each under an id given by its sender. A message posted again under an
+id already kept is not taken again (the first one is answered). The run takes them in
+order: a cursor per run says how many it has taken (see :meth:`Store.take_messages`).
+
 Backends never decode payloads: they see bytes and the metadata in :class:`Commit`.
 """
 
@@ -48,7 +53,16 @@ from typing import Self
 from phasegraph.errors import LeaseLostError, StoreUnavailableError
 from phasegraph.model import Value
 
-__all__ = ["Commit", "ForwardingStore", "Lease", "LeaseLine", "RunMeta", "Store", "StoredRun"]
+__all__ = [
+    "Commit",
+    "ForwardingStore",
+    "Lease",
+    "LeaseLine",
+    "Message",
+    "RunMeta",
+    "Store",
+    "StoredRun",
+]
 
 
 class Lease(Value, frozen=True, kw_only=True):
@@ -142,13 +156,33 @@ class StoredRun(Value, frozen=True, kw_only=True):
     records: tuple[bytes, ...]
 
 
+class Message(Value, frozen=True, kw_only=True):
+    """One message of a run's inbox, as the store keeps it.
+
+    Attributes:
+        run_id: The run it was sent to.
+        position: Its place in the run's inbox: 1 for the first message taken in, then
+            2, 3, ... in the order the store took them in.
+        id: The id its sender gave it (unique in the run's inbox).
+        body: The encoded message (the store never reads it).
+        at: When it was posted, seconds since the epoch (the poster's clock).
+    """
+
+    run_id: str
+    position: int
+    id: str
+    body: bytes
+    at: float
+
+
 class Store(abc.ABC):
     """Async persistence for runs. Use as ``async with store:``; ``aclose`` is idempotent.
 
     A backend implements the lease (:meth:`acquire`, :meth:`renew`, :meth:`holder`,
     :meth:`release`), the journal (:meth:`commit`, :meth:`read`, :meth:`history`,
     :meth:`list_runs`), the run definitions (:meth:`put_definition`,
-    :meth:`get_definition`, :meth:`has_definition`) and :meth:`aclose`;
+    :meth:`get_definition`, :meth:`has_definition`), the inbox (:meth:`post_message`,
+    :meth:`messages`, :meth:`take_messages`) and :meth:`aclose`;
     :class:`~phasegraph.testing.StoreContract` checks them all.
     """
 
@@ -276,6 +310,43 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def post_message(
+        self, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        """Put a message at the end of the run's inbox, unless its id is kept there already.
+
+        Atomic: of two posts of one id, one is taken in and the other answered with it.
+        The run need not exist (the engine checks that first); no lease is needed.
+
+        Returns:
+            The message as kept (the one kept first, for an id kept already), and whether
+            this post took it in.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached (nothing was kept).
+        """
+
+    @abc.abstractmethod
+    async def messages(
+        self, run_id: str, *, after: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """Messages of the run's inbox past ``after`` (default: those not taken), in order.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def take_messages(self, run_id: str, position: int) -> None:
+        """Mark the run's messages up to ``position`` taken (a cursor that only moves on).
+
+        Taking a position at or below the cursor changes nothing.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Release connections. Safe to call more than once."""
 
@@ -361,6 +432,22 @@ class ForwardingStore(Store):
     async def has_definition(self, key: str) -> bool:
         """Forwarded to ``inner``."""
         return await self.inner.has_definition(key)
+
+    async def post_message(
+        self, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        """Forwarded to ``inner``."""
+        return await self.inner.post_message(run_id, message_id, body, at)
+
+    async def messages(
+        self, run_id: str, *, after: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """Forwarded to ``inner``."""
+        return await self.inner.messages(run_id, after=after, limit=limit)
+
+    async def take_messages(self, run_id: str, position: int) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.take_messages(run_id, position)
 
     async def aclose(self) -> None:
         """Forwarded to ``inner``."""

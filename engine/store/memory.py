@@ -29,7 +29,7 @@ from phasegraph.store._open import (
     run_not_found_error,
     sequence_conflict_error,
 )
-from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, Message, RunMeta, Store, StoredRun
 
 __all__ = ["MemoryStore"]
 
@@ -51,6 +51,15 @@ class _Run:
         return len(self.records) - 1
 
 
+@dataclass(slots=True)
+class _Inbox:
+    """One run's messages, in order, and how many of them the run took."""
+
+    messages: list[Message] = field(default_factory=list)
+    ids: dict[str, Message] = field(default_factory=dict)
+    taken: int = 0
+
+
 @final
 class MemoryStore(Store):
     """A store that keeps runs in process memory; nothing survives the process."""
@@ -58,6 +67,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
         self._definitions: dict[str, bytes] = {}  # never emptied: no run owns one
+        self._inboxes: dict[str, _Inbox] = {}  # run id -> its messages (apart from _runs)
         self._closed = False
         self._leases = threading.Lock()  # lease changes also come from the keeper's thread
 
@@ -199,6 +209,43 @@ class MemoryStore(Store):
         """Whether a definition is kept under ``key``; see :meth:`Store.has_definition`."""
         self._check_open()
         return key in self._definitions
+
+    async def post_message(
+        self, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        """Put a message in the run's inbox once; see :meth:`Store.post_message`."""
+        self._check_open()
+        inbox = self._inboxes.setdefault(run_id, _Inbox())
+        kept = inbox.ids.get(message_id)
+        if kept is not None:
+            return kept, False
+        message = Message(
+            run_id=run_id,
+            position=len(inbox.messages) + 1,
+            id=message_id,
+            body=bytes(body),
+            at=at,
+        )
+        inbox.messages.append(message)
+        inbox.ids[message_id] = message
+        return message, True
+
+    async def messages(
+        self, run_id: str, *, after: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """The run's messages past ``after``; see :meth:`Store.messages`."""
+        self._check_open()
+        inbox = self._inboxes.get(run_id)
+        if inbox is None:
+            return []
+        start = inbox.taken if after is None else max(after, 0)
+        return inbox.messages[start : start + max(limit, 0)]
+
+    async def take_messages(self, run_id: str, position: int) -> None:
+        """Move the run's inbox cursor on; see :meth:`Store.take_messages`."""
+        self._check_open()
+        inbox = self._inboxes.setdefault(run_id, _Inbox())
+        inbox.taken = max(inbox.taken, min(position, len(inbox.messages)))
 
     async def aclose(self) -> None:
         """Forget nothing (the data lives as long as the object); just refuse further use."""

@@ -55,7 +55,7 @@ from phasegraph.store._postgres_db import Database, DuplicateKey, PostgresOption
 from phasegraph.store._postgres_lease import PostgresLeaseLine
 from phasegraph.store._postgres_queue import PostgresRunQueue
 from phasegraph.store._postgres_schema import DEFAULT_SCHEMA, Statements
-from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, Message, RunMeta, Store, StoredRun
 
 __all__ = ["PostgresStore"]
 
@@ -301,6 +301,46 @@ class PostgresStore(Store):
         """Whether a definition is kept under ``key``; see :meth:`Store.has_definition`."""
         row = await self._db.one(self._sql.has_definition, (key,))
         return row is not None and bool(row[0])
+
+    async def post_message(
+        self, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        """Put a message in the run's inbox once; see :meth:`Store.post_message`."""
+        while True:
+            row = await self._db.one(self._sql.post_message, (run_id, message_id, body, at, run_id))
+            if row is not None:
+                position = int(row[0])
+                kept = Message(run_id=run_id, position=position, id=message_id, body=body, at=at)
+                return kept, True
+            found = await self._db.one(self._sql.message_by_id, (run_id, message_id))
+            if found is not None:
+                position, stored, when = found
+                kept = Message(
+                    run_id=run_id,
+                    position=int(position),
+                    id=message_id,
+                    body=bytes(stored),
+                    at=float(when),
+                )
+                return kept, False
+            # Another post took the position first: the next one is free.
+
+    async def messages(
+        self, run_id: str, *, after: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """The run's messages past ``after``; see :meth:`Store.messages`."""
+        if after is None:
+            rows = await self._db.all(self._sql.messages, (run_id, run_id, max(limit, 0)))
+        else:
+            rows = await self._db.all(self._sql.messages_after, (run_id, after, max(limit, 0)))
+        return [
+            Message(run_id=run_id, position=int(p), id=i, body=bytes(b), at=float(a))
+            for p, i, b, a in rows
+        ]
+
+    async def take_messages(self, run_id: str, position: int) -> None:
+        """Move the run's inbox cursor on; see :meth:`Store.take_messages`."""
+        await self._db.run(self._sql.take_messages, (run_id, position, run_id))
 
     async def aclose(self) -> None:
         """Close the pool. Safe to call more than once."""

@@ -86,8 +86,11 @@ from phasegraph.store._redis_scripts import (
     COMMIT,
     HEAD,
     LEASE,
+    MESSAGES,
+    POST_MESSAGE,
     READ,
     SCRIPT_SHA,
+    TAKE_MESSAGES,
     ms,
 )
 from phasegraph.store._redis_wire import (
@@ -101,7 +104,7 @@ from phasegraph.store._redis_wire import (
     pack,
     pack_parts,
 )
-from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, Message, RunMeta, Store, StoredRun
 
 __all__ = [
     "RedisStore",
@@ -449,6 +452,47 @@ class RedisStore(Store):
     async def has_definition(self, key: str) -> bool:
         """Whether a definition is kept under ``key`` (``EXISTS``)."""
         return bool(await self._call("EXISTS", self.definition_key(key)))
+
+    async def post_message(
+        self, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        """Put a message in the run's inbox once (one script); see :meth:`Store.post_message`."""
+        with self._errors():
+            reply = await self._eval(POST_MESSAGE, self._inbox_keys(run_id), (message_id, body, at))
+        fresh, position, kept, when = reply
+        message = Message(
+            run_id=run_id, position=int(position), id=message_id, body=bytes(kept), at=float(when)
+        )
+        return message, bool(fresh)
+
+    async def messages(
+        self, run_id: str, *, after: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """The run's messages past ``after`` (one script); see :meth:`Store.messages`."""
+        args = ("" if after is None else max(after, 0), max(limit, 0))
+        with self._errors():
+            flat = await self._eval(MESSAGES, self._inbox_keys(run_id), args)
+        return [
+            Message(
+                run_id=run_id,
+                position=int(flat[i]),
+                id=bytes(flat[i + 1]).decode(),
+                body=bytes(flat[i + 2]),
+                at=float(flat[i + 3]),
+            )
+            for i in range(0, len(flat), 4)
+        ]
+
+    async def take_messages(self, run_id: str, position: int) -> None:
+        """Move the run's inbox cursor on (one script); see :meth:`Store.take_messages`."""
+        ids, _, taken = self._inbox_keys(run_id)
+        with self._errors():
+            await self._eval(TAKE_MESSAGES, (ids, taken), (position,))
+
+    def _inbox_keys(self, run_id: str) -> tuple[str, str, str]:
+        """The keys of the run's inbox (ids, messages, cursor), in the run's hash slot."""
+        base = f"{self._prefix}:{{{run_id}}}:"
+        return base + "msgid", base + "msg", base + "msgtaken"
 
     def definition_key(self, key: str) -> str:
         """The Redis key a definition's bytes are kept under."""

@@ -77,7 +77,7 @@ from phasegraph.store._sqlite_layout import (
     foreign_file_error,
 )
 from phasegraph.store._thread_worker import ThreadWorker
-from phasegraph.store.base import Commit, Lease, LeaseLine, RunMeta, Store, StoredRun
+from phasegraph.store.base import Commit, Lease, LeaseLine, Message, RunMeta, Store, StoredRun
 
 __all__ = [
     "SqliteStore",
@@ -246,6 +246,25 @@ class SqliteStore(Store):
     async def has_definition(self, key: str) -> bool:
         """Whether a definition is kept under ``key`` (its key's index entry alone is read)."""
         return await self._call(self._has_definition, key, write=False)
+
+    async def post_message(
+        self, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        """Put a message in the run's inbox once; see :meth:`Store.post_message`.
+
+        One transaction of its own (IMMEDIATE: two posts of one id are serialized).
+        """
+        return await self._call(self._post_message, run_id, message_id, body, at)
+
+    async def messages(
+        self, run_id: str, *, after: int | None = None, limit: int = 100
+    ) -> list[Message]:
+        """The run's messages past ``after``; see :meth:`Store.messages`."""
+        return await self._call(self._messages, run_id, after, limit, write=False)
+
+    async def take_messages(self, run_id: str, position: int) -> None:
+        """Move the run's inbox cursor on; see :meth:`Store.take_messages`."""
+        await self._call(self._take_messages, run_id, position)
 
     async def aclose(self) -> None:
         """Close the connection and stop the worker thread. Safe to call more than once."""
@@ -490,6 +509,60 @@ class SqliteStore(Store):
         conn.execute(
             "UPDATE runs SET lease_owner = NULL WHERE run_id = ? AND lease_token = ?",
             (lease.run_id, lease.token),
+        )
+
+    @staticmethod
+    def _post_message(
+        conn: sqlite3.Connection, run_id: str, message_id: str, body: bytes, at: float
+    ) -> tuple[Message, bool]:
+        row = conn.execute(
+            "SELECT position, body, at FROM messages WHERE run_id = ? AND id = ?",
+            (run_id, message_id),
+        ).fetchone()
+        if row is not None:
+            return Message(
+                run_id=run_id, position=row[0], id=message_id, body=bytes(row[1]), at=row[2]
+            ), False
+        (last,) = conn.execute(
+            "SELECT coalesce(max(position), 0) FROM messages WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO messages (run_id, position, id, body, at) VALUES (?, ?, ?, ?, ?)",
+            (run_id, last + 1, message_id, body, at),
+        )
+        return Message(run_id=run_id, position=last + 1, id=message_id, body=body, at=at), True
+
+    @staticmethod
+    def _messages(
+        conn: sqlite3.Connection, run_id: str, after: int | None, limit: int
+    ) -> list[Message]:
+        try:
+            if after is None:
+                row = conn.execute(
+                    "SELECT position FROM messages_taken WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                after = 0 if row is None else row[0]
+            rows = conn.execute(
+                "SELECT position, id, body, at FROM messages WHERE run_id = ? AND position > ? "
+                "ORDER BY position LIMIT ?",
+                (run_id, after, max(limit, 0)),
+            ).fetchall()
+        except sqlite3.OperationalError:
+            found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
+            if conn.execute(found).fetchone() is not None:
+                raise
+            return []  # a file only read since an older phasegraph wrote it: no inbox
+        return [
+            Message(run_id=run_id, position=p, id=i, body=bytes(b), at=a) for p, i, b, a in rows
+        ]
+
+    @staticmethod
+    def _take_messages(conn: sqlite3.Connection, run_id: str, position: int) -> None:
+        conn.execute(
+            "INSERT INTO messages_taken (run_id, position) SELECT ?, min(?, coalesce(max("
+            "position), 0)) FROM messages WHERE run_id = ? ON CONFLICT (run_id) DO UPDATE "
+            "SET position = max(position, excluded.position)",
+            (run_id, position, run_id),
         )
 
     @staticmethod

@@ -541,6 +541,71 @@ class StoreContract:
         with pytest.raises(RunNotFoundError):
             await store.read(key)
 
+    async def test_messages_are_kept_in_the_order_posted(self, store: Store) -> None:
+        """Each run's inbox numbers its messages 1, 2, 3 in the order it took them in."""
+        for index, text in enumerate((b"one", b"two", b"three"), 1):
+            message, fresh = await store.post_message("r", f"m{index}", text, 100.0 + index)
+            assert fresh
+            assert message.position == index
+            assert message.body == text
+        await store.post_message("other", "m1", b"elsewhere", 1.0)
+        kept = await store.messages("r")
+        assert [(m.position, m.id, m.body) for m in kept] == [
+            (1, "m1", b"one"),
+            (2, "m2", b"two"),
+            (3, "m3", b"three"),
+        ]
+        assert kept[0].at == 101.0
+        assert kept[0].run_id == "r"
+        assert [m.body for m in await store.messages("other")] == [b"elsewhere"]
+        assert await store.messages("never") == []
+        assert [m.id for m in await store.messages("r", after=1, limit=1)] == ["m2"]
+
+    async def test_a_message_posted_again_under_its_id_is_taken_once(self, store: Store) -> None:
+        """A second post of an id, even at once or with other bytes, answers the first."""
+        first, fresh = await store.post_message("r", "same", b"first", 1.0)
+        assert fresh
+        again, fresh_again = await store.post_message("r", "same", b"second", 2.0)
+        assert not fresh_again
+        assert again == first
+        posts = await asyncio.gather(
+            *(store.post_message("r", f"burst-{i % 3}", b"x", 3.0) for i in range(9))
+        )
+        assert sum(fresh for _, fresh in posts) == 3
+        kept = await store.messages("r")
+        assert [m.position for m in kept] == [1, 2, 3, 4]
+        assert len({m.id for m in kept}) == 4
+
+    async def test_taken_messages_are_passed_over(self, store: Store) -> None:
+        """The cursor only moves on, never past the last message; ids stay kept after it."""
+        for index in range(1, 4):
+            await store.post_message("r", f"m{index}", b"%d" % index, 1.0)
+        await store.take_messages("r", 2)
+        assert [m.id for m in await store.messages("r")] == ["m3"]
+        await store.take_messages("r", 1)  # behind the cursor: nothing moves back
+        assert [m.id for m in await store.messages("r")] == ["m3"]
+        assert [m.id for m in await store.messages("r", after=0)] == ["m1", "m2", "m3"]
+        await store.take_messages("r", 99)  # past the last: taken up to the last only
+        assert await store.messages("r") == []
+        again, fresh = await store.post_message("r", "m1", b"resent", 2.0)
+        assert not fresh
+        assert again.position == 1
+        later, fresh = await store.post_message("r", "m4", b"4", 2.0)
+        assert fresh
+        assert later.position == 4
+        assert [m.id for m in await store.messages("r")] == ["m4"]
+
+    @_PER_STORE
+    @given(ids=st.lists(st.sampled_from("abcdef"), min_size=1, max_size=12))
+    async def test_inbox_property(self, store: Store, ids: list[str]) -> None:
+        """Any sequence of posts keeps each distinct id once, in first-posted order."""
+        run_id = f"p-{uuid.uuid4().hex}"
+        for message_id in ids:
+            await store.post_message(run_id, message_id, message_id.encode(), 1.0)
+        kept = await store.messages(run_id, limit=100)
+        assert [m.id for m in kept] == list(dict.fromkeys(ids))
+        assert [m.position for m in kept] == list(range(1, len(kept) + 1))
+
     async def test_aclose_is_idempotent(self, store: Store) -> None:
         """Closing twice is fine."""
         await store.aclose()

@@ -3,9 +3,11 @@
 A :class:`RunDriver` opens a run (taking its lease), steps it until nothing more can
 happen and gives the lease back. Between two steps it acts on the run's :class:`Mailbox`:
 a cancel request is committed in the open run, then each reply is applied and answered
-with the state right after its step, or with its refusal. :meth:`RunDriver.notify` says
-mail arrived; a cancel request also cuts a long action short (the run is closed at its
-last committed step and reopened to commit the cancel). An idle run's next deadline goes
+with the state right after its step, or with its refusal; the run then looks at its
+inbox (messages, see :mod:`phasegraph.run._inbox`). :meth:`RunDriver.notify` says mail
+arrived; a cancel request, or a message that cuts a busy node short (``interrupt``,
+``rollback``), also cuts a long action short (the run is closed at its last committed
+step and reopened to commit the cancel, or to take the message). An idle run's next deadline goes
 to :meth:`Mailbox.wake_at`. At the start and the end of each drive the run's child runs
 are looked after (:class:`~phasegraph.worker._children.ChildRuns`): those its gates wait
 for are launched, or answered if they ended; a child run left ended answers its parent.
@@ -82,6 +84,7 @@ class _Drive:
     mail: bool = True  # look at the mailbox before the next step
     attempt: asyncio.Task[tuple[RunState, int]] | None = None
     stepping: bool = False  # in a step (not delivering): a cancel request may cut it short
+    run: Run | None = None  # the run while this drive holds it open
 
 
 @final
@@ -237,6 +240,7 @@ class RunDriver:
                 raise
             finally:
                 drive.attempt = None
+                drive.run = None
             return None if task.cancelled() else task.result()
 
     async def _steps(self, run_id: str, drive: _Drive) -> tuple[RunState, int]:
@@ -249,9 +253,11 @@ class RunDriver:
             # answered if they ended (the answers are the mail delivered first).
             if not run.state.status.terminal and await self._children.look(run.state):
                 drive.mail = True
+            drive.run = run
             while True:
                 if drive.mail:
                     drive.mail = False
+                    run.expect_message()  # mail may be a message in the run's inbox
                     await self._deliver(run, cancel)
                     cancel = _LOOK
                 drive.stepping = True
@@ -320,8 +326,15 @@ class RunDriver:
         """
         try:
             cancel = await self._mailbox.cancel_requested(run_id)
+            # A message that cuts the busy node short (interrupt, rollback) does the same:
+            # the run is reopened at its last committed step and takes it first.
+            run = drive.run
+            if cancel is None and drive.stepping and run is not None:
+                cut = await run.message_cuts_in()
+            else:
+                cut = cancel is not None
         except Exception as exc:  # any mailbox's error: the drive looks again between steps
             self._log.warning("cannot read run %s's cancel request (%s)", run_id, exc)
             return
-        if cancel is not None and drive.stepping and drive.attempt is not None:
+        if cut and drive.stepping and drive.attempt is not None:
             drive.attempt.cancel()

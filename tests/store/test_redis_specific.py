@@ -212,6 +212,22 @@ async def test_retention_expires_finished_runs_only(
         assert 0 < await client.pttl(store.run_keys("r")[4]) <= 30_000  # lease keeps its own
 
 
+async def test_retention_expires_a_finished_runs_inbox_with_it(
+    redis_url: str, client: redis.asyncio.Redis
+) -> None:
+    async with isolated_redis_store(redis_url, ttl="60") as store:
+        assert isinstance(store, RedisStore)
+        lease = await store.acquire("r", "w", 30)
+        await store.commit(lease, make_commit("r", 0, status="waiting"))
+        await store.post_message("r", "m1", b"hello", 1.0)
+        await store.take_messages("r", 1)
+        inbox = [f"{store.prefix}:{{r}}:{suffix}" for suffix in ("msgid", "msg", "msgtaken")]
+        assert [await client.pttl(k) for k in inbox] == [-1] * 3
+        await store.commit(lease, make_commit("r", 1, status="completed"))
+        ttls = [await client.pttl(k) for k in inbox]
+        assert all(55_000 < ttl <= 60_000 for ttl in ttls), ttls
+
+
 async def test_without_ttl_finished_runs_are_kept(
     store: RedisStore, client: redis.asyncio.Redis
 ) -> None:

@@ -45,6 +45,8 @@ async def test_a_new_file_has_the_current_layout(tmp_path: Path) -> None:
         ("table", "snapshots"),
         ("index", "runs_by_time"),
         ("table", "definitions"),
+        ("table", "messages"),
+        ("table", "messages_taken"),
     }
     tables = _sql(path, "SELECT sql FROM sqlite_master WHERE type = 'table'")
     assert not any("WITHOUT ROWID" in str(sql) for (sql,) in tables)  # rowid tables
@@ -75,8 +77,10 @@ async def test_an_older_file_is_read_and_written_in_its_own_layout(
         assert [m.run_id for m in await store.list_runs(status="completed")] == ["old"]
         assert [seq async for seq, _ in store.history("old")] == [0, 1, 2]
     assert _sql(path, "PRAGMA user_version") == [(version,)]
-    # Left as it was, no silent rewrite of the user's file, but for the definitions table.
-    assert _layout(path) == layout | {("table", "definitions")}
+    # Left as it was, no silent rewrite of the user's file, but for the tables added to
+    # any version: definitions, and the runs' inboxes.
+    added = {("table", "definitions"), ("table", "messages"), ("table", "messages_taken")}
+    assert _layout(path) == layout | added
     async with SqliteStore(path, read_only=True) as store:
         assert (await store.read("old")).records == (b"\x01", b"record-2")
 

@@ -20,6 +20,11 @@ offline examples answer from a shipped script. Each entry of the script is one a
   completion_tokens}`` (default: about four characters a token) and ``model: NAME``
   (the entry answers only requests for that model; others skip it).
 
+A server made with ``held=True`` answers nothing until a test lets it: each
+:meth:`ScriptedModelServer.release` lets one answer go, and :meth:`~ScriptedModelServer.received`
+waits until a number of requests came, so a test drives a slow model step by step
+instead of sleeping.
+
 Entries are taken in order (the first unused one whose ``model`` fits); with
 ``by_turn=True`` the entry is picked by the request instead: the N-th fitting entry for a
 conversation holding N assistant messages (a compression summary counts for the answers
@@ -90,6 +95,7 @@ class ScriptedModelServer:
         max_context: Refuse requests over about this many tokens (context-length error).
         host: Interface to listen on (loopback by default).
         port: Port (0: a free one).
+        held: Hold every answer until :meth:`release` lets it go.
     """
 
     def __init__(
@@ -101,8 +107,11 @@ class ScriptedModelServer:
         max_context: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        held: bool = False,
     ) -> None:
         self._entries = [_Entry(dict(spec)) for spec in script]
+        self._held = asyncio.Semaphore(0) if held else None
+        self._came: asyncio.Condition | None = None  # made on the server's loop
         self._by_turn = by_turn
         self._record = record
         self._max_context = max_context
@@ -191,6 +200,19 @@ class ScriptedModelServer:
         """Script entries not used yet (``by_turn`` scripts never use entries up)."""
         return sum(not entry.used for entry in self._entries)
 
+    def release(self, answers: int = 1) -> None:
+        """Let ``answers`` held answers go (a server made with ``held=True``)."""
+        if self._held is None:
+            raise RuntimeError("the server holds no answers: make it with held=True")
+        for _ in range(answers):
+            self._held.release()
+
+    async def received(self, count: int) -> None:
+        """Wait until at least ``count`` requests came (answered or held)."""
+        came = self._came = self._came or asyncio.Condition()
+        async with came:
+            await came.wait_for(lambda: self._log.requests >= count)
+
     # -- serving -----------------------------------------------------------------------
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
@@ -202,6 +224,11 @@ class ScriptedModelServer:
         if self._record:
             self._log.bodies.append(body)
             self._log.authorizations.append(request.headers.get("Authorization", ""))
+        if self._came is not None:
+            async with self._came:
+                self._came.notify_all()
+        if self._held is not None:
+            await self._held.acquire()  # a client that gives up cancels this wait
         model = str(body.get("model", ""))
         entry = self._pick(body, model)
         if entry is None:
