@@ -55,6 +55,7 @@ class Code(StrEnum):
     ONCE_AGAIN = "once-effect-again"
     MISNAMED_OUTCOME = "misnamed-outcome"
     ENTRY_ONLY_SPEND = "entry-only-spend"
+    UNBUDGETED_CALL = "unbudgeted-model-call"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

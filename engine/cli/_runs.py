@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.api import Engine
-from phasegraph.cli._gates import gate_lines, open_gates, run_json
+from phasegraph.cli._gates import gate_lines, open_gates, run_budget, run_json
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._migrate import refuse_gone_flags, say_drift
 from phasegraph.cli._support import (
@@ -228,8 +228,14 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
         elif holder is not None:
             driving = True
             head += f" (a live process drives it: {owner_label(holder)!r})"
-    view = run_json(state, gates, driving=driving)
-    emit(args, view, f"{head}: {run_summary(state)}\n{nodes}", plain=True)
+    budget = await run_budget(engine, state)
+    view = run_json(state, gates, driving=driving, budget=budget)
+    text = f"{head}: {run_summary(state)}\n"
+    if budget is not None:
+        from phasegraph.run._spend import budget_line  # only a run with a budget shows it
+
+        text += f"{budget_line(budget)}\n"
+    emit(args, view, text + nodes, plain=True)
 
 
 async def _follow(args: argparse.Namespace, engine: Engine) -> int:

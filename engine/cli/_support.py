@@ -93,6 +93,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.RUN: EXIT_FAILED,
         ErrorCode.ILLEGAL_TRIGGER: EXIT_BAD_INPUT,
         ErrorCode.BUDGET_EXHAUSTED: EXIT_FAILED,
+        ErrorCode.SPEND_REFUSED: EXIT_FAILED,
         ErrorCode.ACTION_FAILED: EXIT_FAILED,
         ErrorCode.ACTION_TIMEOUT: EXIT_FAILED,
         ErrorCode.LOOP_DETECTED: EXIT_FAILED,

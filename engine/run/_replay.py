@@ -226,11 +226,16 @@ class _Replayer:
         node = record.node
         if node is None:
             return
-        running = self._state.nodes[node].status is NodeStatus.RUNNING
-        if running and node not in self._due:
-            self._due.append(node)
-        elif not running and node in self._due:
-            self._due.remove(node)
+        # A reply to the budget gate moves every node it held, beside its own.
+        moved = (
+            [node, *(n for n in record.nodes if n != node)] if record.kind == "reply" else [node]
+        )
+        for node in moved:
+            running = self._state.nodes[node].status is NodeStatus.RUNNING
+            if running and node not in self._due:
+                self._due.append(node)
+            elif not running and node in self._due:
+                self._due.remove(node)
 
     def _replay(self, recorded: StepRecord) -> StepRecord | str:
         """The step the interpreter would take here, given the recorded outside inputs."""

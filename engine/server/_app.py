@@ -69,6 +69,7 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.STALE_REPLY: 409,
     ErrorCode.ILLEGAL_TRIGGER: 409,
     ErrorCode.BUDGET_EXHAUSTED: 409,
+    ErrorCode.SPEND_REFUSED: 409,
     ErrorCode.ACTION_FAILED: 409,
     ErrorCode.ACTION_TIMEOUT: 409,
     ErrorCode.DATA_CONFLICT: 409,

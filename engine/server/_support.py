@@ -18,6 +18,7 @@ from phasegraph.errors import CodecError, InputError, PhasegraphError, RequestEr
 from phasegraph.model import RunState
 from phasegraph.run import RUN_ID_PATTERN, PreparedGraph
 from phasegraph.run._gates import gate_answers
+from phasegraph.run._spend import budget_view
 from phasegraph.server._exec import Executor
 from phasegraph.server._feed import EventHub
 from phasegraph.server._jwt import JwtSettings
@@ -286,12 +287,11 @@ async def run_json(
     Each pending interrupt lists the answers its gate accepts (read from the run's graph,
     which the engine keeps prepared); ``driving`` defaults to whether this server steps it.
     """
-    prepared = None
-    if state.interrupts:
-        try:
-            prepared = await app[ENGINE].prepared_for(state)
-        except PhasegraphError:
-            prepared = None  # its definition cannot be loaded here: the answers are unknown
+    try:
+        prepared = await app[ENGINE].prepared_for(state)
+    except PhasegraphError:
+        prepared = None  # its definition cannot be loaded here: answers and limits unknown
     if driving is None:
         driving = app[EXECUTOR].driving(state.run_id)
-    return run_view(state, driving=driving, answers=gate_answers(prepared, state))
+    budget = budget_view(state, None if prepared is None else prepared.definition.budget)
+    return run_view(state, driving=driving, answers=gate_answers(prepared, state), budget=budget)

@@ -517,6 +517,8 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
         del graph["output"]  # so the digests of graphs written before `output:` stay as they were
     if not graph.get("mcp"):
         del graph["mcp"]  # likewise for graphs without MCP servers
+    if graph.get("budget") is None:
+        del graph["budget"]  # likewise for graphs without a budget
     payload = {
         "graph": {**graph, "graph": name},
         "machines": {
@@ -659,6 +661,20 @@ def _graph(
         ),
         location=SourceLocation(doc.path),
         digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
+        budget=None if spec.budget is None else _spend_limit(spec.budget),
+    )
+
+
+def _spend_limit(spec: schema.SpendSpec) -> model.SpendLimit:
+    prices = {
+        name: model.Price(input=price.input, output=price.output)
+        for name, price in spec.prices.items()
+    }
+    return model.SpendLimit(
+        tokens=spec.tokens,
+        money=spec.money,
+        prices=MappingProxyType(prices),
+        required=spec.required,
     )
 
 
