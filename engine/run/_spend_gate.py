@@ -32,10 +32,23 @@ from phasegraph.model import (
 )
 from phasegraph.run._spend import GRANTED, totals
 
-__all__ = ["ANSWERS", "BUDGET_GATE", "MORE", "STOP", "budget_interrupt", "grant", "waiting"]
+__all__ = [
+    "ANSWERS",
+    "BUDGET_GATE",
+    "MORE",
+    "REFUSED",
+    "STOP",
+    "budget_interrupt",
+    "grant",
+    "refusal",
+    "waiting",
+]
 
 BUDGET_GATE: Final = "budget"
 """The interrupt kind of the gate that asks a person for more budget."""
+
+REFUSED: Final = "refused"
+"""The key of a budget wait step's result that holds the refusal (what replay feeds)."""
 
 MORE: Final = "more"
 STOP: Final = "stop"
@@ -156,3 +169,14 @@ def grant(
         if node is not None and node.status is NodeStatus.WAITING:
             nodes[node_id] = replace(node, status=NodeStatus.RUNNING)
     return MappingProxyType(nodes)
+
+
+def refusal(recorded: Mapping[str, Any], node_id: str) -> SpendRefusedError:
+    """The refusal a budget wait step recorded (its result's :data:`REFUSED`), again."""
+    return SpendRefusedError(
+        str(recorded.get("message", "")),
+        asked={str(k): int(v) for k, v in dict(recorded.get("asked") or {}).items()},
+        left={str(k): int(v) for k, v in dict(recorded.get("left") or {}).items()},
+        used={str(k): int(v) for k, v in dict(recorded.get("used") or {}).items()},
+        node_id=node_id,
+    )

@@ -65,7 +65,13 @@ from phasegraph.run._spend import (
     reservation,
     reserved,
 )
-from phasegraph.run._spend_gate import BUDGET_GATE, budget_interrupt, grant, waiting
+from phasegraph.run._spend_gate import (
+    BUDGET_GATE,
+    REFUSED,
+    budget_interrupt,
+    grant,
+    waiting,
+)
 
 __all__ = ["ACTION_DUE", "ActionDue", "Decision", "StepBuilder"]
 
@@ -762,6 +768,13 @@ class StepBuilder:
         said: dict[str, Any] = {"kind": "budget_waiting", "id": interrupt.id, "node": node_id}
         if opened:
             said = {"kind": f"{BUDGET_GATE}_request", "id": interrupt.id, **interrupt.payload}
+        # What was refused, as replay feeds it again (the action's outcome, recorded).
+        refused = {
+            "asked": dict(error.asked),
+            "left": dict(error.left),
+            "used": dict(error.used),
+            "message": error.message,
+        }
         return self._record(
             state,
             node_id,
@@ -769,6 +782,7 @@ class StepBuilder:
             kind="wait",
             source=node.path,
             dest=node.path,
+            result={REFUSED: refused},
             events=(*events, said),
             interrupts=MappingProxyType({**state.interrupts, interrupt.id: interrupt}),
         )

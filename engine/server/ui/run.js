@@ -10,7 +10,7 @@ import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.
 import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
 import { drawDag, drawMachine } from "./layout.js";
 import { childFacts, planKey, planVersionsOf, renderPlanVersions, resultOf } from "./plans.js";
-import { conversationsOf, renderConversations } from "./talk.js";
+import { conversationsOf, renderConversations, spendText } from "./talk.js";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 const FIRST_PAGE = 300; // steps shown at first; older ones on request
@@ -236,6 +236,7 @@ export function showRun(main, runId, query = new URLSearchParams()) {
         "version ", h("span", { class: "mono" }, run.graph_digest.slice(0, 12))), " · ",
       h("span", {}, `step ${run.seq}`), " · ",
       h("span", {}, run.summary), " · ",
+      budgetLine(run.budget),
       h("span", {}, `started ${when(run.created_at)}`), " · ",
       h("span", {}, `updated ${when(run.updated_at)}`),
       forkedFrom(),
@@ -564,6 +565,7 @@ export function showRun(main, runId, query = new URLSearchParams()) {
         h("dt", {}, "steps"), h("dd", {}, String(view.steps), view.steps ? [" · ", h("button", { type: "button", class: "link", onclick: () => listSteps(id) }, "list its steps")] : ""),
         h("dt", {}, "needs"), h("dd", {}, shape.needs.length ? shape.needs.join(", ") : "—"),
         shape.parent ? childFacts(shape.parent, result, pickNode) : [],
+        spendText(view.counters) ? [h("dt", {}, "model spend"), h("dd", { class: "mono node-spend" }, spendText(view.counters))] : [],
         Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
         view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
       h("p", { class: "muted small" }, "In the diagram: the current state (or the picked step's) is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),
@@ -724,4 +726,20 @@ function defaultNode(run, shape, records) {
   const first = (status) => ids.find((id) => run.nodes[id] && run.nodes[id].status === status);
   const talked = records.findLast((r) => r.node && ids.includes(r.node) && r.result && r.result.output && r.result.output.finish_reason);
   return first("failed") || first("running") || (talked && talked.node) || ids[0] || null;
+}
+
+/** The run's budget for model calls in the run's header: spent, and left of each limit. */
+function budgetLine(budget) {
+  if (!budget) return "";
+  const parts = [];
+  for (const kind of ["tokens", "money"]) {
+    const spent = budget.spent[kind];
+    const limit = budget.limit[kind];
+    if (limit === null && !spent) continue;
+    let said = `${+(+spent).toFixed(6)} ${kind} spent`;
+    if (limit !== null) said += `, ${+(+budget.left[kind]).toFixed(6)} left of ${limit}`;
+    if (budget.reserved[kind]) said += ` (${+(+budget.reserved[kind]).toFixed(6)} reserved)`;
+    parts.push(said);
+  }
+  return parts.length ? [h("span", { class: "budget" }, `budget: ${parts.join("; ")}`), " · "] : "";
 }

@@ -98,7 +98,10 @@ function add(t, record, message, output) {
   // The user message the binding's prompt template rendered to on this turn.
   if (message.role === "user" && typeof output.prompt === "string" && message.content === output.prompt) entry.prompted = true;
   if (message.role === "assistant") {
-    if (output.usage || output.model || output.finish_reason) entry.turn = output;
+    if (output.usage || output.model || output.finish_reason) {
+      // What the turn spent of the run's budget (tokens, money in millionths).
+      entry.turn = { ...output, spend: (record.result && record.result.spend) || null };
+    }
     // Call ids may repeat from one turn to the next: a result answers the latest call.
     t.open.clear();
     entry.calls = (message.tool_calls || []).map((c) => {
@@ -121,6 +124,15 @@ function parsed(text) {
 
 const pretty = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));
 
+/** Spend as a person reads it: tokens, and money (counted in millionths) in currency units. */
+export function spendText(spend) {
+  if (!spend) return "";
+  const parts = [];
+  if (Number.isFinite(spend.tokens)) parts.push(`${spend.tokens} tokens`);
+  if (Number.isFinite(spend.money) && spend.money) parts.push(`${+(spend.money / 1e6).toFixed(6)} money`);
+  return parts.join(" · ");
+}
+
 function turnFacts(turn) {
   const usage = turn.usage || {};
   const parts = [];
@@ -129,6 +141,8 @@ function turnFacts(turn) {
   if (usage.prompt_tokens !== undefined || usage.completion_tokens !== undefined) {
     parts.push(`${usage.prompt_tokens ?? "?"} prompt + ${usage.completion_tokens ?? "?"} completion tokens`);
   } else if (usage.total_tokens !== undefined) parts.push(`${usage.total_tokens} tokens`);
+  const spent = spendText(turn.spend);
+  if (spent) parts.push(`spent ${spent}`);
   if (turn.tool_choice) parts.push(`tool_choice ${turn.tool_choice}`);
   if (turn.parallel_tool_calls === false) parts.push("one call an answer");
   if (turn.response_format) parts.push(`schema ${turn.response_format}`);

@@ -101,6 +101,8 @@ async def test_parallel_agents_share_the_budget_and_one_gate_asks_for_more(
         # The reply raises the limit: both calls run again and the agents finish.
         state = await engine.reply(state.run_id, gate.id, "more", payload={"tokens": 40_000})
         history = await engine.history(state.run_id)
+        replayed = await engine.replay(state.run_id)
+    assert replayed.identical, replayed.divergence
     assert state.status is RunStatus.COMPLETED
     spent = sum(node.counters["tokens"] for node in state.nodes.values())
     assert spent == 2 * 11 * sum(USAGE.values())  # settled at what each answer used
@@ -219,6 +221,9 @@ async def test_sigkills_between_reservation_and_commit_never_overspend(
             engine = Engine(opened)
             state = await engine.get("budget-run")
             history = await engine.history("budget-run")
+            # Replay re-derives every step, the charges of crashed calls included.
+            replayed = await engine.replay("budget-run")
+        assert replayed.identical, replayed.divergence
         # What the provider was asked for (every answer it gave used 1,500 tokens), and
         # what the run committed at every step, stay within the budget.
         assert server.request_count * sum(USAGE.values()) <= LIMIT
