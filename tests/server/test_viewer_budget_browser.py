@@ -66,3 +66,19 @@ def test_the_viewer_shows_the_budget_left_and_spend_per_node_and_turn(
         assert len(turns) == 3
         assert all("spent 1500 tokens · 0.00045 money" in turn for turn in turns), turns
         shot(page, "budget-viewer.png")
+
+        # The gate asks for more: the page sends what a person types; the run goes on.
+        gate = page.locator(".gate.budget-gate")
+        assert "look" in gate.locator(".facts").inner_text()
+        gate.locator("button[data-answer='more']").click()
+        assert "nothing was sent" in gate.locator(".message").inner_text()
+        gate.locator("input[id^='more-tokens']").fill("2000")
+        gate.locator("button[data-answer='more']").click()
+        page.locator("h1 .badge.st-completed").wait_for(timeout=60_000)
+        reply = next(
+            r
+            for r in served.call("GET", "/runs/spend/history?limit=100")["records"]
+            if r["kind"] == "reply"
+        )
+        assert reply["result"]["payload"] == {"tokens": 2000}
+        assert "left of 7000" in page.locator(".budget").inner_text()

@@ -10,7 +10,8 @@ import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.
 import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
 import { drawDag, drawMachine } from "./layout.js";
 import { childFacts, planKey, planVersionsOf, renderPlanVersions, resultOf } from "./plans.js";
-import { conversationsOf, renderConversations, spendText } from "./talk.js";
+import { BUDGET_GATE, budgetGateCard, budgetLine, spendText } from "./budget.js";
+import { conversationsOf, renderConversations } from "./talk.js";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 const FIRST_PAGE = 300; // steps shown at first; older ones on request
@@ -353,6 +354,12 @@ export function showRun(main, runId, query = new URLSearchParams()) {
   }
 
   function gateCard(interrupt, n) {
+    if (interrupt.kind === BUDGET_GATE) {
+      return budgetGateCard(interrupt, n, {
+        send: (trigger, payload) => sendReply(interrupt, trigger, payload),
+        describe: (error) => (error instanceof ApiError ? problemText(error) : String(error)),
+      });
+    }
     if (interrupt.kind === OUTCOME_UNKNOWN) {
       const node = state.run.nodes[interrupt.node];
       return effectGateCard(interrupt, n, {
@@ -726,20 +733,4 @@ function defaultNode(run, shape, records) {
   const first = (status) => ids.find((id) => run.nodes[id] && run.nodes[id].status === status);
   const talked = records.findLast((r) => r.node && ids.includes(r.node) && r.result && r.result.output && r.result.output.finish_reason);
   return first("failed") || first("running") || (talked && talked.node) || ids[0] || null;
-}
-
-/** The run's budget for model calls in the run's header: spent, and left of each limit. */
-function budgetLine(budget) {
-  if (!budget) return "";
-  const parts = [];
-  for (const kind of ["tokens", "money"]) {
-    const spent = budget.spent[kind];
-    const limit = budget.limit[kind];
-    if (limit === null && !spent) continue;
-    let said = `${+(+spent).toFixed(6)} ${kind} spent`;
-    if (limit !== null) said += `, ${+(+budget.left[kind]).toFixed(6)} left of ${limit}`;
-    if (budget.reserved[kind]) said += ` (${+(+budget.reserved[kind]).toFixed(6)} reserved)`;
-    parts.push(said);
-  }
-  return parts.length ? [h("span", { class: "budget" }, `budget: ${parts.join("; ")}`), " · "] : "";
 }

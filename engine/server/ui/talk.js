@@ -3,6 +3,7 @@
 // appends its new messages (`record.appended`); tool steps append the tools' results.
 // Everything from a run is set as text: nothing it holds is read as markup.
 
+import { spendText } from "./budget.js";
 import { duration, h } from "./dom.js";
 
 const SUMMARY_PREFIX = "Summary of the earlier conversation"; // the llm action's summary head
@@ -123,15 +124,6 @@ function parsed(text) {
 }
 
 const pretty = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));
-
-/** Spend as a person reads it: tokens, and money (counted in millionths) in currency units. */
-export function spendText(spend) {
-  if (!spend) return "";
-  const parts = [];
-  if (Number.isFinite(spend.tokens)) parts.push(`${spend.tokens} tokens`);
-  if (Number.isFinite(spend.money) && spend.money) parts.push(`${+(spend.money / 1e6).toFixed(6)} money`);
-  return parts.join(" · ");
-}
 
 function turnFacts(turn) {
   const usage = turn.usage || {};
