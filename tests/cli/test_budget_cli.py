@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,13 @@ async def test_status_shows_the_budget_left_and_a_reply_adds_more(tmp_path: Path
         assert view["budget"]["spent"]["tokens"] == 7 * 1500
     finally:
         await server.aclose()
+
+
+def test_a_bad_budget_is_one_clear_error_naming_its_line(tmp_path: Path) -> None:
+    graph = _graph(tmp_path, {"tokens": 0, "prices": {"main": {"input": -1, "output": 1}}})
+    done = _cli("check", str(graph))
+    assert done.returncode != 0
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if "budget" in line]
+    assert any(re.match(r".*agent\.yaml:\d+:\d+: error: .*tokens", line) for line in lines), lines
+    assert any(re.match(r".*agent\.yaml:\d+:\d+: error: .*input", line) for line in lines), lines

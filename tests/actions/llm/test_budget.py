@@ -240,3 +240,17 @@ async def test_sigkills_between_reservation_and_commit_never_overspend(
             assert record.result["charged"]["tokens"] >= 3_000
     finally:
         await server.aclose()
+
+
+async def test_stop_fails_every_node_the_gate_holds(serve, tmp_path: Path) -> None:
+    await serve([TURN] * 10 + [DONE], by_turn=True)
+    graph = _agents(tmp_path, budget={"tokens": LIMIT})
+    async with open_store("memory://") as store:
+        engine = Engine(store)
+        state = await engine.run(str(graph), {"task": "list"})
+        [gate] = state.interrupts.values()
+        state = await engine.reply(state.run_id, gate.id, "stop", payload={"reason": "enough"})
+    assert state.status is RunStatus.FAILED
+    for node in state.nodes.values():
+        assert node.error == "the run's budget ran out; answered stop: enough"
+    assert state.interrupts == {}
