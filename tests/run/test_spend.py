@@ -115,5 +115,5 @@ def test_a_money_limit_prices_the_call_and_refuses_an_unpriced_model() -> None:
     assert found.arguments["money"] == 7_000  # 1,000 * 2 + 500 * 10 millionths
     refused = reserve(state, budget, "a", effect_id="r:a:0", call=(("m",), 1000, 900), used={})
     assert isinstance(refused, SpendRefusedError)  # 11,000 millionths > 0.01
-    with pytest.raises(ActionError, match="has no price in budget.prices"):
+    with pytest.raises(ActionError, match=r"has no price in budget\.prices"):
         reserve(state, budget, "a", effect_id="r:a:0", call=(("x",), 1, 1), used={})
