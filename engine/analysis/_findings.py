@@ -56,6 +56,7 @@ class Code(StrEnum):
     MISNAMED_OUTCOME = "misnamed-outcome"
     ENTRY_ONLY_SPEND = "entry-only-spend"
     UNBUDGETED_CALL = "unbudgeted-model-call"
+    CALL_OVER_BUDGET = "model-call-over-budget"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,9 @@ summaries its compression asks for) reserves a finite most against a finite limi
 * the binding sets ``max_tokens``: otherwise what its answer may spend has no bound (the
   run reserves a default for it, which the provider need not keep to).
 
-Each call that is not proved is an error naming the node, the hook and the model.
+Each call that is not proved is an error naming the node, the hook and the model. Any
+graph with a budget also gets a warning for a call whose ``max_tokens`` alone is more than
+the token limit: it can never be reserved without a person adding more.
 """
 
 from __future__ import annotations
@@ -49,24 +51,49 @@ def _unbounded(budget: SpendLimit | None, request: Mapping[str, Any]) -> list[st
     return why
 
 
+def _too_big(budget: SpendLimit, request: Mapping[str, Any]) -> str | None:
+    """Why a call can never be reserved: its answer alone is more than the token limit."""
+    most = request.get("max_tokens")
+    if budget.tokens is None or most is None or int(most) <= budget.tokens:
+        return None
+    return (
+        f"its max_tokens ({most}) alone is more than the run's budget of {budget.tokens} "
+        "tokens: every call asks a person for more before it is sent"
+    )
+
+
 def spend_findings(definition: GraphDef) -> list[Finding]:
-    """An error for each model call not under a finite budget, when the graph requires it."""
+    """What ``check`` finds about the graph's model calls and its budget.
+
+    An error for each call not under a finite budget, when the graph requires it; a
+    warning for each that the budget as declared can never reserve.
+    """
     budget = definition.budget
-    if budget is None or not budget.required:
+    if budget is None:
         return []
     findings = []
     for node_id, hook, action in _calls(definition.nodes):
         request: Mapping[str, Any] = action.config.get("llm") or {}
-        why = _unbounded(budget, request)
+        head = f"node {node_id!r}: the model call bound to hook {hook!r}"
+        too_big = _too_big(budget, request)
+        if too_big is not None:
+            findings.append(
+                Finding(
+                    severity=Severity.WARNING,
+                    code=Code.CALL_OVER_BUDGET,
+                    message=f"{head} never fits the run's budget: {too_big}",
+                    location=action.location,
+                )
+            )
+        why = _unbounded(budget, request) if budget.required else []
         if why:
             findings.append(
                 Finding(
                     severity=Severity.ERROR,
                     code=Code.UNBUDGETED_CALL,
                     message=(
-                        f"node {node_id!r}: the model call bound to hook {hook!r} "
-                        f"(model {request.get('model')!r}) is not under a finite budget, as "
-                        f"budget.required asks: {'; '.join(why)}"
+                        f"{head} (model {request.get('model')!r}) is not under a finite "
+                        f"budget, as budget.required asks: {'; '.join(why)}"
                     ),
                     location=action.location,
                 )

@@ -68,6 +68,13 @@ def test_check_names_each_model_call_not_under_a_finite_budget(tmp_path: Path) -
     assert "unbudgeted-model-call" not in done.stdout
     assert done.returncode == 0, done.stdout + done.stderr
 
+    # A call whose answer alone is more than the token limit never fits: a warning.
+    graph = _graph(tmp_path, {"tokens": 1000}, max_tokens=2000)
+    done = _cli("check", str(graph), "--json")
+    [over] = [f for f in json.loads(done.stdout) if f["code"] == "model-call-over-budget"]
+    assert over["severity"] == "warning"
+    assert "max_tokens (2000) alone is more than the run's budget of 1000" in over["message"]
+
     # Not required: a call without a limit is the graph's business.
     graph = _graph(tmp_path, {"money": 1.0})
     assert "unbudgeted-model-call" not in _cli("check", str(graph), "--json").stdout
