@@ -359,10 +359,17 @@ async def _cmd_history(args: argparse.Namespace) -> int:
         lines = []
         for r in records:
             move = f"{'/'.join(r.source) or '-'} --{r.trigger}--> " if r.trigger else ""
-            if r.ledger is not None:  # where the node is stays put: say which effect
+            if r.kind == "reserve" and r.ledger is not None:  # a model call's most
+                spend = r.ledger.arguments
+                money = f", {int(spend['money']) / 1_000_000:g} money" if spend.get("money") else ""
+                move = f"reserved {spend.get('tokens', 0)} tokens{money} for a model call in "
+            elif r.ledger is not None:  # where the node is stays put: say which effect
                 entry = r.ledger
                 what = f"{entry.tool} #{entry.index}" if entry.tool else "the action"
                 move = f"{what} ({entry.effect}, id {entry.id}) in "
+            elif r.kind == "settle":  # a crashed call's reservation, charged
+                charged = dict(r.result.get("charged") or {})
+                move = f"charged a crashed model call its {charged.get('tokens', 0)} tokens in "
             if r.kind == MIGRATE:  # what it moved the run from and to
                 before = r.result.get("from", {})
                 old, new = str(before.get("graph_digest", "")), str(r.result["graph_digest"])

@@ -102,6 +102,10 @@ async def test_status_shows_the_budget_left_and_a_reply_adds_more(tmp_path: Path
         # 1,500 and more would not fit in what is left.
         assert "budget: 4500 tokens spent, 500 left of 5000; 0.021 money spent" in shown.stdout
         assert f"{run_id}:budget" in shown.stdout
+        history = (await _acli("history", run_id, *store, env=env)).stdout
+        reserved = [line for line in history.splitlines() if " reserve " in line]
+        assert len(reserved) == 3  # one per call sent, before it was sent
+        assert all("for a model call in think" in line for line in reserved), reserved
         view = json.loads((await _acli("status", run_id, "--json", *store, env=env)).stdout)
         assert view["budget"]["limit"] == {"tokens": 5000, "money": None}
         assert view["budget"]["spent"] == {"tokens": 4500, "money": 0.021}
