@@ -778,6 +778,6 @@ class Run:
                 # A reply to the budget gate sets every node it held running again.
                 self._to_launch += [
                     other
-                    for other, moved in record.nodes.items()
-                    if moved.status is _RUNNING and other != node and other not in self._tasks
+                    for other, after in record.nodes.items()
+                    if after.status is _RUNNING and other != node and other not in self._tasks
                 ]
