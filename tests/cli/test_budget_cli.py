@@ -142,3 +142,23 @@ def test_a_bad_budget_is_one_clear_error_naming_its_line(tmp_path: Path) -> None
     lines = [line for line in done.stdout.splitlines() if "budget" in line]
     assert any(re.match(r".*agent\.yaml:\d+:\d+: error: .*tokens", line) for line in lines), lines
     assert any(re.match(r".*agent\.yaml:\d+:\d+: error: .*input", line) for line in lines), lines
+
+
+def test_phasegraph_test_proves_crash_equivalence_of_a_budgeted_graph(tmp_path: Path) -> None:
+    # The graph of docs/budgets.md, offline: a crash charges its call at its most, so the
+    # kit compares the actions without the run's budget (the spend is not the actions').
+    page = (Path(__file__).parents[2] / "docs" / "budgets.md").read_text(encoding="utf-8")
+    for name in ("answers.json", "budgeted.yaml"):
+        found = re.search(rf"<!-- file: {re.escape(name)} -->\n```\w*\n(.*?)```", page, re.S)
+        assert found
+        (tmp_path / name).write_text(found[1], encoding="utf-8")
+    done = subprocess.run(
+        cli_argv("test", "budgeted.yaml", "--input", "task=x"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok      crash-equivalence" in done.stdout
