@@ -210,6 +210,11 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         """Commit ``entry`` to this node's step in flight now, before the step commits."""
         return self.effect_sink(self.node_id, entry)
 
+    @property
+    def spend_limited(self) -> bool:
+        """Whether the run's budget limits model calls (a call then reserves first)."""
+        return self.spend_sink is not _reserve_nothing
+
     def reserve(
         self,
         models: Sequence[str],

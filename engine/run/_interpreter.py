@@ -51,6 +51,7 @@ from phasegraph.model import (
     RunState,
     StepRecord,
     Value,
+    replace,
 )
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._gates import GateNotOpen, refused_reply
@@ -596,9 +597,11 @@ class Run:
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
             item=site.item,
-            spend_sink=self._reserve,
             price=self._price,
         )
+        budget = self._prepared.definition.budget
+        if budget is not None and budget.finite:  # only then does a call reserve
+            context = replace(context, spend_sink=self._reserve)
         if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events
         return site.action, context, events
@@ -639,7 +642,7 @@ class Run:
             LeaseLostError: As :meth:`_commit`.
         """
         budget = self._prepared.definition.budget
-        if budget is None or not budget.finite:
+        if budget is None:  # the context reserves only under a budget: kept for typing
             return
         async with self._lock:
             found = reserve(

@@ -250,6 +250,8 @@ async def _reserve(
     used: Mapping[str, int],
 ) -> None:
     """Reserve the request's most against the run's budget before it is sent."""
+    if not ctx.spend_limited:  # the prompt is measured only when something is limited
+        return
     prompt = most_prompt_tokens(request.messages, request.tools)
     await ctx.reserve(models, prompt, config.max_tokens or UNBOUNDED_COMPLETION, used)
 

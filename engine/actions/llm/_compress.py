@@ -107,8 +107,9 @@ class Compressor:
             )
             last = index == len(models) - 1
             # Reserved like any call (a refusal opens the run's budget gate).
-            prompt = most_prompt_tokens(messages)
-            await ctx.reserve((model,), prompt, config.max_tokens or UNBOUNDED_COMPLETION)
+            if ctx.spend_limited:
+                prompt = most_prompt_tokens(messages)
+                await ctx.reserve((model,), prompt, config.max_tokens or UNBOUNDED_COMPLETION)
             try:
                 completion = await complete(self._endpoint, request)
             except ProviderError as exc:
