@@ -199,7 +199,7 @@ async def _drive(env: dict[str, str], store: str, graph: Path, kill_after: int) 
 
 
 @settings(
-    max_examples=4,
+    max_examples=3,  # each example starts two or three processes: seconds each
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
