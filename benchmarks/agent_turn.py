@@ -10,8 +10,12 @@ engine's overhead per turn: building the request and the tool list, parsing the 
 and appending their results, merging the conversation, two commits.
 
     python benchmarks/agent_turn.py [--turns 200] [--repeat 5] [--store memory|sqlite]
+        [--budget both]
 
-Prints the median over the repeats for each store, interleaved round robin.
+Prints the median over the repeats for each store, interleaved round robin. With
+``--budget both`` each store runs also under a run budget (``budget: {tokens: ...}``,
+far from running out), whose every model call reserves its most in a committed step
+first: the difference is what a reservation costs a turn.
 """
 
 from __future__ import annotations
@@ -47,17 +51,18 @@ def _script(turns: int) -> list[dict[str, Any]]:
     return [*calls, {"content": "done"}]
 
 
-def _graph(workspace: str, turns: int) -> str:
+def _graph(workspace: str, turns: int, budget: bool = False) -> str:
+    request = {"model": "m", "prompt": "go", "tools": ["list_files"], "max_tokens": 256}
     node = {
         "id": "agent",
         "machine": "agent",
         "with": {"workspace": workspace, "budgets": {"turns": turns + 1}},
-        "bind": {
-            "think": {"llm": {"model": "m", "prompt": "go", "tools": ["list_files"]}},
-            "act": {"tools": "conversation"},
-        },
+        "bind": {"think": {"llm": request}, "act": {"tools": "conversation"}},
     }
-    return json.dumps({"graph": "agent_bench", "nodes": [node]})
+    graph: dict[str, Any] = {"graph": "agent_bench", "nodes": [node]}
+    if budget:
+        graph["budget"] = {"tokens": 10**12}
+    return json.dumps(graph)
 
 
 def _timed(module: Any, name: str, spent: list[float]) -> Any:
@@ -75,7 +80,9 @@ def _timed(module: Any, name: str, spent: list[float]) -> Any:
     return original
 
 
-async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, float, float]:
+async def _once(
+    store_url: str, turns: int, workspace: str, budget: bool = False
+) -> tuple[float, float, float]:
     """(run wall seconds, seconds inside the model client, seconds inside tool calls)."""
     model, tools = [0.0], [0.0]
     complete = _timed(llm_action, "complete", model)
@@ -83,7 +90,8 @@ async def _once(store_url: str, turns: int, workspace: str) -> tuple[float, floa
     try:
         async with ScriptedModelServer(_script(turns)) as server:
             os.environ["PHASEGRAPH_LLM_BASE_URL"] = server.base_url
-            definition = load_graph_text(_graph(workspace, turns), name="agent_bench.yaml")
+            text = _graph(workspace, turns, budget)
+            definition = load_graph_text(text, name="agent_bench.yaml")
             async with open_store(store_url) as store:
                 engine = Engine(store)
                 started = time.perf_counter()
@@ -101,16 +109,29 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--store", choices=["memory", "sqlite", "both"], default="both")
+    parser.add_argument(
+        "--budget",
+        choices=["none", "both"],
+        default="none",
+        help="both: each store also under a run budget (a reservation per model call)",
+    )
     args = parser.parse_args()
     stores = ["memory", "sqlite"] if args.store == "both" else [args.store]
+    if args.budget == "both":
+        stores += [f"{kind}+budget" for kind in stores]
     results: dict[str, list[tuple[float, float, float]]] = {s: [] for s in stores}
     with tempfile.TemporaryDirectory() as folder:
         workspace = Path(folder) / "ws"
         workspace.mkdir()
         for round_ in range(args.repeat):
-            for kind in stores:
-                url = "memory://" if kind == "memory" else f"sqlite:///{folder}/r{round_}.db"
-                results[kind].append(asyncio.run(_once(url, args.turns, str(workspace))))
+            for n, kind in enumerate(stores):
+                url = (
+                    "memory://"
+                    if kind.startswith("memory")
+                    else f"sqlite:///{folder}/r{round_}-{n}.db"
+                )
+                budget = kind.endswith("+budget")
+                results[kind].append(asyncio.run(_once(url, args.turns, str(workspace), budget)))
     print(f"{args.turns} tool-calling turns + 1 answer, medians of {args.repeat} runs")
     print(
         "| store | wall ms/turn | model client ms/turn | tool calls ms/turn "

@@ -12,6 +12,7 @@ status) and structured context (location, run, node, seq)::
     ├── RunError(RuntimeError)             run_error           a run cannot proceed as asked
     │   ├── IllegalTriggerError            illegal_trigger     trigger not legal in the state
     │   ├── BudgetExhaustedError           budget_exhausted    a budget would be exceeded
+    │   │   └── SpendRefusedError          spend_refused       a model call's spend does not fit
     │   ├── ActionError                    action_failed       action failed or returned garbage
     │   │   └── ActionTimeoutError(TimeoutError)  action_timeout  an action ran past its deadline
     │   ├── LoopDetectedError              loop_detected       an action repeats the same call
@@ -39,6 +40,7 @@ never raised by a run, the CLI or the server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -69,6 +71,7 @@ __all__ = [
     "SequenceConflictError",
     "SourceLocation",
     "SpecError",
+    "SpendRefusedError",
     "StaleReplyError",
     "StoreError",
     "StoreUnavailableError",
@@ -87,6 +90,7 @@ class ErrorCode(StrEnum):
     RUN = "run_error"
     ILLEGAL_TRIGGER = "illegal_trigger"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    SPEND_REFUSED = "spend_refused"
     ACTION_FAILED = "action_failed"
     ACTION_TIMEOUT = "action_timeout"
     DATA_CONFLICT = "data_conflict"
@@ -287,6 +291,36 @@ class BudgetExhaustedError(RunError):
     """A transition would spend a budget that has nothing left."""
 
     code = ErrorCode.BUDGET_EXHAUSTED
+
+
+class SpendRefusedError(BudgetExhaustedError):
+    """The run's budget cannot reserve what a model call may spend.
+
+    Attributes:
+        asked: What the call would reserve (``tokens``, ``money`` in millionths).
+        left: What the run's budget had left (the same keys; a limit it lacks is absent).
+        used: What the step's earlier answers spent already (charged to the node).
+    """
+
+    code = ErrorCode.SPEND_REFUSED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        asked: Mapping[str, int],
+        left: Mapping[str, int],
+        used: Mapping[str, int] | None = None,
+        node_id: str | None = None,
+    ) -> None:
+        super().__init__(message, node_id=node_id)
+        self.asked = dict(asked)
+        self.left = dict(left)
+        self.used = dict(used or {})
+
+    def context(self) -> dict[str, Any]:
+        """The base fields, what was asked and what was left."""
+        return {**super().context(), "asked": self.asked, "left": self.left}
 
 
 class ActionError(RunError):

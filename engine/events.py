@@ -104,6 +104,10 @@ def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Eve
             "dest": "/".join(record.dest),
         }
         raw.append(("transition", record.node, _spent(record, fields)))
+    elif record.kind == "reserve" and record.ledger is not None:  # a model call's most
+        entry = record.ledger
+        amounts = {k: entry.arguments[k] for k in ("tokens", "money") if entry.arguments.get(k)}
+        raw.append(("spend_reserved", record.node, {"effect_id": entry.id, **amounts}))
     elif record.ledger is not None:  # an effect's intent, or a tool call's result
         entry = record.ledger
         what = "effect_intent" if entry.result is None else "effect_result"

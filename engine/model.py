@@ -7,6 +7,7 @@ are frozen; changes are returned as new values (:func:`replace`), never applied 
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -43,8 +44,10 @@ __all__ = [
     "OnUnknown",
     "Plan",
     "PlanItem",
+    "Price",
     "RunState",
     "RunStatus",
+    "SpendLimit",
     "StateDef",
     "StepRecord",
     "TransitionDef",
@@ -426,6 +429,52 @@ class BudgetDef(Value, frozen=True, kw_only=True):
     spend_on: tuple[str, ...]
 
 
+MICROS: Final = 1_000_000
+"""Money is counted in millionths of the price table's currency (integers add exactly)."""
+
+
+class Price(Value, frozen=True, kw_only=True):
+    """What a model's tokens cost, per million, in the price table's currency.
+
+    Attributes:
+        input: The price of a million prompt tokens.
+        output: The price of a million completion tokens.
+    """
+
+    input: float
+    output: float
+
+    def micros(self, prompt: int, completion: int) -> int:
+        """The cost of ``prompt`` and ``completion`` tokens, in millionths, rounded up."""
+        return math.ceil(prompt * self.input + completion * self.output)
+
+
+class SpendLimit(Value, frozen=True, kw_only=True):
+    """A run's budget for model calls, shared by every node (a graph's ``budget:``).
+
+    Attributes:
+        tokens: The most tokens the run's model calls may spend (``None``: no limit).
+        money: The most money they may cost, in the price table's currency.
+        prices: Model name → its price; a money limit bounds only priced models.
+        required: ``check`` proves every model call sits under a finite limit.
+    """
+
+    tokens: int | None = None
+    money: float | None = None
+    prices: Mapping[str, Price] = EMPTY
+    required: bool = False
+
+    @property
+    def money_micros(self) -> int | None:
+        """The money limit in millionths (``None``: no limit)."""
+        return None if self.money is None else round(self.money * MICROS)
+
+    @property
+    def finite(self) -> bool:
+        """Whether anything is limited."""
+        return self.tokens is not None or self.money is not None
+
+
 class MachineDef(Value, frozen=True, kw_only=True):
     """A declared state machine, validated but not yet compiled.
 
@@ -566,6 +615,7 @@ class GraphDef(Value, frozen=True, kw_only=True):
             (``None``: runs take no messages).
         location: The file the graph came from.
         digest: Content hash of the definition, recorded in every run.
+        budget: The run's budget for model calls (see :class:`SpendLimit`), if any.
     """
 
     name: str
@@ -581,6 +631,7 @@ class GraphDef(Value, frozen=True, kw_only=True):
     busy: BusyDef | None = None
     location: SourceLocation | None = None
     digest: str = ""
+    budget: SpendLimit | None = None
 
 
 # --------------------------------------------------------------------------- run state

@@ -187,7 +187,11 @@ def state_view(state: RunState) -> dict[str, Any]:
 
 
 def run_view(
-    state: RunState, *, driving: bool, answers: Mapping[str, Sequence[str]]
+    state: RunState,
+    *,
+    driving: bool,
+    answers: Mapping[str, Sequence[str]],
+    budget: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``RunView``: a run at a glance: status, nodes' machine states, pending interrupts.
 
@@ -197,6 +201,8 @@ def run_view(
             HTTP; by any live process, on the command line).
         answers: Interrupt id → the triggers a reply may fire on it; each pending
             interrupt shows its own (an empty list when the graph could not be read).
+        budget: The run's budget for model calls as it stands (``RunBudget``, see
+            :func:`phasegraph.run._spend.budget_view`); ``None``: none set, nothing spent.
     """
     return {
         "run_id": state.run_id,
@@ -225,6 +231,7 @@ def run_view(
         ],
         "error_count": len(state.errors),
         "driving": driving,
+        "budget": None if budget is None else dict(budget),
     }
 
 

@@ -15,6 +15,8 @@ __all__ = [
     "ActionResult",
     "CallNext",
     "EventSink",
+    "Pricer",
+    "SpendSink",
     "ToolCall",
     "ToolOffer",
     "carry_effect",
@@ -49,6 +51,29 @@ EffectSink = Callable[[str, LedgerEntry], Awaitable[None]]
 
 EffectKinds = Callable[[str], Effect]
 """The effect kind of a tool, by name."""
+
+SpendSink = Callable[["ActionContext", Sequence[str], int, int, Mapping[str, int]], Awaitable[None]]
+"""Reserves a model call's most against the run's budget, committed before it is sent:
+``(ctx, model names, prompt tokens, completion tokens, spent by the step so far)``.
+Raises :class:`~phasegraph.errors.SpendRefusedError` when it does not fit."""
+
+Pricer = Callable[[Sequence[str], int, int], Mapping[str, int]]
+"""What a model call spent, by budget: ``tokens``, and ``money`` in millionths when the
+first of the model names with a price has one."""
+
+
+async def _reserve_nothing(
+    ctx: ActionContext,
+    models: Sequence[str],
+    prompt: int,
+    completion: int,
+    used: Mapping[str, int],
+) -> None:
+    """What ``reserve`` does in a context built outside a run: nothing is limited."""
+
+
+def _tokens_only(models: Sequence[str], prompt: int, completion: int) -> Mapping[str, int]:
+    return {"tokens": prompt + completion}
 
 
 async def _keep_nothing(node_id: str, entry: LedgerEntry) -> None:
@@ -136,6 +161,9 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         tool_effect: The effect kind of a tool, by name.
         item: For a child of a plan, its item as the plan gave it (``None`` otherwise);
             templates read it as ``{item}`` and ``{item[FIELD]}``.
+        spend_sink: Reserves a model call's most against the run's budget (what
+            :meth:`reserve` calls).
+        price: What a model call spent, by budget (``tokens``, ``money``).
     """
 
     run_id: str
@@ -160,6 +188,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     effect_sink: EffectSink = _keep_nothing
     tool_effect: EffectKinds = _once
     item: Any = None
+    spend_sink: SpendSink = _reserve_nothing
+    price: Pricer = _tokens_only
 
     @property
     def effect_id(self) -> str:
@@ -179,6 +209,28 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     def record_effect(self, entry: LedgerEntry) -> Awaitable[None]:
         """Commit ``entry`` to this node's step in flight now, before the step commits."""
         return self.effect_sink(self.node_id, entry)
+
+    @property
+    def spend_limited(self) -> bool:
+        """Whether the run's budget limits model calls (a call then reserves first)."""
+        return self.spend_sink is not _reserve_nothing
+
+    def reserve(
+        self,
+        models: Sequence[str],
+        prompt: int,
+        completion: int,
+        used: Mapping[str, int] | None = None,
+    ) -> Awaitable[None]:
+        """Reserve a model call's most (``prompt`` plus ``completion`` tokens) before it is sent.
+
+        The reservation is committed before this returns; the step's commit settles it
+        with what the step spent (its result's ``spend``), a failure releases it.
+
+        Raises:
+            SpendRefusedError: The run's budget has not that much left.
+        """
+        return self.spend_sink(self, models, prompt, completion, used or {})
 
     @property
     def idempotency_key(self) -> str:

@@ -19,6 +19,7 @@ from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._kinds import Kind, kind_of
 from phasegraph.analysis._rules import analyze_graph, analyze_machine, step_bound
 from phasegraph.analysis._runnable import graph_run_findings, machine_file_findings
+from phasegraph.analysis._spend import spend_findings
 from phasegraph.core._sources import is_file, read_bytes
 from phasegraph.errors import InputError, Problem, SourceLocation, SpecError
 from phasegraph.model import MachineDef
@@ -186,6 +187,7 @@ def check(target: str | Path) -> Report:
             findings = analyze_graph(definition)
             findings += graph_run_findings(definition, str(resolved.source))
             findings += child_graph_findings(definition)
+            findings += spend_findings(definition)
         else:
             message = (
                 "cannot tell what this file is: a machine file has top-level `states:` (and "

@@ -58,6 +58,8 @@ class Code(StrEnum):
     MESSAGES_NEVER_TAKEN = "messages-never-taken"
     MESSAGE_WAITS = "message-waits-for-ever"
     GATE_BUSY_IGNORED = "gate-busy-ignored"
+    UNBUDGETED_CALL = "unbudgeted-model-call"
+    CALL_OVER_BUDGET = "model-call-over-budget"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

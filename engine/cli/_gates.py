@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -15,7 +15,15 @@ from phasegraph.model import Interrupt, RunState
 from phasegraph.store import DEFAULT_STORE_URL
 from phasegraph.views import run_view
 
-__all__ = ["OpenGate", "gate_lines", "open_gates", "reply_command", "run_json", "shown"]
+__all__ = [
+    "OpenGate",
+    "gate_lines",
+    "open_gates",
+    "reply_command",
+    "run_budget",
+    "run_json",
+    "shown",
+]
 
 _VALUE_CHARS: Final = 400
 """How much of one payload value the text output shows (``--json`` shows all)."""
@@ -69,22 +77,46 @@ async def open_gates(engine: Engine, state: RunState) -> list[OpenGate]:
     ]
 
 
-def run_json(state: RunState, gates: Sequence[OpenGate], *, driving: bool) -> dict[str, Any]:
+def run_json(
+    state: RunState,
+    gates: Sequence[OpenGate],
+    *,
+    driving: bool,
+    budget: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The run as ``--json`` prints it: :func:`~phasegraph.views.run_view`, as over HTTP."""
     answers = {gate.interrupt.id: gate.answers for gate in gates}
-    return run_view(state, driving=driving, answers=answers)
+    return run_view(state, driving=driving, answers=answers, budget=budget)
+
+
+async def run_budget(engine: Engine, state: RunState) -> dict[str, Any] | None:
+    """The run's budget as it stands (``None``: no budget, nothing spent).
+
+    Read from the run's stored definition; a run whose definition cannot be loaded here
+    shows what it spent, without limits.
+    """
+    from phasegraph.run._spend import budget_view  # only a command that shows a run needs it
+
+    try:
+        prepared = await engine.prepared_for(state)
+    except PhasegraphError:
+        return budget_view(state, None)
+    return budget_view(state, prepared.definition.budget)
 
 
 def reply_command(args: argparse.Namespace, run_id: str, interrupt: Interrupt, trigger: str) -> str:
     """The exact ``phasegraph reply`` command that answers ``interrupt`` with ``trigger``."""
     # Here, not at the top: only a run with an open gate gets this far.
     from phasegraph.run._effects import HAPPENED, OUTCOME_UNKNOWN
+    from phasegraph.run._spend_gate import BUDGET_GATE, MORE
 
     words = ["phasegraph", "reply", run_id, "--id", interrupt.id]
     if trigger == "confirm":
         words.append("--confirm")
     elif trigger == "reject":
         words += ["--reject", "FEEDBACK"]
+    elif trigger == MORE and interrupt.kind == BUDGET_GATE:
+        words += ["--trigger", trigger, "--payload", "tokens=N"]
     elif trigger == HAPPENED and interrupt.kind == OUTCOME_UNKNOWN:
         # A tool call's answer is its result; an action's own effect, the trigger it returned.
         said = "result=JSON" if interrupt.payload.get("tool") else "trigger=NAME"

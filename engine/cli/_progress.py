@@ -50,6 +50,24 @@ _TOKENS = "tokens"  # the counter an ``llm:`` action spends its usage on
 _SHOWN_CHILDREN = 8  # children a plan's line names before it counts the rest
 
 
+def _spend_line(event: Event) -> str | None:
+    """The line of a run budget's event: a call reserved, a crashed one charged, a gate."""
+    fields = event.fields
+    if event.kind == "spend_reserved":
+        return f"reserved {fields.get('tokens', 0)} tokens for a model call"
+    if event.kind == "reservation_charged":
+        charged = dict(fields.get("charged") or {})
+        return (
+            f"charged a crashed model call's reservation ({charged.get('tokens', 0)} tokens): "
+            "its answer was never committed"
+        )
+    if event.kind == "budget_request":
+        return f"out of budget: waits at the run's budget gate (id {fields.get('id')})"
+    if event.kind == "budget_waiting":
+        return f"out of budget: waits at the budget gate already open (id {fields.get('id')})"
+    return None
+
+
 def _plan_line(event: Event) -> str | None:
     """The line of a plan's event: made (its version and children), refused or joined."""
     fields, called = event.fields, str(event.fields.get("called", "child"))
@@ -81,6 +99,9 @@ def _line(event: Event) -> str | None:
         fields: dict[str, Any] = {"state": "", "outcome": "", "error": "", **event.fields}
         fields["reason"] = fields["error"] or f"ended with outcome {fields['outcome']}"
         return f"[{event.seq:>4}] {event.node}: {template.format(**fields)}"
+    spend = _spend_line(event)
+    if spend is not None:
+        return f"[{event.seq:>4}] {event.node}: {spend}"
     effect = _EFFECT_LINES.get(event.kind)
     if effect is not None:
         tool = event.fields.get("tool")

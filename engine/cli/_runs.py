@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from phasegraph.api import Engine
-from phasegraph.cli._gates import gate_lines, open_gates, run_json
+from phasegraph.cli._gates import gate_lines, open_gates, run_budget, run_json
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._migrate import refuse_gone_flags, say_drift
 from phasegraph.cli._support import (
@@ -228,8 +228,14 @@ async def _status_of_run(args: argparse.Namespace, engine: Engine) -> None:
         elif holder is not None:
             driving = True
             head += f" (a live process drives it: {owner_label(holder)!r})"
-    view = run_json(state, gates, driving=driving)
-    emit(args, view, f"{head}: {run_summary(state)}\n{nodes}", plain=True)
+    budget = await run_budget(engine, state)
+    view = run_json(state, gates, driving=driving, budget=budget)
+    text = f"{head}: {run_summary(state)}\n"
+    if budget is not None:
+        from phasegraph.run._spend import budget_line  # only a run with a budget shows it
+
+        text += f"{budget_line(budget)}\n"
+    emit(args, view, text + nodes, plain=True)
 
 
 async def _follow(args: argparse.Namespace, engine: Engine) -> int:
@@ -353,10 +359,17 @@ async def _cmd_history(args: argparse.Namespace) -> int:
         lines = []
         for r in records:
             move = f"{'/'.join(r.source) or '-'} --{r.trigger}--> " if r.trigger else ""
-            if r.ledger is not None:  # where the node is stays put: say which effect
+            if r.kind == "reserve" and r.ledger is not None:  # a model call's most
+                spend = r.ledger.arguments
+                money = f", {int(spend['money']) / 1_000_000:g} money" if spend.get("money") else ""
+                move = f"reserved {spend.get('tokens', 0)} tokens{money} for a model call in "
+            elif r.ledger is not None:  # where the node is stays put: say which effect
                 entry = r.ledger
                 what = f"{entry.tool} #{entry.index}" if entry.tool else "the action"
                 move = f"{what} ({entry.effect}, id {entry.id}) in "
+            elif r.kind == "settle":  # a crashed call's reservation, charged
+                charged = dict(r.result.get("charged") or {})
+                move = f"charged a crashed model call its {charged.get('tokens', 0)} tokens in "
             if r.kind == MIGRATE:  # what it moved the run from and to
                 before = r.result.get("from", {})
                 old, new = str(before.get("graph_digest", "")), str(r.result["graph_digest"])

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from phasegraph._extras import install_hint
 from phasegraph.api import Engine
-from phasegraph.cli._gates import gate_lines, open_gates, run_json, shown
+from phasegraph.cli._gates import gate_lines, open_gates, run_budget, run_json, shown
 from phasegraph.cli._handler import Handler
 from phasegraph.cli._logs import quiet_drivers
 from phasegraph.codec._envelope import check_encodable
@@ -93,6 +93,7 @@ EXIT_FOR_CODE: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.RUN: EXIT_FAILED,
         ErrorCode.ILLEGAL_TRIGGER: EXIT_BAD_INPUT,
         ErrorCode.BUDGET_EXHAUSTED: EXIT_FAILED,
+        ErrorCode.SPEND_REFUSED: EXIT_FAILED,
         ErrorCode.ACTION_FAILED: EXIT_FAILED,
         ErrorCode.ACTION_TIMEOUT: EXIT_FAILED,
         ErrorCode.LOOP_DETECTED: EXIT_FAILED,
@@ -355,8 +356,9 @@ async def finished(args: argparse.Namespace, engine: Engine, state: RunState) ->
         )
     gates = await open_gates(engine, state)
     text += gate_lines(args, state, gates)
+    budget = await run_budget(engine, state)
     # It stopped here: nothing drives it now (a worker or server takes it up only later).
-    emit(args, run_json(state, gates, driving=False), text, plain=True)
+    emit(args, run_json(state, gates, driving=False, budget=budget), text, plain=True)
     return exit_for(state.status)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 from phasegraph.actions import ActionResult
 from phasegraph.errors import ActionError, RunError, RunStateError
 from phasegraph.model import Interrupt, LedgerEntry, NodeState, OnUnknown, frozen_map, replace
+from phasegraph.run._spend import RESERVE_INDEX
 
 __all__ = [
     "ANSWERS",
@@ -50,8 +51,11 @@ ANSWERS: Final = (HAPPENED, RUN_AGAIN, FAIL)
 
 
 def uncertain(node: NodeState) -> LedgerEntry | None:
-    """The node's first effect whose intent is committed and whose result is not."""
-    return next((entry for entry in node.ledger if entry.result is None), None)
+    """The node's first effect whose intent is committed and whose result is not.
+
+    A model call's reservation is no effect (:mod:`phasegraph.run._spend` settles it).
+    """
+    return next((e for e in node.ledger if e.result is None and e.index != RESERVE_INDEX), None)
 
 
 def _what(entry: LedgerEntry) -> str:

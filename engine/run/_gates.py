@@ -21,6 +21,8 @@ from phasegraph.errors import (
 from phasegraph.model import Actor, Interrupt, RunState, StepRecord
 from phasegraph.run._effects import ANSWERS, OUTCOME_UNKNOWN
 from phasegraph.run._prepare import PreparedGraph, with_plans
+from phasegraph.run._spend_gate import ANSWERS as BUDGET_ANSWERS
+from phasegraph.run._spend_gate import BUDGET_GATE
 from phasegraph.run._stored import decode_history
 from phasegraph.store.base import Store
 
@@ -56,6 +58,9 @@ def gate_answers(prepared: PreparedGraph | None, state: RunState) -> dict[str, t
     for interrupt_id, interrupt in state.interrupts.items():
         if interrupt.kind == OUTCOME_UNKNOWN:
             answers[interrupt_id] = ANSWERS
+            continue
+        if interrupt.kind == BUDGET_GATE:
+            answers[interrupt_id] = BUDGET_ANSWERS
             continue
         node = state.nodes.get(interrupt.node)
         workflow_node = None if prepared is None else prepared.workflow.nodes.get(interrupt.node)

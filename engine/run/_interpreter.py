@@ -37,6 +37,7 @@ from phasegraph.errors import (
     LeaseLostError,
     RunError,
     RunStateError,
+    SpendRefusedError,
     StoreUnavailableError,
 )
 from phasegraph.events import events_for, live_event
@@ -51,6 +52,7 @@ from phasegraph.model import (
     RunState,
     StepRecord,
     Value,
+    replace,
 )
 from phasegraph.run._checkpoint import Checkpoints
 from phasegraph.run._gates import GateNotOpen, refused_reply
@@ -64,6 +66,7 @@ from phasegraph.run._inbox import (
 from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
 from phasegraph.run._prepare import PreparedGraph
+from phasegraph.run._spend import price, reserve
 from phasegraph.run._steps import StepBuilder
 from phasegraph.run._stored import decode_history, load, run_meta
 from phasegraph.store.base import Commit, Message
@@ -782,7 +785,11 @@ class Run:
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
             item=site.item,
+            price=self._price,
         )
+        budget = self._prepared.definition.budget
+        if budget is not None and budget.finite:  # only then does a call reserve
+            context = replace(context, spend_sink=self._reserve)
         if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events
         return site.action, context, events
@@ -798,6 +805,46 @@ class Run:
             return
         async with self._lock:
             await self._commit(*_encode(self._steps.ledger_step(self._state, node_id, entry)))
+
+    def _price(self, models: Sequence[str], prompt: int, completion: int) -> Mapping[str, int]:
+        """What a model call spent: its tokens, and its cost when its model has a price."""
+        cost = price(self._prepared.definition.budget, models, prompt, completion)
+        spend = {"tokens": prompt + completion}
+        return {**spend, "money": cost} if cost else spend
+
+    async def _reserve(
+        self,
+        ctx: ActionContext,
+        models: Sequence[str],
+        prompt: int,
+        completion: int,
+        used: Mapping[str, int],
+    ) -> None:
+        """Reserve a model call's most against the run's budget, committed before it is sent.
+
+        Checked and committed under the commit lock (see :func:`~phasegraph.run._spend.reserve`):
+        two nodes never reserve past the limit together.
+
+        Raises:
+            SpendRefusedError: It does not fit (nothing is committed).
+            LeaseLostError: As :meth:`_commit`.
+        """
+        budget = self._prepared.definition.budget
+        if budget is None:  # the context reserves only under a budget: kept for typing
+            return
+        async with self._lock:
+            found = reserve(
+                self._state,
+                budget,
+                ctx.node_id,
+                effect_id=ctx.effect_id,
+                call=(models, prompt, completion),
+                used=used,
+            )
+            if isinstance(found, SpendRefusedError):
+                found.add_context(run_id=self.run_id)
+                raise found
+            await self._commit(*_encode(self._steps.ledger_step(self._state, ctx.node_id, found)))
 
     async def _once(self, site: _Site, ctx: ActionContext) -> ActionResult:
         """Run a ``once`` action, its intent committed first, or its uncertainty settled.
@@ -835,6 +882,8 @@ class Run:
             await self._stop_actions()
             reason = f"cancelled by the action of node {node_id!r}"
             return _encode(steps.cancel(state, reason))
+        if isinstance(error, SpendRefusedError):
+            return _encode(steps.budget_out(state, node_id, error, events))
         if error is not None or not isinstance(result, ActionResult):
             kind = type(result).__name__
             error = error or RunError(f"action returned {kind}, not an ActionResult")
@@ -916,3 +965,10 @@ class Run:
             moved = record.nodes.get(node) or state.nodes[node]
             if moved.status is _RUNNING:
                 self._to_launch.append(node)
+            if len(record.nodes) > 1 and record.kind == "reply":
+                # A reply to the budget gate sets every node it held running again.
+                self._to_launch += [
+                    other
+                    for other, after in record.nodes.items()
+                    if after.status is _RUNNING and other != node and other not in self._tasks
+                ]

@@ -43,6 +43,8 @@ from phasegraph.model import (
     replace,
 )
 from phasegraph.run._prepare import PreparedGraph
+from phasegraph.run._spend import SETTLE_STEP
+from phasegraph.run._spend_gate import REFUSED, refusal
 from phasegraph.run._steps import StepBuilder
 from phasegraph.run._stored import decode_stored, missing_record
 from phasegraph.store.base import Store
@@ -226,11 +228,22 @@ class _Replayer:
         node = record.node
         if node is None:
             return
-        running = self._state.nodes[node].status is NodeStatus.RUNNING
-        if running and node not in self._due:
-            self._due.append(node)
-        elif not running and node in self._due:
-            self._due.remove(node)
+        if record.ledger is not None:
+            # The node's action is running (it committed this): it is no longer due, as
+            # the interpreter no longer lists it, until its outcome is fed.
+            if node in self._due:
+                self._due.remove(node)
+            return
+        # A reply to the budget gate moves every node it held, beside its own.
+        moved = (
+            [node, *(n for n in record.nodes if n != node)] if record.kind == "reply" else [node]
+        )
+        for node in moved:
+            running = self._state.nodes[node].status is NodeStatus.RUNNING
+            if running and node not in self._due:
+                self._due.append(node)
+            elif not running and node in self._due:
+                self._due.remove(node)
 
     def _replay(self, recorded: StepRecord) -> StepRecord | str:
         """The step the interpreter would take here, given the recorded outside inputs."""
@@ -242,6 +255,9 @@ class _Replayer:
         if recorded.kind == "cancel":
             reason = next((str(e["message"]) for e in recorded.events if "message" in e), "")
             return self._steps.cancel(self._state, reason, recorded.actor)
+        if recorded.kind == SETTLE_STEP and recorded.node and recorded.node not in self._due:
+            # A process took the run over here: every running node was due again for it.
+            self._due.append(recorded.node)
         acted = self._is_action_outcome(recorded)
         decided = self._steps.decide(self._state, self._due, deadlines=not acted)
         if decided is None:
@@ -249,8 +265,9 @@ class _Replayer:
         if isinstance(decided, StepRecord):
             return decided
         if not acted:
+            waiting = self._due[0] if self._due else recorded.node
             return (
-                f"the replay would wait for the action of node {self._due[0]!r} here; "
+                f"the replay would wait for the action of node {waiting!r} here; "
                 f"the recorded run took a {recorded.kind!r} step"
             )
         return self._feed(recorded)
@@ -259,11 +276,16 @@ class _Replayer:
         """Whether ``recorded`` is what a running node's action led to."""
         node = None if recorded.node is None else self._state.nodes.get(recorded.node)
         running = node is not None and node.status is NodeStatus.RUNNING
+        if running and recorded.kind == "wait":  # out of budget: the action's outcome
+            return REFUSED in recorded.result
         return running and recorded.kind in ("transition", "fail")
 
     def _feed(self, recorded: StepRecord) -> StepRecord:
         """Give the node its recorded action outcome, as the interpreter took it."""
         node_id = recorded.node or ""
+        if recorded.kind == "wait":
+            refused = refusal(recorded.result[REFUSED], node_id)
+            return self._steps.budget_out(self._state, node_id, refused, ())
         if recorded.kind == "transition" or "trigger" in recorded.result:
             return self._fire(node_id, self._result(recorded))
         error = _RecordedError(recorded.nodes[node_id].error or "the action failed")

@@ -29,6 +29,7 @@ from phasegraph.errors import (
     ActionError,
     BudgetExhaustedError,
     RunError,
+    SpendRefusedError,
 )
 from phasegraph.model import (
     EMPTY,
@@ -57,6 +58,20 @@ from phasegraph.run._merge import merge_update
 from phasegraph.run._options import Clock
 from phasegraph.run._plans import Refusal, fresh_children, joined, read_plan, refusal_result
 from phasegraph.run._prepare import PreparedGraph, with_plans
+from phasegraph.run._spend import (
+    RESERVE_INDEX,
+    RESERVE_STEP,
+    SETTLE_STEP,
+    reservation,
+    reserved,
+)
+from phasegraph.run._spend_gate import (
+    BUDGET_GATE,
+    REFUSED,
+    budget_interrupt,
+    grant,
+    waiting,
+)
 
 __all__ = ["ACTION_DUE", "ActionDue", "Decision", "StepBuilder"]
 
@@ -621,10 +636,14 @@ class StepBuilder:
     def ledger_step(self, state: RunState, node_id: str, entry: LedgerEntry) -> StepRecord:
         """Commit ``entry`` to the node's step in flight: an ``intent`` or an ``effect`` step."""
         path = state.nodes[node_id].path
+        if entry.index == RESERVE_INDEX:
+            kind = RESERVE_STEP
+        else:
+            kind = "intent" if entry.result is None else "effect"
         return StepRecord(
             seq=state.seq + 1,
             time=self._now(),
-            kind="intent" if entry.result is None else "effect",
+            kind=kind,
             node=node_id,
             source=path,
             dest=path,
@@ -636,10 +655,42 @@ class StepBuilder:
         nodes = state.nodes
         for node_id in due:
             if nodes[node_id].ledger:  # a step cut short: an effect's outcome may be unknown
-                record = self.unknown_outcome(state, node_id)
+                record = self.settle_reservation(state, node_id) or self.unknown_outcome(
+                    state, node_id
+                )
                 if record is not None:
                     return record
         return None
+
+    def settle_reservation(self, state: RunState, node_id: str) -> StepRecord | None:
+        """Charge a reservation a crashed process left on a node due to run its action.
+
+        Only a step in flight holds a reservation, and no action of this process has
+        started for a node still due: the call that reserved may have been answered and
+        charged, so it is charged at its reserved most and the reservation dropped
+        (:mod:`phasegraph.run._spend`). ``None``: the node holds no reservation.
+        """
+        current = state.nodes[node_id]
+        entry = reservation(current)
+        if entry is None:
+            return None
+        charge = {kind: units for kind, units in reserved(entry).items() if units}
+        node = replace(
+            current,
+            counters=_spent(current, charge) if charge else current.counters,
+            ledger=tuple(e for e in current.ledger if e.index != RESERVE_INDEX),
+        )
+        event = {"kind": "reservation_charged", "node": node_id, "charged": charge}
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind=SETTLE_STEP,
+            source=current.path,
+            dest=current.path,
+            result={"charged": charge, "effect_id": entry.id},
+            events=(event,),
+        )
 
     def unknown_outcome(self, state: RunState, node_id: str) -> StepRecord | None:
         """Ask about, or fail on, a ``once`` effect of the node whose outcome nobody knows.
@@ -684,6 +735,111 @@ class StepBuilder:
             trigger=result.trigger,
             dest=current.path,
             result={"trigger": result.trigger, "payload": result.payload},
+            events=(reply,),
+            interrupts=remaining,
+        )
+
+    # -- the run's budget ------------------------------------------------------------
+
+    def budget_out(
+        self,
+        state: RunState,
+        node_id: str,
+        error: SpendRefusedError,
+        events: tuple[Mapping[str, Any], ...],
+    ) -> StepRecord:
+        """The node waits for more budget: the run's budget gate opens, or it joins it.
+
+        One gate per run, however many nodes run out: a node that runs out while it is
+        open is added to the nodes it names (:mod:`phasegraph.run._spend_gate`). What
+        the step spent so far is charged to the node and its reservation dropped.
+        """
+        current = state.nodes[node_id]
+        used = {kind: units for kind, units in error.used.items() if units}
+        node = replace(
+            current,
+            status=NodeStatus.WAITING,
+            counters=_spent(current, used) if used else current.counters,
+            ledger=tuple(e for e in current.ledger if e.index != RESERVE_INDEX),
+        )
+        budget = self._prepared.definition.budget
+        interrupt, opened = budget_interrupt(state, node_id, error, budget, self._now())
+        interrupt = replace(interrupt, seq=interrupt.seq if not opened else state.seq + 1)
+        said: dict[str, Any] = {"kind": "budget_waiting", "id": interrupt.id, "node": node_id}
+        if opened:
+            said = {"kind": f"{BUDGET_GATE}_request", "id": interrupt.id, **interrupt.payload}
+        # What was refused, as replay feeds it again (the action's outcome, recorded).
+        refused = {
+            "asked": dict(error.asked),
+            "left": dict(error.left),
+            "used": dict(error.used),
+            "message": error.message,
+        }
+        return self._record(
+            state,
+            node_id,
+            node,
+            kind="wait",
+            source=node.path,
+            dest=node.path,
+            result={REFUSED: refused},
+            events=(*events, said),
+            interrupts=MappingProxyType({**state.interrupts, interrupt.id: interrupt}),
+        )
+
+    def _grant(
+        self,
+        state: RunState,
+        interrupt: Interrupt,
+        result: ActionResult,
+        reply: Mapping[str, Any],
+        remaining: Mapping[str, Interrupt],
+    ) -> StepRecord:
+        """Answer the budget gate: more budget, or stop.
+
+        ``more`` raises the limit and runs the waiting nodes' calls again; ``stop``
+        fails each waiting node, its dependents skipped.
+        """
+        granted = grant(state, interrupt, result)
+        source = state.nodes[interrupt.node].path
+        errors: tuple[ErrorRecord, ...] = ()
+        if isinstance(granted, RunError):
+            nodes: dict[str, NodeState] = {}
+            now = self._now()
+            for node_id in waiting(interrupt):
+                current = state.nodes[node_id]
+                nodes[node_id] = replace(
+                    current,
+                    status=NodeStatus.FAILED,
+                    outcome=NodeOutcome.FAILED,
+                    error=granted.message,
+                    payload=EMPTY,
+                )
+                nodes.update(self._skipped(state, node_id))
+                details = MappingProxyType({"outcome": str(NodeOutcome.FAILED)})
+                errors += (
+                    ErrorRecord(
+                        time=now,
+                        node=node_id,
+                        state=current.state,
+                        message=granted.message,
+                        details=details,
+                    ),
+                )
+        else:
+            nodes = dict(granted)
+        return StepRecord(
+            seq=state.seq + 1,
+            time=self._now(),
+            kind="reply",
+            node=interrupt.node,
+            source=source,
+            trigger=result.trigger,
+            dest=source,
+            result=MappingProxyType({"trigger": result.trigger, "payload": result.payload}),
+            nodes=MappingProxyType(nodes),
+            status=self._frontier_for(state).status(nodes, remaining),
+            errors=errors,
             events=(reply,),
             interrupts=remaining,
         )
@@ -744,6 +900,8 @@ class StepBuilder:
             reply["message"] = dict(message)
         if interrupt.kind == OUTCOME_UNKNOWN:
             record = self._settle_effect(state, interrupt, result, reply, remaining)
+        elif interrupt.kind == BUDGET_GATE:
+            record = self._grant(state, interrupt, result, reply, remaining)
         else:
             record = self.transition(
                 state, interrupt.node, result, (reply,), kind="reply", interrupts=remaining

@@ -70,6 +70,7 @@ STATUS_FOR: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.RUN_BUSY: 409,
     ErrorCode.ILLEGAL_TRIGGER: 409,
     ErrorCode.BUDGET_EXHAUSTED: 409,
+    ErrorCode.SPEND_REFUSED: 409,
     ErrorCode.ACTION_FAILED: 409,
     ErrorCode.ACTION_TIMEOUT: 409,
     ErrorCode.DATA_CONFLICT: 409,

@@ -18,6 +18,7 @@ from phasegraph.errors import CodecError, InputError, PhasegraphError, RequestEr
 from phasegraph.model import RunState
 from phasegraph.run import RUN_ID_PATTERN, PreparedGraph
 from phasegraph.run._gates import gate_answers
+from phasegraph.run._spend import budget_view, spent
 from phasegraph.server._exec import Executor
 from phasegraph.server._feed import EventHub
 from phasegraph.server._jwt import JwtSettings
@@ -287,11 +288,14 @@ async def run_json(
     which the engine keeps prepared); ``driving`` defaults to whether this server steps it.
     """
     prepared = None
-    if state.interrupts:
+    # The graph is read for its gates' answers and its budget's limits: a run with no
+    # gate open whose nodes spent nothing on a model needs neither.
+    if state.interrupts or any(spent(state).values()):
         try:
             prepared = await app[ENGINE].prepared_for(state)
         except PhasegraphError:
-            prepared = None  # its definition cannot be loaded here: the answers are unknown
+            prepared = None  # its definition cannot be loaded here: answers, limits unknown
     if driving is None:
         driving = app[EXECUTOR].driving(state.run_id)
-    return run_view(state, driving=driving, answers=gate_answers(prepared, state))
+    budget = budget_view(state, None if prepared is None else prepared.definition.budget)
+    return run_view(state, driving=driving, answers=gate_answers(prepared, state), budget=budget)

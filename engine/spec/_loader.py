@@ -519,6 +519,8 @@ def _digest(name: str, spec: schema.GraphSpec, machines: list[MachineFile]) -> s
         del graph["mcp"]  # likewise for graphs without MCP servers
     if graph.get("busy") is None:
         graph.pop("busy", None)  # and for graphs whose runs take no messages
+    if graph.get("budget") is None:
+        graph.pop("budget", None)  # likewise for graphs without a budget
     payload = {
         "graph": {**graph, "graph": name},
         "machines": {
@@ -666,6 +668,20 @@ def _graph(
         ),
         location=SourceLocation(doc.path),
         digest=_digest(name, spec, [m for n in machines if (m := resolver.machines.get(n))]),
+        budget=None if spec.budget is None else _spend_limit(spec.budget),
+    )
+
+
+def _spend_limit(spec: schema.SpendSpec) -> model.SpendLimit:
+    prices = {
+        name: model.Price(input=price.input, output=price.output)
+        for name, price in spec.prices.items()
+    }
+    return model.SpendLimit(
+        tokens=spec.tokens,
+        money=spec.money,
+        prices=MappingProxyType(prices),
+        required=spec.required,
     )
 
 

@@ -624,7 +624,7 @@ class LlmRequest(_Spec):
         return self
 
 
-_OUTCOME_KEYS = Literal["answer", "tool_calls", "compressed"]
+_OUTCOME_KEYS = Literal["answer", "tool_calls", "compressed", "budget_out"]
 
 
 class LlmAction(_ActionBase):
@@ -634,12 +634,15 @@ class LlmAction(_ActionBase):
     llm: LlmRequest = Field(description="The request.")
     on_outcome: dict[_OUTCOME_KEYS, _Name | None] = Field(
         {},
-        description="Outcome -> trigger (answer, tool_calls, compressed); null: never expected "
-        "(compressed: null turns compression off).",
+        description="Outcome -> trigger (answer, tool_calls, compressed, budget_out); null: "
+        "never expected (compressed: null turns compression off). budget_out fires when the "
+        "run's budget cannot reserve the call; unmapped, the run's budget gate asks a person.",
     )
 
     def _implied(self) -> list[tuple[Loc, str]]:
         possible = ["answer", *(["tool_calls"] if self.llm.tools else []), "compressed"]
+        if self.on_outcome.get("budget_out") is not None:
+            possible.append("budget_out")
         found: list[tuple[Loc, str]] = []
         for outcome in possible:
             trigger = self.on_outcome.get(outcome, outcome)  # type: ignore[call-overload]
@@ -913,6 +916,32 @@ class McpServerSpec(_Spec):
         return self
 
 
+class PriceSpec(_Spec):
+    """A model's price per million tokens, in the price table's currency."""
+
+    input: float = Field(ge=0, description="Price of a million prompt tokens.")
+    output: float = Field(ge=0, description="Price of a million completion tokens.")
+
+
+class SpendSpec(_Spec):
+    """The run's budget for model calls: every call reserves its most before it is sent."""
+
+    tokens: int | None = Field(
+        None, ge=1, description="The most tokens the run's model calls may spend together."
+    )
+    money: float | None = Field(
+        None, gt=0, description="The most the run's model calls may cost, priced by `prices`."
+    )
+    prices: dict[_NonEmpty, PriceSpec] = Field(
+        {}, description="Model name -> its price per million prompt and completion tokens."
+    )
+    required: bool = Field(
+        False,
+        description="`check` proves every model call sits under a finite limit here, and "
+        "names each call that does not.",
+    )
+
+
 class GraphSpec(_Spec):
     """A phasegraph workflow graph file (graphs/NAME.yaml)."""
 
@@ -938,6 +967,9 @@ class GraphSpec(_Spec):
         None,
         description="Runs take messages (phasegraph send, POST /runs/ID/messages): what one "
         "does while the run is busy, as a policy or {policy, trigger}; default: none taken.",
+    )
+    budget: SpendSpec | None = Field(
+        None, description="The run's budget for model calls, in tokens and money."
     )
 
 

@@ -41,7 +41,7 @@ from typing import Any
 from phasegraph.actions import ActionResult
 from phasegraph.api import Engine
 from phasegraph.errors import IllegalTriggerError
-from phasegraph.model import GraphDef, StepRecord
+from phasegraph.model import GraphDef, StepRecord, replace
 from phasegraph.run import PreparedGraph, Run, RunOptions, prepare
 from phasegraph.run._children import CHILD_RUN
 from phasegraph.run._effects import OUTCOME_UNKNOWN, RUN_AGAIN
@@ -231,9 +231,23 @@ def _written(record: StepRecord, unordered: frozenset[str]) -> Mapping[str, Any]
     return written
 
 
+def _load(source: str) -> GraphDef:
+    """The graph, without its run budget.
+
+    A crash charges the model call it cut off at its reserved most (``docs/budgets.md``),
+    so under a budget a crashed run may run out sooner than an uninterrupted one, by
+    design: what is compared here is the actions, not the spend.
+    """
+    return replace(load_graph(source), budget=None)
+
+
 def _settling_an_effect(record: StepRecord) -> bool:
-    """A step only a crash makes: a ledger entry, or a question about an uncertain effect."""
-    if record.ledger is not None:
+    """A step only a crash makes: a ledger entry, a charge, a question about an effect.
+
+    The charge is a crashed model call's reservation; the question, about an effect
+    whose outcome is unknown.
+    """
+    if record.ledger is not None or record.kind == "settle":
         return True
     return any(str(e.get("kind", "")).startswith(OUTCOME_UNKNOWN) for e in record.events)
 
@@ -450,7 +464,7 @@ def _trials(
     """
     # Loaded once here: the definition is plain data; preparing it (which imports the
     # actions) happens in each run's own process.
-    definition = load_graph(source)
+    definition = _load(source)
     if "fork" not in multiprocessing.get_all_start_methods():
         for point in points:
             yield point, _trial(source, definition, run_input, point, approve)
@@ -515,7 +529,7 @@ def _child(
     try:
         copied = folders.enter(folder, source)
         if copied != source:  # the graph's own files, from the copy
-            source, definition = copied, load_graph(copied)
+            source, definition = copied, _load(copied)
         send.send(_trial(source, definition, run_input, crash_at, approve))
     except BaseException as exc:  # raised again in the parent
         try:

@@ -10,12 +10,17 @@ conversation with those messages and the assistant's answer appended, and fires
 ``tool_calls`` when the model called tools, ``answer`` otherwise (``on_outcome:`` renames them).
 
 The model is offered the ``tools`` the node's current phase allows, described from the
-tools themselves; a refused tool is not shown. Token usage goes to the node's ``tokens``
-counter (``ActionResult.spend``), so a ``tokens`` budget with ``spend_on: []`` can stop
-a node that used too many; ``prompt_tokens``, ``completion_tokens``, the model and the
-finish reason are in the step record's output, and so is the prompt as sent: ``system``
-(the rendered system message, which the conversation does not hold) and ``prompt`` (the
-rendered prompt template, on the turn that added it).
+tools themselves; a refused tool is not shown. Before each request is sent, its most —
+``max_tokens`` and the prompt's size, estimated high — is reserved against the run's
+budget (a graph's ``budget:``, :mod:`phasegraph.run._spend`); a request that does not
+fit fires ``budget_out`` when ``on_outcome`` maps it, and otherwise opens the run's
+budget gate. Token usage (and its cost, for a model with a price) goes to the node's
+``tokens`` and ``money`` counters (``ActionResult.spend``), so a ``tokens`` budget with
+``spend_on: []`` can stop a node that used too many; ``prompt_tokens``,
+``completion_tokens``, the model and the finish reason are in the step record's output,
+and so is the prompt as sent: ``system`` (the rendered system message, which the
+conversation does not hold) and ``prompt`` (the rendered prompt template, on the turn
+that added it).
 
 When the conversation nears ``context_tokens`` (80 % of it, counting about four
 characters a token), or the provider refuses it as too long, the step compresses instead
@@ -41,10 +46,11 @@ from phasegraph.actions.llm._client import (
 )
 from phasegraph.actions.llm._comply import Verdict, check_answer, request_format
 from phasegraph.actions.llm._compress import Compressor, needs_compression
-from phasegraph.actions.llm._config import LlmConfig
+from phasegraph.actions.llm._config import BUDGET_OUT, LlmConfig
 from phasegraph.actions.llm._endpoint import open_endpoint
+from phasegraph.actions.llm._measure import UNBOUNDED_COMPLETION, most_prompt_tokens
 from phasegraph.core._sources import current as stored_files
-from phasegraph.errors import ActionError
+from phasegraph.errors import ActionError, SpendRefusedError
 from phasegraph.model import ActionDef, frozen_map
 
 __all__ = ["DELTA_EVENT", "build_llm_action"]
@@ -112,10 +118,19 @@ class _Answers:
     refused: list[Mapping[str, Any]]
     misfits: list[str]
     usage: dict[str, int]
+    spent: dict[str, int]
+    """What the answers cost, by budget (``tokens``, ``money`` in millionths)."""
 
-    def add(self, completion: Completion) -> None:
+    def add(self, ctx: ActionContext, models: Sequence[str], completion: Completion) -> None:
         for key, count in completion.usage.items():
             self.usage[key] = self.usage.get(key, 0) + int(count)
+        usage = completion.usage
+        prompt = int(usage.get("prompt_tokens", 0))
+        answer = int(usage.get("completion_tokens", 0))
+        if not prompt and not answer:
+            prompt = int(usage.get("total_tokens", 0))
+        for kind, units in ctx.price(models, prompt, answer).items():
+            self.spent[kind] = self.spent.get(kind, 0) + int(units)
 
 
 def _controls(config: LlmConfig) -> dict[str, Any]:
@@ -162,7 +177,7 @@ def _result(
         data=frozen_map({config.conversation: conversation}),
         payload=frozen_map(payload),
         output=frozen_map(output),
-        spend=frozen_map({"tokens": answers.usage.get("total_tokens", 0)}),
+        spend=frozen_map(answers.spent or {"tokens": 0}),
     )
 
 
@@ -185,7 +200,7 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
             compressed = config.trigger("compressed")
             if compressed is not None and needs_compression(config, turn.messages, tools):
                 return await compressor.compress(ctx, turn.conversation, compressed)
-            answers = _Answers([], [], {})
+            answers = _Answers([], [], {}, {})
             for attempt in range(config.attempts):
                 request = ChatRequest(
                     model=endpoint.model or config.model,
@@ -200,13 +215,18 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
                     parallel_tool_calls=config.parallel_tool_calls if tools else None,
                     response_format=request_format(config),
                 )
+                models = (request.model, config.model)
+                try:
+                    await _reserve(ctx, config, request, models, answers.spent)
+                except SpendRefusedError as exc:
+                    return _budget_out(config, exc, answers)
                 try:
                     completion = await complete(endpoint, request, _streamer(ctx, config))
                 except ProviderError as exc:
                     if not exc.context_length or compressed is None or attempt:
                         raise
                     return await compressor.compress(ctx, turn.conversation, compressed)
-                answers.add(completion)
+                answers.add(ctx, models, completion)
                 verdict = check_answer(config, completion.message)
                 if verdict.misfit is None:
                     return _result(config, turn, completion, answers, verdict)
@@ -220,6 +240,38 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
         )
 
     return call
+
+
+async def _reserve(
+    ctx: ActionContext,
+    config: LlmConfig,
+    request: ChatRequest,
+    models: Sequence[str],
+    used: Mapping[str, int],
+) -> None:
+    """Reserve the request's most against the run's budget before it is sent."""
+    if not ctx.spend_limited:  # the prompt is measured only when something is limited
+        return
+    prompt = most_prompt_tokens(request.messages, request.tools)
+    await ctx.reserve(models, prompt, config.max_tokens or UNBOUNDED_COMPLETION, used)
+
+
+def _budget_out(config: LlmConfig, refused: SpendRefusedError, answers: _Answers) -> ActionResult:
+    """The binding's ``budget_out`` trigger, or the refusal raised (the run's gate opens).
+
+    Raises:
+        SpendRefusedError: The binding maps no ``budget_out`` trigger.
+    """
+    trigger = config.on_outcome.get(BUDGET_OUT)
+    if trigger is None:
+        raise refused
+    payload = {"asked": refused.asked, "left": refused.left, "message": refused.message}
+    return ActionResult(
+        trigger=trigger,
+        payload=frozen_map(payload),
+        output=frozen_map({"usage": answers.usage}),
+        spend=frozen_map(answers.spent),
+    )
 
 
 def _told(completion: Completion, misfit: str) -> list[Mapping[str, Any]]:

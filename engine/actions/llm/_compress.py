@@ -22,8 +22,10 @@ from phasegraph.actions._base import ActionContext, ActionResult
 from phasegraph.actions.llm._client import ChatRequest, Endpoint, ProviderError, complete
 from phasegraph.actions.llm._config import LlmConfig
 from phasegraph.actions.llm._measure import (
+    UNBOUNDED_COMPLETION,
     estimate_tokens,
     is_summary,
+    most_prompt_tokens,
     summarized_turns,
     summary_head,
 )
@@ -85,7 +87,7 @@ class Compressor:
         self._config = config
         self._endpoint = endpoint
 
-    async def _summary(self, older: Sequence[Mapping[str, Any]]) -> _Summary:
+    async def _summary(self, ctx: ActionContext, older: Sequence[Mapping[str, Any]]) -> _Summary:
         """The summary, and why any model tried before the one that wrote it failed."""
         config = self._config
         messages = [
@@ -104,6 +106,10 @@ class Compressor:
                 retries=config.retries,
             )
             last = index == len(models) - 1
+            # Reserved like any call (a refusal opens the run's budget gate).
+            if ctx.spend_limited:
+                prompt = most_prompt_tokens(messages)
+                await ctx.reserve((model,), prompt, config.max_tokens or UNBOUNDED_COMPLETION)
             try:
                 completion = await complete(self._endpoint, request)
             except ProviderError as exc:
@@ -136,7 +142,7 @@ class Compressor:
                 f"{estimate_tokens(recent)} tokens; lower keep_recent or raise context_tokens",
                 retryable=False,
             )
-        summary = await self._summary(older)
+        summary = await self._summary(ctx, older)
         head = summary_head(summarized_turns(older))
         compressed = [{"role": "user", "content": head + summary.text}, *recent]
         details = {
@@ -159,5 +165,11 @@ class Compressor:
             output=frozen_map(
                 {"compression": details, "usage": dict(summary.usage), "system": _INSTRUCTIONS}
             ),
-            spend=frozen_map({"tokens": summary.usage.get("total_tokens", 0)}),
+            spend=frozen_map(
+                ctx.price(
+                    (summary.model,),
+                    int(summary.usage.get("prompt_tokens", 0)),
+                    int(summary.usage.get("completion_tokens", 0)),
+                )
+            ),
         )

@@ -12,11 +12,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
-__all__ = ["DEFAULT_CONVERSATION", "DEFAULT_TIMEOUT", "OUTCOMES", "LlmConfig", "plain"]
+__all__ = [
+    "BUDGET_OUT",
+    "DEFAULT_CONVERSATION",
+    "DEFAULT_TIMEOUT",
+    "OUTCOMES",
+    "LlmConfig",
+    "plain",
+]
 
 DEFAULT_CONVERSATION: Final = "conversation"
-OUTCOMES: Final = ("answer", "tool_calls", "compressed")
-"""What an llm step can end in; ``on_outcome:`` maps each to the trigger it fires."""
+OUTCOMES: Final = ("answer", "tool_calls", "compressed", "budget_out")
+"""What an llm step can end in; ``on_outcome:`` maps each to the trigger it fires
+(``budget_out`` fires only when mapped: unmapped, the run's budget gate opens)."""
+BUDGET_OUT: Final = "budget_out"
 DEFAULT_TIMEOUT: Final = 120.0
 FORCED_ATTEMPTS: Final = 2
 """Answers asked for when ``tool_choice`` forces a call and the model made none."""

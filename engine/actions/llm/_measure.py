@@ -8,9 +8,23 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["SUMMARY_PREFIX", "estimate_tokens", "is_summary", "summarized_turns", "summary_head"]
+__all__ = [
+    "SUMMARY_PREFIX",
+    "UNBOUNDED_COMPLETION",
+    "estimate_tokens",
+    "is_summary",
+    "most_prompt_tokens",
+    "summarized_turns",
+    "summary_head",
+]
 
 _CHARS_PER_TOKEN: Final = 4
+_FEWEST_CHARS_PER_TOKEN: Final = 3
+"""A reservation's estimate: code and JSON run to fewer characters a token than prose."""
+
+UNBOUNDED_COMPLETION: Final = 4096
+"""What a call without ``max_tokens`` reserves for its answer (``check`` names such calls
+when the graph's budget is ``required``: nothing bounds what they may spend)."""
 
 SUMMARY_PREFIX: Final = "Summary of the earlier conversation"
 """How a summary message starts: ``PREFIX (N turns):\\nTEXT``, N the model's answers in it."""
@@ -21,6 +35,16 @@ def estimate_tokens(value: Any) -> int:
     """About how many tokens ``value`` (text, or JSON-like data) is: four characters each."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return math.ceil(len(text) / _CHARS_PER_TOKEN)
+
+
+def most_prompt_tokens(messages: Any, tools: Any = ()) -> int:
+    """How many tokens a request's messages and tools may be, estimated high.
+
+    Three characters a token of their JSON (keys and quotes included), for a
+    reservation that must not fall short of what the provider counts.
+    """
+    text = json.dumps([messages, tools], sort_keys=True, default=str)
+    return math.ceil(len(text) / _FEWEST_CHARS_PER_TOKEN)
 
 
 def is_summary(message: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ import { badge, clock, duration, fill, h, json, problemText, when } from "./dom.
 import { effectGateCard, ledgerOf, ledgerTable, ledgerWords, OUTCOME_UNKNOWN, triggersAt } from "./effects.js";
 import { drawDag, drawMachine } from "./layout.js";
 import { childFacts, planKey, planVersionsOf, renderPlanVersions, resultOf } from "./plans.js";
+import { BUDGET_GATE, budgetGateCard, budgetLine, spendText } from "./budget.js";
 import { conversationsOf, renderConversations } from "./talk.js";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
@@ -236,6 +237,7 @@ export function showRun(main, runId, query = new URLSearchParams()) {
         "version ", h("span", { class: "mono" }, run.graph_digest.slice(0, 12))), " · ",
       h("span", {}, `step ${run.seq}`), " · ",
       h("span", {}, run.summary), " · ",
+      budgetLine(run.budget),
       h("span", {}, `started ${when(run.created_at)}`), " · ",
       h("span", {}, `updated ${when(run.updated_at)}`),
       forkedFrom(),
@@ -352,6 +354,12 @@ export function showRun(main, runId, query = new URLSearchParams()) {
   }
 
   function gateCard(interrupt, n) {
+    if (interrupt.kind === BUDGET_GATE) {
+      return budgetGateCard(interrupt, n, {
+        send: (trigger, payload) => sendReply(interrupt, trigger, payload),
+        describe: (error) => (error instanceof ApiError ? problemText(error) : String(error)),
+      });
+    }
     if (interrupt.kind === OUTCOME_UNKNOWN) {
       const node = state.run.nodes[interrupt.node];
       return effectGateCard(interrupt, n, {
@@ -564,6 +572,7 @@ export function showRun(main, runId, query = new URLSearchParams()) {
         h("dt", {}, "steps"), h("dd", {}, String(view.steps), view.steps ? [" · ", h("button", { type: "button", class: "link", onclick: () => listSteps(id) }, "list its steps")] : ""),
         h("dt", {}, "needs"), h("dd", {}, shape.needs.length ? shape.needs.join(", ") : "—"),
         shape.parent ? childFacts(shape.parent, result, pickNode) : [],
+        spendText(view.counters) ? [h("dt", {}, "model spend"), h("dd", { class: "mono node-spend" }, spendText(view.counters))] : [],
         Object.keys(view.counters).length ? [h("dt", {}, "budgets spent"), h("dd", { class: "mono" }, Object.entries(view.counters).map(([k, v]) => `${k} ${v}`).join(", "))] : [],
         view.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, view.error)] : []),
       h("p", { class: "muted small" }, "In the diagram: the current state (or the picked step's) is filled, states this node passed through in the steps shown are shaded; dashed arrows lead back.")),

@@ -3,6 +3,7 @@
 // appends its new messages (`record.appended`); tool steps append the tools' results.
 // Everything from a run is set as text: nothing it holds is read as markup.
 
+import { spendText } from "./budget.js";
 import { duration, h } from "./dom.js";
 
 const SUMMARY_PREFIX = "Summary of the earlier conversation"; // the llm action's summary head
@@ -98,7 +99,10 @@ function add(t, record, message, output) {
   // The user message the binding's prompt template rendered to on this turn.
   if (message.role === "user" && typeof output.prompt === "string" && message.content === output.prompt) entry.prompted = true;
   if (message.role === "assistant") {
-    if (output.usage || output.model || output.finish_reason) entry.turn = output;
+    if (output.usage || output.model || output.finish_reason) {
+      // What the turn spent of the run's budget (tokens, money in millionths).
+      entry.turn = { ...output, spend: (record.result && record.result.spend) || null };
+    }
     // Call ids may repeat from one turn to the next: a result answers the latest call.
     t.open.clear();
     entry.calls = (message.tool_calls || []).map((c) => {
@@ -129,6 +133,8 @@ function turnFacts(turn) {
   if (usage.prompt_tokens !== undefined || usage.completion_tokens !== undefined) {
     parts.push(`${usage.prompt_tokens ?? "?"} prompt + ${usage.completion_tokens ?? "?"} completion tokens`);
   } else if (usage.total_tokens !== undefined) parts.push(`${usage.total_tokens} tokens`);
+  const spent = spendText(turn.spend);
+  if (spent) parts.push(`spent ${spent}`);
   if (turn.tool_choice) parts.push(`tool_choice ${turn.tool_choice}`);
   if (turn.parallel_tool_calls === false) parts.push("one call an answer");
   if (turn.response_format) parts.push(`schema ${turn.response_format}`);
