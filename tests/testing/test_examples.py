@@ -82,7 +82,7 @@ def test_every_shipped_machine_states_examples_that_hold_and_take_every_transiti
     assert examples, f"{name} declares no examples"
     results = list(run_examples(examples, family))
     assert [r.failure for r in results if not r.ok] == []
-    assert coverage({name: root}, results) == {}
+    assert coverage({name: root}, results, family) == []
     assert {e.outcome for e in examples} >= {
         str(s.final) for s in root.states.values() if s.final is not None
     }
@@ -364,7 +364,7 @@ def test_a_draft_of_a_machines_examples_holds_on_it_and_takes_every_transition(
     root, family = load_machine_family(path)
     results = list(run_examples(machine_examples(root), family))
     assert all(r.ok for r in results)
-    assert coverage({root.name: root}, results) == {}
+    assert coverage({root.name: root}, results, family) == []
 
 
 def test_draft_examples_on_the_command_line_adds_what_the_declared_ones_miss(
