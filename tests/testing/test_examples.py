@@ -406,3 +406,97 @@ def test_examples_leave_a_graphs_digest_alone(tmp_path: Path) -> None:
     changed = _REVIEW + _GOOD.replace("rounds: 1}", "rounds: 2}")
     (tmp_path / "review.yaml").write_text(changed, encoding="utf-8")
     assert load_graph(graph).digest == before
+
+
+# --------------------------------------------------------------------------- coverage
+
+_RETRYING = """\
+machine: retrying
+initial: main
+budgets:
+  attempts: {limit: 30, spend_on: [retry]}
+states:
+  main: {hook: work}
+  retry: {hook: work}
+  done: {final: success}
+  failed: {final: failed}
+transitions:
+  - {trigger: ok, source: [main, retry], dest: done}
+  - {trigger: fail, source: [main, retry], dest: retry, conditions: ["budget:attempts"]}
+  - {trigger: fail, source: [main, retry], dest: failed}
+examples:
+  - name: a failure is retried, then succeeds
+    steps: [fail -> retry, ok -> done]
+    outcome: success
+    spent: {attempts: 1}
+  - name: with no attempts a failure fails the node
+    with: {budgets: {attempts: 0}}
+    steps: [fail -> failed]
+    outcome: failed
+"""
+
+
+def test_coverage_counts_each_source_and_each_default_limit_and_the_draft_fills_it(
+    tmp_path: Path,
+) -> None:
+    """Every transition is taken, but not from each source, and the default limit of 30 is
+    never run out: `test` names both, the draft covers them, and a limit off by one or a
+    source dropped is then caught by an example."""
+    path = tmp_path / "retrying.yaml"
+    path.write_text(_RETRYING, encoding="utf-8")
+    done = _main(tmp_path, "test", "retrying.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "2 of 2 examples hold; they take 3 of the 6 transitions of retrying (each from each of "
+        "its sources) and run out 0 of the 1 budgets at their default limits"
+    ) in done.stdout
+    assert "no example of 'retrying' takes transition 0 `ok` main,retry -> done from main" in (
+        done.stdout
+    )
+    assert "takes transition 2 `fail` main,retry -> failed from retry" in done.stdout
+    assert "no example of 'retrying' runs budget 'attempts' out at its default limit 30" in (
+        done.stdout
+    )
+    drafted = _main(tmp_path, "test", "retrying.yaml", "--draft-examples")
+    assert drafted.returncode == 0, drafted.stderr
+    assert "steps: [{trigger: fail, to: retry, times: 30}, fail -> failed]" in drafted.stdout
+    assert "no path found" not in drafted.stdout
+    path.write_text(_RETRYING + drafted.stdout, encoding="utf-8")
+    tested = _main(tmp_path, "test", "retrying.yaml")
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "take 6 of the 6 transitions" in tested.stdout
+    assert "run out 1 of the 1 budgets" in tested.stdout
+    assert _main(tmp_path, "check", "--strict", "retrying.yaml").returncode == 0
+    # What the draft adds kills what the first examples let through.
+    from phasegraph.testing._mutants import examples_kill, machine_mutants
+
+    root, family = load_machine_family(path)
+    mutants = {m.change: m for m in machine_mutants(root)}
+    first = [e for e in machine_examples(root) if e.name.startswith(("a failure", "with no"))]
+    for change in (
+        "budget attempts limit 31 instead of 30",
+        "budget attempts limit 29 instead of 30",
+        "drop source main of transition 0 `ok` main,retry -> done",
+        "drop source retry of transition 2 `fail` main,retry -> failed",
+    ):
+        assert not examples_kill(mutants[change], first, family), change
+        assert examples_kill(mutants[change], machine_examples(root), family), change
+
+
+def test_a_repeated_step_fails_with_the_path_written_short(tmp_path: Path) -> None:
+    wrong = _RETRYING + (
+        "  - name: thirty retries and still going\n"
+        "    steps: [{trigger: fail, to: retry, times: 31}]\n"
+    )
+    path = tmp_path / "retrying.yaml"
+    path.write_text(wrong, encoding="utf-8")
+    done = _main(tmp_path, "test", "retrying.yaml")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "step 31 enters 'failed', not 'retry'" in done.stdout
+    assert "expected: main --fail--> retry (x31)" in done.stdout
+    assert "actual:   main --fail--> retry (x30) --fail--> failed (ended failed)" in done.stdout
+    path.write_text(wrong.replace("times: 31", "times: 0"), encoding="utf-8")
+    refused = _main(tmp_path, "check", "retrying.yaml")
+    assert refused.returncode == 1
+    assert "retrying.yaml:" in refused.stdout
+    assert "times" in refused.stdout
