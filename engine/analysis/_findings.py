@@ -55,6 +55,8 @@ class Code(StrEnum):
     ONCE_AGAIN = "once-effect-again"
     MISNAMED_OUTCOME = "misnamed-outcome"
     ENTRY_ONLY_SPEND = "entry-only-spend"
+    PAYLOAD_NOT_CARRIED = "payload-not-carried"
+    PAYLOAD_GUARD_UNSATISFIABLE = "payload-guard-unsatisfiable"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
