@@ -57,6 +57,7 @@ class Code(StrEnum):
     ENTRY_ONLY_SPEND = "entry-only-spend"
     PAYLOAD_NOT_CARRIED = "payload-not-carried"
     PAYLOAD_GUARD_UNSATISFIABLE = "payload-guard-unsatisfiable"
+    DEPENDENCY_WRITES_ON_FAILURE = "dependency-writes-on-failure"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

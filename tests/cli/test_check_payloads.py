@@ -50,7 +50,7 @@ nodes:
 """
 
 _REPO = Path(__file__).resolve().parents[2]
-_NEW_CODES = {"payload-not-carried", "payload-guard-unsatisfiable"}
+_NEW_CODES = {"payload-not-carried", "payload-guard-unsatisfiable", "dependency-writes-on-failure"}
 
 
 def _phasegraph(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -161,3 +161,48 @@ def test_the_shipped_graphs_have_no_payload_findings() -> None:
     checked = _phasegraph(_REPO, "check", "--strict", "--json", *graphs)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert not {f["code"] for f in json.loads(checked.stdout)} & _NEW_CODES
+
+
+_FAILURE_WRITE = """\
+graph: fw
+nodes:
+  - id: build
+    machine: fallback_chain
+    writes: [report]
+    bind:
+      main: {shell: [python3, check.py], capture: report}
+      recover: {python: "phasegraph.concerns.fallback:recover", triggers: [retry]}
+      emergency: {python: "phasegraph.concerns.fallback:emergency", triggers: [fail]}
+  - id: notify
+    machine: task
+    needs: [build]
+    bind:
+      run: {shell: [echo, "build: {KEY}"]}
+"""
+
+
+def test_a_read_of_a_key_a_dependency_writes_only_when_failing_is_an_error(
+    tmp_path: Path,
+) -> None:
+    """The emergency writes the error record, then the node fails: a node that needs it
+    runs only when it succeeded, so the record is never there."""
+    (tmp_path / "check.py").write_text("import sys\nsys.exit(0)\n", encoding="utf-8")
+    (tmp_path / "fw.yaml").write_text(_FAILURE_WRITE.replace("KEY", "error"), encoding="utf-8")
+    checked = _phasegraph(tmp_path, "check", "--json", "fw.yaml")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    (found,) = json.loads(checked.stdout)
+    assert (found["code"], found["file"], found["line"]) == (
+        "dependency-writes-on-failure",
+        "fw.yaml",
+        14,
+    )
+    assert found["message"].startswith(
+        "node 'notify' reads {error} in its shell command (hook 'run'), but 'build' writes it "
+        "only in state 'emergency', state 'reraise' of machine 'fallback_chain', from which "
+        "it can only fail"
+    )
+    ran = _phasegraph(tmp_path, "run", "fw.yaml")
+    assert "notify (run): template names {error} but the run has no such value" in ran.stdout
+    # What the main work captures on its way to success is there: check passes.
+    (tmp_path / "fw.yaml").write_text(_FAILURE_WRITE.replace("KEY", "report"), encoding="utf-8")
+    assert _phasegraph(tmp_path, "check", "--strict", "fw.yaml").returncode == 0
