@@ -30,7 +30,10 @@ leads there:
 
 * ``payload-not-carried`` (error): an ``llm:`` template reads ``{payload[KEY]}`` in a
   state that is also entered without ``KEY`` (the node's start, or a trigger whose action
-  does not put it in its payload): that step fails filling the template;
+  does not put it in its payload): that step fails filling the template. The system
+  message is filled on every turn, the prompt only when the model is due one, which a
+  model's or a tool's step may not leave it: a prompt's ways in from those are not
+  judged;
 * ``payload-guard-unsatisfiable`` (warning): a ``payload:KEY`` condition that no action
   bound to the transition's source states puts in the trigger's payload: for this node
   the transition is never taken.
@@ -136,14 +139,19 @@ def _template_findings(node: NodeDef, machine: MachineDef, *, outermost: bool) -
         if action.kind != "llm":
             continue  # only an llm template names the entering trigger's payload
         settings = action.config.get("llm") or {}
-        keys = list(
-            dict.fromkeys(
-                k for part in ("system", "prompt") for k in _payload_reads(settings.get(part))
-            )
-        )
+        # The system message is filled on every turn; the prompt only when the model is
+        # due one (nothing said yet, or it answered), which a way in from a model's or a
+        # tool's step may not leave it: only the ways in from other actions count there.
+        reads = {
+            key: part == "prompt"
+            for part in ("prompt", "system")
+            for key in _payload_reads(settings.get(part))
+        }
         for state in (s for s in machine.states.values() if s.hook == hook):
-            for key in keys:
-                entry = _entered_without(node, machine, state.name, key, outermost=outermost)
+            for key, prompt in reads.items():
+                entry = _entered_without(
+                    node, machine, state.name, key, outermost=outermost, prompt=prompt
+                )
                 if entry is None:
                     continue
                 text = (
@@ -158,9 +166,13 @@ def _template_findings(node: NodeDef, machine: MachineDef, *, outermost: bool) -
 
 
 def _entered_without(
-    node: NodeDef, machine: MachineDef, state: str, key: str, *, outermost: bool
+    node: NodeDef, machine: MachineDef, state: str, key: str, *, outermost: bool, prompt: bool
 ) -> str | None:
-    """How ``state`` is entered with a payload that cannot carry ``key``, in words."""
+    """How ``state`` is entered with a payload that cannot carry ``key``, in words.
+
+    ``prompt``: the read is in a prompt, filled only when the model is due one: a way in
+    from an ``llm:`` or ``tools:`` step is not judged.
+    """
     reachable = _paths(machine)
     if state == machine.initial and outermost:
         return "when the node starts, with no payload"
@@ -171,11 +183,19 @@ def _entered_without(
             if source not in reachable:
                 continue
             keys = carried(node, machine, source, transition.trigger)
+            if prompt and _conversing(node, machine, source):
+                continue
             if keys is not None and key not in keys:
                 path = _shown([*reachable[source], (transition.trigger, state)], machine)
                 said = ", ".join(sorted(keys))
                 return f"on {path}, whose payload holds only {said}"
     return None
+
+
+def _conversing(node: NodeDef, machine: MachineDef, source: str) -> bool:
+    """Whether ``source``'s action is a model's or a tool's step: after it no prompt may be due."""
+    action = node.bind.get(machine.states[source].hook or "")
+    return action is not None and action.kind in ("llm", "tools")
 
 
 def _guard_findings(node: NodeDef, machine: MachineDef) -> list[Finding]:
