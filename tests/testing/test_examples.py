@@ -3,6 +3,7 @@ through the engine's own stepping, and written for every shipped machine."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -500,3 +501,45 @@ def test_a_repeated_step_fails_with_the_path_written_short(tmp_path: Path) -> No
     assert refused.returncode == 1
     assert "retrying.yaml:" in refused.stdout
     assert "times" in refused.stdout
+
+
+@settings(max_examples=10, deadline=None)
+@given(limit=st.integers(min_value=1, max_value=60), sources=st.integers(min_value=2, max_value=4))
+def test_a_draft_runs_any_default_limit_out_and_kills_its_mutants(
+    tmp_path_factory: pytest.TempPathFactory, limit: int, sources: int
+) -> None:
+    """Whatever the default limit and however many sources a handler has, the draft shows
+    every goal, holds, and kills each limit off by one and each source dropped."""
+    from phasegraph.testing._drafts import draft_examples
+    from phasegraph.testing._mutants import examples_kill, machine_mutants
+
+    extra = [f"step{i}" for i in range(sources - 2)]
+    chain = ["main", *extra, "retry"]
+    states = "".join(f"  {name}: {{hook: work}}\n" for name in chain)
+    moves = "".join(
+        f"  - {{trigger: next, source: {a}, dest: {b}}}\n"
+        for a, b in itertools.pairwise(chain[:-1])
+    )
+    listed = ", ".join(chain)
+    text = (
+        f"machine: m\ninitial: main\nbudgets:\n  attempts: {{limit: {limit}, spend_on: [retry]}}\n"
+        f"states:\n{states}  done: {{final: success}}\n  failed: {{final: failed}}\n"
+        f"transitions:\n{moves}"
+        f"  - {{trigger: ok, source: [{listed}], dest: done}}\n"
+        f"  - {{trigger: fail, source: [{listed}], dest: retry, "
+        'conditions: ["budget:attempts"]}\n'
+        f"  - {{trigger: fail, source: [{listed}], dest: failed}}\n"
+    )
+    path = tmp_path_factory.mktemp("draft") / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    draft = draft_examples(str(path))
+    assert "no path found" not in draft, draft
+    path.write_text(text + draft, encoding="utf-8")
+    root, family = load_machine_family(path)
+    examples = machine_examples(root)
+    results = list(run_examples(examples, family))
+    assert all(r.ok for r in results), [r.failure for r in results if not r.ok]
+    assert coverage({root.name: root}, results, family) == []
+    for mutant in machine_mutants(root, family=family):
+        if mutant.operator in ("limit-off-by-one", "drop-source"):
+            assert examples_kill(mutant, examples, family), mutant.key
