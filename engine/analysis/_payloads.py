@@ -194,7 +194,8 @@ def _entered_without(
 
 def _conversing(node: NodeDef, machine: MachineDef, source: str) -> bool:
     """Whether ``source``'s action is a model's or a tool's step: after it no prompt may be due."""
-    action = node.bind.get(machine.states[source].hook or "")
+    state = machine.states.get(source)
+    action = node.bind.get(state.hook or "") if state is not None else None
     return action is not None and action.kind in ("llm", "tools")
 
 
