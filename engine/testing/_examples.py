@@ -22,9 +22,9 @@ the mutation tests run the examples of a machine against its mutants, through
 What the examples show is counted as :class:`Goal` s (:func:`goals`, :func:`coverage`):
 each transition from each of its source states (a transition from ``[main, retry]``
 taken only from ``main`` leaves a failure handler of ``retry`` untested), and each
-budget run out at its default limit (a step fired with no units left, under no ``with:
-{budgets: ...}`` override for it), so that a limit off by one changes what an example
-sees.
+budget run out at its default limit (a step the budget decides, fired with no units left
+under no ``with: {budgets: ...}`` override for it: :func:`ran_out`), so that a limit off
+by one changes what an example sees.
 """
 
 from __future__ import annotations
