@@ -23,9 +23,9 @@ a gate's ``timeout``       ``interrupt``
 =========================  ============================================================
 
 A ``python:`` function, a gate's answer, a child run and a nested machine's outcome may
-carry anything, so nothing is judged there; nor is a payload the node's start carries
-(none, for the outermost machine's initial state; a nested machine's initial state is
-entered with whatever entered its parent). Two findings follow, each with the path that
+carry anything, so nothing is judged there. The node's start carries no payload into the
+outermost machine's initial state; a nested machine's initial state is entered with the
+payload that entered the state nesting it. Two findings follow, each with the path that
 leads there:
 
 * ``payload-not-carried`` (error): an ``llm:`` template reads ``{payload[KEY]}`` in a
@@ -71,9 +71,14 @@ def payload_findings(definition: GraphDef) -> list[Finding]:
     for node in definition.nodes:
         if node.machine not in definition.machines:
             continue  # reported as an unknown machine
-        for machine in nested_machines(node.machine, definition.machines):
-            outermost = machine.name == node.machine
-            findings += _template_findings(node, machine, outermost=outermost)
+        family = nested_machines(node.machine, definition.machines)
+        parents: dict[str, list[tuple[MachineDef, str]]] = {}
+        for machine in family:
+            for state in machine.states.values():
+                if state.machine and state.machine != node.machine:
+                    parents.setdefault(state.machine, []).append((machine, state.name))
+        for machine in family:
+            findings += _template_findings(node, machine, parents)
             findings += _guard_findings(node, machine)
     return findings
 
@@ -133,7 +138,11 @@ def _payload_reads(template: Any) -> Iterator[str]:
             yield from _payload_reads(value)
 
 
-def _template_findings(node: NodeDef, machine: MachineDef, *, outermost: bool) -> list[Finding]:
+_Parents = Mapping[str, list[tuple[MachineDef, str]]]
+"""A nested machine's name → each (machine, state) that nests it."""
+
+
+def _template_findings(node: NodeDef, machine: MachineDef, parents: _Parents) -> list[Finding]:
     findings = []
     for hook, action in node.bind.items():
         if action.kind != "llm":
@@ -149,9 +158,7 @@ def _template_findings(node: NodeDef, machine: MachineDef, *, outermost: bool) -
         }
         for state in (s for s in machine.states.values() if s.hook == hook):
             for key, prompt in reads.items():
-                entry = _entered_without(
-                    node, machine, state.name, key, outermost=outermost, prompt=prompt
-                )
+                entry = _entered_without(node, machine, state.name, key, parents, prompt=prompt)
                 if entry is None:
                     continue
                 text = (
@@ -166,16 +173,27 @@ def _template_findings(node: NodeDef, machine: MachineDef, *, outermost: bool) -
 
 
 def _entered_without(
-    node: NodeDef, machine: MachineDef, state: str, key: str, *, outermost: bool, prompt: bool
+    node: NodeDef,
+    machine: MachineDef,
+    state: str,
+    key: str,
+    parents: _Parents,
+    *,
+    prompt: bool,
+    seen: frozenset[tuple[str, str]] = frozenset(),
 ) -> str | None:
     """How ``state`` is entered with a payload that cannot carry ``key``, in words.
 
-    ``prompt``: the read is in a prompt, filled only when the model is due one: a way in
-    from an ``llm:`` or ``tools:`` step is not judged.
+    A nested machine's initial state is entered with the payload that entered the state
+    nesting it; the outermost one's, when the node starts, with none. ``prompt``: the
+    read is in a prompt, filled only when the model is due one: a way in from an
+    ``llm:`` or ``tools:`` step is not judged.
     """
     reachable = _paths(machine)
-    if state == machine.initial and outermost:
-        return "when the node starts, with no payload"
+    if state == machine.initial:
+        way = _started_without(node, machine, key, parents, prompt=prompt, seen=seen)
+        if way is not None:
+            return way
     for transition in machine.transitions:
         if transition.dest != state:
             continue
@@ -189,6 +207,29 @@ def _entered_without(
                 path = _shown([*reachable[source], (transition.trigger, state)], machine)
                 said = ", ".join(sorted(keys))
                 return f"on {path}, whose payload holds only {said}"
+    return None
+
+
+def _started_without(
+    node: NodeDef,
+    machine: MachineDef,
+    key: str,
+    parents: _Parents,
+    *,
+    prompt: bool,
+    seen: frozenset[tuple[str, str]],
+) -> str | None:
+    """How ``machine``'s initial state is entered without ``key``: at the start, or nested."""
+    outer = parents.get(machine.name, [])
+    if not outer:
+        return "when the node starts, with no payload"
+    for parent, nesting in outer:
+        if (parent.name, nesting) in seen:
+            continue
+        below = seen | {(parent.name, nesting)}
+        way = _entered_without(node, parent, nesting, key, parents, prompt=prompt, seen=below)
+        if way is not None:
+            return f"{way} (entering {parent.name!r} state {nesting!r}, which nests it)"
     return None
 
 

@@ -206,3 +206,39 @@ def test_a_read_of_a_key_a_dependency_writes_only_when_failing_is_an_error(
     # What the main work captures on its way to success is there: check passes.
     (tmp_path / "fw.yaml").write_text(_FAILURE_WRITE.replace("KEY", "report"), encoding="utf-8")
     assert _phasegraph(tmp_path, "check", "--strict", "fw.yaml").returncode == 0
+
+
+_NESTED = """\
+graph: nested
+nodes:
+  - id: build
+    machine: agent_quality_loop
+    writes: [conversation]
+    with: {llm: {script: responses.json}, budgets: {turns: 4}}
+    bind:
+      think: {llm: {model: coder, prompt: "Fix it: {payload[feedback]}", tools: [read_file]}}
+      act: {tools: conversation}
+      verify: {shell: [python3, check.py], on_exit: {0: pass, default: fail}}
+      reflect:
+        llm: {model: coder, prompt: "The tests failed: {payload[message]}. Why?"}
+        on_outcome: {answer: retry, compressed: null}
+"""
+
+
+def test_a_nested_machines_first_state_is_entered_as_the_state_nesting_it(
+    tmp_path: Path,
+) -> None:
+    """`think` is the agent's first state; the agent is the first state of the loop, so a
+    node starts there, with no payload: the prompt's `feedback` is not there."""
+    (tmp_path / "nested.yaml").write_text(_NESTED, encoding="utf-8")
+    (tmp_path / "responses.json").write_text("[]", encoding="utf-8")
+    checked = _phasegraph(tmp_path, "check", "nested.yaml")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert (
+        "nested.yaml:8:7: error: node 'build': the llm action bound to hook 'think' reads "
+        "{payload[feedback]}, but state 'think' of machine 'agent' is also entered when the "
+        "node starts, with no payload (entering 'agent_quality_loop' state 'execute', which "
+        "nests it)"
+    ) in checked.stdout
+    # `reflect` reads a failed check's message, and only a failed check enters it: no finding.
+    assert "reads {payload[message]}" not in checked.stdout
