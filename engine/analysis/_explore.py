@@ -57,6 +57,7 @@ __all__ = [
     "Gap",
     "Space",
     "assumptions",
+    "fireable",
     "format_trace",
     "payload_keys",
     "setting_keys",
@@ -341,6 +342,26 @@ def assumptions(machine: MachineDef, machines: Mapping[str, MachineDef]) -> list
 
 
 # --------------------------------------------------------------------------- exploring
+
+
+def fireable(name: str, machines: Mapping[str, MachineDef]) -> frozenset[tuple[int, str]] | None:
+    """``(transition index, source state)`` of every transition machine ``name`` can take.
+
+    Over every assumption of the machine on its own (settings, budget limits, payload
+    values), and each budget's limit at 0 too (a node may give no units at all);
+    ``None`` when the exploration was cut short, so nothing is known unfireable.
+    """
+    explorer = Explorer(machines)
+    spaces = list(explorer.explore_all(name))
+    zeros = [
+        Assumption(MappingProxyType({**a.settings, "budgets": {**a.settings["budgets"], b: 0}}))
+        for a in assumptions(machines[name], machines)
+        for b in machines[name].budgets
+    ]
+    spaces += [explorer.explore(name, zero) for zero in zeros]  # ``zeros`` keeps their ids
+    if any(space.truncated for space in spaces):
+        return None
+    return frozenset(pair for space in spaces for pair in space.fired)
 
 
 class Explorer:

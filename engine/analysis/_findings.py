@@ -60,6 +60,9 @@ class Code(StrEnum):
     GATE_BUSY_IGNORED = "gate-busy-ignored"
     UNBUDGETED_CALL = "unbudgeted-model-call"
     CALL_OVER_BUDGET = "model-call-over-budget"
+    PAYLOAD_NOT_CARRIED = "payload-not-carried"
+    PAYLOAD_GUARD_UNSATISFIABLE = "payload-guard-unsatisfiable"
+    DEPENDENCY_WRITES_ON_FAILURE = "dependency-writes-on-failure"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,10 @@ by-tool-rules``                     only way to succeed (:mod:`._phase_rules`)
 ``misnamed-outcome``      warning   a final ``success`` state named like a failure that
                                     only failure triggers reach (:mod:`._intent`)
 ``entry-only-spend``      warning   a budget spent only on states no transition enters
+``payload-not-carried``   error     an llm template reads ``{payload[KEY]}`` in a state
+                                    also entered without ``KEY`` (:mod:`._payloads`)
+``payload-guard-          warning   a ``payload:KEY`` condition no action bound to its
+unsatisfiable``                     sources can satisfy (:mod:`._payloads`)
 ========================  ========  =====================================================
 
 A loop is bounded when one of its states is in some budget's ``spend_on``: the engine
@@ -42,6 +46,7 @@ from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._flow import Explored, Explorer, cycle_through, loops
 from phasegraph.analysis._intent import intent_findings
 from phasegraph.analysis._messages import message_findings
+from phasegraph.analysis._payloads import payload_findings
 from phasegraph.analysis._phase_rules import advance_findings
 from phasegraph.analysis._proofs import Proofs, machine_proofs, node_proofs
 from phasegraph.core._graph import find_cycle
@@ -255,6 +260,7 @@ def analyze_graph(definition: GraphDef) -> list[Finding]:
             guarded = setting_keys([definition.machines[template.machine]])
             guessed = bool(item_settings(action) & {key.split(".")[0] for key in guarded})
             findings += _node_findings(template, definition, explorer, known, proofs=not guessed)
+    findings += payload_findings(definition)
     return findings + message_findings(definition, spaces)
 
 

@@ -11,7 +11,9 @@ reports each problem it raises. It also finds what ``run`` would only meet later
 * a machine file beside the definition named like a built-in machine, which the built-in
   silently wins over;
 * a ``once`` effect its machine runs again, as a retry or as a new attempt
-  (:mod:`phasegraph.analysis._effects`).
+  (:mod:`phasegraph.analysis._effects`);
+* a read of a key the reader's dependencies write only on their way to failing
+  (:mod:`phasegraph.analysis._failure_writes`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.analysis._effects import once_again_findings
+from phasegraph.analysis._failure_writes import failure_write_findings
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.analysis._kinds import is_machine_file
 from phasegraph.core._graph import compile_graph, find_cycle
@@ -61,6 +64,7 @@ def graph_run_findings(definition: GraphDef, source: str) -> list[Finding]:
     ]
     findings += _gate_timeouts(definition)
     findings += _capture_conflicts(definition)
+    findings += failure_write_findings(definition)
     if definition.location is not None:
         findings += _shadowed_files(definition, Path(definition.location.path).parent)
     return findings

@@ -388,8 +388,9 @@ def _test(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--draft-examples",
         action="store_true",
-        help="print a draft of `examples:` taking every transition of a machine its declared "
-        "examples do not take (read each before keeping it)",
+        help="print a draft of `examples:` showing what a machine's declared examples do not: "
+        "each transition taken from each of its sources, each budget run out at its default "
+        "limit (read each before keeping it)",
     )
     replayed = parser.add_mutually_exclusive_group()
     replayed.add_argument(

@@ -68,6 +68,7 @@ __all__ = [
     "ToolsAction",
     "TransitionSpec",
     "step_parts",
+    "step_times",
 ]
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
@@ -262,6 +263,13 @@ class ExampleStepSpec(_Spec):
         {}, description="Truth of the `payload:` predicates the guards read."
     )
     to: _StatePath = Field(description="The state path entered (`parent/child` when nested).")
+    times: int = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="How often the step repeats in a row, each time entering `to` (a "
+        "budget run out at a default limit of 1000 is one step with `times: 1000`).",
+    )
 
 
 def _step_shape(v: Any) -> str:
@@ -311,6 +319,11 @@ def step_parts(step: str | ExampleStepSpec) -> tuple[str, dict[str, bool], str]:
         return step.trigger, dict(step.payload), step.to
     trigger, _, to = step.partition("->")
     return trigger.strip(), {}, to.strip()
+
+
+def step_times(step: str | ExampleStepSpec) -> int:
+    """How often a step repeats in a row (``times:``; once for ``TRIGGER -> STATE``)."""
+    return step.times if isinstance(step, ExampleStepSpec) else 1
 
 
 class MachineSpec(_Spec):

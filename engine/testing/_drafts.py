@@ -1,14 +1,17 @@
 """A first draft of a machine's examples, read off the machine itself.
 
-``phasegraph test MACHINE --draft-examples`` prints ``examples:`` that take every
-transition of the machine its declared examples do not take yet: for each, the shortest
-path from the initial state that takes it, then the shortest way on to a final state.
-Paths are searched under the machine's own limits first, then with small budget limits
-(one budget spent at a time), each ``setting:`` switch on and off and each ``payload:``
-key true and false, through the engine's own stepping. A draft passes by construction:
-it records what the machine does, not what its author meant, so read each one, keep
-those that say what you mean (rename them to say it) and fix the machine where one
-does not.
+``phasegraph test MACHINE --draft-examples`` prints ``examples:`` that show every goal
+of the machine (:func:`phasegraph.testing._examples.goals`: each transition from each
+of its sources, each budget run out at its default limit) its declared examples do not
+show yet: for each, the shortest path from the initial state that shows it, then the
+shortest way on to a final state. Paths are searched under the machine's own limits
+first, then with small budget limits (one budget spent at a time), each ``setting:``
+switch on and off and each ``payload:`` key true and false, through the engine's own
+stepping; a budget to run out is searched for under its own default limit (the others
+small, then roomier), and a step repeated in a row is written once with ``times:``. A
+draft passes by construction: it records what the machine does, not what its author
+meant, so read each one, keep those that say what you mean (rename them to say it) and
+fix the machine where one does not.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from phasegraph.analysis._check import machine_family
 from phasegraph.core._machine import MachineSet, StepResult, compile_machines
 from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError
 from phasegraph.model import PATH_SEPARATOR, MachineDef
-from phasegraph.testing._examples import fired_by, machine_examples, run_examples
+from phasegraph.testing._examples import (
+    Goal,
+    fired_by,
+    goals,
+    machine_examples,
+    ran_out,
+    run_examples,
+)
 
 __all__ = ["draft_examples"]
 
@@ -37,7 +47,7 @@ class _Move:
     trigger: str
     payload: Mapping[str, bool]
     result: StepResult
-    fired: tuple[tuple[str, int], ...]
+    fired: tuple[Goal, ...]
 
 
 def draft_examples(source: str) -> str:
@@ -48,29 +58,62 @@ def draft_examples(source: str) -> str:
     """
     root, family = machine_family(source)
     declared = machine_examples(root)
-    taken = {pair for r in run_examples(declared, family) if r.ok for pair in r.fired}
-    wanted = {(root.name, i) for i in range(len(root.transitions))} - taken
+    taken = {goal for r in run_examples(declared, family) if r.ok for goal in r.fired}
+    wanted = set(goals(root, family)) - taken
     machines = compile_machines(family)
     drafts: list[tuple[dict[str, Any], list[_Move]]] = []
     payloads = _payloads(family)
-    for settings in _variants(family):
-        depth = _DEPTH if "budgets" in settings else 6
+    for settings, depth in _searches(family, root, wanted):
         for path in _paths(machines, root.name, settings, payloads, depth):
-            if not {pair for move in path for pair in move.fired} & wanted:
+            if not {goal for move in path for goal in move.fired} & wanted:
                 continue
             rest = _to_end(machines, root.name, settings, payloads, path[-1].result)
             if rest is None:
                 continue
             drafts.append((settings, path + rest))
-            wanted -= {pair for move in path + rest for pair in move.fired}
+            wanted -= {goal for move in path + rest for goal in move.fired}
     lines = [] if declared else ["examples:"]
     names = {example.name for example in declared}
     for settings, moves in drafts:
         lines += _render(settings, moves, names)
-    missed = sorted(i for _, i in wanted)
+    missed = sorted(wanted)
     if missed:
-        lines.append(f"  # no path found for transitions {missed}: write those by hand")
+        what = "; ".join(_goal_words(goal, root) for goal in missed)
+        lines.append(f"  # no path found for {what}: write those by hand")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def _goal_words(goal: Goal, root: MachineDef) -> str:
+    if goal.budget:
+        return f"budget {goal.name} run out"
+    return f"transition {goal.transition} from {goal.name}"
+
+
+def _searches(
+    family: Mapping[str, MachineDef], root: MachineDef, wanted: set[Goal]
+) -> Iterator[tuple[dict[str, Any], int]]:
+    """Settings to search under, and how deep: the variants, then each budget to run out.
+
+    ``wanted`` is read as it shrinks: a budget some earlier path ran out is not searched.
+    """
+    for variant in _variants(family):
+        yield variant, _DEPTH if "budgets" in variant else 6
+    budgets = {b.name: b for m in family.values() for b in m.budgets.values()}
+    live = sum(1 for state in root.states.values() if state.final is None)
+    switches = _switches(family)
+    for budget in root.budgets.values():
+        if Goal(root.name, -1, budget.name) not in wanted:
+            continue
+        others = [b for b in budgets.values() if b.name != budget.name and b.spend_on]
+        # The others at 2, then roomier: running one out may take several of another.
+        for room, combo in itertools.product((2, 2 * live), itertools.product(*switches)):
+            if Goal(root.name, -1, budget.name) not in wanted:
+                break
+            settings: dict[str, Any] = {k: v for k, v in combo if v is not None}
+            small = {b.name: room for b in others if b.limit != room}
+            if small:
+                settings["budgets"] = small
+            yield settings, _DEPTH + (budget.limit + 1) * live
 
 
 def _payloads(family: Mapping[str, MachineDef]) -> list[dict[str, bool]]:
@@ -148,6 +191,7 @@ def _moves(
             except (IllegalTriggerError, BudgetExhaustedError):
                 continue
             fired = fired_by(machines, root, at.position, trigger, payload, settings)
+            fired = ran_out(machines, root, at.position, settings, fired) + fired
             yield _Move(trigger, payload, result, tuple(fired))
 
 
@@ -217,12 +261,39 @@ def _settings_words(settings: Mapping[str, Any]) -> str:
     return f" (with {', '.join(words)})" if words else ""
 
 
+def _runs(moves: list[_Move]) -> list[tuple[_Move, int]]:
+    """The moves, a step repeated in a row (same trigger, payload and state) given once."""
+    runs: list[tuple[_Move, int]] = []
+    for move in moves:
+        if runs and _same(runs[-1][0], move):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((move, 1))
+    return runs
+
+
+def _same(one: _Move, other: _Move) -> bool:
+    return (one.trigger, dict(one.payload), _path(one)) == (
+        other.trigger,
+        dict(other.payload),
+        _path(other),
+    )
+
+
+def _step(move: _Move, times: int) -> str:
+    if not move.payload and times == 1:
+        return f"{move.trigger} -> {_path(move)}"
+    payload = f", payload: {_flow(move.payload)}" if move.payload else ""
+    repeated = f", times: {times}" if times > 1 else ""
+    return f"{{trigger: {move.trigger}{payload}, to: {_path(move)}{repeated}}}"
+
+
 def _render(settings: Mapping[str, Any], moves: list[_Move], names: set[str]) -> list[str]:
     end = moves[-1].result
     state = PATH_SEPARATOR.join(end.position.path)
-    name = base = (
-        f"{', '.join(m.trigger for m in moves)} ends in {state}{_settings_words(settings)}"
-    )
+    runs = _runs(moves)
+    triggers = ", ".join(m.trigger + (f" x{n}" if n > 1 else "") for m, n in runs)
+    name = base = f"{triggers} ends in {state}{_settings_words(settings)}"
     for number in itertools.count(2):
         if name not in names:
             break
@@ -231,12 +302,7 @@ def _render(settings: Mapping[str, Any], moves: list[_Move], names: set[str]) ->
     lines = [f"  - name: {name}"]
     if settings:
         lines.append(f"    with: {_flow(settings)}")
-    steps = [
-        f"{{trigger: {m.trigger}, payload: {_flow(m.payload)}, to: {_path(m)}}}"
-        if m.payload
-        else f"{m.trigger} -> {_path(m)}"
-        for m in moves
-    ]
+    steps = [_step(move, times) for move, times in runs]
     one = f"    steps: [{', '.join(steps)}]"
     lines += [one] if len(one) <= 92 else ["    steps:", *(f"      - {s}" for s in steps)]
     lines.append(f"    outcome: {end.outcome}")

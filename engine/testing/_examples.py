@@ -9,14 +9,22 @@ the built-in ``quality_loop``)::
       outcome: success
       spent: {think: 2, verify: 2, reflect: 1}
 
-Each step fires its trigger (with the ``payload`` its guards read) through the engine's
-own stepping, :class:`phasegraph.core.MachineSet`, as a run does: guards, budget limits
+Each step fires its trigger (with the ``payload`` its guards read; ``times: N`` repeats a
+step written as a mapping) through the engine's own stepping,
+:class:`phasegraph.core.MachineSet`, as a run does: guards, budget limits
 (the example's ``with: {budgets: ...}`` overrides them as a node's settings do), spends,
 nested machines and final states. The example holds when every step enters the state it
 names, the node then ends with ``outcome`` (or has not ended, when ``outcome`` is
 omitted) and the budgets are spent as ``spent`` says. ``phasegraph test`` runs them;
 the mutation tests run the examples of a machine against its mutants, through
 :func:`run_examples` too.
+
+What the examples show is counted as :class:`Goal` s (:func:`goals`, :func:`coverage`):
+each transition from each of its source states (a transition from ``[main, retry]``
+taken only from ``main`` leaves a failure handler of ``retry`` untested), and each
+budget run out at its default limit (a step the budget decides, fired with no units left
+under no ``with: {budgets: ...}`` override for it: :func:`ran_out`), so that a limit off
+by one changes what an example sees.
 """
 
 from __future__ import annotations
@@ -27,23 +35,87 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from phasegraph.analysis._explore import fireable
 from phasegraph.core._machine import MachineSet, Position, StepResult, compile_machines
 from phasegraph.errors import BudgetExhaustedError, IllegalTriggerError, SourceLocation
-from phasegraph.model import EMPTY, PATH_SEPARATOR, MachineDef
+from phasegraph.model import EMPTY, PATH_SEPARATOR, BudgetDef, MachineDef, TransitionDef
 from phasegraph.spec._machines import read_machine
-from phasegraph.spec._models import step_parts
+from phasegraph.spec._models import step_parts, step_times
 
 __all__ = [
     "Example",
     "ExampleResult",
     "ExampleStep",
+    "Goal",
     "coverage",
     "fired_by",
+    "goals",
     "machine_examples",
+    "ran_out",
     "run_examples",
 ]
 
 _NODE = "example"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Goal:
+    """Something an example can show: a transition taken from a source, or a budget run out.
+
+    A budget is run out at its default limit (see :func:`ran_out`).
+
+    Attributes:
+        machine: The machine it belongs to.
+        transition: The transition's index in the machine's transitions (``-1``: a budget).
+        name: The source state the transition is taken from, or the budget's name.
+    """
+
+    machine: str
+    transition: int
+    name: str
+
+    @property
+    def budget(self) -> bool:
+        """Whether this is a budget run out (else a transition taken from a source)."""
+        return self.transition < 0
+
+    def describe(self, machines: Mapping[str, MachineDef]) -> str:
+        """``FILE:LINE: no example of 'M' takes ...`` (what is missing, in words)."""
+        machine = machines[self.machine]
+        if self.budget:
+            budget = machine.budgets[self.name]
+            where = f"{machine.location}: " if machine.location else ""
+            return (
+                f"{where}no example of {self.machine!r} runs budget {self.name!r} out at its "
+                f"default limit {budget.limit} (a step with no units left, no `with: "
+                f"{{budgets: ...}}` for it)"
+            )
+        transition = machine.transitions[self.transition]
+        where = f"{transition.location}: " if transition.location else ""
+        text = (
+            f"{where}no example of {self.machine!r} takes transition {self.transition} "
+            f"`{transition.trigger}` {','.join(transition.source)} -> {transition.dest}"
+        )
+        return text + (f" from {self.name}" if len(transition.source) > 1 else "")
+
+
+def goals(machine: MachineDef, machines: Mapping[str, MachineDef] = EMPTY) -> list[Goal]:
+    """Every goal of ``machine``: each transition from each source, each spent budget.
+
+    A transition no run can take from a source (``phasegraph check``'s exploration of
+    ``machines``, the machine's family, finds none under any setting, limit or payload)
+    is not a goal from it; a budget spent on no state (``tokens``, spent by actions)
+    cannot be run out by stepping, and is not a goal either.
+    """
+    possible = fireable(machine.name, {**machines, machine.name: machine})
+    found = [
+        Goal(machine.name, index, source)
+        for index, transition in enumerate(machine.transitions)
+        for source in transition.source
+        if possible is None or (index, source) in possible
+    ]
+    found += [Goal(machine.name, -1, b.name) for b in machine.budgets.values() if b.spend_on]
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +163,13 @@ class ExampleResult:
     Attributes:
         example: The example.
         failure: Why it does not hold (expected against actual), or ``None``.
-        fired: Each transition the example took, as (machine, index in its transitions).
+        fired: What the example showed: each transition it took (from its source) and each
+            budget it ran out.
     """
 
     example: Example
     failure: str | None
-    fired: tuple[tuple[str, int], ...] = ()
+    fired: tuple[Goal, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -118,7 +191,8 @@ def machine_examples(machine: MachineDef) -> tuple[Example, ...]:
         for position, step in enumerate(spec.steps):
             trigger, payload, to = step_parts(step)
             where = found.doc.at(("examples", index, "steps", position))
-            steps.append(ExampleStep(trigger, to, MappingProxyType(payload), where))
+            one = ExampleStep(trigger, to, MappingProxyType(payload), where)
+            steps += [one] * step_times(step)
         examples.append(
             Example(
                 machine=found.name,
@@ -147,15 +221,64 @@ def run_examples(
 
 
 def coverage(
-    machines: Mapping[str, MachineDef], results: Iterable[ExampleResult]
-) -> dict[str, list[int]]:
-    """The transitions no example takes, per machine (index in its transitions)."""
-    fired = {pair for result in results for pair in result.fired}
-    return {
-        name: missed
-        for name, machine in machines.items()
-        if (missed := [i for i in range(len(machine.transitions)) if (name, i) not in fired])
-    }
+    machines: Mapping[str, MachineDef],
+    results: Iterable[ExampleResult],
+    family: Mapping[str, MachineDef] = EMPTY,
+) -> list[Goal]:
+    """The goals of ``machines`` no example shows, in declaration order.
+
+    ``family``: the machines they nest, when ``machines`` does not hold them.
+    """
+    fired = {goal for result in results for goal in result.fired}
+    every = {**family, **machines}
+    return [g for m in machines.values() for g in goals(m, every) if g not in fired]
+
+
+def ran_out(
+    machines: MachineSet,
+    root: str,
+    position: Position,
+    settings: Mapping[str, Any],
+    fired: list[Goal] | None = None,
+) -> list[Goal]:
+    """The budgets a step fired at ``position`` runs out at their default limits.
+
+    A budget with no units left (and no ``with: {budgets: ...}`` override) that decides
+    the step: the step moves its level (``fired``, innermost level first, as
+    :func:`fired_by` gives them) on a trigger for which a transition from the state
+    reads it (a ``budget:`` guard, or a destination that spends it: the engine skips a
+    transition into a state whose budget is spent). A budget nothing decides on can only
+    be reached: reaching its limit is what an example shows of it (``fired`` ``None``:
+    after the last step).
+    """
+    overridden = settings.get("budgets") or EMPTY
+    found = []
+    path = position.path
+    for depth, machine in enumerate(machines.levels(root, path)):
+        prefix = "".join(p + PATH_SEPARATOR for p in path[:depth])
+        definition = machine.definition
+        moved = len(path) - 1 - depth  # this level's move among ``fired``
+        trigger = None
+        if fired is not None and moved < len(fired):
+            trigger = definition.transitions[fired[moved].transition].trigger
+        for budget in definition.budgets.values():
+            if not budget.spend_on or budget.name in overridden:
+                continue
+            if position.counters.get(prefix + budget.name, 0) < budget.limit:
+                continue
+            read = [t for t in definition.transitions if _decides(budget, t)]
+            if read and not any(t.trigger == trigger and path[depth] in t.source for t in read):
+                continue
+            found.append(Goal(definition.name, -1, budget.name))
+    return found
+
+
+def _decides(budget: BudgetDef, transition: TransitionDef) -> bool:
+    """Whether ``budget`` has units left decides if ``transition`` is taken."""
+    guard = f"budget:{budget.name}"
+    return guard in (*transition.conditions, *transition.unless) or (
+        transition.dest in budget.spend_on
+    )
 
 
 def _path(result: StepResult | Position) -> str:
@@ -173,14 +296,14 @@ def _run(example: Example, machines: MachineSet) -> ExampleResult:
     root = example.machine
     expected = [machines[root].definition.initial]
     actual = list(expected)
-    fired: list[tuple[str, int]] = []
+    fired: list[Goal] = []
 
     def failed(why: str, step: ExampleStep | None = None) -> ExampleResult:
         at = f" (at {step.location})" if step is not None and step.location else ""
         lines = [
             f"{example.label()}: {why}{at}",
-            f"  expected: {' '.join(expected)}",
-            f"  actual:   {' '.join(actual)}",
+            f"  expected: {_joined(expected)}",
+            f"  actual:   {_joined(actual)}",
         ]
         return ExampleResult(example, "\n".join(lines), tuple(fired))
 
@@ -195,7 +318,8 @@ def _run(example: Example, machines: MachineSet) -> ExampleResult:
         if result.outcome is not None:
             actual.append("(none: the node has ended)")
             return failed(f"step {number} fires {step.trigger!r} after the node ended", step)
-        fired += fired_by(machines, root, result.position, step.trigger, step.payload, settings)
+        taken = fired_by(machines, root, result.position, step.trigger, step.payload, settings)
+        fired += ran_out(machines, root, result.position, settings, taken) + taken
         try:
             result = machines.step(
                 root,
@@ -213,8 +337,22 @@ def _run(example: Example, machines: MachineSet) -> ExampleResult:
             return failed(f"step {number} enters {_path(result)!r}, not {step.to!r}", step)
     if example.outcome is not None:
         expected[-1] += f" (ended {example.outcome})"
+    fired += ran_out(machines, root, result.position, settings)
     why = _ending(example, result)
     return ExampleResult(example, None, tuple(fired)) if why is None else failed(why)
+
+
+def _joined(path: list[str]) -> str:
+    """The path in words, a step repeated in a row written once with how often."""
+    words: list[str] = []
+    repeated = 1
+    for index, word in enumerate(path):
+        if index + 1 < len(path) and path[index + 1] == word:
+            repeated += 1
+            continue
+        words.append(word if repeated == 1 else f"{word} (x{repeated})")
+        repeated = 1
+    return " ".join(words)
 
 
 def _ending(example: Example, result: StepResult) -> str | None:
@@ -244,14 +382,14 @@ def fired_by(
     trigger: str,
     payload: Mapping[str, bool],
     settings: Mapping[str, Any],
-) -> list[tuple[str, int]]:
-    """The transitions a step takes, read with the routing the step uses.
+) -> list[Goal]:
+    """The transitions a step takes (each from its source), read with the step's routing.
 
     The innermost level's, and each level's a finished nested machine hands its outcome to.
     """
     path = position.path
     levels = machines.levels(root, path)
-    taken: list[tuple[str, int]] = []
+    taken: list[Goal] = []
     given: Mapping[str, Any] = payload
     for depth in range(len(path) - 1, -1, -1):
         machine, state = levels[depth], path[depth]
@@ -275,7 +413,7 @@ def fired_by(
             for i, t in enumerate(definition.transitions)
             if t.trigger == trigger and state in t.source
         ]
-        taken.append((definition.name, candidates[chosen[0]]))
+        taken.append(Goal(definition.name, candidates[chosen[0]], state))
         entered = definition.states[chosen[1]].final
         if entered is None or depth == 0:
             break

@@ -48,6 +48,7 @@ from phasegraph.actions._failures import ERROR_TRIGGER
 from phasegraph.actions._human import TIMEOUT_TRIGGER
 from phasegraph.analysis import Severity
 from phasegraph.analysis._check import analyze_graph, analyze_machine
+from phasegraph.analysis._explore import fireable
 from phasegraph.model import (
     GraphDef,
     MachineDef,
@@ -101,6 +102,8 @@ class Mutant:
         original: The machine before the change.
         transition: The index of the transition changed, for the transition operators.
         graph: For a graph's mutant, the graph with the mutated machine in place.
+        family: For a machine's mutant, the original machines by name (those it nests),
+            when known.
     """
 
     subject: str
@@ -110,6 +113,7 @@ class Mutant:
     original: MachineDef
     transition: int | None = None
     graph: GraphDef | None = None
+    family: Mapping[str, MachineDef] | None = None
 
     @property
     def key(self) -> str:
@@ -132,8 +136,15 @@ _Change = tuple[str, str, MachineDef, int | None]
 """operator, change in words, mutated machine, index of the transition changed"""
 
 
-def machine_mutants(machine: MachineDef, subject: str | None = None) -> Iterator[Mutant]:
-    """Every mutant of ``machine`` the operators make, named under ``subject``."""
+def machine_mutants(
+    machine: MachineDef,
+    subject: str | None = None,
+    family: Mapping[str, MachineDef] | None = None,
+) -> Iterator[Mutant]:
+    """Every mutant of ``machine`` the operators make, named under ``subject``.
+
+    ``family``: every original machine by name (those ``machine`` nests), when known.
+    """
     subject = subject or machine.name
     prefix = "" if subject == machine.name else f"{machine.name}: "
     makers = (
@@ -150,7 +161,7 @@ def machine_mutants(machine: MachineDef, subject: str | None = None) -> Iterator
     )
     for make in makers:
         for operator, change, mutated, index in make(machine):
-            yield Mutant(subject, operator, prefix + change, mutated, machine, index)
+            yield Mutant(subject, operator, prefix + change, mutated, machine, index, family=family)
 
 
 def _with_transition(machine: MachineDef, index: int, new: TransitionDef | None) -> MachineDef:
@@ -364,7 +375,7 @@ def shipped_verdicts() -> dict[str, list[Verdict]]:
     for name in builtin_machines():
         root, family = load_machine_family(name)
         examples = [e for machine in family.values() for e in machine_examples(machine)]
-        for mutant in machine_mutants(root):
+        for mutant in machine_mutants(root, family=family):
             killed = check_kills(mutant, family), examples_kill(mutant, examples, family)
             found["machines"].append(Verdict(mutant, *killed))
     for name in builtin_graphs():
@@ -446,18 +457,70 @@ def _refused_by_loader(graph: GraphDef) -> bool:
 def equivalent(mutant: Mutant) -> str | None:
     """Why the mutant behaves exactly as the original, or ``None`` when it may not.
 
-    One reason is recognised: a transition redirected from one final state to another
+    Three reasons are recognised: a transition redirected from one final state to another
     with the same outcome (the node ends the same way; only the state's name in the
-    history differs).
+    history differs); a source dropped from a transition that no run takes from it
+    (``phasegraph check``'s exploration, under every setting, limit and payload); two
+    transitions swapped whose guards never hold together (one requires what the other
+    excludes), so at most one of them is ever open.
     """
-    if mutant.operator != "redirect-transition" or mutant.transition is None:
+    if mutant.transition is None:
         return None
-    before = mutant.original.transitions[mutant.transition].dest
-    after = mutant.machine.transitions[mutant.transition].dest
+    if mutant.operator == "redirect-transition":
+        return _same_end(mutant, mutant.transition)
+    if mutant.operator == "drop-source":
+        return _never_from(mutant, mutant.transition)
+    if mutant.operator == "swap-priority":
+        return _exclusive(mutant, mutant.transition)
+    return None
+
+
+def _same_end(mutant: Mutant, index: int) -> str | None:
+    before = mutant.original.transitions[index].dest
+    after = mutant.machine.transitions[index].dest
     ended, ends = mutant.original.states[before].final, mutant.original.states[after].final
     if ended is None or ended != ends:
         return None
     return f"{before} and {after} are both final with outcome {ended}: the node ends the same way"
+
+
+def _never_from(mutant: Mutant, index: int) -> str | None:
+    original = mutant.original
+    if mutant.graph is not None:
+        machines = dict(mutant.graph.machines)
+    else:
+        machines = dict(mutant.family or {})
+    machines[original.name] = original
+    if any(s.machine and s.machine not in machines for s in original.states.values()):
+        return None  # its nested machines are unknown here: nothing is proved
+    (dropped,) = set(original.transitions[index].source) - set(
+        mutant.machine.transitions[index].source
+    )
+    possible = fireable(original.name, machines)
+    if possible is None or (index, dropped) in possible:
+        return None
+    return (
+        f"no run takes transition {index} from {dropped} (under any setting, limit or "
+        "payload): dropping that source changes nothing"
+    )
+
+
+def _exclusive(mutant: Mutant, index: int) -> str | None:
+    first = mutant.original.transitions[index]
+    other = next(
+        t
+        for position, t in enumerate(mutant.original.transitions)
+        if t is not first and mutant.machine.transitions[index] is t
+    )
+    clash = sorted(
+        (set(first.conditions) & set(other.unless)) | (set(first.unless) & set(other.conditions))
+    )
+    if not clash:
+        return None
+    return (
+        f"transitions {index} and the one it is swapped with never hold together ({clash[0]} "
+        "is required by one and excluded by the other): their order changes nothing"
+    )
 
 
 def machine_text(machine: MachineDef, examples: Iterable[Example] = ()) -> str:

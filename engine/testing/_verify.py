@@ -17,7 +17,8 @@ commit.
    :mod:`phasegraph.testing._plans`);
 5. **examples**: every example the machines declare (``examples:`` in a machine file)
    behaves as stated when fired through the engine's own stepping (see
-   :mod:`phasegraph.testing._examples`); the transitions no example takes are named;
+   :mod:`phasegraph.testing._examples`); the transitions (from each source) no example
+   takes and the budgets none runs out at its default limit are named;
 6. **run** (graphs only): an uninterrupted run of the graph's own actions does not fail
    (a failed run is shown with its steps and error log);
 7. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
@@ -42,7 +43,7 @@ from phasegraph.model import MachineDef
 from phasegraph.spec import load_graph
 from phasegraph.testing._bounds import machine_bounds, node_bounds
 from phasegraph.testing._crash import RunTrace, crash_equivalence, uninterrupted_run
-from phasegraph.testing._examples import coverage, machine_examples, run_examples
+from phasegraph.testing._examples import coverage, goals, machine_examples, run_examples
 from phasegraph.testing._plans import explore_plans
 from phasegraph.testing._runs import PropertyFailed
 
@@ -195,21 +196,19 @@ def _examples(target: str | Path, kind: str | None, loads: bool) -> PropertyResu
     results = list(run_examples(examples, machines))
     failures = [r.failure for r in results if r.failure is not None]
     described = [m for m in machines if any(e.machine == m for e in examples)]
-    missed = coverage({m: machines[m] for m in described}, results)
-    taken = sum(len(machines[m].transitions) for m in described) - sum(map(len, missed.values()))
+    shown = {m: machines[m] for m in described}
+    missed = coverage(shown, results, machines)
+    every = [goal for m in shown.values() for goal in goals(m, machines)]
+    wanted = sum(not goal.budget for goal in every)
+    taken = wanted - sum(not goal.budget for goal in missed)
+    budgets = len(every) - wanted
+    run_out = budgets - sum(goal.budget for goal in missed)
     details = [
         f"{len(results) - len(failures)} of {len(results)} examples hold; they take {taken} "
-        f"of the {sum(len(machines[m].transitions) for m in described)} transitions of "
-        f"{', '.join(described)}"
+        f"of the {wanted} transitions of {', '.join(described)} (each from each of its "
+        f"sources) and run out {run_out} of the {budgets} budgets at their default limits"
     ]
-    for machine, indexes in missed.items():
-        for index in indexes:
-            transition = machines[machine].transitions[index]
-            where = f"{transition.location}: " if transition.location else ""
-            details.append(
-                f"{where}no example of {machine!r} takes transition {index} "
-                f"`{transition.trigger}` {','.join(transition.source)} -> {transition.dest}"
-            )
+    details += [goal.describe(shown) for goal in missed]
     return PropertyResult(name, claim, not failures, (*failures, *details))
 
 

@@ -3,6 +3,7 @@ through the engine's own stepping, and written for every shipped machine."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def test_every_shipped_machine_states_examples_that_hold_and_take_every_transiti
     assert examples, f"{name} declares no examples"
     results = list(run_examples(examples, family))
     assert [r.failure for r in results if not r.ok] == []
-    assert coverage({name: root}, results) == {}
+    assert coverage({name: root}, results, family) == []
     assert {e.outcome for e in examples} >= {
         str(s.final) for s in root.states.values() if s.final is not None
     }
@@ -364,7 +365,7 @@ def test_a_draft_of_a_machines_examples_holds_on_it_and_takes_every_transition(
     root, family = load_machine_family(path)
     results = list(run_examples(machine_examples(root), family))
     assert all(r.ok for r in results)
-    assert coverage({root.name: root}, results) == {}
+    assert coverage({root.name: root}, results, family) == []
 
 
 def test_draft_examples_on_the_command_line_adds_what_the_declared_ones_miss(
@@ -406,3 +407,139 @@ def test_examples_leave_a_graphs_digest_alone(tmp_path: Path) -> None:
     changed = _REVIEW + _GOOD.replace("rounds: 1}", "rounds: 2}")
     (tmp_path / "review.yaml").write_text(changed, encoding="utf-8")
     assert load_graph(graph).digest == before
+
+
+# --------------------------------------------------------------------------- coverage
+
+_RETRYING = """\
+machine: retrying
+initial: main
+budgets:
+  attempts: {limit: 30, spend_on: [retry]}
+states:
+  main: {hook: work}
+  retry: {hook: work}
+  done: {final: success}
+  failed: {final: failed}
+transitions:
+  - {trigger: ok, source: [main, retry], dest: done}
+  - {trigger: fail, source: [main, retry], dest: retry, conditions: ["budget:attempts"]}
+  - {trigger: fail, source: [main, retry], dest: failed}
+examples:
+  - name: a failure is retried, then succeeds
+    steps: [fail -> retry, ok -> done]
+    outcome: success
+    spent: {attempts: 1}
+  - name: with no attempts a failure fails the node
+    with: {budgets: {attempts: 0}}
+    steps: [fail -> failed]
+    outcome: failed
+"""
+
+
+def test_coverage_counts_each_source_and_each_default_limit_and_the_draft_fills_it(
+    tmp_path: Path,
+) -> None:
+    """Every transition is taken, but not from each source, and the default limit of 30 is
+    never run out: `test` names both, the draft covers them, and a limit off by one or a
+    source dropped is then caught by an example."""
+    path = tmp_path / "retrying.yaml"
+    path.write_text(_RETRYING, encoding="utf-8")
+    done = _main(tmp_path, "test", "retrying.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "2 of 2 examples hold; they take 3 of the 6 transitions of retrying (each from each of "
+        "its sources) and run out 0 of the 1 budgets at their default limits"
+    ) in done.stdout
+    assert "no example of 'retrying' takes transition 0 `ok` main,retry -> done from main" in (
+        done.stdout
+    )
+    assert "takes transition 2 `fail` main,retry -> failed from retry" in done.stdout
+    assert "no example of 'retrying' runs budget 'attempts' out at its default limit 30" in (
+        done.stdout
+    )
+    drafted = _main(tmp_path, "test", "retrying.yaml", "--draft-examples")
+    assert drafted.returncode == 0, drafted.stderr
+    assert "steps: [{trigger: fail, to: retry, times: 30}, fail -> failed]" in drafted.stdout
+    assert "no path found" not in drafted.stdout
+    path.write_text(_RETRYING + drafted.stdout, encoding="utf-8")
+    tested = _main(tmp_path, "test", "retrying.yaml")
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "take 6 of the 6 transitions" in tested.stdout
+    assert "run out 1 of the 1 budgets" in tested.stdout
+    assert _main(tmp_path, "check", "--strict", "retrying.yaml").returncode == 0
+    # What the draft adds kills what the first examples let through.
+    from phasegraph.testing._mutants import examples_kill, machine_mutants
+
+    root, family = load_machine_family(path)
+    mutants = {m.change: m for m in machine_mutants(root)}
+    first = [e for e in machine_examples(root) if e.name.startswith(("a failure", "with no"))]
+    for change in (
+        "budget attempts limit 31 instead of 30",
+        "budget attempts limit 29 instead of 30",
+        "drop source main of transition 0 `ok` main,retry -> done",
+        "drop source retry of transition 2 `fail` main,retry -> failed",
+    ):
+        assert not examples_kill(mutants[change], first, family), change
+        assert examples_kill(mutants[change], machine_examples(root), family), change
+
+
+def test_a_repeated_step_fails_with_the_path_written_short(tmp_path: Path) -> None:
+    wrong = _RETRYING + (
+        "  - name: thirty retries and still going\n"
+        "    steps: [{trigger: fail, to: retry, times: 31}]\n"
+    )
+    path = tmp_path / "retrying.yaml"
+    path.write_text(wrong, encoding="utf-8")
+    done = _main(tmp_path, "test", "retrying.yaml")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "step 31 enters 'failed', not 'retry'" in done.stdout
+    assert "expected: main --fail--> retry (x31)" in done.stdout
+    assert "actual:   main --fail--> retry (x30) --fail--> failed (ended failed)" in done.stdout
+    path.write_text(wrong.replace("times: 31", "times: 0"), encoding="utf-8")
+    refused = _main(tmp_path, "check", "retrying.yaml")
+    assert refused.returncode == 1
+    assert "retrying.yaml:" in refused.stdout
+    assert "times" in refused.stdout
+
+
+@settings(max_examples=10, deadline=None)
+@given(limit=st.integers(min_value=1, max_value=60), sources=st.integers(min_value=2, max_value=4))
+def test_a_draft_runs_any_default_limit_out_and_kills_its_mutants(
+    tmp_path_factory: pytest.TempPathFactory, limit: int, sources: int
+) -> None:
+    """Whatever the default limit and however many sources a handler has, the draft shows
+    every goal, holds, and kills each limit off by one and each source dropped."""
+    from phasegraph.testing._drafts import draft_examples
+    from phasegraph.testing._mutants import examples_kill, machine_mutants
+
+    extra = [f"step{i}" for i in range(sources - 2)]
+    chain = ["main", *extra, "retry"]
+    states = "".join(f"  {name}: {{hook: work}}\n" for name in chain)
+    moves = "".join(
+        f"  - {{trigger: next, source: {a}, dest: {b}}}\n"
+        for a, b in itertools.pairwise(chain[:-1])
+    )
+    listed = ", ".join(chain)
+    text = (
+        f"machine: m\ninitial: main\nbudgets:\n  attempts: {{limit: {limit}, spend_on: [retry]}}\n"
+        f"states:\n{states}  done: {{final: success}}\n  failed: {{final: failed}}\n"
+        f"transitions:\n{moves}"
+        f"  - {{trigger: ok, source: [{listed}], dest: done}}\n"
+        f"  - {{trigger: fail, source: [{listed}], dest: retry, "
+        'conditions: ["budget:attempts"]}\n'
+        f"  - {{trigger: fail, source: [{listed}], dest: failed}}\n"
+    )
+    path = tmp_path_factory.mktemp("draft") / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    draft = draft_examples(str(path))
+    assert "no path found" not in draft, draft
+    path.write_text(text + draft, encoding="utf-8")
+    root, family = load_machine_family(path)
+    examples = machine_examples(root)
+    results = list(run_examples(examples, family))
+    assert all(r.ok for r in results), [r.failure for r in results if not r.ok]
+    assert coverage({root.name: root}, results, family) == []
+    for mutant in machine_mutants(root, family=family):
+        if mutant.operator in ("limit-off-by-one", "drop-source"):
+            assert examples_kill(mutant, examples, family), mutant.key
