@@ -19,7 +19,9 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``schema_version``):
 * ``due``: the next deadline of each waiting or parked run (ms since the epoch);
 * ``inbox`` and ``cancels``: replies and cancel requests for runs a worker is driving;
 * ``definitions`` (since version 2): one row per run definition, its bytes (``bytea``)
-  under their digest; shared by runs, so retention's sweep never deletes one.
+  under their digest; shared by runs, so retention's sweep never deletes one;
+* ``streams`` (since version 3): batches of live events of a durable stream's turns in
+  flight, one row each, deleted once they are folded into committed steps.
 
 Lease and queue times are the server's clock (:data:`NOW`), which every host sharing
 the database agrees on.
@@ -41,7 +43,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The layout this phasegraph writes; a newer one is refused, never written."""
 
 DEFAULT_SCHEMA: Final = POSTGRES_SCHEMA
@@ -114,7 +116,17 @@ _V2: Final = (
     )""",
 )
 
-_STEPS: Final = {1: _V1, 2: _V2}
+# Version 3: durable live streams (batches of live events of turns in flight).
+_V3: Final = (
+    """CREATE TABLE {s}.streams (
+        id bigserial PRIMARY KEY,
+        run_id text NOT NULL,
+        batch bytea NOT NULL
+    )""",
+    "CREATE INDEX streams_run ON {s}.streams (run_id, id)",
+)
+
+_STEPS: Final = {1: _V1, 2: _V2, 3: _V3}
 
 
 def migrations(schema: str, version: int) -> list[bytes]:
@@ -198,6 +210,9 @@ class Statements:
     put_definition: bytes
     get_definition: bytes
     has_definition: bytes
+    append_stream: bytes
+    read_stream: bytes
+    drop_stream: bytes
     channel: str
 
     @classmethod
@@ -358,4 +373,8 @@ SELECT pg_notify({channel}, '') FROM queued""",
     "ON CONFLICT (key) DO NOTHING",
     "get_definition": "SELECT body FROM {s}.definitions WHERE key = %s",
     "has_definition": "SELECT EXISTS (SELECT 1 FROM {s}.definitions WHERE key = %s)",
+    # -- durable live streams: appended in batches, dropped once folded into steps
+    "append_stream": "INSERT INTO {s}.streams (run_id, batch) VALUES (%s, %b)",
+    "read_stream": "SELECT batch FROM {s}.streams WHERE run_id = %s ORDER BY id",
+    "drop_stream": "DELETE FROM {s}.streams WHERE run_id = %s",
 }

@@ -66,6 +66,14 @@ DEFINITIONS_TABLE: Final = (
 )
 """The table of run definitions, made in a new file and added to an older one (any version)."""
 
+STREAMS_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS streams "
+    "(id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, batch BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS streams_run ON streams (run_id, id)",
+)
+"""The durable live streams (batches of live events of turns in flight), made like
+:data:`DEFINITIONS_TABLE`."""
+
 _APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
 
 _SCHEMA: Final = (
@@ -255,12 +263,19 @@ _NUMBERED: Final = Statements(
 _STATEMENTS: Final = {1: _KEYED, 2: _KEYED, SCHEMA_VERSION: _NUMBERED}
 
 
+def _add_side_tables(conn: sqlite3.Connection) -> None:
+    """The tables added to a file of any version: a new file's, or one an older one wrote."""
+    for statement in (DEFINITIONS_TABLE, *STREAMS_TABLE):
+        conn.execute(statement)
+
+
 def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -> Statements | None:
     """Create the layout in an empty file, or check that the file holds one we read.
 
     Runs in its own ``BEGIN IMMEDIATE`` transaction, so two processes opening a new file
     at once create the tables once (a plain ``BEGIN`` when ``create`` is false). With
-    ``create``, a file of any version known gets the ``definitions`` table if it lacks it.
+    ``create``, a file of any version known gets the ``definitions`` and ``streams`` tables
+    if it lacks them.
 
     Returns:
         The statements of the file's layout (``None`` only for an empty file not created).
@@ -291,7 +306,7 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
         elif version not in _STATEMENTS:
             raise foreign_file_error(path, f"its schema version {version} is unknown")
         if create:
-            conn.execute(DEFINITIONS_TABLE)  # a new file's, or one an older version wrote
+            _add_side_tables(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
