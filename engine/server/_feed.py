@@ -142,9 +142,9 @@ class EventFeed:
         self._run_id = run_id
         self._cursor = after
         self._retention = retention
-        # Records up to `_seen` were fully read; a committed cursor's own step may have more
-        # events, while a live cursor follows every event of its step.
-        self._seen = -1 if after is None else after.seq - 1 + after.live
+        # Records up to `_seen` were fully read; the cursor's own step is read again (a
+        # committed cursor's step may have more events; a live one's are filtered out).
+        self._seen = -1 if after is None else after.seq - 1
         self._moved: dict[str, int] = {}  # each node's last step read: folds live events
         self._status = RunStatus.RUNNING
         self.terminal = False

@@ -220,26 +220,24 @@ async def test_tools_without_a_tool_call_to_run_fail_with_a_clear_message() -> N
 async def test_live_events_reach_the_event_stream_with_their_id() -> None:
     # The HTTP event stream: a live event is framed with its id, after its step's events,
     # so a reconnecting client resumes after it; the feed takes it once.
-    state = await _one_step_state()
-    live = live_event(state, "agent", "llm_delta", {"text": "hel"}, EventId(state.seq, 1, 1, 1))
-    assert frame(live).startswith(f"id: {state.seq}+1.1\nevent: llm_delta\ndata: ".encode())
-    async with open_store("memory://") as store:
-        feed = EventFeed(Engine(store), state.run_id, EventId(state.seq, 0, 0, 99), 10)
-        assert feed.take([live], overflowed=False) is None  # its step was never read: a hole
-        feed = EventFeed(Engine(store), state.run_id, EventId(state.seq, 1, 1, 0), 10)
-        assert feed.take([live], overflowed=False) == [live]
-        assert feed.take([live], overflowed=False) == []  # once
-    assert feed.reached == state.seq
-
-
-async def _one_step_state():
     async with open_store("memory://") as store:
         engine = Engine(store)
         definition = load_graph_text(
             graph_text({"id": "t", "machine": "task", "bind": {"run": {"shell": "true"}}}),
             name="g.yaml",
         )
-        return await engine.run(definition)
+        state = await engine.run(definition)
+        live = live_event(state, "t", "llm_delta", {"text": "hel"}, EventId(state.seq, 1, 1, 1))
+        assert frame(live).startswith(f"id: {state.seq}+1.1\nevent: llm_delta\ndata: ".encode())
+        feed = EventFeed(engine, state.run_id, None, 10)
+        assert feed.take([live], overflowed=False) is None  # its step was never read: a hole
+        committed = await feed.catch_up()
+        assert feed.take([live], overflowed=False) == [live]
+        assert feed.take([live], overflowed=False) == []  # once
+    assert feed.reached == state.seq
+    assert [EventId.of(e) for e in [*committed, live]] == sorted(
+        EventId.of(e) for e in [*committed, live]
+    )
 
 
 async def test_each_turn_records_the_prompt_as_sent(serve, tmp_path: Path) -> None:
