@@ -213,14 +213,19 @@ class EventFeed:
         if self._status.terminal:
             return []
         missed: int | None = 0
-        kept = self._engine.streams.retained(self._run_id)
-        if kept is not None:  # this process drives the run
-            events, trimmed = kept
-            if trimmed is not None and (self._cursor is None or self._cursor < trimmed):
-                missed = None  # how many is not known
-        else:  # driven elsewhere: its live events are in the store if it streams durably
+        streams = self._engine.streams
+        kept = streams.retained(self._run_id)
+        events: list[Event] = []
+        if kept is None or streams.settings.durable:
+            # Driven elsewhere (or here since a restart): what a durable driver wrote.
             batches = await self._engine.store.read_stream(self._run_id)
             events = decode_batches(self._run_id, batches)
+        if kept is not None:  # this process drives the run
+            known = {e.id for e in events}
+            events = sorted([*events, *(e for e in kept[0] if e.id not in known)], key=EventId.of)
+            trimmed = kept[1]
+            if trimmed is not None and (self._cursor is None or self._cursor < trimmed):
+                missed = None  # how many is not known
         events = [
             e
             for e in unfolded(events, self._moved, ended=False)
