@@ -16,6 +16,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+
+from builders import cli_argv, serve_command
+from phasegraph import Engine, open_store
+from phasegraph.actions.llm._scripted import ScriptedModelServer
+from phasegraph.run._stream import decode_batches
+from phasegraph.testing import isolated_redis_url
+from postgres_kit import isolated_postgres_url
 from stream_kit import (
     STREAMING,
     WORDS,
@@ -27,12 +34,6 @@ from stream_kit import (
     held_answer,
     texts,
 )
-
-from builders import cli_argv, serve_command
-from phasegraph import Engine, open_store
-from phasegraph.actions.llm._scripted import ScriptedModelServer
-from phasegraph.run._stream import decode_batches
-from phasegraph.testing import isolated_redis_url
 
 
 async def _created(store_url: str, folder: Path) -> None:
@@ -120,14 +121,22 @@ async def _worker(store_url: str, env: dict[str, str], cwd: Path) -> AsyncIterat
         await process.wait()
 
 
-@pytest.mark.redis
+@pytest.fixture(params=["redis", "postgres"])
+async def queue_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A store with a work queue, under a prefix or schema of this test's own."""
+    if request.param == "redis":
+        async with isolated_redis_url(request.getfixturevalue("redis_url")) as url:
+            yield url
+    else:
+        with isolated_postgres_url(request.getfixturevalue("postgres_url")) as url:
+            yield url
+
+
 async def test_a_run_a_worker_drives_streams_to_a_client_of_the_server_which_resumes(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, queue_url: str
 ) -> None:
-    async with (
-        isolated_redis_url(redis_url) as store_url,
-        ScriptedModelServer(held_answer(4), by_turn=True) as model,
-    ):
+    store_url = queue_url
+    async with ScriptedModelServer(held_answer(4), by_turn=True) as model:
         env = {**os.environ, "PHASEGRAPH_LLM_BASE_URL": model.base_url}
         argv = ("--store", store_url, "--port", "0", "--queue", "-q")
         async with (
