@@ -297,6 +297,7 @@ class Run:
         tools = self._prepared.tools
         if tools.has_servers:  # most graphs have none: no task to shield
             await asyncio.shield(tools.close_run(self.run_id))
+        self._streams.forget(self.run_id)  # a turn cut off here runs again under a new lease
         await self._hold.release()
 
     def __aiter__(self) -> Self:

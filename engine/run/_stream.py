@@ -163,6 +163,9 @@ class StreamLog:
         """Fold the live events a committed step stands for: its node's, or all at the end."""
         run = self._runs.get(run_id)
         if run is None:
+            if record.status.terminal and self.settings.durable:
+                # A turn another driver left in the store (it crashed mid-turn) ends here.
+                self._write(run_id, lambda: self._store.drop_stream(run_id))
             return
         if record.status.terminal:
             kept: list[Event] = []
@@ -181,6 +184,20 @@ class StreamLog:
             run.timer.cancel()
         if run.stored:
             self._write(run_id, lambda: self._store.drop_stream(run_id))
+
+    def forget(self, run_id: str) -> None:
+        """Stop keeping the run's live events: this process stopped driving it.
+
+        Its durable events not written yet are written first, for whoever takes the run
+        over; its in-memory ones go (a turn in flight runs again under a new lease).
+        """
+        run = self._runs.pop(run_id, None)
+        if run is not None and run.pending:
+            self._runs[run_id] = run  # _flush writes only a run still kept
+            self._flush(run_id, run)
+            del self._runs[run_id]
+        elif run is not None and run.timer is not None:
+            run.timer.cancel()
 
     def retained(self, run_id: str) -> tuple[list[Event], EventId | None] | None:
         """The run's kept live events and the newest one retention let go, or ``None``.
