@@ -101,8 +101,11 @@ async def _follow(
                 _log.warning("event stream of %s ends: %s", feed.run_id, refused)
                 return
         events = feed.take(*subscription.drain())
-        if not events:
+        if events is None or (not events and not feed.streaming_here):
             # No bus event (a run stepped elsewhere, or a hole): the store has the truth.
+            # Not while this process streams a turn of the run: its bus has every event,
+            # and a read that spans the turn's commit would fold deltas the client is
+            # about to get.
             try:
                 events = await feed.catch_up()
             except StoreUnavailableError as exc:

@@ -156,6 +156,11 @@ class EventFeed:
         return self._run_id
 
     @property
+    def streaming_here(self) -> bool:
+        """Whether this process drives the run and streams a turn of it now."""
+        return self._engine.streams.retained(self._run_id) is not None
+
+    @property
     def reached(self) -> int:
         """The last step whose events were all read (-1 before any)."""
         return self._seen
