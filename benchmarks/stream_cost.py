@@ -12,7 +12,10 @@ the SQLite store (``--store memory`` for the memory store), in three ways side b
 - ``stream: true``: each delta gets its id and is kept in memory until the turn
   commits (what a client that reconnects is served from); nothing is written per delta;
 - ``stream: true, --durable-stream``: the deltas are also written to the store in
-  batches, and dropped when the turn commits.
+  batches, and dropped when the turn commits;
+
+and beside them the floor: ``bare openai stream``, one ``openai.AsyncOpenAI`` client
+reading the same streamed answer chunk by chunk (what parsing the stream costs anyway).
 
 Instructions are counted under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``
 for a short and a long answer; the difference over the difference of words is a delta's
@@ -72,11 +75,32 @@ async def main(stream, durable, url):
 asyncio.run(main(sys.argv[1] == "1", sys.argv[2] == "1", sys.argv[3]))
 """
 
+_BARE = r"""
+import asyncio, sys
+import openai
+
+async def main(base_url):
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused") as client:
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "talk"}], stream=True
+        )
+        text = ""
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+    assert text
+
+asyncio.run(main(sys.argv[1]))
+"""
+
 _MODES = (
     ("stream: false", False, False),
     ("stream: true", True, False),
     ("stream: true, --durable-stream", True, True),
 )
+
+
+_FLOOR = "bare openai stream"
 
 
 class _ModelServer:
@@ -113,6 +137,9 @@ def _child(folder: Path, words: int, mode: tuple[str, bool, bool], kind: str, co
     try:
         env = dict(os.environ, PHASEGRAPH_LLM_BASE_URL=server.base_url, PYTHONHASHSEED="0")
         child = folder / "child.py"
+        if mode[0] == _FLOOR:
+            child.write_text(_BARE)
+            return instructions([str(child), server.base_url], env, folder)
         child.write_text(_CHILD)
         argv = [str(child), str(int(stream)), str(int(durable)), _store_url(kind, folder)]
         if counted:
@@ -134,21 +161,26 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        floor_mode = (_FLOOR, True, False)
+        short = _child(folder, low, floor_mode, args.store, counted=True)
+        floor = (_child(folder, high, floor_mode, args.store, counted=True) - short) / (high - low)
         for mode in _MODES:
             short = _child(folder, low, mode, args.store, counted=True)
             long = _child(folder, high, mode, args.store, counted=True)
             written = _child(folder, high, mode, args.store, counted=False)
             rows.append((mode[0], (long - short) / (high - low), written))
-    base = rows[0][1]
     print(
         f"one streamed turn on the {args.store} store: instructions per model delta "
         f"(difference of {high} and {low} words) and bytes stored per turn of {high} words"
     )
-    print("| mode | Ir per delta | ÷ stream: false | bytes committed | bytes of live batches |")
+    print(
+        "| mode | Ir per delta (word) | over the bare stream | bytes committed | bytes of live batches |"
+    )
     print("|---|---|---|---|---|")
+    print(f"| {_FLOOR} | {floor:,.0f} | — | — | — |")
     for name, per_delta, written in rows:
         print(
-            f"| {name} | {per_delta:,.0f} | {per_delta / base:.2f} | "
+            f"| {name} | {per_delta:,.0f} | {per_delta - floor:+,.0f} | "
             f"{written['committed']:,} | {written['streamed']:,} |"
         )
 
