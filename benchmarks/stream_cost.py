@@ -173,9 +173,7 @@ def main() -> None:
         f"one streamed turn on the {args.store} store: instructions per model delta "
         f"(difference of {high} and {low} words) and bytes stored per turn of {high} words"
     )
-    print(
-        "| mode | Ir per delta (word) | over the bare stream | bytes committed | bytes of live batches |"
-    )
+    print("| mode | Ir per word | over the bare stream | bytes committed | bytes of live batches |")
     print("|---|---|---|---|---|")
     print(f"| {_FLOOR} | {floor:,.0f} | — | — | — |")
     for name, per_delta, written in rows:
