@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
+from test_server import serving, settings_for, wait_for
+
+from builders import REPO
+from phasegraph import Engine, StreamSettings, open_store
+from phasegraph.actions.llm._scripted import ScriptedModelServer
+from phasegraph.spec import load_graph_text
+from phasegraph.testing import isolated_redis_url
+from postgres_kit import isolated_postgres_url
 from stream_kit import (
     STREAMING,
     WORDS,
@@ -26,13 +36,10 @@ from stream_kit import (
     ids,
     texts,
 )
-from test_server import serving, settings_for, wait_for
 
-from phasegraph import Engine, StreamSettings, open_store
-from phasegraph.actions.llm._scripted import ScriptedModelServer
-from phasegraph.spec import load_graph_text
-from phasegraph.testing import isolated_redis_url
-from postgres_kit import isolated_postgres_url
+ID_PATTERN = yaml.safe_load((REPO / "specs" / "openapi.yaml").read_text(encoding="utf-8"))[
+    "components"
+]["schemas"]["EventId"]["pattern"]
 
 
 @contextlib.asynccontextmanager
@@ -101,6 +108,8 @@ async def test_a_client_that_drops_mid_turn_resumes_with_every_event_once_in_ord
             everything += await frames(whole)
         assert before + after == everything
         assert_ordered_once(everything)
+        # The ids are what the OpenAPI document says they are.
+        assert all(re.fullmatch(ID_PATTERN, e["id"]) for e in everything)
         assert texts(everything) == WORDS
         assert committed_text(everything) == [WORDS]
         assert everything[-1]["kind"] == "run_completed"
