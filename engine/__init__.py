@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from phasegraph.actions import ActionContext, ActionResult
-    from phasegraph.api import Engine
+    from phasegraph.api import Engine, StreamSettings
     from phasegraph.errors import (
         ErrorCode,
         IllegalTriggerError,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         SpecError,
         StoreError,
     )
-    from phasegraph.events import Event, EventBus
+    from phasegraph.events import Event, EventBus, EventId
     from phasegraph.model import (
         NodeOutcome,
         NodeStatus,
@@ -52,6 +52,7 @@ __all__ = [
     "ErrorCode",
     "Event",
     "EventBus",
+    "EventId",
     "IllegalTriggerError",
     "NodeOutcome",
     "NodeStatus",
@@ -64,6 +65,7 @@ __all__ = [
     "StepRecord",
     "Store",
     "StoreError",
+    "StreamSettings",
     "__version__",
     "load_graph",
     "load_machine",
@@ -75,6 +77,7 @@ _SOURCES = {
     "ActionContext": "phasegraph.actions",
     "ActionResult": "phasegraph.actions",
     "Engine": "phasegraph.api",
+    "StreamSettings": "phasegraph.api",
     "ErrorCode": "phasegraph.errors",
     "IllegalTriggerError": "phasegraph.errors",
     "PhasegraphError": "phasegraph.errors",
@@ -83,6 +86,7 @@ _SOURCES = {
     "StoreError": "phasegraph.errors",
     "Event": "phasegraph.events",
     "EventBus": "phasegraph.events",
+    "EventId": "phasegraph.events",
     "NodeOutcome": "phasegraph.model",
     "NodeStatus": "phasegraph.model",
     "RunState": "phasegraph.model",

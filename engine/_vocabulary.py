@@ -23,6 +23,7 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "DEFAULT_STORE_URL",
     "DIAGRAM_FORMATS",
+    "STREAM_RETENTION",
     "DiagramFormat",
     "RunStatus",
 ]
@@ -33,6 +34,9 @@ CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 
 DEFAULT_STORE_URL: Final = "sqlite:///.phasegraph/runs.db"
 """The embedded default store, relative to the current directory."""
+
+STREAM_RETENTION: Final = 2000
+"""Live events (a model's streamed text) kept per run until their turn commits, by default."""
 
 DiagramFormat = Literal["mermaid", "dot"]
 """A diagram's output format."""

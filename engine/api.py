@@ -34,6 +34,7 @@ from phasegraph.run._fork import fork_state, nothing_to_resume
 from phasegraph.run._lease import LeaseKeeper
 from phasegraph.run._options import RunEnvironment, check_run_id
 from phasegraph.run._stored import decode_history, history_json, load
+from phasegraph.run._stream import StreamLog, StreamSettings
 from phasegraph.store.base import RunMeta, Store
 
 # Reading a run needs none of the machinery that drives one: the interpreter, graph
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from phasegraph.run._definitions import Definitions
     from phasegraph.run._inbox import Sent
 
-__all__ = ["Engine", "GraphSource"]
+__all__ = ["Engine", "GraphSource", "StreamSettings"]
 
 GraphSource: TypeAlias = "PreparedGraph | GraphDef | str | Path"
 """A graph: prepared, a loaded definition, a built-in name, or a path to a YAML file."""
@@ -68,6 +69,8 @@ class Engine:
         clock: The time source (tests pass a fake one).
         ids: The run-id source (tests pass a counting one).
         bus: Receives every event of the runs this engine drives.
+        streams: How live events (a model's streamed text) are kept for readers that
+            reconnect: retention, and whether they are written to the store (durable).
         tracer_provider: An OpenTelemetry ``TracerProvider``: trace the runs this engine
             drives to it (needs the ``otel`` extra; off when ``None``). The engine never
             installs a global provider.
@@ -88,6 +91,7 @@ class Engine:
         clock: Clock | None = None,
         ids: IdFactory | None = None,
         bus: EventBus | None = None,
+        streams: StreamSettings | None = None,
         tracer_provider: Any = None,
         trace_content: bool | None = None,
         middleware: Sequence[runs.Middleware] = (),
@@ -97,6 +101,8 @@ class Engine:
         self.clock = clock or SystemClock()
         self.ids = ids or TimeOrderedIds()
         self.bus = bus or EventBus()
+        self.streams = StreamLog(store, streams)
+        """Numbers and keeps the live events of this engine's runs until their turns commit."""
         self.leases = LeaseKeeper(store, self.options)
         """Takes, renews and gives back the leases of the runs this engine drives."""
         self._middleware: tuple[runs.Middleware, ...] = tuple(middleware)
@@ -376,7 +382,9 @@ class Engine:
 
     def _environment(self) -> RunEnvironment:
         """What the runs this engine drives share (read now: tests swap the clock)."""
-        return RunEnvironment(store=self.store, clock=self.clock, bus=self.bus)
+        return RunEnvironment(
+            store=self.store, clock=self.clock, bus=self.bus, streams=self.streams
+        )
 
     async def run(
         self,

@@ -3,24 +3,84 @@
 Events are derived from committed step records, never raised before the commit, so a
 crash can never show an event for a step that did not happen. The one exception is
 explicit: a *live* event (``live=True``, e.g. a model's streamed text) is published while
-an action runs and is never committed; it has no id, so no reader can resume after it,
-and the history never shows it.
+an action runs and is never committed as such; the history never shows it.
+
+Every event has an :class:`EventId`, ordered within its run: ``"{seq}-{n}"`` for the
+``n``-th event of committed step ``seq``, and ``"{seq}+{token}.{k}"`` for the ``k``-th
+live event published after step ``seq`` by the driver holding lease ``token`` (a driver
+that takes the run over after a crash holds a greater token, so its live events come
+after its predecessor's). Live events sort after their step's committed events and
+before the next step's, in the order they were published: a reader can resume after any
+id, whichever process drove the run (see :mod:`phasegraph.run._stream`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
+from phasegraph.errors import InputError
 from phasegraph.model import EMPTY, NodeStatus, RunState, RunStatus, StepRecord, empty_field
 
 __all__ = [
     "Event",
     "EventBus",
+    "EventId",
     "Listener",
 ]
+
+_EVENT_ID: Final = re.compile(
+    r"(0|[1-9][0-9]{0,17})(?:-(0|[1-9][0-9]{0,8})|\+(0|[1-9][0-9]{0,17})\.([1-9][0-9]{0,17}))"
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EventId:
+    """An event's place in its run, ordered as the run produced its events.
+
+    Attributes:
+        seq: The committed step that carried it, or the last one committed before it.
+        live: 0 for a committed event, 1 for a live one (after every event of ``seq``).
+        token: The lease token of the driver that published a live event (0 otherwise).
+        n: The event's index in its step (committed), or its number since ``seq`` (live,
+            from 1).
+    """
+
+    seq: int
+    live: int = 0
+    token: int = 0
+    n: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> EventId:
+        """Parse ``"{seq}-{n}"`` or ``"{seq}+{token}.{k}"``.
+
+        Raises:
+            InputError: ``text`` is not an event id.
+        """
+        match = _EVENT_ID.fullmatch(text.strip())
+        if match is None:
+            raise InputError(
+                f"{text!r:.60} is not an event id (expected SEQ-N, e.g. 12-0, "
+                "or SEQ+TOKEN.K, e.g. 12+3.7)"
+            )
+        seq, n, token, k = match.groups()
+        if n is not None:
+            return cls(int(seq), 0, 0, int(n))
+        return cls(int(seq), 1, int(token), int(k))
+
+    @classmethod
+    def of(cls, event: Event) -> EventId:
+        """The id of ``event`` (which must have one)."""
+        return cls.parse(event.id)
+
+    def __str__(self) -> str:
+        if self.live:
+            return f"{self.seq}+{self.token}.{self.n}"
+        return f"{self.seq}-{self.n}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,7 +88,7 @@ class Event:
     """Something that happened in a run.
 
     Attributes:
-        id: ``"{seq}-{n}"``: unique and ordered within the run.
+        id: Its :class:`EventId` as text: unique and ordered within the run.
         kind: ``node_started``, ``transition``, ``node_completed``, ``node_failed``,
             ``node_skipped``, ``run_completed``, ``run_failed``, ``run_waiting``, or a kind an
             action or middleware raised (``loop_detected``, ``phase_violation``, ...).
@@ -38,8 +98,9 @@ class Event:
         node: The node concerned, if any.
         fields: Kind-specific details. ``transition`` (a reply fires one too) and
             ``node_started`` carry the node's ``counters`` and ``payload`` when it has them.
-        live: Published while an action runs and never committed (``id`` is empty and
-            ``seq`` is the last committed step).
+        live: Published while an action runs and never committed as such (``seq`` is the
+            last committed step); a model's streamed text is folded into its committed
+            turn when the turn commits.
     """
 
     id: str
@@ -137,10 +198,12 @@ def events_for(run_id: str, record: StepRecord, previous: RunStatus) -> list[Eve
     ]
 
 
-def live_event(state: RunState, node: str, kind: str, fields: Mapping[str, Any]) -> Event:
+def live_event(
+    state: RunState, node: str, kind: str, fields: Mapping[str, Any], id: EventId
+) -> Event:
     """A live event of ``node``'s running action, published at once and never committed."""
     return Event(
-        id="",
+        id=str(id),
         kind=kind,
         run_id=state.run_id,
         seq=state.seq,

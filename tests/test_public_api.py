@@ -31,6 +31,7 @@ PUBLIC = {
         "ErrorCode",
         "Event",
         "EventBus",
+        "EventId",
         "IllegalTriggerError",
         "NodeOutcome",
         "NodeStatus",
@@ -43,6 +44,7 @@ PUBLIC = {
         "StepRecord",
         "Store",
         "StoreError",
+        "StreamSettings",
         "__version__",
         "load_graph",
         "load_machine",
@@ -75,6 +77,7 @@ PUBLIC = {
     "phasegraph.api": [
         "Engine",
         "GraphSource",
+        "StreamSettings",
     ],
     "phasegraph.cli": [
         "main",
@@ -154,6 +157,7 @@ PUBLIC = {
     "phasegraph.events": [
         "Event",
         "EventBus",
+        "EventId",
         "Listener",
     ],
     "phasegraph.model": [

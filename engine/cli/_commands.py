@@ -16,7 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from phasegraph._vocabulary import CAPTURE_CONTENT_ENV, DIAGRAM_FORMATS, RunStatus
+from phasegraph._vocabulary import (
+    CAPTURE_CONTENT_ENV,
+    DIAGRAM_FORMATS,
+    STREAM_RETENTION,
+    RunStatus,
+)
 from phasegraph.cli._handler import Handler, Handlers
 
 __all__ = ["COMMANDS", "Command"]
@@ -191,7 +196,7 @@ def _run(parser: argparse.ArgumentParser) -> None:
         "gate accepts is used)",
     )
     _detach(parser, "create the run (its first step committed), hand it to")
-    _otel(parser)
+    _driving(parser)
 
 
 def _truthy(value: str) -> bool:
@@ -212,6 +217,27 @@ def _otel(parser: argparse.ArgumentParser) -> None:
         default=_truthy(os.environ.get(CAPTURE_CONTENT_ENV, "")),
         help="with --otel, put the model's messages, system instructions and tool calls' "
         f"arguments and results in the traces, secrets masked (env {CAPTURE_CONTENT_ENV}=true)",
+    )
+
+
+def _driving(parser: argparse.ArgumentParser) -> None:
+    """The flags of a command that drives runs: traces and live streams."""
+    _otel(parser)
+    parser.add_argument(
+        "--durable-stream",
+        action="store_true",
+        default=_truthy(os.environ.get("PHASEGRAPH_DURABLE_STREAM", "")),
+        help="also write live events (a model's streamed text) to the store, in small "
+        "batches, so a server on another process or after a restart replays a turn in "
+        "flight (env PHASEGRAPH_DURABLE_STREAM=1; off: kept in this process only)",
+    )
+    parser.add_argument(
+        "--stream-retention",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="live events kept per run until their turn commits, for clients that "
+        f"reconnect (env PHASEGRAPH_STREAM_RETENTION; default {STREAM_RETENTION})",
     )
 
 
@@ -247,7 +273,7 @@ def _resume(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the run id")
     _gone_flags(parser, graph=True)
     _detach(parser, "hand the run to")
-    _otel(parser)
+    _driving(parser)
 
 
 def _gone_flags(parser: argparse.ArgumentParser, *, graph: bool = False) -> None:
@@ -324,7 +350,7 @@ def _reply(parser: argparse.ArgumentParser) -> None:
     )
     _gone_flags(parser)
     _detach(parser, "commit the answer, then hand the run to")
-    _otel(parser)
+    _driving(parser)
 
 
 def _cancel(parser: argparse.ArgumentParser) -> None:
@@ -648,7 +674,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="--queue, and drive queued runs in this process too (--max-runs at once), "
         "alongside any other workers",
     )
-    _otel(parser)
+    _driving(parser)
 
 
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -782,7 +808,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a run's lease outlives a killed worker (default: env "
         "PHASEGRAPH_LEASE_TTL, else 30)",
     )
-    _otel(parser)
+    _driving(parser)
 
 
 COMMANDS = (

@@ -29,9 +29,9 @@ from phasegraph.cli._support import (
     store_writable,
     with_engine,
 )
-from phasegraph.errors import InputError, PhasegraphError
-from phasegraph.events import events_for
-from phasegraph.model import MIGRATE, NodeStatus, RunState, RunStatus, apply_records
+from phasegraph.errors import InputError, PhasegraphError, StoreUnavailableError
+from phasegraph.events import EventId
+from phasegraph.model import MIGRATE, NodeStatus, RunState, RunStatus
 from phasegraph.run._fork import nothing_to_resume
 from phasegraph.run._options import check_run_id
 from phasegraph.store._holder import holder_gone, owner_label
@@ -40,6 +40,8 @@ from phasegraph.views import meta_view, run_summary, state_view
 __all__ = ["HANDLERS", "drive_children_here", "tell_parent"]
 
 _FOLLOW_POLL = 0.2  # seconds between looks at a followed run's new steps
+_AFTER_STEP = 10**9  # an event index past any step's last
+_PAUSES = frozenset({"run_waiting", "run_parked"})  # a followed run stopped for a person
 
 # The read-only commands (status, history, show) import none of what drives a run: the
 # live progress display and the YAML loader are imported by the commands that use them.
@@ -243,9 +245,13 @@ async def _follow(args: argparse.Namespace, engine: Engine) -> int:
 
     Whoever drives the run (a worker, a server, another terminal) commits its steps; the
     events of each new record are derived as the driver's own bus would publish them
-    (:func:`~phasegraph.events.events_for`), so the lines are the ones ``run`` prints.
+    (:func:`~phasegraph.events.events_for`), so the lines are the ones ``run`` prints, and
+    a driver with ``--durable-stream`` has its model's streamed text shown as it comes.
+    The follower keeps the id of the last event it showed: when the store cannot be read
+    for a while, it says so and goes on after that event, missing and repeating nothing.
     """
     from phasegraph.cli._progress import progress_for  # here: only this command shows it
+    from phasegraph.server._feed import EventFeed
     from phasegraph.worker import has_work_queue
 
     args.workers_drive = has_work_queue(engine.store)
@@ -263,19 +269,26 @@ async def _follow(args: argparse.Namespace, engine: Engine) -> int:
         state=state,
         opening=opening,
     )
+    # After every event of the step read: what the display shows already.
+    feed = EventFeed(engine, state.run_id, EventId(state.seq, 0, 0, _AFTER_STEP))
     with display:
-        while state.status is RunStatus.RUNNING:
+        stopped = state.status is not RunStatus.RUNNING
+        outage = False
+        while not stopped:
             await asyncio.sleep(_FOLLOW_POLL)
-            records = await engine.history(state.run_id, start=state.seq + 1)
-            previous: RunStatus = state.status
-            for record in records:
-                for event in events_for(state.run_id, record, previous):
-                    engine.bus.publish(event)
-                previous = record.status
-            # The state after the records read, not the head now: steps committed since
-            # the read are the next read's, or their lines would never be shown.
-            state = apply_records(state, records)
-    return await finished(args, engine, state)
+            try:
+                events = await feed.catch_up()
+            except StoreUnavailableError as exc:
+                if not outage and not args.quiet:
+                    print(f"cannot read the store ({exc}); retrying", file=sys.stderr)
+                outage = True
+                continue
+            outage = False
+            for event in events:
+                engine.bus.publish(event)
+                stopped = stopped or (event.node is None and event.kind in _PAUSES)
+            stopped = stopped or feed.terminal
+    return await finished(args, engine, await engine.get(args.run))
 
 
 async def _status_of_runs(args: argparse.Namespace, engine: Engine) -> None:

@@ -34,7 +34,13 @@ from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._logs import configure_logging
-from phasegraph.cli._support import EXIT_OK, cannot_listen, lease_ttl, tracer_provider
+from phasegraph.cli._support import (
+    EXIT_OK,
+    cannot_listen,
+    lease_ttl,
+    stream_settings,
+    tracer_provider,
+)
 from phasegraph.cli._worker import (
     default_worker_name,
     require_queue,
@@ -107,6 +113,7 @@ def _settings(args: argparse.Namespace, ttl: float) -> ServerSettings:
         adopt_interval=min(max(ttl / 3, 0.05), 5.0),
         queue=args.queue or args.with_worker,
         read_only=args.read_only,
+        stream_retention=stream_settings(args).retention,
     )
 
 
@@ -158,6 +165,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
         Engine(
             store,
             options=options,
+            streams=stream_settings(args),
             tracer_provider=tracer_provider(args),
             trace_content=getattr(args, "otel_content", None),
         ) as engine,

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
 from phasegraph._extras import install_hint
-from phasegraph.api import Engine
+from phasegraph._vocabulary import STREAM_RETENTION
+from phasegraph.api import Engine, StreamSettings
 from phasegraph.cli._gates import gate_lines, open_gates, run_budget, run_json, shown
 from phasegraph.cli._handler import Handler
 from phasegraph.cli._logs import quiet_drivers
@@ -397,11 +398,33 @@ async def with_engine(
         Engine(
             store,
             options=options,
+            streams=stream_settings(args),
             tracer_provider=tracer_provider(args),
             trace_content=getattr(args, "otel_content", None),
         ) as engine,
     ):
         return await body(engine)
+
+
+def stream_settings(args: argparse.Namespace) -> StreamSettings:
+    """How the runs a command drives keep their live events.
+
+    From ``--durable-stream`` and ``--stream-retention`` (or env
+    ``PHASEGRAPH_STREAM_RETENTION``).
+
+    Raises:
+        InputError: The environment's retention is not a whole number >= 1.
+    """
+    retention = getattr(args, "stream_retention", None)
+    if retention is None:
+        text = os.environ.get("PHASEGRAPH_STREAM_RETENTION", "").strip()
+        if not text:
+            retention = STREAM_RETENTION
+        elif not text.isdigit() or int(text) < 1:
+            raise InputError(f"PHASEGRAPH_STREAM_RETENTION={text!r:.40} is not a whole number >= 1")
+        else:
+            retention = int(text)
+    return StreamSettings(retention=retention, durable=bool(getattr(args, "durable_stream", False)))
 
 
 def tracer_provider(args: argparse.Namespace) -> Any:

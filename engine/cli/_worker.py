@@ -24,7 +24,14 @@ from phasegraph.api import Engine
 from phasegraph.cli._collector import tune_collector
 from phasegraph.cli._handler import Handlers
 from phasegraph.cli._logs import configure_logging
-from phasegraph.cli._support import EXIT_OK, emit, lease_ttl, local_actor, tracer_provider
+from phasegraph.cli._support import (
+    EXIT_OK,
+    emit,
+    lease_ttl,
+    local_actor,
+    stream_settings,
+    tracer_provider,
+)
 from phasegraph.errors import InputError
 from phasegraph.model import RunState
 from phasegraph.run import RunOptions
@@ -63,6 +70,7 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         Engine(
             store,
             options=run_options,
+            streams=stream_settings(args),
             tracer_provider=tracer_provider(args),
             trace_content=getattr(args, "otel_content", None),
         ) as engine,

@@ -40,7 +40,7 @@ from phasegraph.errors import (
     SpendRefusedError,
     StoreUnavailableError,
 )
-from phasegraph.events import events_for, live_event
+from phasegraph.events import events_for
 from phasegraph.model import (
     Actor,
     BusyPolicy,
@@ -256,6 +256,7 @@ class Run:
         "_state",
         "_steps",
         "_store",
+        "_streams",
         "_takes",
         "_tasks",
         "_to_launch",
@@ -276,6 +277,7 @@ class Run:
         self._checkpoints = checkpoints
         self._store = env.store
         self._bus = env.bus
+        self._streams = env.streams
         self._steps = StepBuilder(prepared, env.clock, state.plans)
         self._tasks: dict[str, asyncio.Task[_Outcome]] = {}
         # Nodes in a non-final state whose action is not running yet (all of them on resume).
@@ -333,6 +335,7 @@ class Run:
         tools = self._prepared.tools
         if tools.has_servers:  # most graphs have none: no task to shield
             await asyncio.shield(tools.close_run(self.run_id))
+        self._streams.forget(self.run_id)  # a turn cut off here runs again under a new lease
         await self._hold.release()
 
     def __aiter__(self) -> Self:
@@ -867,9 +870,10 @@ class Run:
         return await site.action(ctx)
 
     def _stream(self, node_id: str, kind: str, fields: Mapping[str, Any]) -> None:
-        """Publish a live event of an action now; it is never committed (see live_event)."""
+        """Publish a live event of an action now, numbered and kept until its step commits."""
+        event = self._streams.publish(self._state, self._hold.lease.token, node_id, kind, fields)
         if self._bus.listening:
-            self._bus.publish(live_event(self._state, node_id, kind, fields))
+            self._bus.publish(event)
 
     async def _outcome_step(self, node_id: str, outcome: _Outcome) -> tuple[StepRecord, bytes]:
         """Turn an action's outcome into an encoded record; any refusal fails the node.
@@ -955,6 +959,7 @@ class Run:
         """Make the committed step's state the run's (and queue its node's next action)."""
         previous = self._state.status
         self._state = state
+        self._streams.committed(state.run_id, record)  # the step stands for its live events
         # Emitted only after the commit: an event never describes an uncommitted step.
         if self._bus.listening:
             for event in events_for(state.run_id, record, previous):

@@ -8,13 +8,16 @@ import secrets
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from phasegraph.errors import InputError
 from phasegraph.events import EventBus
 from phasegraph.run._checkpoint import CheckpointPolicy
 from phasegraph.store import Store
 from phasegraph.store._holder import owner_with_holder
+
+if TYPE_CHECKING:
+    from phasegraph.run._stream import StreamLog
 
 __all__ = [
     "RUN_ID_PATTERN",
@@ -122,11 +125,14 @@ class RunEnvironment:
         store: Where the run's steps are committed.
         clock: The time source of its steps.
         bus: Receives the run's events, once each step is committed.
+        streams: Numbers and keeps the live events of its actions (a model's streamed
+            text) until their turns commit.
     """
 
-    __slots__ = ("bus", "clock", "store")
+    __slots__ = ("bus", "clock", "store", "streams")
 
-    def __init__(self, *, store: Store, clock: Clock, bus: EventBus) -> None:
+    def __init__(self, *, store: Store, clock: Clock, bus: EventBus, streams: StreamLog) -> None:
         self.store: Final = store
         self.clock: Final = clock
         self.bus: Final = bus
+        self.streams: Final = streams

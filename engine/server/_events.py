@@ -1,10 +1,11 @@
 """``GET /runs/{run_id}/events``: a run's events as Server-Sent Events.
 
-The stream replays the committed history after ``Last-Event-ID`` (header, or the
-``last_event_id`` query parameter for clients that cannot set headers), then follows the
-run until it finishes (see :mod:`phasegraph.server._feed`), so a client that reconnects
-with the id of the last event it saw misses nothing and sees nothing twice. While nothing
-happens, a comment line keeps proxies from closing the connection.
+The stream replays the events after ``Last-Event-ID`` (header, or the ``after`` query
+parameter — ``last_event_id`` too — for clients that cannot set headers): the committed
+history, and the live events of turns still in flight that the retention keeps; then it
+follows the run until it finishes (see :mod:`phasegraph.server._feed`), so a client that
+reconnects with the id of the last event it saw misses nothing and sees nothing twice.
+While nothing happens, a comment line keeps proxies from closing the connection.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Final
 from aiohttp import web
 
 from phasegraph.errors import PhasegraphError, StoreUnavailableError
-from phasegraph.events import Event
+from phasegraph.events import Event, EventId
 from phasegraph.server._access import still_signed_in
-from phasegraph.server._feed import EventFeed, EventId, Subscription
+from phasegraph.server._feed import EventFeed, Subscription
 from phasegraph.server._support import ENGINE, HUB, SETTINGS, fail
 from phasegraph.views import jsonable
 
@@ -37,22 +38,24 @@ _KEEPALIVE: Final = b": keep-alive\n\n"
 
 
 def _after(request: web.Request) -> EventId | None:
-    text = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
-    if not text:
-        return None
-    try:
-        return EventId.parse(text)
-    except PhasegraphError as exc:
-        fail("Last-Event-ID", exc.message)
+    for where, text in (
+        ("Last-Event-ID", request.headers.get("Last-Event-ID")),
+        ("after", request.query.get("after")),
+        ("last_event_id", request.query.get("last_event_id")),
+    ):
+        if text:
+            try:
+                return EventId.parse(text)
+            except PhasegraphError as exc:
+                fail(where, exc.message)
+    return None
 
 
 def frame(event: Event) -> bytes:
-    """One event in the SSE wire format: ``id`` (none for a live event), ``event``, ``data``."""
+    """One event in the SSE wire format: ``id`` (none for a gap marker), ``event``, ``data``."""
     kind = " ".join(event.kind.split())  # a kind an action chose could hold a newline
     data = json.dumps(jsonable(event), sort_keys=True, default=str)
-    # A live event is never committed: without an id, a reconnecting client's cursor
-    # stays on the last committed event.
-    head = "" if event.live else f"id: {event.id}\n"
+    head = f"id: {event.id}\n" if event.id else ""
     return f"{head}event: {kind}\ndata: {data}\n\n".encode()
 
 
@@ -63,10 +66,11 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     hub = request.app[HUB]
     subscription = hub.subscribe(run_id)  # before reading history, so nothing falls between
     try:
-        feed = EventFeed(request.app[ENGINE], run_id, after)
+        settings = request.app[SETTINGS]
+        feed = EventFeed(request.app[ENGINE], run_id, after, settings.stream_retention)
         backlog = await feed.catch_up()  # an unknown run fails here, with a 404
         if after is not None and feed.reached < after.seq:
-            fail("Last-Event-ID", f"{after.seq}-{after.n} is beyond the run's last step")
+            fail("Last-Event-ID", f"{after} is beyond the run's last step ({feed.reached})")
         response = web.StreamResponse(headers=_HEADERS)
         await response.prepare(request)
         try:
@@ -97,8 +101,11 @@ async def _follow(
                 _log.warning("event stream of %s ends: %s", feed.run_id, refused)
                 return
         events = feed.take(*subscription.drain())
-        if not events:
+        if events is None or (not events and not feed.streaming_here):
             # No bus event (a run stepped elsewhere, or a hole): the store has the truth.
+            # Not while this process streams a turn of the run: its bus has every event,
+            # and a read that spans the turn's commit would fold deltas the client is
+            # about to get.
             try:
                 events = await feed.catch_up()
             except StoreUnavailableError as exc:

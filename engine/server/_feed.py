@@ -2,59 +2,36 @@
 
 The store's step history *is* the event log: the events of a record are derived with
 :func:`~phasegraph.events.events_for` and numbered ``"{seq}-{n}"``, so a client can
-resume after any event id. An :class:`EventFeed` reads the history after a cursor, then
-follows the run: events of runs stepped by this process arrive from the engine's
-:class:`~phasegraph.events.EventBus` through the :class:`EventHub`; runs stepped
-elsewhere are caught up by reading the store again. Bus events are a shortcut, never the
-source of truth: whenever one would leave a hole (a skipped seq, a dropped event) the feed
-rereads the store, where every published event's step is already committed. Live events
-(a model's streamed text) pass straight through: they have no id and move no cursor.
+resume after any event id. Live events (a model's streamed text) are numbered after the
+step they follow (``"{seq}+{token}.{k}"``) and kept until their turn commits
+(:mod:`phasegraph.run._stream`): by the engine that drives the run, and in the store too
+when streams are durable. An :class:`EventFeed` reads the history and the live events
+kept after a cursor, merged in id order, then follows the run: events of runs stepped by
+this process arrive from the engine's :class:`~phasegraph.events.EventBus` through the
+:class:`EventHub`; runs stepped elsewhere are caught up by reading the store again. Bus
+events are a shortcut, never the source of truth: whenever one would leave a hole (a
+skipped seq, a dropped event) the feed reads again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final, final
 
+from phasegraph._vocabulary import STREAM_RETENTION
 from phasegraph.api import Engine
-from phasegraph.errors import InputError
-from phasegraph.events import Event, EventBus, ends_run, events_for
-from phasegraph.model import RunStatus
+from phasegraph.events import Event, EventBus, EventId, ends_run, events_for
+from phasegraph.model import RunStatus, StepRecord
+from phasegraph.run._stream import decode_batches, unfolded
 
-__all__ = ["EventFeed", "EventHub", "EventId", "Subscription"]
+__all__ = ["GAP_EVENT", "EventFeed", "EventHub", "Subscription"]
 
-_EVENT_ID: Final = re.compile(r"(0|[1-9][0-9]{0,17})-(0|[1-9][0-9]{0,8})")
+GAP_EVENT: Final = "stream_gap"
+"""Sent (without an id) where live events a reader missed fell out of the retention."""
+
 _QUEUE_LIMIT: Final = 4096
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class EventId:
-    """An event's place in its run: the step ``seq`` and its index ``n`` in that step."""
-
-    seq: int
-    n: int
-
-    @classmethod
-    def parse(cls, text: str) -> EventId:
-        """Parse ``"{seq}-{n}"``.
-
-        Raises:
-            InputError: ``text`` is not an event id.
-        """
-        match = _EVENT_ID.fullmatch(text.strip())
-        if match is None:
-            raise InputError(f"{text!r:.40} is not an event id (expected SEQ-N, e.g. 12-0)")
-        return cls(int(match[1]), int(match[2]))
-
-    @classmethod
-    def of(cls, event: Event) -> EventId:
-        """The id of ``event``."""
-        seq, _, n = event.id.partition("-")
-        return cls(int(seq), int(n))
 
 
 @final
@@ -149,20 +126,27 @@ class EventHub:
 
 @final
 class EventFeed:
-    """The events of one run after a cursor, each exactly once and in order.
+    """The events of one run after a cursor, each exactly once and in id order.
 
     Args:
-        engine: Reads the run's history.
+        engine: Reads the run's history, and keeps the live events of runs it drives.
         run_id: The run.
         after: The last event the client has (``Last-Event-ID``), or ``None`` for all.
+        retention: The most live events replayed from the store (older ones: a gap).
     """
 
-    def __init__(self, engine: Engine, run_id: str, after: EventId | None) -> None:
+    def __init__(
+        self, engine: Engine, run_id: str, after: EventId | None, retention: int = STREAM_RETENTION
+    ) -> None:
         self._engine = engine
         self._run_id = run_id
         self._cursor = after
-        # Records up to `_seen` were fully read; the cursor's own step may have more events.
+        self._retention = retention
+        # Records up to `_seen` were fully read; the cursor's own step is read again (a
+        # committed cursor's step may have more events; a live one's are filtered out).
         self._seen = -1 if after is None else after.seq - 1
+        self._moved: dict[str, int] = {}  # each node's last step read: folds live events
+        self._status = RunStatus.RUNNING
         self.terminal = False
         """The run finished and its final events were returned."""
 
@@ -170,6 +154,11 @@ class EventFeed:
     def run_id(self) -> str:
         """The run."""
         return self._run_id
+
+    @property
+    def streaming_here(self) -> bool:
+        """Whether this process drives the run and streams a turn of it now."""
+        return self._engine.streams.retained(self._run_id) is not None
 
     @property
     def reached(self) -> int:
@@ -183,18 +172,17 @@ class EventFeed:
         reached = self._seen
         for event in events:
             if event.live:
-                continue  # never committed: not part of the log the cursor walks
-            if event.seq > reached + 1:
+                if event.seq > reached:
+                    return None  # after a step we never got: the store has it
+            elif event.seq > reached + 1:
                 return None  # a step whose events we never got: the store has them
-            reached = max(reached, event.seq)
+            else:
+                reached = max(reached, event.seq)
         self._seen = reached
-        taken: list[Event] = []
-        for event in events:
-            taken += [event] if event.live else self._accept([event])
-        return taken
+        return self._accept(events)
 
     async def catch_up(self) -> list[Event]:
-        """The events committed after the cursor, read from the store.
+        """The events after the cursor: committed ones from the store, then live ones kept.
 
         Raises:
             RunNotFoundError: No such run.
@@ -206,17 +194,82 @@ class EventFeed:
         fresh: list[Event] = []
         for record in records:
             if record.seq > self._seen:
-                fresh += self._accept(events_for(self._run_id, record, previous))
+                fresh += events_for(self._run_id, record, previous)
                 self._seen = record.seq
+                self._moves(record)
             previous = record.status
+        if records:
+            self._status = previous
+        fresh += await self._live()
+        fresh.sort(key=_order)
+        taken = self._accept(fresh)
         if records and previous.terminal:
             self.terminal = True
-        return fresh
+        return taken
+
+    def _moves(self, record: StepRecord) -> None:
+        if record.node is not None:
+            self._moved[record.node] = record.seq
+        for node in record.nodes:
+            self._moved[node] = record.seq
+
+    async def _live(self) -> list[Event]:
+        """The live events kept after the cursor, up to the last step read."""
+        if self._status.terminal:
+            return []
+        missed: int | None = 0
+        streams = self._engine.streams
+        kept = streams.retained(self._run_id)
+        events: list[Event] = []
+        if kept is None or streams.settings.durable:
+            # Driven elsewhere (or here since a restart): what a durable driver wrote.
+            batches = await self._engine.store.read_stream(self._run_id)
+            events = decode_batches(self._run_id, batches)
+        if kept is not None:  # this process drives the run
+            known = {e.id for e in events}
+            events = sorted([*events, *(e for e in kept[0] if e.id not in known)], key=EventId.of)
+            trimmed = kept[1]
+            if trimmed is not None and (self._cursor is None or self._cursor < trimmed):
+                missed = None  # how many is not known
+        events = [
+            e
+            for e in unfolded(events, self._moved, ended=False)
+            if e.seq <= self._seen and (self._cursor is None or EventId.of(e) > self._cursor)
+        ]
+        if len(events) > self._retention:
+            missed, events = len(events) - self._retention, events[-self._retention :]
+        if missed != 0 and events:
+            return [_gap(events[0], self._cursor, missed), *events]
+        return events
 
     def _accept(self, events: list[Event]) -> list[Event]:
-        fresh = [e for e in events if self._cursor is None or EventId.of(e) > self._cursor]
-        if fresh:
-            self._cursor = EventId.of(fresh[-1])
-            if any(ends_run(e) for e in fresh):
+        fresh = [
+            e for e in events if not e.id or self._cursor is None or EventId.of(e) > self._cursor
+        ]
+        for event in fresh:
+            if event.id:
+                self._cursor = EventId.of(event)
+            if ends_run(event):
                 self.terminal = True
         return fresh
+
+
+def _order(event: Event) -> tuple[EventId, int]:
+    if event.kind == GAP_EVENT and not event.id:  # just before the first event it names
+        return EventId.parse(str(event.fields["resumes_at"])), 0
+    return EventId.of(event), 1
+
+
+def _gap(first: Event, after: EventId | None, missed: int | None) -> Event:
+    """The marker of live events that fell out of the retention before ``first``."""
+    fields = {"after": None if after is None else str(after), "resumes_at": first.id}
+    return Event(
+        id="",
+        kind=GAP_EVENT,
+        run_id=first.run_id,
+        seq=first.seq,
+        time=first.time,
+        node=first.node,
+        fields={**fields, "missed": missed},
+        live=True,
+    )

@@ -12,6 +12,7 @@ from typing import Any, Final, NoReturn
 
 from aiohttp import web
 
+from phasegraph._vocabulary import STREAM_RETENTION
 from phasegraph.api import Engine
 from phasegraph.codec import _envelope, _json
 from phasegraph.errors import CodecError, InputError, PhasegraphError, RequestError
@@ -86,6 +87,8 @@ class ServerSettings:
         poll_interval: Seconds between store reads for event streams of runs stepped
             by another process.
         keepalive_interval: Seconds of silence after which a stream sends a comment.
+        stream_retention: The most live events of a run's turns in flight an event stream
+            replays to a client that reconnects (older ones: a ``stream_gap`` event).
         adopt_interval: Seconds between attempts to take over a run another process
             holds (after a crash, its lease must expire first).
         queue: Hand runs to ``phasegraph worker`` processes through the store's work
@@ -111,6 +114,7 @@ class ServerSettings:
     upload_dir: Path = field(default_factory=lambda: Path(".phasegraph") / "uploads")
     poll_interval: float = 1.0
     keepalive_interval: float = 15.0
+    stream_retention: int = STREAM_RETENTION
     adopt_interval: float = 1.0
     queue: bool = False
     read_only: bool = False
@@ -124,6 +128,7 @@ class ServerSettings:
             "auth_failure_burst",
             "max_graph_bytes",
             "max_graph_depth",
+            "stream_retention",
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, not {getattr(self, name)}")

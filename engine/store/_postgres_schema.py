@@ -22,7 +22,10 @@ Tables (schema version :data:`SCHEMA_VERSION`, kept in ``schema_version``):
   under their digest; shared by runs, so retention's sweep never deletes one;
 * ``messages`` and ``messages_taken`` (since version 3): the runs' inboxes, one row per
   message keyed by ``(run_id, position)`` with its sender's id unique per run, and each
-  run's cursor (how many it took); retention's sweep deletes a run's with the run.
+  run's cursor (how many it took); retention's sweep deletes a run's with the run;
+* ``streams`` (since version 4): batches of live events of a durable stream's turns in
+  flight, one row each, deleted once they are folded into committed steps (and by
+  retention's sweep with the run).
 
 Lease and queue times are the server's clock (:data:`NOW`), which every host sharing
 the database agrees on.
@@ -44,7 +47,7 @@ __all__ = [
     "migrations",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The layout this phasegraph writes; a newer one is refused, never written."""
 
 DEFAULT_SCHEMA: Final = POSTGRES_SCHEMA
@@ -134,7 +137,17 @@ _V3: Final = (
     )""",
 )
 
-_STEPS: Final = {1: _V1, 2: _V2, 3: _V3}
+# Version 4: durable live streams (batches of live events of turns in flight).
+_V4: Final = (
+    """CREATE TABLE {s}.streams (
+        id bigserial PRIMARY KEY,
+        run_id text NOT NULL,
+        batch bytea NOT NULL
+    )""",
+    "CREATE INDEX streams_run ON {s}.streams (run_id, id)",
+)
+
+_STEPS: Final = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 def migrations(schema: str, version: int) -> list[bytes]:
@@ -198,6 +211,9 @@ class Statements:
     sweep: bytes
     enqueue: bytes
     queued: bytes
+    append_stream: bytes
+    read_stream: bytes
+    drop_stream: bytes
     take: bytes
     reclaim: bytes
     stale: bytes
@@ -322,6 +338,8 @@ WITH gone AS (
   DELETE FROM {s}.messages WHERE run_id IN (SELECT run_id FROM gone)
 ), taken AS (
   DELETE FROM {s}.messages_taken WHERE run_id IN (SELECT run_id FROM gone)
+), streams AS (
+  DELETE FROM {s}.streams WHERE run_id IN (SELECT run_id FROM gone)
 )
 SELECT count(*) FROM gone""",
     # -- the work queue (NOTIFY is delivered when the statement's transaction commits)
@@ -358,6 +376,10 @@ WITH moved AS (
   SELECT pg_notify({channel}, '') FROM (SELECT 1 FROM queued LIMIT 1) AS any_moved
 )
 SELECT (SELECT count(*) FROM queued), (SELECT count(*) FROM woken),
+    # -- durable live streams: appended in batches, dropped once folded into steps
+    "append_stream": "INSERT INTO {s}.streams (run_id, batch) VALUES (%s, %b)",
+    "read_stream": "SELECT batch FROM {s}.streams WHERE run_id = %s ORDER BY id",
+    "drop_stream": "DELETE FROM {s}.streams WHERE run_id = %s",
   (SELECT min(due_ms) FROM {s}.due WHERE due_ms > (({now}) * 1000)::int8),
   (({now}) * 1000)::int8""",
     "schedule": "INSERT INTO {s}.due (run_id, due_ms) VALUES (%s, %s) "

@@ -12,7 +12,8 @@ Tables are added to a file of any version, when a writable store opens it:
 ``definitions`` (:data:`DEFINITIONS_TABLE`: a run definition's bytes under their digest,
 shared by runs and removed by none), and the runs' inboxes (:data:`INBOX_TABLES`:
 ``messages``, one row per message keyed by ``(run_id, position)`` with its sender's id
-unique per run, and ``messages_taken``, each run's cursor). They are the same in every
+unique per run, and ``messages_taken``, each run's cursor), and the durable live streams
+(:data:`STREAMS_TABLE`: batches of live events of turns in flight). They are the same in every
 layout and no older phasegraph reads the file differently for them, so they change no
 ``user_version``; a file opened only read-only since may lack them, and then keeps no
 definition and no message.
@@ -52,6 +53,7 @@ __all__ = [
     "INBOX_TABLES",
     "MAX_SEQ",
     "SCHEMA_VERSION",
+    "STREAMS_TABLE",
     "Statement",
     "Statements",
     "check_layout",
@@ -79,6 +81,14 @@ INBOX_TABLES: Final = (
         run_id TEXT PRIMARY KEY, position INTEGER NOT NULL)""",
 )
 """The runs' inboxes, made in a new file and added to an older one (any version)."""
+
+STREAMS_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS streams "
+    "(id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, batch BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS streams_run ON streams (run_id, id)",
+)
+"""The durable live streams (batches of live events of turns in flight), made like
+:data:`DEFINITIONS_TABLE`."""
 
 _APPLICATION_ID: Final = 0x50475244  # "PGRD": marks the file as a phasegraph run store
 
@@ -274,8 +284,8 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
 
     Runs in its own ``BEGIN IMMEDIATE`` transaction, so two processes opening a new file
     at once create the tables once (a plain ``BEGIN`` when ``create`` is false). With
-    ``create``, a file of any version known gets the ``definitions`` and inbox tables if it
-    lacks them.
+    ``create``, a file of any version known gets the ``definitions``, inbox and ``streams``
+    tables if it lacks them.
 
     Returns:
         The statements of the file's layout (``None`` only for an empty file not created).
@@ -316,7 +326,7 @@ def check_layout(conn: sqlite3.Connection, path: Path, *, create: bool = True) -
 
 def _added_tables(conn: sqlite3.Connection) -> None:
     """Create the tables a file of any version gets when it is opened to write."""
-    for statement in (DEFINITIONS_TABLE, *INBOX_TABLES):
+    for statement in (DEFINITIONS_TABLE, *INBOX_TABLES, *STREAMS_TABLE):
         conn.execute(statement)
 
 

@@ -182,7 +182,8 @@ class Store(abc.ABC):
     :meth:`release`), the journal (:meth:`commit`, :meth:`read`, :meth:`history`,
     :meth:`list_runs`), the run definitions (:meth:`put_definition`,
     :meth:`get_definition`, :meth:`has_definition`), the inbox (:meth:`post_message`,
-    :meth:`messages`, :meth:`take_messages`) and :meth:`aclose`;
+    :meth:`messages`, :meth:`take_messages`), the durable live stream
+    (:meth:`append_stream`, :meth:`read_stream`, :meth:`drop_stream`) and :meth:`aclose`;
     :class:`~phasegraph.testing.StoreContract` checks them all.
     """
 
@@ -347,6 +348,34 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def append_stream(self, run_id: str, batch: bytes) -> None:
+        """Append a batch of a run's live events (a durable stream's turn in flight).
+
+        Kept beside the journal, never in it: batches are dropped once the turns they
+        stream are committed. Not fenced by the lease: a reader orders what it reads by
+        the ids inside the batches.
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def read_stream(self, run_id: str) -> list[bytes]:
+        """The run's live-event batches, in the order they were appended (none: empty).
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def drop_stream(self, run_id: str) -> None:
+        """Forget the run's live-event batches (idempotent).
+
+        Raises:
+            StoreUnavailableError: The store cannot be reached.
+        """
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Release connections. Safe to call more than once."""
 
@@ -448,6 +477,18 @@ class ForwardingStore(Store):
     async def take_messages(self, run_id: str, position: int) -> None:
         """Forwarded to ``inner``."""
         await self.inner.take_messages(run_id, position)
+
+    async def append_stream(self, run_id: str, batch: bytes) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.append_stream(run_id, batch)
+
+    async def read_stream(self, run_id: str) -> list[bytes]:
+        """Forwarded to ``inner``."""
+        return await self.inner.read_stream(run_id)
+
+    async def drop_stream(self, run_id: str) -> None:
+        """Forwarded to ``inner``."""
+        await self.inner.drop_stream(run_id)
 
     async def aclose(self) -> None:
         """Forwarded to ``inner``."""

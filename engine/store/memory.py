@@ -68,6 +68,7 @@ class MemoryStore(Store):
         self._runs: dict[str, _Run] = {}
         self._definitions: dict[str, bytes] = {}  # never emptied: no run owns one
         self._inboxes: dict[str, _Inbox] = {}  # run id -> its messages (apart from _runs)
+        self._streams: dict[str, list[bytes]] = {}
         self._closed = False
         self._leases = threading.Lock()  # lease changes also come from the keeper's thread
 
@@ -246,6 +247,21 @@ class MemoryStore(Store):
         self._check_open()
         inbox = self._inboxes.setdefault(run_id, _Inbox())
         inbox.taken = max(inbox.taken, min(position, len(inbox.messages)))
+
+    async def append_stream(self, run_id: str, batch: bytes) -> None:
+        """Append live events; see :meth:`Store.append_stream`."""
+        self._check_open()
+        self._streams.setdefault(run_id, []).append(bytes(batch))
+
+    async def read_stream(self, run_id: str) -> list[bytes]:
+        """The live-event batches; see :meth:`Store.read_stream`."""
+        self._check_open()
+        return list(self._streams.get(run_id, ()))
+
+    async def drop_stream(self, run_id: str) -> None:
+        """Forget the live-event batches; see :meth:`Store.drop_stream`."""
+        self._check_open()
+        self._streams.pop(run_id, None)
 
     async def aclose(self) -> None:
         """Forget nothing (the data lives as long as the object); just refuse further use."""

@@ -342,6 +342,19 @@ class PostgresStore(Store):
         """Move the run's inbox cursor on; see :meth:`Store.take_messages`."""
         await self._db.run(self._sql.take_messages, (run_id, position, run_id))
 
+    async def append_stream(self, run_id: str, batch: bytes) -> None:
+        """Append live events (a row); see :meth:`Store.append_stream`."""
+        await self._db.run(self._sql.append_stream, (run_id, batch))
+
+    async def read_stream(self, run_id: str) -> list[bytes]:
+        """The live-event batches; see :meth:`Store.read_stream`."""
+        rows = await self._db.all(self._sql.read_stream, (run_id,))
+        return [bytes(row[0]) for row in rows]
+
+    async def drop_stream(self, run_id: str) -> None:
+        """Forget the live-event batches; see :meth:`Store.drop_stream`."""
+        await self._db.run(self._sql.drop_stream, (run_id,))
+
     async def aclose(self) -> None:
         """Close the pool. Safe to call more than once."""
         await self._db.aclose()

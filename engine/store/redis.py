@@ -10,6 +10,8 @@ touch all of it:
 * ``P:{run}:snaps`` sorted set — snapshot seqs (score = seq), to find the nearest one;
 * ``P:{run}:lease`` string ``"<token>:<owner>"`` with PEXPIRE = the lease ttl;
 * ``P:{run}:token`` counter — the last fencing token issued (INCR);
+* ``P:{run}:stream`` list — batches of live events of a durable stream's turns in
+  flight (RPUSH; deleted once they are folded into committed steps);
 * ``P:runs``        sorted set — run ids by updated_at (the global index);
 * ``P:def:<key>``   string — a run definition's bytes under their digest, one key each
   (no hash tag: every command on it names that key alone, so any slot serves it).
@@ -493,6 +495,23 @@ class RedisStore(Store):
         """The keys of the run's inbox (ids, messages, cursor), in the run's hash slot."""
         base = f"{self._prefix}:{{{run_id}}}:"
         return base + "msgid", base + "msg", base + "msgtaken"
+
+    async def append_stream(self, run_id: str, batch: bytes) -> None:
+        """Append live events (``RPUSH``); see :meth:`Store.append_stream`."""
+        await self._call("RPUSH", self.stream_key(run_id), batch)
+
+    async def read_stream(self, run_id: str) -> list[bytes]:
+        """The live-event batches (``LRANGE``); see :meth:`Store.read_stream`."""
+        reply = await self._call("LRANGE", self.stream_key(run_id), 0, -1)
+        return [bytes(item) for item in reply or ()]
+
+    async def drop_stream(self, run_id: str) -> None:
+        """Forget the live-event batches (``DEL``); see :meth:`Store.drop_stream`."""
+        await self._call("DEL", self.stream_key(run_id))
+
+    def stream_key(self, run_id: str) -> str:
+        """The Redis key of a run's durable live stream (in the run's hash slot)."""
+        return f"{self._prefix}:{{{run_id}}}:stream"
 
     def definition_key(self, key: str) -> str:
         """The Redis key a definition's bytes are kept under."""

@@ -266,6 +266,18 @@ class SqliteStore(Store):
         """Move the run's inbox cursor on; see :meth:`Store.take_messages`."""
         await self._call(self._take_messages, run_id, position)
 
+    async def append_stream(self, run_id: str, batch: bytes) -> None:
+        """Append live events; see :meth:`Store.append_stream` (a row each batch)."""
+        await self._call(self._append_stream, run_id, batch)
+
+    async def read_stream(self, run_id: str) -> list[bytes]:
+        """The live-event batches; see :meth:`Store.read_stream`."""
+        return await self._call(self._read_stream, run_id, write=False)
+
+    async def drop_stream(self, run_id: str) -> None:
+        """Forget the live-event batches; see :meth:`Store.drop_stream`."""
+        await self._call(self._drop_stream, run_id)
+
     async def aclose(self) -> None:
         """Close the connection and stop the worker thread. Safe to call more than once."""
         if self._closed:
@@ -577,6 +589,27 @@ class SqliteStore(Store):
     @staticmethod
     def _has_definition(conn: sqlite3.Connection, key: str) -> bool:
         return _definition_row(conn, "SELECT 1 FROM definitions WHERE key = ?", key) is not None
+
+    @staticmethod
+    def _append_stream(conn: sqlite3.Connection, run_id: str, batch: bytes) -> None:
+        conn.execute("INSERT INTO streams (run_id, batch) VALUES (?, ?)", (run_id, batch))
+
+    @staticmethod
+    def _read_stream(conn: sqlite3.Connection, run_id: str) -> list[bytes]:
+        sql = "SELECT batch FROM streams WHERE run_id = ? ORDER BY id"
+        try:
+            rows = conn.execute(sql, (run_id,)).fetchall()
+        except sqlite3.OperationalError:
+            # A file an older phasegraph last wrote, read read-only: it streams nothing.
+            found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'streams'"
+            if conn.execute(found).fetchone() is not None:
+                raise
+            return []
+        return [bytes(row[0]) for row in rows]
+
+    @staticmethod
+    def _drop_stream(conn: sqlite3.Connection, run_id: str) -> None:
+        conn.execute("DELETE FROM streams WHERE run_id = ?", (run_id,))
 
     def _statements(self) -> Statements:
         """The statements of the connected file's layout (called with a connection)."""

@@ -606,6 +606,18 @@ class StoreContract:
         assert [m.id for m in kept] == list(dict.fromkeys(ids))
         assert [m.position for m in kept] == list(range(1, len(kept) + 1))
 
+    async def test_stream_batches_append_read_and_drop_per_run(self, store: Store) -> None:
+        """Live-event batches come back in the order appended, per run, until dropped."""
+        assert await store.read_stream("r") == []
+        for batch in (b"one", b"two", b"\x00three"):
+            await store.append_stream("r", batch)
+        await store.append_stream("other", b"theirs")
+        assert await store.read_stream("r") == [b"one", b"two", b"\x00three"]
+        await store.drop_stream("r")
+        await store.drop_stream("r")  # idempotent
+        assert await store.read_stream("r") == []
+        assert await store.read_stream("other") == [b"theirs"]
+
     async def test_aclose_is_idempotent(self, store: Store) -> None:
         """Closing twice is fine."""
         await store.aclose()

@@ -68,11 +68,13 @@ def _layout(path: Path) -> set[tuple[object, ...]]:
 async def test_a_file_laid_out_before_definitions_gets_their_table_when_opened_to_write(
     tmp_path: Path, version: int
 ) -> None:
-    """Read-only, such a file keeps no definition and is left alone; opened to write, it
-    gets the table and keeps its version (older phasegraphs still open it)."""
+    """Read-only, such a file keeps no definition (nor live stream) and is left alone;
+    opened to write, it gets the tables and keeps its version (older phasegraphs still
+    open it)."""
     path = old_file(tmp_path / "runs.db", version)
     before = _layout(path)
     async with SqliteStore(path, read_only=True) as reader:
+        assert await reader.read_stream("r") == []
         assert await reader.get_definition(KEY) is None
         assert not await reader.has_definition(KEY)
         with pytest.raises(StoreError, match="read-only"):
@@ -82,7 +84,8 @@ async def test_a_file_laid_out_before_definitions_gets_their_table_when_opened_t
         assert await store.get_definition(KEY) is None
         await store.put_definition(KEY, BODY)
         await _kept(store)
-    assert _layout(path) == before | {("table", "definitions")}
+    streams = {("table", "streams"), ("index", "streams_run")}
+    assert _layout(path) == before | {("table", "definitions")} | streams
     assert sqlite_sql(path, "PRAGMA user_version") == [(version,)]
     async with SqliteStore(path, read_only=True) as reader:
         await _kept(reader)
@@ -149,8 +152,8 @@ async def test_a_reopened_postgres_store_keeps_its_definitions_past_retention(
 
 def test_store_migrate_brings_a_version_1_schema_up(postgres_url: str) -> None:
     """A schema an older phasegraph made (version 1, a run in it) gets the definitions
-    table from ``phasegraph store migrate``; its run reads as before."""
-    assert SCHEMA_VERSION == 2
+    table (and every later one) from ``phasegraph store migrate``; its run reads as before."""
+    assert SCHEMA_VERSION == 3
     with isolated_postgres_url(postgres_url) as url:
         schema = dict(parse_qsl(urlsplit(url).query))["schema"]
         with psycopg.connect(libpq_url(url), autocommit=True) as conn, conn.transaction():
@@ -171,8 +174,8 @@ def test_store_migrate_brings_a_version_1_schema_up(postgres_url: str) -> None:
             check=True,
         )
         migrated = json.loads(done.stdout)
-        assert (migrated["found"], migrated["version"], migrated["migrated"]) == (1, 2, True)
-        assert sql(url, "SELECT version FROM schema_version") == [(2,)]
+        assert (migrated["found"], migrated["version"], migrated["migrated"]) == (1, 3, True)
+        assert sql(url, "SELECT version FROM schema_version") == [(3,)]
 
         async def use() -> None:
             async with open_store(url) as store:

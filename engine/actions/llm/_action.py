@@ -58,6 +58,9 @@ __all__ = ["DELTA_EVENT", "build_llm_action"]
 DELTA_EVENT: Final = "llm_delta"
 """The live (never committed) event carrying a piece of streamed text."""
 
+TEXT_EVENT: Final = "llm_text"
+"""The committed event of a streamed turn: its whole text, which its deltas are folded into."""
+
 
 def _awaits_prompt(conversation: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the model is due a new prompt: nothing said yet, or it has answered."""
@@ -229,6 +232,8 @@ def build_llm_action(definition: ActionDef, base_dir: Path | None) -> Action:
                 answers.add(ctx, models, completion)
                 verdict = check_answer(config, completion.message)
                 if verdict.misfit is None:
+                    if config.stream:
+                        _fold(ctx, config, completion)
                     return _result(config, turn, completion, answers, verdict)
                 # Shown to the model with why, and asked again.
                 answers.misfits.append(verdict.misfit)
@@ -287,6 +292,16 @@ def _told(completion: Completion, misfit: str) -> list[Mapping[str, Any]]:
         for call in calls
     ]
     return told or [{"role": "user", "content": misfit}]
+
+
+def _fold(ctx: ActionContext, config: LlmConfig, completion: Completion) -> None:
+    """Commit the streamed turn's text with its step.
+
+    A stream resumed after the step reads the text there, its deltas gone.
+    """
+    text = completion.message.get("content")
+    if isinstance(text, str) and text:
+        ctx.emit(TEXT_EVENT, {"text": text, "model": config.model, "hook": ctx.hook})
 
 
 def _streamer(ctx: ActionContext, config: LlmConfig) -> Any:

@@ -16,6 +16,9 @@ offline examples answer from a shipped script. Each entry of the script is one a
   a ``data:`` line that is not JSON) and ``cut_stream`` (the connection closed
   mid-answer); the last two, asked without streaming, send invalid JSON and a body cut
   short;
+- a streamed entry may add ``hold_after: N``: after N pieces of its text the stream
+  waits until the test calls :meth:`ScriptedModelServer.release_streams` (a turn held in
+  flight, under the test's control; :attr:`ScriptedModelServer.held` is set once one is);
 - any entry may add ``delay: SECONDS`` (a slow answer), ``usage: {prompt_tokens,
   completion_tokens}`` (default: about four characters a token) and ``model: NAME``
   (the entry answers only requests for that model; others skip it).
@@ -40,7 +43,7 @@ import json
 import math
 import socket
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Self, final
@@ -119,6 +122,9 @@ class ScriptedModelServer:
         self._runner: web.AppRunner | None = None
         self._log = _Log()
         self._ids = 0
+        self._release = asyncio.Event()
+        self.held = asyncio.Event()
+        """Set when a stream reaches its ``hold_after`` and waits for :meth:`release_streams`."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -213,6 +219,10 @@ class ScriptedModelServer:
         async with came:
             await came.wait_for(lambda: self._log.requests >= count)
 
+    def release_streams(self) -> None:
+        """Let every held stream (``hold_after``) go on, now and later."""
+        self._release.set()
+
     # -- serving -----------------------------------------------------------------------
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
@@ -246,8 +256,18 @@ class ScriptedModelServer:
         if "fault" in entry:
             return await _fault(str(entry["fault"]), answer, request, bool(body.get("stream")))
         if body.get("stream"):
-            return await answer.stream(request, body)
+            return await answer.stream(request, body, self._hold(entry))
         return web.json_response(answer.completion())
+
+    def _hold(self, entry: Mapping[str, Any]) -> tuple[int, Callable[[], Awaitable[None]]] | None:
+        if "hold_after" not in entry:
+            return None
+
+        async def wait() -> None:
+            self.held.set()
+            await self._release.wait()
+
+        return int(entry["hold_after"]), wait
 
     def _pick(self, body: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
         fitting = [e for e in self._entries if e.spec.get("model") in (None, model)]
@@ -428,10 +448,17 @@ class _Answer:
         parts.append(self._chunk({}, self.finish_reason))
         return parts
 
-    async def stream(self, request: web.Request, body: Mapping[str, Any]) -> web.StreamResponse:
+    async def stream(
+        self,
+        request: web.Request,
+        body: Mapping[str, Any],
+        hold: tuple[int, Callable[[], Awaitable[None]]] | None = None,
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for part in self.deltas():
+        for index, part in enumerate(self.deltas()):
+            if hold is not None and index == hold[0] + 1:  # the role chunk, then N pieces
+                await hold[1]()
             await response.write(part)
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {

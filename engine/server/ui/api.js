@@ -73,10 +73,11 @@ function parseBlock(block) {
 /**
  * Follow a run's event stream. EventSource cannot send the Authorization header, so this
  * reads the stream with fetch. After a dropped connection it reconnects with
- * Last-Event-ID (the last event seen): the server sends exactly what was missed.
+ * Last-Event-ID (the last event seen, a model's streamed text included): the server sends
+ * exactly what was missed.
  *
  * on.events(list) gets each batch of committed events; on.live(event) each live one (a
- * model's streamed text), before the batch it came with; on.state(text) "live" | "reconnecting" | "ended" |
+ * model's streamed text, or a stream_gap marker), before the batch it came with; on.state(text) "live" | "reconnecting" | "ended" |
  * "stopped"; on.ended() is awaited when the server ends the stream and answers whether to
  * connect again (a server shutting down ends streams of unfinished runs too).
  */
@@ -115,12 +116,14 @@ export function follow(runId, after, on) {
       while ((end = buffer.indexOf("\n\n")) >= 0) {
         const event = parseBlock(buffer.slice(0, end));
         buffer = buffer.slice(end + 2);
-        // An event without an id is live (a model's streamed text), never committed:
-        // it moves no cursor.
-        if (event && event.id) {
-          batch.push(event.data);
-          last = event.id;
-        } else if (event && on.live) on.live(event.data);
+        if (!event) continue;
+        // Every event has an id, live ones (a model's streamed text) too: a reconnect
+        // resumes after the last one seen. A gap marker (live events the server no
+        // longer keeps) has none.
+        if (event.id) last = event.id;
+        if (event.data && event.data.live) {
+          if (on.live) on.live(event.data);
+        } else if (event.id) batch.push(event.data);
       }
       if (batch.length) on.events(batch);
     }

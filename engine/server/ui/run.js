@@ -33,6 +33,7 @@ export function showRun(main, runId, query = new URLSearchParams()) {
     pick: { node: null, seq: null },
     gateKey: null,
     streamed: {}, // node → the text its model is streaming now (live, not committed)
+    attempts: {}, // node → the lease token of the driver whose streamed text is shown
   };
   let stream = null;
   let closed = false;
@@ -292,13 +293,29 @@ export function showRun(main, runId, query = new URLSearchParams()) {
     stream = follow(runId, `${last}-${LAST_OF_STEP}`, {
       events: (batch) => {
         // A committed step of a node ends the text its model was streaming.
-        for (const event of batch) if (event.node) delete state.streamed[event.node];
+        for (const event of batch) {
+          if (!event.node) continue;
+          delete state.streamed[event.node];
+          delete state.attempts[event.node];
+        }
         refresh();
       },
       live: (event) => {
-        const text = event.fields && event.fields.text;
-        if (event.kind !== "llm_delta" || !event.node || typeof text !== "string") return;
-        state.streamed[event.node] = (state.streamed[event.node] || "") + text;
+        if (!event.node) return;
+        if (event.kind === "stream_gap") {
+          // Text the server no longer keeps: say so rather than show a part as the whole.
+          state.streamed[event.node] = "[…] ";
+        } else {
+          const text = event.fields && event.fields.text;
+          if (event.kind !== "llm_delta" || typeof text !== "string") return;
+          // "SEQ+TOKEN.K": a new driver (a restart) asks the model again from the start.
+          const attempt = event.id.split("+")[1].split(".")[0];
+          if (state.attempts[event.node] !== attempt) {
+            if (state.attempts[event.node] !== undefined) state.streamed[event.node] = "";
+            state.attempts[event.node] = attempt;
+          }
+          state.streamed[event.node] = (state.streamed[event.node] || "") + text;
+        }
         if (event.node === state.pick.node) showStreamed();
       },
       state: (what, error) => {

@@ -15,7 +15,7 @@ from phasegraph.actions import ActionContext
 from phasegraph.actions._build import build_action
 from phasegraph.api import Engine
 from phasegraph.errors import ActionError
-from phasegraph.events import Event, live_event
+from phasegraph.events import Event, EventId, live_event
 from phasegraph.model import ActionDef, NodeOutcome, RunStatus
 from phasegraph.server._events import frame
 from phasegraph.server._feed import EventFeed
@@ -138,7 +138,7 @@ async def test_advance_is_a_tool_where_the_phase_lists_it(serve, tmp_path: Path)
     ]
 
 
-async def test_streamed_text_is_live_and_only_the_message_is_committed(serve) -> None:
+async def test_streamed_text_is_live_with_ids_and_folded_into_the_committed_turn(serve) -> None:
     await serve([{"content": "one two three"}])
     node = agent_node({"stream": True, "tools": []})
     definition = load_graph_text(graph_text(node), name="agent_graph.yaml")
@@ -149,13 +149,21 @@ async def test_streamed_text_is_live_and_only_the_message_is_committed(serve) ->
         state = await engine.run(definition, {"task": "count"})
         history = await engine.history(state.run_id)
     deltas = [e for e in seen if e.kind == "llm_delta"]
-    assert all(e.live and e.id == "" for e in deltas)
+    assert all(e.live for e in deltas)
     assert "".join(e.fields["text"] for e in deltas) == "one two three"
-    # Deltas come before the step that commits the message, and never into the history.
+    # Every event has an id, and the ids order the events as they were published.
+    ids = [EventId.of(e) for e in seen]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    # Deltas come before the step that commits the message, and never into the history:
+    # the step commits the turn's whole text instead.
     answered = next(e for e in seen if e.kind == "transition" and e.fields["trigger"] == "answer")
     assert seen.index(deltas[-1]) < seen.index(answered)
     assert not [e for r in history for e in r.events if e["kind"] == "llm_delta"]
+    texts = [e for r in history for e in r.events if e["kind"] == "llm_text"]
+    assert [t["text"] for t in texts] == ["one two three"]
     assert state.data["conversation"][-1] == {"role": "assistant", "content": "one two three"}
+    assert engine.streams.retained(state.run_id) is None  # folded: nothing kept
 
 
 async def test_a_token_budget_stops_the_agent(serve, tmp_path: Path) -> None:
@@ -209,27 +217,27 @@ async def test_tools_without_a_tool_call_to_run_fail_with_a_clear_message() -> N
         await action(ctx)
 
 
-async def test_live_events_reach_the_event_stream_without_an_id_or_a_cursor_move() -> None:
-    # The HTTP event stream: a live event is framed without `id:` (a reconnecting client
-    # resumes after the last committed event) and moves no feed cursor.
-    state = await _one_step_state()
-    live = live_event(state, "agent", "llm_delta", {"text": "hel"})
-    assert frame(live).startswith(b"event: llm_delta\ndata: ")
-    async with open_store("memory://") as store:
-        feed = EventFeed(Engine(store), state.run_id, None)
-        taken = feed.take([live], overflowed=False)
-    assert taken == [live]
-    assert feed.reached == -1
-
-
-async def _one_step_state():
+async def test_live_events_reach_the_event_stream_with_their_id() -> None:
+    # The HTTP event stream: a live event is framed with its id, after its step's events,
+    # so a reconnecting client resumes after it; the feed takes it once.
     async with open_store("memory://") as store:
         engine = Engine(store)
         definition = load_graph_text(
             graph_text({"id": "t", "machine": "task", "bind": {"run": {"shell": "true"}}}),
             name="g.yaml",
         )
-        return await engine.run(definition)
+        state = await engine.run(definition)
+        live = live_event(state, "t", "llm_delta", {"text": "hel"}, EventId(state.seq, 1, 1, 1))
+        assert frame(live).startswith(f"id: {state.seq}+1.1\nevent: llm_delta\ndata: ".encode())
+        feed = EventFeed(engine, state.run_id, None, 10)
+        assert feed.take([live], overflowed=False) is None  # its step was never read: a hole
+        committed = await feed.catch_up()
+        assert feed.take([live], overflowed=False) == [live]
+        assert feed.take([live], overflowed=False) == []  # once
+    assert feed.reached == state.seq
+    assert [EventId.of(e) for e in [*committed, live]] == sorted(
+        EventId.of(e) for e in [*committed, live]
+    )
 
 
 async def test_each_turn_records_the_prompt_as_sent(serve, tmp_path: Path) -> None:
