@@ -376,10 +376,6 @@ WITH moved AS (
   SELECT pg_notify({channel}, '') FROM (SELECT 1 FROM queued LIMIT 1) AS any_moved
 )
 SELECT (SELECT count(*) FROM queued), (SELECT count(*) FROM woken),
-    # -- durable live streams: appended in batches, dropped once folded into steps
-    "append_stream": "INSERT INTO {s}.streams (run_id, batch) VALUES (%s, %b)",
-    "read_stream": "SELECT batch FROM {s}.streams WHERE run_id = %s ORDER BY id",
-    "drop_stream": "DELETE FROM {s}.streams WHERE run_id = %s",
   (SELECT min(due_ms) FROM {s}.due WHERE due_ms > (({now}) * 1000)::int8),
   (({now}) * 1000)::int8""",
     "schedule": "INSERT INTO {s}.due (run_id, due_ms) VALUES (%s, %s) "
@@ -409,6 +405,10 @@ SELECT pg_notify({channel}, '') FROM queued""",
     "ON CONFLICT (key) DO NOTHING",
     "get_definition": "SELECT body FROM {s}.definitions WHERE key = %s",
     "has_definition": "SELECT EXISTS (SELECT 1 FROM {s}.definitions WHERE key = %s)",
+    # -- durable live streams: appended in batches, dropped once folded into steps
+    "append_stream": "INSERT INTO {s}.streams (run_id, batch) VALUES (%s, %b)",
+    "read_stream": "SELECT batch FROM {s}.streams WHERE run_id = %s ORDER BY id",
+    "drop_stream": "DELETE FROM {s}.streams WHERE run_id = %s",
     # -- the runs' inboxes: a post that finds its id (or, in a race, its position) taken
     # inserts nothing; the caller then looks the id up, and tries again if it is not there
     "post_message": "INSERT INTO {s}.messages (run_id, position, id, body, at) "

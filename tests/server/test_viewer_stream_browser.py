@@ -76,8 +76,8 @@ class _ModelThread:
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
         self.relay = _Relay(self.loop)
 
-    def release(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.release)
+    def release_streams(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.release_streams)
 
     def close(self) -> None:
         self.relay.server.close()

@@ -84,8 +84,9 @@ async def test_a_file_laid_out_before_definitions_gets_their_table_when_opened_t
         assert await store.get_definition(KEY) is None
         await store.put_definition(KEY, BODY)
         await _kept(store)
+    inbox = {("table", "messages"), ("table", "messages_taken")}
     streams = {("table", "streams"), ("index", "streams_run")}
-    assert _layout(path) == before | {("table", "definitions")} | streams
+    assert _layout(path) == before | {("table", "definitions")} | inbox | streams
     assert sqlite_sql(path, "PRAGMA user_version") == [(version,)]
     async with SqliteStore(path, read_only=True) as reader:
         await _kept(reader)
@@ -153,7 +154,7 @@ async def test_a_reopened_postgres_store_keeps_its_definitions_past_retention(
 def test_store_migrate_brings_a_version_1_schema_up(postgres_url: str) -> None:
     """A schema an older phasegraph made (version 1, a run in it) gets the definitions
     table (and every later one) from ``phasegraph store migrate``; its run reads as before."""
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     with isolated_postgres_url(postgres_url) as url:
         schema = dict(parse_qsl(urlsplit(url).query))["schema"]
         with psycopg.connect(libpq_url(url), autocommit=True) as conn, conn.transaction():
@@ -174,8 +175,8 @@ def test_store_migrate_brings_a_version_1_schema_up(postgres_url: str) -> None:
             check=True,
         )
         migrated = json.loads(done.stdout)
-        assert (migrated["found"], migrated["version"], migrated["migrated"]) == (1, 3, True)
-        assert sql(url, "SELECT version FROM schema_version") == [(3,)]
+        assert (migrated["found"], migrated["version"], migrated["migrated"]) == (1, 4, True)
+        assert sql(url, "SELECT version FROM schema_version") == [(4,)]
 
         async def use() -> None:
             async with open_store(url) as store:

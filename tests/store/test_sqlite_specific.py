@@ -47,6 +47,8 @@ async def test_a_new_file_has_the_current_layout(tmp_path: Path) -> None:
         ("table", "definitions"),
         ("table", "messages"),
         ("table", "messages_taken"),
+        ("table", "streams"),
+        ("index", "streams_run"),
     }
     tables = _sql(path, "SELECT sql FROM sqlite_master WHERE type = 'table'")
     assert not any("WITHOUT ROWID" in str(sql) for (sql,) in tables)  # rowid tables
@@ -80,6 +82,7 @@ async def test_an_older_file_is_read_and_written_in_its_own_layout(
     # Left as it was, no silent rewrite of the user's file, but for the tables added to
     # any version: definitions, and the runs' inboxes.
     added = {("table", "definitions"), ("table", "messages"), ("table", "messages_taken")}
+    added |= {("table", "streams"), ("index", "streams_run")}
     assert _layout(path) == layout | added
     async with SqliteStore(path, read_only=True) as store:
         assert (await store.read("old")).records == (b"\x01", b"record-2")
