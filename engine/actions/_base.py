@@ -7,7 +7,7 @@ from contextvars import ContextVar
 from typing import Any, Final, Protocol, TypeVar
 
 from phasegraph.errors import ActionError
-from phasegraph.model import EMPTY, Effect, LedgerEntry, Value
+from phasegraph.model import EMPTY, Effect, LedgerEntry, StepRecord, Value
 
 __all__ = [
     "Action",
@@ -50,6 +50,9 @@ EffectSink = Callable[[str, LedgerEntry], Awaitable[None]]
 EffectKinds = Callable[[str], Effect]
 """The effect kind of a tool, by name."""
 
+NodeHistory = Callable[[], Awaitable[Sequence[StepRecord]]]
+"""Reads the committed step records of the context's node, oldest first."""
+
 
 async def _keep_nothing(node_id: str, entry: LedgerEntry) -> None:
     """What ``record_effect`` does in a context built outside a run: nothing."""
@@ -57,6 +60,11 @@ async def _keep_nothing(node_id: str, entry: LedgerEntry) -> None:
 
 def _once(name: str) -> Effect:
     return Effect.ONCE
+
+
+async def _no_history() -> Sequence[StepRecord]:
+    """What ``history`` reads in a context built outside a run: nothing."""
+    return ()
 
 
 async def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
@@ -136,6 +144,10 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         tool_effect: The effect kind of a tool, by name.
         item: For a child of a plan, its item as the plan gave it (``None`` otherwise);
             templates read it as ``{item}`` and ``{item[FIELD]}``.
+        history: Reads the node's committed step records, oldest first, from the store
+            (``await ctx.history()``): a read of the run's journal, for what a middleware
+            rebuilds the first time a process meets a run (loop detection's window), not
+            for every call.
     """
 
     run_id: str
@@ -160,6 +172,7 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     effect_sink: EffectSink = _keep_nothing
     tool_effect: EffectKinds = _once
     item: Any = None
+    history: NodeHistory = _no_history
 
     @property
     def effect_id(self) -> str:

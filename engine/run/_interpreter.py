@@ -57,7 +57,7 @@ from phasegraph.run._lease import Hold
 from phasegraph.run._options import Clock, RunEnvironment
 from phasegraph.run._prepare import PreparedGraph
 from phasegraph.run._steps import StepBuilder
-from phasegraph.run._stored import run_meta
+from phasegraph.run._stored import decode_history, run_meta
 from phasegraph.store.base import Commit
 
 __all__ = ["Run", "check_reply"]
@@ -594,10 +594,17 @@ class Run:
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
             item=site.item,
+            history=functools.partial(self._node_history, node_id),
         )
         if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events
         return site.action, context, events
+
+    async def _node_history(self, node_id: str) -> list[StepRecord]:
+        """The node's committed step records, oldest first (``ctx.history``)."""
+        run_id = self._state.run_id
+        stored = await self._store.history_list(run_id, stop=self._state.seq + 1)
+        return [record for record in decode_history(run_id, stored) if record.node == node_id]
 
     async def _record_effect(self, node_id: str, entry: LedgerEntry) -> None:
         """Commit a ledger entry of the node's step in flight (the node does not move).

@@ -36,6 +36,7 @@ class Probe:
         self.events: list[tuple[str, Mapping[str, Any]]] = []
         self.dispatched: list[tuple[str, dict[str, Any]]] = []
         self.seen: list[ActionContext] = []
+        self.steps = 0  # each action call is one step of the node, as in a run
 
     def ctx(self, hook: str = "work", payload=None, settings=None) -> ActionContext:
         async def tool(name: str, /, **arguments: Any) -> Mapping[str, Any]:
@@ -51,6 +52,7 @@ class Probe:
             data={},
             payload=payload or {},
             settings=settings or {},
+            steps=self.steps,
             emit=lambda kind, fields: self.events.append((kind, fields)),
             tool=tool,
         )
@@ -61,6 +63,7 @@ class Probe:
             return ActionResult(trigger="ok")
 
         await self.middleware(self.ctx(hook, payload, settings), inner)
+        self.steps += 1
         return self.seen[-1]
 
     async def tools(self, calls, hook="work", settings=None) -> list[Mapping[str, Any]]:
@@ -72,7 +75,10 @@ class Probe:
                 results.append(await ctx.tool(name, **arguments))
             return ActionResult(trigger="ok")
 
-        await self.middleware(self.ctx(hook, {"call": len(self.seen)}, settings), inner)
+        try:
+            await self.middleware(self.ctx(hook, {"call": len(self.seen)}, settings), inner)
+        finally:
+            self.steps += 1
         self.seen.append(self.ctx(hook))
         return results
 
