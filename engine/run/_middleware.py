@@ -264,12 +264,16 @@ def _repeated(name: str, count: int, size: int) -> str:
 
 
 def call_hash(name: str, arguments: Any) -> str:
-    """A stable digest of a call: its name and the canonical JSON of its arguments."""
+    """A stable digest of a call: its name and the canonical JSON of its arguments.
+
+    Eight bytes (16 hex digits): every step records the digests it checked, and a window
+    compares a handful, where a chance collision (1 in 2**64) does not happen.
+    """
     try:
         text = json.dumps([name, arguments], sort_keys=True, separators=(",", ":"), default=_plain)
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted: fall back to repr
         text = repr((name, arguments))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def _plain(value: Any) -> Any:
