@@ -50,8 +50,8 @@ EffectSink = Callable[[str, LedgerEntry], Awaitable[None]]
 EffectKinds = Callable[[str], Effect]
 """The effect kind of a tool, by name."""
 
-NodeHistory = Callable[[], Awaitable[Sequence[StepRecord]]]
-"""Reads the committed step records of the context's node, oldest first."""
+HistoryReader = Callable[[str], Awaitable[Sequence[StepRecord]]]
+"""Reads the committed step records of a node, oldest first."""
 
 
 async def _keep_nothing(node_id: str, entry: LedgerEntry) -> None:
@@ -62,7 +62,7 @@ def _once(name: str) -> Effect:
     return Effect.ONCE
 
 
-async def _no_history() -> Sequence[StepRecord]:
+async def _no_history(node_id: str) -> Sequence[StepRecord]:
     """What ``history`` reads in a context built outside a run: nothing."""
     return ()
 
@@ -144,10 +144,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         tool_effect: The effect kind of a tool, by name.
         item: For a child of a plan, its item as the plan gave it (``None`` otherwise);
             templates read it as ``{item}`` and ``{item[FIELD]}``.
-        history: Reads the node's committed step records, oldest first, from the store
-            (``await ctx.history()``): a read of the run's journal, for what a middleware
-            rebuilds the first time a process meets a run (loop detection's window), not
-            for every call.
+        history_reader: Reads a node's committed step records from the store (what
+            :meth:`history` calls; the run's, shared by every call, as ``effect_sink``).
     """
 
     run_id: str
@@ -172,7 +170,7 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     effect_sink: EffectSink = _keep_nothing
     tool_effect: EffectKinds = _once
     item: Any = None
-    history: NodeHistory = _no_history
+    history_reader: HistoryReader = _no_history
 
     @property
     def effect_id(self) -> str:
@@ -188,6 +186,15 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         """
         step = self.steps if self.call_step is None else self.call_step
         return f"{self.run_id}:{self.node_id}:{step}"
+
+    def history(self) -> Awaitable[Sequence[StepRecord]]:
+        """The node's committed step records, oldest first, read from the store.
+
+        A read of the run's journal: for what a middleware rebuilds when a process meets
+        a run it did not drive (loop detection's window after a resume), not for every
+        call.
+        """
+        return self.history_reader(self.node_id)
 
     def record_effect(self, entry: LedgerEntry) -> Awaitable[None]:
         """Commit ``entry`` to this node's step in flight now, before the step commits."""

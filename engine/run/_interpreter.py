@@ -594,7 +594,7 @@ class Run:
             effect_sink=self._record_effect,  # the node is the context's: no partial per call
             tool_effect=self._prepared.tools.effect,
             item=site.item,
-            history=functools.partial(self._node_history, node_id),
+            history_reader=self._node_history,
         )
         if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events
