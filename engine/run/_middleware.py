@@ -126,7 +126,7 @@ class LoopDetection:
     ``reset_on`` hook (a new attempt) or a raised detection empties the window.
 
     The window is part of the run: each step's output records the hashes it checked
-    (``loop_calls``; empty for a reset), and a window is the replay of the node's
+    (``loop_calls``; ``"r"`` for a reset), and a window is the replay of the node's
     committed steps, then of the tool results its step in flight already committed. A
     process keeps the window of each node's last step that returned, and rebuilds it
     from the run's history (``ctx.history``) when the node's next call is not the step
