@@ -2,7 +2,7 @@
 
 Run from the repository root (needs valgrind)::
 
-    .venv/bin/python benchmarks/model_turn.py [--base DIR] [--turns 5,25]
+    .venv/bin/python benchmarks/model_turn.py [--base DIR] [--turns 5,25] [--middleware NAME]
 
 The model is ``phasegraph model-server`` in a process of its own (its CPU is not
 counted), answering by turn: a tool call at every turn, then an answer. Two clients
@@ -19,7 +19,9 @@ ask it the same conversations:
 Each runs under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0`` for a short and
 a long run, and the difference of instructions over the difference of turns is a turn's
 cost, so start-up, imports and the first connection cancel out. (That a run keeps one
-connection is proven by ``tests/cli/test_model_connections.py``.)
+connection is proven by ``tests/cli/test_model_connections.py``.) ``--middleware
+loop_detection`` wraps the agent's actions in that middleware (each turn's tool call
+then lists another folder, so that no call repeats).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import asyncio, json, sys
 from phasegraph import Engine, open_store
 from phasegraph.spec import load_graph_text
 
-async def main(turns, workspace):
+async def main(turns, workspace, middleware):
     node = {{
         "id": "agent", "machine": "agent",
         "with": {{"workspace": workspace, "budgets": {{"turns": turns + 1}}}},
@@ -51,7 +53,10 @@ async def main(turns, workspace):
             "act": {{"tools": "conversation"}},
         }},
     }}
-    text = json.dumps({{"graph": "agent_turns", "nodes": [node]}})
+    graph = {{"graph": "agent_turns", "nodes": [node]}}
+    if middleware:
+        graph["middleware"] = [middleware]
+    text = json.dumps(graph)
     definition = load_graph_text(text, name="agent_turns.yaml")
     async with open_store("memory://") as store:
         engine = Engine(store)
@@ -60,7 +65,7 @@ async def main(turns, workspace):
             await engine.aclose()
     assert state.status == "completed", state.nodes["agent"].error
 
-asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
+asyncio.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3]))
 """
 
 _BARE = r"""
@@ -92,10 +97,17 @@ asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
 class _ModelServer:
     """``phasegraph model-server`` answering by turn, in a subprocess."""
 
-    def __init__(self, turns: int, folder: Path) -> None:
+    def __init__(self, turns: int, folder: Path, distinct: bool) -> None:
         script = folder / "answers.json"
-        call = {"tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]}
-        script.write_text(json.dumps([call] * turns + [{"content": "done"}]))
+        calls = [
+            {
+                "tool_calls": [
+                    {"name": "list_files", "arguments": {"path": f"d{i}" if distinct else "."}}
+                ]
+            }
+            for i in range(turns)
+        ]
+        script.write_text(json.dumps([*calls, {"content": "done"}]))
         self.process = subprocess.Popen(
             [str(SCRIPT), "model-server", "--script", str(script), "--quiet"],
             stdout=subprocess.PIPE,
@@ -117,15 +129,17 @@ def _instructions(code: str, args: list[str], root: Path | None, env: dict[str, 
         return instructions([str(child), *args], env, Path(tmp))
 
 
-def _per_turn(kind: str, turns: tuple[int, int], folder: Path, root: Path | None) -> float:
+def _per_turn(
+    kind: str, turns: tuple[int, int], folder: Path, root: Path | None, middleware: str
+) -> float:
     counts = []
     for count in turns:
-        server = _ModelServer(count, folder)
+        server = _ModelServer(count, folder, distinct=bool(middleware))
         try:
             env = dict(os.environ, PHASEGRAPH_LLM_BASE_URL=server.base_url)
             code = _BARE if kind == "bare" else _ENGINE
-            last = server.base_url if kind == "bare" else str(folder)
-            counts.append(_instructions(code.format(), [str(count), last], root, env))
+            last = [server.base_url] if kind == "bare" else [str(folder), middleware]
+            counts.append(_instructions(code.format(), [str(count), *last], root, env))
         finally:
             server.close()
     return (counts[1] - counts[0]) / (turns[1] - turns[0])
@@ -135,16 +149,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="another checkout, measured as 'before'")
     parser.add_argument("--turns", default="5,25", help="the short and long run (default 5,25)")
+    parser.add_argument("--middleware", default="", help="a built-in middleware around the agent")
     args = parser.parse_args()
+    middleware = args.middleware
     low, high = (int(n) for n in args.turns.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        bare = _per_turn("bare", (low, high), folder, None)
+        bare = _per_turn("bare", (low, high), folder, None, middleware)
         rows = [("bare openai loop", bare)]
         if args.base is not None:
-            rows.append(("phasegraph before", _per_turn("engine", (low, high), folder, args.base)))
-        rows.append(("phasegraph", _per_turn("engine", (low, high), folder, None)))
-    print(f"instructions per model turn (difference of {high} and {low} turns), memory store")
+            before = _per_turn("engine", (low, high), folder, args.base, middleware)
+            rows.append(("phasegraph before", before))
+        rows.append(("phasegraph", _per_turn("engine", (low, high), folder, None, middleware)))
+    around = f", middleware {middleware}" if middleware else ""
+    print(
+        f"instructions per model turn (difference of {high} and {low} turns), memory store{around}"
+    )
     print("| client | Ir per turn | ÷ bare openai loop |")
     print("|---|---|---|")
     for name, value in rows:

@@ -4,7 +4,7 @@ Each phase is a scripted stand-in for an agent: it edits files through ``ctx.too
 checks its work with real commands (Python, SQLite, git), so the run is offline,
 deterministic and takes seconds. ``migrate`` adds a NOT NULL column without a default
 to a table that has rows, which SQLite refuses: the phase fails, its validation
-(``git diff --quiet``) sees the changed schema and ``git checkout`` rolls it back.
+(``git diff --quiet``) sees the changed schema and the committed one is restored.
 """
 
 from __future__ import annotations

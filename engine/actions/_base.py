@@ -7,7 +7,7 @@ from contextvars import ContextVar
 from typing import Any, Final, Protocol, TypeVar
 
 from phasegraph.errors import ActionError
-from phasegraph.model import EMPTY, Effect, LedgerEntry, Value
+from phasegraph.model import EMPTY, Effect, LedgerEntry, StepRecord, Value
 
 __all__ = [
     "Action",
@@ -76,12 +76,21 @@ def _tokens_only(models: Sequence[str], prompt: int, completion: int) -> Mapping
     return {"tokens": prompt + completion}
 
 
+HistoryReader = Callable[[str], Awaitable[Sequence[StepRecord]]]
+"""Reads the committed step records of a node, oldest first."""
+
+
 async def _keep_nothing(node_id: str, entry: LedgerEntry) -> None:
     """What ``record_effect`` does in a context built outside a run: nothing."""
 
 
 def _once(name: str) -> Effect:
     return Effect.ONCE
+
+
+async def _no_history(node_id: str) -> Sequence[StepRecord]:
+    """What ``history`` reads in a context built outside a run: nothing."""
+    return ()
 
 
 async def _offer_nothing(names: Sequence[str]) -> Sequence[Mapping[str, Any]]:
@@ -164,6 +173,8 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         spend_sink: Reserves a model call's most against the run's budget (what
             :meth:`reserve` calls).
         price: What a model call spent, by budget (``tokens``, ``money``).
+        history_reader: Reads a node's committed step records from the store (what
+            :meth:`history` calls; the run's, shared by every call, as ``effect_sink``).
     """
 
     run_id: str
@@ -190,6 +201,7 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
     item: Any = None
     spend_sink: SpendSink = _reserve_nothing
     price: Pricer = _tokens_only
+    history_reader: HistoryReader = _no_history
 
     @property
     def effect_id(self) -> str:
@@ -205,6 +217,15 @@ class ActionContext(Value, frozen=True, kw_only=True, gc=True):  # may hold anyt
         """
         step = self.steps if self.call_step is None else self.call_step
         return f"{self.run_id}:{self.node_id}:{step}"
+
+    def history(self) -> Awaitable[Sequence[StepRecord]]:
+        """The node's committed step records, oldest first, read from the store.
+
+        A read of the run's journal: for what a middleware rebuilds when a process meets
+        a run it did not drive (loop detection's window after a resume), not for every
+        call.
+        """
+        return self.history_reader(self.node_id)
 
     def record_effect(self, entry: LedgerEntry) -> Awaitable[None]:
         """Commit ``entry`` to this node's step in flight now, before the step commits."""

@@ -412,6 +412,13 @@ def _test(parser: argparse.ArgumentParser) -> None:
         help="in those runs, answer every review gate with 'confirm' (as run --approve)",
     )
     parser.add_argument(
+        "--expect",
+        metavar="STATUS",
+        choices=("completed", "failed", "waiting", "parked", "cancelled"),
+        help="the status the uninterrupted run must end with, for a graph meant to end so "
+        "(e.g. failed: one showing a failure handled); default: any but failed or cancelled",
+    )
+    parser.add_argument(
         "--draft-examples",
         action="store_true",
         help="print a draft of `examples:` showing what a machine's declared examples do not: "

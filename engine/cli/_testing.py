@@ -57,7 +57,12 @@ async def _cmd_test(args: argparse.Namespace) -> int:
     # Each result is printed as it is known: the runs of the graph's actions take a while.
     shown = None if args.json else _show
     results = verify(
-        args.target, run_input, crash=not args.no_crash, approve=args.approve, on_result=shown
+        args.target,
+        run_input,
+        crash=not args.no_crash,
+        approve=args.approve,
+        expect=args.expect,
+        on_result=shown,
     )
     failed = sum(not r.ok for r in results)
     if args.json:

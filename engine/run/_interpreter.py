@@ -789,6 +789,7 @@ class Run:
             tool_effect=self._prepared.tools.effect,
             item=site.item,
             price=self._price,
+            history_reader=self._node_history,
         )
         budget = self._prepared.definition.budget
         if budget is not None and budget.finite:  # only then does a call reserve
@@ -796,6 +797,12 @@ class Run:
         if site.policy.effect is _ONCE:
             return functools.partial(self._once, site), context, events
         return site.action, context, events
+
+    async def _node_history(self, node_id: str) -> list[StepRecord]:
+        """The node's committed step records, oldest first (``ctx.history``)."""
+        run_id = self._state.run_id
+        stored = await self._store.history_list(run_id, stop=self._state.seq + 1)
+        return [record for record in decode_history(run_id, stored) if record.node == node_id]
 
     async def _record_effect(self, node_id: str, entry: LedgerEntry) -> None:
         """Commit a ledger entry of the node's step in flight (the node does not move).

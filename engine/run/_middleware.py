@@ -19,8 +19,9 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from phasegraph.actions import Action, ActionContext, ActionResult, CallNext
-from phasegraph.errors import LoopDetectedError, Problem, SpecError
-from phasegraph.model import MiddlewareDef, replace
+from phasegraph.actions._failures import ERROR_TRIGGER
+from phasegraph.errors import ErrorCode, LoopDetectedError, Problem, SpecError
+from phasegraph.model import MiddlewareDef, StepRecord, replace
 from phasegraph.spec._suggest import did_you_mean
 
 __all__ = [
@@ -116,12 +117,21 @@ class LoopDetection:
     """Warns about, then stops, a node that keeps repeating the same call.
 
     A window per run and node holds the :func:`call_hash` of its last ``window`` (5) action
-    calls (hook, entering payload) and tool calls. A hash reaching ``threshold`` copies (2;
+    calls (hook, entering payload) and tool calls (name, arguments but the ``cwd`` a
+    binding adds). A hash reaching ``threshold`` copies (2;
     ``with.loop_detection.threshold`` per node, e.g. 3 in keep-working loops) injects a
     corrective message (``ctx.messages``, or a tool result's ``loop_warning``) and emits
     ``loop_detected``; a detection right after one of the same kind (action calls, tool
     calls: an agent's turns interleave both) raises :class:`LoopDetectedError`. A
-    ``reset_on`` hook (a new attempt) empties the window. Windows are per process only.
+    ``reset_on`` hook (a new attempt) or a raised detection empties the window.
+
+    The window is part of the run: each step's output records the hashes it checked
+    (``loop_calls``; ``"r"`` for a reset), and a window is the replay of the node's
+    committed steps, then of the tool results its step in flight already committed. A
+    process keeps the window of each node's last step that returned, and rebuilds it
+    from the run's history (``ctx.history``) when the node's next call is not the step
+    after that one (the first call in a process, a resume, a lost commit): a resumed run
+    detects a loop at the same call as one that never stopped.
     """
 
     def __init__(
@@ -130,51 +140,118 @@ class LoopDetection:
         if window < 1 or threshold < 2:
             raise SpecError([Problem("loop_detection needs window >= 1 and threshold >= 2")])
         self._size, self._threshold, self._reset_on = window, threshold, frozenset(reset_on)
-        self._windows: dict[tuple[str, str], deque[str]] = {}
-        self._warned: set[tuple[str, str, bool]] = set()
+        # (run, node) -> (the node's step the window is ready for, the window)
+        self._windows: dict[tuple[str, str], tuple[int, _Window]] = {}
 
     async def __call__(self, ctx: ActionContext, call_next: CallNext) -> ActionResult:
         """Check the action call, and watch the tool calls it makes."""
         key = (ctx.run_id, ctx.node_id)
+        threshold = _threshold(ctx, self._threshold)
+        kept = self._windows.pop(key, None)
         if ctx.hook in self._reset_on:
-            self._forget(key)
-        elif warning := self._check(key, ctx, ctx.hook, ctx.payload, tool=False):
-            ctx = replace(ctx, messages=(*ctx.messages, warning))
+            window, checked = _Window(self._size), [_RESET]
+        else:
+            if kept is not None and kept[0] == ctx.steps:
+                window = kept[1]
+            else:  # this process did not run the node's last step: the run's history says
+                window = await self._rebuilt(ctx, threshold)
+            digest = _ACTION + call_hash(ctx.hook, ctx.payload)
+            checked = [digest]
+            if warning := _verdict(window, digest, threshold, ctx, ctx.hook):
+                ctx = replace(ctx, messages=(*ctx.messages, warning))
+        # The tool results an earlier attempt at this step committed: not called again.
+        for entry in ctx.ledger:
+            if entry.index >= 0 and entry.result is not None:
+                checked.append(digest := _TOOL + _ledgered(entry.tool, entry.arguments))
+                window.observe(digest, threshold)
         inner = ctx.tool
 
         async def tool(name: str, /, **arguments: Any) -> Mapping[str, Any]:
-            warning = self._check(key, ctx, name, arguments, tool=True)
+            digest = _TOOL + _ledgered(name, arguments)
+            checked.append(digest)
+            warning = _verdict(window, digest, threshold, ctx, name)
             result = await inner(name, **arguments)
             return {**result, "loop_warning": warning} if warning else result
 
-        return await call_next(replace(ctx, tool=tool))
+        result = await call_next(replace(ctx, tool=tool))
+        # Kept only for a step that returned: a raise is committed as the node's failure
+        # (its calls with it, to the history's replay: none); the next call rebuilds.
+        self._windows[key] = (ctx.steps + 1, window)
+        if len(self._windows) > _MAX_TRACKED:  # the least recently used goes first
+            del self._windows[next(iter(self._windows))]
+        return _with_output(result, loop_calls=checked)
 
-    def _check(
-        self, key: tuple[str, str], ctx: ActionContext, name: str, args: Any, *, tool: bool
-    ) -> str:
-        window = self._windows.pop(key) if key in self._windows else deque(maxlen=self._size)
-        self._windows[key] = window  # re-inserted: the least recently used goes first
-        if len(self._windows) > _MAX_TRACKED:
-            self._forget(next(iter(self._windows)))
-        window.append(call_hash(name, args))
-        count = window.count(window[-1])
-        warned = (*key, tool)
-        if count < _threshold(ctx, self._threshold):
-            self._warned.discard(warned)
-            return ""
-        if warned in self._warned:
-            self._forget(key)
-            text = f"still {_repeated(name, count, len(window))} after a warning"
-            raise LoopDetectedError(text, run_id=ctx.run_id, node_id=ctx.node_id)
-        self._warned.add(warned)
-        message = f"You are {_repeated(name, count, len(window))}; change your approach."
-        ctx.emit("loop_detected", {"call": name, "count": count, "message": message})
-        return message
+    async def _rebuilt(self, ctx: ActionContext, threshold: int) -> _Window:
+        window = _Window(self._size)
+        if ctx.steps == 0:  # no step of the node committed yet: nothing to read
+            return window
+        for record in await ctx.history():
+            output = record.result.get("output")
+            calls = output.get("loop_calls") if isinstance(output, Mapping) else None
+            if calls is None:  # no action returned: a failure (a raised detection?), a reply
+                if _raised_loop(record):
+                    window = _Window(self._size)
+                continue
+            for digest in calls:
+                if digest == _RESET or window.observe(str(digest), threshold) == _STOP:
+                    window = _Window(self._size)
+        return window
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        self._windows.pop(key, None)
-        self._warned.discard((*key, False))
-        self._warned.discard((*key, True))
+
+_ACTION, _TOOL, _RESET = "a", "t", "r"
+"""A recorded hash's prefix (a warning escalates within one kind of call), and a reset."""
+
+_QUIET, _WARN, _STOP = 0, 1, 2
+
+
+class _Window:
+    """The last calls of one node and, per kind of call, whether the last one warned."""
+
+    __slots__ = ("calls", "warned")
+
+    def __init__(self, size: int) -> None:
+        self.calls: deque[str] = deque(maxlen=size)
+        self.warned = {_ACTION: False, _TOOL: False}
+
+    def observe(self, digest: str, threshold: int) -> int:
+        """Add a call (its kind prefixed to its hash): quiet, warn or stop."""
+        self.calls.append(digest)
+        kind = digest[:1]
+        if self.calls.count(digest) < threshold:
+            self.warned[kind] = False
+            return _QUIET
+        if self.warned[kind]:
+            return _STOP
+        self.warned[kind] = True
+        return _WARN
+
+
+def _verdict(window: _Window, digest: str, threshold: int, ctx: ActionContext, name: str) -> str:
+    """Observe a live call: the warning to inject ("" if none), or raise on a second one."""
+    verdict = window.observe(digest, threshold)
+    if verdict == _QUIET:
+        return ""
+    count, size = window.calls.count(digest), len(window.calls)
+    if verdict == _STOP:
+        text = f"still {_repeated(name, count, size)} after a warning"
+        raise LoopDetectedError(text, run_id=ctx.run_id, node_id=ctx.node_id)
+    message = f"You are {_repeated(name, count, size)}; change your approach."
+    ctx.emit("loop_detected", {"call": name, "count": count, "message": message})
+    return message
+
+
+def _ledgered(name: str, arguments: Mapping[str, Any]) -> str:
+    # The model's own arguments: a ``tools:`` binding adds its ``cwd`` to the call, not to
+    # the ledger entry a resumed step replays instead of calling the tool.
+    return call_hash(name, {k: v for k, v in arguments.items() if k != "cwd"})
+
+
+def _raised_loop(record: StepRecord) -> bool:
+    """Whether the step is the failure of an action that raised :class:`LoopDetectedError`."""
+    found = record.result.get("error" if record.kind == "fail" else "payload")
+    if record.kind != "fail" and record.trigger != ERROR_TRIGGER:
+        return False
+    return isinstance(found, Mapping) and found.get("error_code") == ErrorCode.LOOP_DETECTED
 
 
 def _threshold(ctx: ActionContext, default: int) -> int:
@@ -187,12 +264,16 @@ def _repeated(name: str, count: int, size: int) -> str:
 
 
 def call_hash(name: str, arguments: Any) -> str:
-    """A stable digest of a call: its name and the canonical JSON of its arguments."""
+    """A stable digest of a call: its name and the canonical JSON of its arguments.
+
+    Eight bytes (16 hex digits): every step records the digests it checked, and a window
+    compares a handful, where a chance collision (1 in 2**64) does not happen.
+    """
     try:
         text = json.dumps([name, arguments], sort_keys=True, separators=(",", ":"), default=_plain)
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted: fall back to repr
         text = repr((name, arguments))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def _plain(value: Any) -> Any:

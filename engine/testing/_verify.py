@@ -20,7 +20,8 @@ commit.
    :mod:`phasegraph.testing._examples`); the transitions (from each source) no example
    takes and the budgets none runs out at its default limit are named;
 6. **run** (graphs only): an uninterrupted run of the graph's own actions does not fail
-   (a failed run is shown with its steps and error log);
+   (a failed run is shown with its steps and error log), or ends as ``expect`` says for
+   a graph meant to end so (one that shows a failure being handled);
 7. **crash-equivalence** (graphs only): a run crashed before any commit and resumed ends
    as an uninterrupted run does (see :mod:`phasegraph.testing._crash`).
 
@@ -111,6 +112,7 @@ def verify(
     *,
     crash: bool = True,
     approve: bool = False,
+    expect: str | None = None,
     on_result: Callable[[PropertyResult], None] | None = None,
 ) -> list[PropertyResult]:
     """Every property of a graph or machine (a built-in name or a path).
@@ -121,6 +123,8 @@ def verify(
         crash: Run the graph's own actions: the run and crash-equivalence properties
             (graphs only).
         approve: In those runs, answer every gate that accepts ``confirm`` with it.
+        expect: The status the uninterrupted run must end with (``completed``,
+            ``failed``, ``waiting``...); by default any but failed or cancelled.
         on_result: Called with each result as soon as it is known (to show progress).
 
     Raises:
@@ -176,7 +180,9 @@ def verify(
         if planned is not None:
             done(planned)
     if kind == "graph" and crash:
-        trace = _run(target, run_input, runnable=not errors, approve=approve, done=done)
+        trace = _run(
+            target, run_input, runnable=not errors, approve=approve, expect=expect, done=done
+        )
         done(_crash(target, run_input, trace, approve=approve))
     return results
 
@@ -231,15 +237,25 @@ def _run(
     *,
     runnable: bool,
     approve: bool,
+    expect: str | None,
     done: Callable[[PropertyResult], None],
 ) -> RunTrace | None:
     name = "run"
     claim = "an uninterrupted run of the graph's own actions does not fail"
+    if expect is not None:
+        claim = f"an uninterrupted run of the graph's own actions ends {expect}"
     if not runnable:
         done(PropertyResult(name, claim, False, ("not run: the graph does not pass check",)))
         return None
     trace = uninterrupted_run(str(target), run_input, approve=approve)
-    if trace.failed:
+    if expect is not None:
+        if trace.status == expect:
+            detail = f"the run ended {trace.status} after {trace.commits} commits, as expected"
+            done(PropertyResult(name, claim, True, (detail,)))
+        else:
+            expected = f"expected to end {expect}"
+            done(PropertyResult(name, claim, False, (trace.describe(), expected)))
+    elif trace.failed:
         done(PropertyResult(name, claim, False, (trace.describe(),)))
     elif trace.status in {"waiting", "parked"}:
         hint = "" if approve else " (--approve answers every gate that accepts confirm)"
@@ -311,14 +327,20 @@ def _test(label: str, run: Callable[[], list[PropertyResult]]) -> VerifyTest:
     return test
 
 
-def graph_test(source: str | Path, run_input: Mapping[str, Any] | None = None) -> VerifyTest:
+def graph_test(
+    source: str | Path,
+    run_input: Mapping[str, Any] | None = None,
+    *,
+    approve: bool = False,
+    expect: str | None = None,
+) -> VerifyTest:
     """A pytest test proving every property of a graph, crash-equivalence included.
 
-    Example::
+    ``approve`` and ``expect`` are :func:`verify`'s. Example::
 
         test_publish = graph_test("graphs/publish.yaml", {"topic": "x"})
     """
-    return _test(str(source), lambda: verify(source, run_input))
+    return _test(str(source), lambda: verify(source, run_input, approve=approve, expect=expect))
 
 
 def machine_test(source: str | Path) -> VerifyTest:

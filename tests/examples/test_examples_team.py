@@ -41,9 +41,9 @@ def test_team_pipeline_shape():
 
 def test_team_pipeline_rolls_back_the_failed_phase_and_skips_its_dependents(tmp_path: Path):
     """Note 000 U4 + note 003 U2, end to end: `migrate` changes the tracked schema and
-    fails; validation sees the change, `git checkout` restores it, the checkpoint records
-    the rollback, the phases that need it are skipped, and never more than two phases ran
-    at once."""
+    fails; validation sees the change, the committed schema is restored, the checkpoint
+    records the rollback, the phases that need it are skipped, and never more than two
+    phases ran at once."""
 
     async def scenario():
         async with open_store("memory://") as store:
@@ -98,7 +98,7 @@ def test_team_pipeline_cli_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert code == 1
     assert "failed: 5/8 nodes succeeded, 1 failed, 2 skipped" in out
-    assert "rolled back with 'git checkout -- schema.sql'" in out
+    assert "rolled back with \"sh -c 'git show HEAD:schema.sql > schema.sql'\"" in out
 
 
 def test_coding_task_waits_for_review_then_reply_drives_it_to_delivery(

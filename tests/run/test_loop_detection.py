@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +21,11 @@ from concern_kit import concern_graph, events_of, node, path_trail, run_graph, s
 from phasegraph.actions import ActionContext, ActionResult
 from phasegraph.concerns import fallback
 from phasegraph.errors import LoopDetectedError, SpecError
-from phasegraph.model import NodeOutcome
+from phasegraph.model import NodeOutcome, StepRecord
 from phasegraph.run._middleware import MIDDLEWARE, LoopDetection, call_hash
 from phasegraph.store.memory import MemoryStore
+from phasegraph.testing._crash import _RUN_ID as _CRASH_RUN
+from phasegraph.testing._crash import _CrashingStore, _drive
 
 # --------------------------------------------------------------------------- unit level
 
@@ -36,6 +39,7 @@ class Probe:
         self.events: list[tuple[str, Mapping[str, Any]]] = []
         self.dispatched: list[tuple[str, dict[str, Any]]] = []
         self.seen: list[ActionContext] = []
+        self.steps = 0  # each action call is one step of the node, as in a run
 
     def ctx(self, hook: str = "work", payload=None, settings=None) -> ActionContext:
         async def tool(name: str, /, **arguments: Any) -> Mapping[str, Any]:
@@ -51,6 +55,7 @@ class Probe:
             data={},
             payload=payload or {},
             settings=settings or {},
+            steps=self.steps,
             emit=lambda kind, fields: self.events.append((kind, fields)),
             tool=tool,
         )
@@ -61,6 +66,7 @@ class Probe:
             return ActionResult(trigger="ok")
 
         await self.middleware(self.ctx(hook, payload, settings), inner)
+        self.steps += 1
         return self.seen[-1]
 
     async def tools(self, calls, hook="work", settings=None) -> list[Mapping[str, Any]]:
@@ -72,7 +78,10 @@ class Probe:
                 results.append(await ctx.tool(name, **arguments))
             return ActionResult(trigger="ok")
 
-        await self.middleware(self.ctx(hook, {"call": len(self.seen)}, settings), inner)
+        try:
+            await self.middleware(self.ctx(hook, {"call": len(self.seen)}, settings), inner)
+        finally:
+            self.steps += 1
         self.seen.append(self.ctx(hook))
         return results
 
@@ -345,3 +354,74 @@ async def test_loop_error_is_classified_loop_detected_by_the_fallback_chain(tmp_
     assert len(events_of(history, "loop_detected")) == 2  # one warning per attempt
     raised = [r for r in state.errors if r.details.get("error_code") == "loop_detected"]
     assert [r.state for r in raised] == ["main", "retry", "emergency"]
+
+
+# --------------------------------------------------------------------------- crash, resume
+
+
+def _looping_agent(script_: list[tuple[int, list[int]]], folder: Path):
+    """Step i enters with payload script_[i-1][0] and reads the files script_[i][1] names."""
+
+    async def work(ctx: ActionContext) -> ActionResult:
+        if ctx.steps >= len(script_):
+            return ActionResult(trigger="stop")
+        value, reads = script_[ctx.steps]
+        for read in reads:
+            await ctx.tool("read_file", path=f"f{read}.txt", cwd=str(folder))
+        return ActionResult(trigger="again", payload={"v": value})
+
+    return work
+
+
+def _detections(history: list[StepRecord]) -> list[tuple[Any, ...]]:
+    """Per step of the node: what it did, what loop detection said and what it remembered."""
+    return [
+        (
+            record.kind,
+            record.trigger,
+            record.dest,
+            tuple(e["message"] for e in record.events if e.get("kind") == "loop_detected"),
+            tuple((record.result.get("output") or {}).get("loop_calls", ())),
+            tuple(e.message for e in record.errors),
+        )
+        for record in history
+        if record.node == "agent"
+    ]
+
+
+async def _crashed_run(definition, work, crash_at: int | None) -> tuple[int, list[StepRecord]]:
+    """A run crashed before commit ``crash_at`` and resumed by a fresh process's graph."""
+    store = _CrashingStore(crash_at)
+    async with store:
+        # Each start or resume prepares the graph again: new middleware, no memory of its own.
+        eng = await _drive(
+            store, lambda: prepared(definition, {("agent", "work"): work}), {}, False
+        )
+        return store.commits, await eng.history(_CRASH_RUN)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    script_=st.lists(
+        st.tuples(st.integers(0, 1), st.lists(st.integers(0, 1), max_size=3)),
+        min_size=1,
+        max_size=6,
+    ),
+    threshold=st.integers(2, 3),
+)
+def test_a_loop_is_detected_at_the_same_call_with_or_without_a_crash(
+    tmp_path_factory, script_, threshold
+):
+    """Property: killed before any commit and resumed in a process that never saw the run,
+    a node warns and stops at the same call, remembering the same window, as when it runs
+    uninterrupted (action calls repeat through the payloads, tool calls through files)."""
+    folder = tmp_path_factory.mktemp("files")
+    for index in (0, 1):
+        (folder / f"f{index}.txt").write_text(f"file {index}\n", encoding="utf-8")
+    definition = loop_node_graph({"threshold": threshold})
+    work = _looping_agent(script_, folder)
+    commits, straight = asyncio.run(_crashed_run(definition, work, None))
+    expected = _detections(straight)
+    for crash_at in range(2, commits + 1):
+        _, resumed = asyncio.run(_crashed_run(definition, work, crash_at))
+        assert _detections(resumed) == expected, f"crash before commit {crash_at}"

@@ -44,7 +44,12 @@ def test_each_run_works_in_a_copy_of_its_own_and_leaves_nothing(
     here.mkdir()
     (here / "files.yaml").write_text(_FILES)
     monkeypatch.chdir(here)
-    made = set(Path(tempfile.gettempdir()).glob("phasegraph-test-*"))
+    # A temporary folder of this test's own: other tests' runs make and remove theirs in
+    # the system's at the same time.
+    system_tmp = tmp_path / "tmp"
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
 
     report = crash_equivalence("files.yaml", {"log": str(log)})
 
@@ -59,7 +64,8 @@ def test_each_run_works_in_a_copy_of_its_own_and_leaves_nothing(
     assert not (here / "out.txt").exists()
     # What they made is gone: their folders, and what they made in their temporary one.
     assert not any(Path(p).exists() for p in folders | scratch)
-    assert set(Path(tempfile.gettempdir()).glob("phasegraph-test-*")) == made
+    assert all(Path(p).is_relative_to(system_tmp) for p in folders)
+    assert list(system_tmp.iterdir()) == []
 
 
 _APPENDS = """

@@ -194,3 +194,31 @@ def test_crash_equivalence_goes_past_gates_with_approve() -> None:
     assert approved.first is None
     assert approved.status == "completed"
     assert approved.commits > waiting.commits
+
+
+def test_cli_test_expect_names_the_status_a_graph_is_meant_to_end_with(tmp_path: Path) -> None:
+    """A run that fails fails the run property, unless --expect says the graph is meant to
+    fail; then a run ending otherwise is the failure, shown with its steps."""
+    (tmp_path / "fails.yaml").write_text(
+        "graph: fails\nnodes:\n  - id: only\n    machine: task\n"
+        "    bind: {run: {shell: [sh, -c, 'exit 3'], on_exit: {0: ok, default: fail}}}\n",
+        encoding="utf-8",
+    )
+    plain = _cli("test", "fails.yaml", cwd=tmp_path)
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    assert "FAILED  run: an uninterrupted run of the graph's own actions does not fail" in (
+        plain.stdout
+    )
+    expected = _cli("test", "fails.yaml", "--expect", "failed", cwd=tmp_path)
+    assert expected.returncode == 0, expected.stdout + expected.stderr
+    assert "ok      run: an uninterrupted run of the graph's own actions ends failed" in (
+        expected.stdout
+    )
+    assert "as expected" in expected.stdout
+    wrong = _cli("test", "fails.yaml", "--expect", "completed", cwd=tmp_path)
+    assert wrong.returncode == 1
+    assert "the run ended failed after" in wrong.stdout
+    assert "expected to end completed" in wrong.stdout
+    refused = _cli("test", "fails.yaml", "--expect", "done", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "invalid choice: 'done'" in refused.stderr
