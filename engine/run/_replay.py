@@ -255,10 +255,12 @@ class _Replayer:
         if recorded.kind == "cancel":
             reason = next((str(e["message"]) for e in recorded.events if "message" in e), "")
             return self._steps.cancel(self._state, reason, recorded.actor)
-        if recorded.kind == SETTLE_STEP and recorded.node and recorded.node not in self._due:
-            # A process took the run over here: every running node was due again for it.
-            self._due.append(recorded.node)
         acted = self._is_action_outcome(recorded)
+        taken_over = recorded.kind == SETTLE_STEP or (recorded.kind == "wait" and not acted)
+        if taken_over and recorded.node and recorded.node not in self._due:
+            # A process took the run over here (it settles a reservation, or asks a person
+            # about a call in flight): every running node was due again for it.
+            self._due.append(recorded.node)
         decided = self._steps.decide(self._state, self._due, deadlines=not acted)
         if decided is None:
             return f"the replayed run has nothing more to do here (it is {self._state.status})"

@@ -80,10 +80,18 @@ class _ModelThread:
         self.loop.call_soon_threadsafe(self.server.release_streams)
 
     def close(self) -> None:
-        self.relay.server.close()
-        asyncio.run_coroutine_threadsafe(self.server.aclose(), self.loop).result(30)
+        async def shut() -> None:  # on the loop's own thread: asyncio objects are not thread-safe
+            self.relay.server.close()
+            for writer in self.relay.writers:
+                writer.transport.abort()
+            await self.server.aclose()
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
+        self.loop.close()  # else its self-pipe sockets warn, unclosed, in a later test
 
 
 @pytest.fixture
