@@ -168,13 +168,18 @@ class Space:
 
     def live(self) -> set[Config]:
         """Configurations from which some final configuration can still be reached."""
+        return self.reaching(
+            c for c in self.parent if self.machine.states[c.state].final is not None
+        )
+
+    def reaching(self, targets: Iterable[Config]) -> set[Config]:
+        """Configurations from which one of ``targets`` can be reached (targets included)."""
         backwards: dict[Config, list[Config]] = {}
         for source, dests in self.edges.items():
             for dest in dests:
                 backwards.setdefault(dest, []).append(source)
-        finals = [c for c in self.parent if self.machine.states[c.state].final is not None]
-        seen = set(finals)
-        queue = deque(finals)
+        seen = set(targets)
+        queue = deque(seen)
         while queue:
             for source in backwards.get(queue.popleft(), ()):
                 if source not in seen:

@@ -18,9 +18,6 @@ that takes it. Found:
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
-
 from phasegraph.analysis._explore import Config, Explorer, Space
 from phasegraph.analysis._findings import Code, Finding, Severity
 from phasegraph.model import BusyPolicy, GraphDef, NodeDef
@@ -107,7 +104,7 @@ def _waits(node: NodeDef, space: Space, takes: set[str]) -> list[Finding]:
     """A warning per state where an arriving message could never be taken."""
     machine = space.machine
     configs = [c for c in space.parent if machine.states[c.state].final is None]
-    reaching = _reaching(space, (c for c in configs if c.state in takes))
+    reaching = space.reaching(c for c in configs if c.state in takes)
     stuck: dict[str, Config] = {}
     for config in configs:
         if config not in reaching and config.state not in stuck:
@@ -123,19 +120,3 @@ def _waits(node: NodeDef, space: Space, takes: set[str]) -> list[Finding]:
         )
         for state, config in sorted(stuck.items())
     ]
-
-
-def _reaching(space: Space, targets: Iterable[Config]) -> set[Config]:
-    """Configurations from which one of ``targets`` can be reached (targets included)."""
-    backwards: dict[Config, list[Config]] = {}
-    for source, dests in space.edges.items():
-        for dest in dests:
-            backwards.setdefault(dest, []).append(source)
-    seen = set(targets)
-    queue = deque(seen)
-    while queue:
-        for source in backwards.get(queue.popleft(), ()):
-            if source not in seen:
-                seen.add(source)
-                queue.append(source)
-    return seen

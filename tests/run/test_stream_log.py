@@ -1,8 +1,8 @@
 """The live-event log: ids in publication order, kept until the node's step commits.
 
 A property over any interleaving of two nodes' deltas and commits: what the driver keeps
-in memory, and what a reader of the durable store folds from the batches, are the same
-events: every one published after its node's last commit, in id order, each once.
+in memory is the newest ``retention`` of the events no commit folded yet, and what a reader
+of the durable store folds from the batches holds them: in id order, each once.
 """
 
 from __future__ import annotations
@@ -55,26 +55,27 @@ async def test_kept_and_stored_live_events_are_the_unfolded_ones_in_order(
     store = MemoryStore()
     log = StreamLog(store, StreamSettings(retention=retention, durable=True, batch=3))
     seq, token = 0, 1
-    published, since = [], []  # every event, and those since the last takeover
+    published, model = [], []  # every event, and what the driver should keep
     moved: dict[str, int] = {}
     for step in steps:
         if step[0] == "delta":
             event = log.publish(_state(seq), token, step[1], "llm_delta", {"text": "x"})
             published.append(event)
-            since.append(event)
+            model = [*model, event][-retention:]  # the newest `retention` not folded yet
         elif step[0] == "commit":
             seq += 1
             moved[step[1]] = seq
             log.committed("r", StepRecord(seq=seq, time=_T0, kind="transition", node=step[1]))
+            model = unfolded(model, moved, ended=False)  # the node's turn is folded
         else:
             log.forget("r")
-            token, since = token + 1, []
+            token, model = token + 1, []
     ids = [EventId.of(e) for e in published]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
-    # In memory: of the driver's last `retention` events, those no commit stands for.
+    # In memory: the newest `retention` of the driver's events no commit stands for.
     kept = log.retained("r")
-    expected = unfolded(since[-retention:], moved, ended=False)
+    expected = model
     assert (kept[0] if kept is not None else []) == expected
     log.forget("r")  # what is pending is written
     await log.idle()

@@ -1,7 +1,7 @@
 // The run's budget for model calls: the line in the run's header, and the card of its
 // budget gate (kind "budget"), which asks a person for more tokens or money, or to stop.
 import { guard } from "./access.js";
-import { h } from "./dom.js";
+import { gateAnswers, h } from "./dom.js";
 
 export const BUDGET_GATE = "budget";
 
@@ -39,21 +39,7 @@ export function budgetGateCard(interrupt, n, { send, describe }) {
   const buttons = [];
   const tokens = h("input", { id: `more-tokens-${n}`, type: "number", min: "0", step: "1", placeholder: "0" });
   const money = h("input", { id: `more-money-${n}`, type: "number", min: "0", step: "any", placeholder: "0" });
-  const show = (text, isError) => {
-    status.textContent = text;
-    status.className = isError ? "message error" : "message";
-  };
-  const answer = async (trigger, payload) => {
-    buttons.forEach((b) => (b.disabled = true));
-    show(`Sending ${trigger}…`, false);
-    try {
-      await send(trigger, payload);
-      show(`Answered ${trigger}.`, false);
-    } catch (error) {
-      show(describe(error), true);
-      buttons.forEach((b) => (b.disabled = false));
-    }
-  };
+  const { show, answer } = gateAnswers(status, buttons, send, describe);
   const more = () => {
     const payload = {};
     if (tokens.value) payload.tokens = Number(tokens.value);

@@ -88,3 +88,27 @@ export function problemText(error) {
   if (problem.legal_triggers) parts.push(`legal triggers: ${problem.legal_triggers.join(", ")}`);
   return parts.join(" — ");
 }
+
+/**
+ * What a gate card's buttons share: `show(text, isError)` says it in the card's `status`;
+ * `answer(trigger, payload)` disables the card's `buttons`, sends, and on the server's
+ * refusal shows it (`describe(error)`) and enables them again.
+ */
+export function gateAnswers(status, buttons, send, describe) {
+  const show = (text, isError) => {
+    status.textContent = text;
+    status.className = isError ? "message error" : "message";
+  };
+  const answer = async (trigger, payload) => {
+    buttons.forEach((b) => (b.disabled = true));
+    show(`Sending ${trigger}…`, false);
+    try {
+      await send(trigger, payload);
+      show(`Answered ${trigger}.`, false);
+    } catch (error) {
+      show(describe(error), true);
+      buttons.forEach((b) => (b.disabled = false));
+    }
+  };
+  return { show, answer };
+}

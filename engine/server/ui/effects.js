@@ -7,7 +7,7 @@
 // trigger it returned), `run_again` (same effect id) or `fail` (with a reason).
 
 import { guard } from "./access.js";
-import { h, json } from "./dom.js";
+import { gateAnswers, h, json } from "./dom.js";
 
 export const OUTCOME_UNKNOWN = "outcome_unknown";
 
@@ -102,21 +102,7 @@ export function effectGateCard(interrupt, n, { triggers, send, describe }) {
   const ownEffect = !p.tool;
   const status = h("p", { class: "message", role: "status" });
   const buttons = [];
-  const show = (text, isError) => {
-    status.textContent = text;
-    status.className = isError ? "message error" : "message";
-  };
-  const answer = async (trigger, payload) => {
-    buttons.forEach((b) => (b.disabled = true));
-    show(`Sending ${trigger}…`, false);
-    try {
-      await send(trigger, payload);
-      show(`Answered ${trigger}.`, false);
-    } catch (error) {
-      show(describe(error), true);
-      buttons.forEach((b) => (b.disabled = false));
-    }
-  };
+  const { show, answer } = gateAnswers(status, buttons, send, describe);
   const button = (trigger, label, onclick) => {
     const b = h("button", { type: "button", class: "trigger", "data-answer": trigger, onclick }, label);
     buttons.push(b);
