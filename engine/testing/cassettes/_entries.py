@@ -12,6 +12,7 @@ what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -240,13 +241,8 @@ def entries_of(
 
 
 def _masked(entry: Entry, masker: SecretMasker) -> Entry:
-    return Entry(
-        at=entry.at,
-        node=entry.node,
-        hook=entry.hook,
-        kind=entry.kind,
-        turn=entry.turn,
-        call=entry.call,
+    return dataclasses.replace(
+        entry,
         request=masker.value(entry.request),
         answer=masker.value(entry.answer),
         outcome=masker.value(entry.outcome),
